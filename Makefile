@@ -1,0 +1,51 @@
+# The two commands a newcomer types: `make run` and `make test`.
+# Everything is installed into .venv by this file and pyproject.toml.
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.kilter-installed
+NATIVE := $(wildcard kilter/_native/*.pyx kilter/_native/*.pxd kilter/_native/*.h)
+
+.PHONY: all run test lint bench build native-debug clean
+
+all: $(STAMP)
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+
+# Build tools first, then the project in editable mode with every extra; the
+# Cython core is compiled here and again whenever a .pyx/.pxd/.h changes.
+$(STAMP): $(PY) pyproject.toml setup.py $(NATIVE)
+	$(PY) -m pip install --quiet "setuptools>=69" "Cython>=3.0.10,<4" "numpy>=2.0" wheel
+	$(PY) -m pip install --quiet --no-build-isolation -e '.[dev]'
+	$(PY) setup.py --quiet build_ext --inplace
+	@touch $(STAMP)
+
+run: $(STAMP)
+	$(VENV)/bin/kilter demo
+
+test: $(STAMP)
+	$(VENV)/bin/lint-imports
+	$(PY) -m pytest
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check kilter tests bench
+	$(VENV)/bin/mypy
+
+bench: $(STAMP)
+	$(PY) -m bench
+
+build: $(STAMP)
+	$(PY) -m build --no-isolation --outdir dist .
+
+# The Cython core with bounds and wraparound checks on, run against its tests.
+# Afterwards the release build is restored, whatever the tests said.
+native-debug: $(STAMP)
+	KILTER_NATIVE_DEBUG=1 $(PY) setup.py --quiet build_ext --inplace --force
+	status=0; $(PY) -m pytest -q tests/native || status=$$?; \
+	$(PY) setup.py --quiet build_ext --inplace --force; exit $$status
+
+clean:
+	rm -rf build dist *.egg-info kilter/_native/*.so kilter/_native/*.c

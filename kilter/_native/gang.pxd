@@ -1,0 +1,32 @@
+# Gang planning and node scoring over a FleetBitmap.
+
+from kilter._native._types cimport int8_t, int32_t, int64_t, uint8_t
+from kilter._native.domains cimport FleetBitmap
+
+# Plan status codes (also the Python constants of gang.pyx).
+cdef enum:
+    PLAN_OK = 0
+    PLAN_NO_CAPACITY = 1        # fewer idle GPUs of the right shape than the pod set needs
+    PLAN_REQUIRED_TOO_SMALL = 2 # no single group at the required level holds the pod set
+    PLAN_SLICES_DO_NOT_FIT = 3  # the pod set fits in total, but not as whole slices
+    PLAN_MAX_SCORE = 10         # kube-scheduler's MaxExtenderPriority
+
+# Working memory of one plan call; every buffer is owned by plan_gang.
+cdef struct Scratch:
+    int32_t* caps        # [domain]: units (slices, or pods when unsliced) that fit in the domain
+    uint8_t* base        # [domain]: 1 = domain may serve the pod set at all (platform, detached rule)
+    uint8_t* live        # [domain]: 1 = candidate under the current restriction; implies caps > 0
+    uint8_t* taken       # [domain]: 1 = already picked by the greedy for this pod set
+    uint8_t* in_gang     # [domain]: 1 = holds a pod of this gang already
+    int32_t* order       # [domain]: live domains, caps descending, index ascending
+    int32_t* bucket      # [cap_width + 1]: counting-sort buckets, then the caps histogram of live domains
+    int64_t* gsum        # [max_groups]: caps summed until the group first covers the need
+    int64_t* gtotal      # [max_groups]: all caps of live domains in the group
+    int32_t* gcnt        # [max_groups]: domains summed into gsum
+    int32_t* gk          # [max_groups]: fewest domains of the group that cover the need; 0 = cannot
+    int32_t* undo_node   # [total pods]: nodes booked by this plan, in order
+    int32_t* undo_gpus   # [total pods]: GPUs booked on them
+    int32_t n_undo       # entries used in undo_*
+    int32_t cap_width    # caps never exceed this (n_words * 64)
+    int32_t n_live       # live domains
+    int32_t n_order      # entries of order

@@ -1,0 +1,5 @@
+import sys
+
+from kilter.cli.main import main
+
+sys.exit(main())

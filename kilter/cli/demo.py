@@ -1,0 +1,69 @@
+"""``kilter demo``: what kilter decides on the embedded demo fleet (what ``make run`` shows).
+
+Builds the demo fleet (32 GB200 NVL72 racks in 4 leaves, some trays down or
+without their clique label, 45 % busy; 16 MI355X nodes), prints it, then the
+plan each example job in ``examples/jobs`` would get right now.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from kilter.cli import plan as plan_cmd
+from kilter.cli import render, sources
+from kilter.model.jobs import read_job
+from kilter.state import snapshot
+from kilter.topology import fleetgen
+from kilter.topology.fleet import Fleet
+
+__all__ = ["DEMO_JOBS", "add_parser", "run"]
+
+DEMO_JOBS = Path(__file__).with_name("demo_jobs.yaml")
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "demo",
+        help="plans for example jobs on the embedded demo fleet",
+        description="Show kilter's placement on the embedded demo fleet; no cluster needed.",
+    )
+    p.add_argument("--write-snapshot", type=Path, metavar="FILE",
+                   help="also write the demo fleet as a snapshot file for `kilter plan --snapshot`")
+    p.add_argument("-o", "--output", choices=("table", "json", "yaml"), default="table")
+    p.set_defaults(func=run)
+
+
+def fleet_rows(fleet: Fleet) -> list[tuple[Any, ...]]:
+    rows = []
+    for name, s in fleet.summary().items():
+        assert isinstance(s, dict)
+        rows.append((name, s["nodes"], s["domains"], s["detachedNodes"], s["gpus"], s["usableGpus"],
+                     s["idleGpus"], s["whollyIdleDomains"]))
+    return rows
+
+
+def run(args: argparse.Namespace) -> int:
+    state = sources.demo_state()
+    fleet = state.fleet()
+    if args.write_snapshot:
+        nodes, pods = fleetgen.generate(fleetgen.DEMO_FLEET)
+        doc = {"apiVersion": "v1", "kind": "List", "items": [*nodes, *pods, fleetgen.topology_object()]}
+        args.write_snapshot.write_text(render.dump(doc, "yaml"))
+        print(f"wrote the demo fleet to {args.write_snapshot}", file=sys.stderr)
+    jobs = [read_job(doc) for doc in snapshot.load_documents(DEMO_JOBS)]
+    results = [(job, plan_cmd.plan_job(fleet, job)) for job in jobs]
+    if args.output != "table":
+        data = {"fleet": fleet.summary(), "levels": fleet.levels.source,
+                "plans": [plan_cmd.plan_to_dict(job, plans) for job, plans in results]}
+        print(render.dump(data, args.output), end="")
+        return 0
+    print(f"Demo fleet (topology levels from {fleet.levels.source})\n")
+    print(render.table(("PLATFORM", "NODES", "DOMAINS", "DETACHED", "GPUS", "USABLE", "IDLE", "WHOLLY IDLE DOMAINS"),
+                       fleet_rows(fleet)))
+    for job, plans in results:
+        print()
+        print(plan_cmd.render_plans(fleet, job, plans), end="")
+    return 0

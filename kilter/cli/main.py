@@ -1,0 +1,53 @@
+"""The ``kilter`` command: parse, dispatch, and turn errors into one line and an exit code.
+
+Exit codes: 0 done, 1 the answer is negative (a plan that does not fit),
+2 bad input (one line on stderr, never a traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from kilter import __version__
+from kilter.cli import demo, plan
+from kilter.model.errors import KilterError
+
+__all__ = ["build_parser", "main"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="kilter",
+        description="Topology-aware gang placement and fair-share quota for Kueue and Volcano GPU clusters.",
+    )
+    parser.add_argument("--version", action="version", version=f"kilter {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    plan.add_parser(sub)
+    demo.add_parser(sub)
+    return parser
+
+
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        code: int = args.func(args)
+    except KilterError as exc:
+        print(f"kilter {args.command}: {exc}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        return 0
+    except KeyboardInterrupt:
+        return 130
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

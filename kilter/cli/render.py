@@ -1,0 +1,63 @@
+"""Output for people (tables) and programs (JSON, YAML), in one place."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import yaml
+
+__all__ = ["compress_names", "dump", "table"]
+
+
+def dump(data: Any, fmt: str) -> str:
+    """JSON or YAML text of plain data (dicts, lists, str, int, float, bool, None)."""
+    if fmt == "json":
+        return json.dumps(data, indent=2, allow_nan=True) + "\n"
+    if fmt == "yaml":
+        return yaml.safe_dump(data, sort_keys=False, default_flow_style=False)
+    raise ValueError(f"unknown format {fmt}")
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """A plain aligned table, kubectl style."""
+    cells = [[str(h) for h in headers], *[[str(c) for c in row] for row in rows]]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    lines = ["   ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells]
+    return "\n".join(lines) + "\n"
+
+
+_TAIL = re.compile(r"^(.*?)(\d+)$")
+
+
+def compress_names(names: Sequence[str]) -> str:
+    """``gb200-r001-t00, -t01, -t02`` becomes ``gb200-r001-t[00-02]``; order and repeats are kept as counts."""
+    counts: dict[str, int] = {}
+    for n in names:
+        counts[n] = counts.get(n, 0) + 1
+    groups: dict[str, list[tuple[int, str]]] = {}
+    plain: list[str] = []
+    for n in sorted(counts):
+        m = _TAIL.match(n)
+        if m:
+            groups.setdefault(m.group(1), []).append((int(m.group(2)), m.group(2)))
+        else:
+            plain.append(n)
+    parts: list[str] = []
+    for prefix, nums in groups.items():
+        runs: list[list[tuple[int, str]]] = []
+        for num in nums:
+            if runs and num[0] == runs[-1][-1][0] + 1:
+                runs[-1].append(num)
+            else:
+                runs.append([num])
+        spans = [r[0][1] if len(r) == 1 else f"{r[0][1]}-{r[-1][1]}" for r in runs]
+        parts.append(f"{prefix}{spans[0]}" if len(spans) == 1 and "-" not in spans[0] else f"{prefix}[{','.join(spans)}]")
+    parts.extend(plain)
+    repeats = {n: c for n, c in counts.items() if c > 1}
+    text = ", ".join(parts)
+    if repeats:
+        text += f" ({sum(repeats.values())} pods share {len(repeats)} node{'s' if len(repeats) > 1 else ''})"
+    return text

@@ -1,0 +1,47 @@
+"""Where a command's cluster state comes from: a snapshot file or the embedded demo fleet."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from kilter.model.errors import InputError
+from kilter.state import cluster
+from kilter.state.cluster import ClusterState
+from kilter.topology import fleetgen
+from kilter.topology.catalog import BUILTIN, Catalog, load_overrides
+
+__all__ = ["add_source_arguments", "demo_state", "load_catalog", "load_state", "print_warnings"]
+
+
+def add_source_arguments(p: argparse.ArgumentParser) -> None:
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--snapshot", type=Path, help="read the cluster from this file "
+                     "(kubectl get nodes,pods,topologies,... -A -o yaml)")
+    src.add_argument("--demo", action="store_true", help="use the embedded demo fleet")
+    p.add_argument("--platforms", type=Path, help="YAML file adding or overriding catalog platforms")
+
+
+def load_catalog(args: argparse.Namespace) -> Catalog:
+    path: Path | None = getattr(args, "platforms", None)
+    return load_overrides(path) if path else Catalog(BUILTIN)
+
+
+def demo_state(catalog: Catalog | None = None) -> ClusterState:
+    nodes, pods = fleetgen.generate(fleetgen.DEMO_FLEET, catalog)
+    return cluster.from_objects([*nodes, *pods, fleetgen.topology_object()], catalog=catalog)
+
+
+def load_state(args: argparse.Namespace) -> ClusterState:
+    catalog = load_catalog(args)
+    if getattr(args, "demo", False):
+        return demo_state(catalog)
+    if args.snapshot is None:
+        raise InputError("no cluster to read: pass --snapshot FILE (or --demo for the embedded demo fleet)")
+    return cluster.load(args.snapshot, catalog=catalog)
+
+
+def print_warnings(state: ClusterState) -> None:
+    for w in state.warnings:
+        print(f"warning: {w}", file=sys.stderr)

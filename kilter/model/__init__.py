@@ -1,0 +1,17 @@
+"""Typed models of the Kubernetes objects kilter reads and the wire formats it speaks."""
+
+from kilter.model import codec, core_v1, errors, jobs, kueue, quantity
+from kilter.model.errors import ConfigError, InputError, KilterError, UnknownPlatform
+
+__all__ = [
+    "ConfigError",
+    "InputError",
+    "KilterError",
+    "UnknownPlatform",
+    "codec",
+    "core_v1",
+    "errors",
+    "jobs",
+    "kueue",
+    "quantity",
+]

@@ -1,0 +1,177 @@
+"""Views of core/v1 Node and Pod: only the fields kilter reads.
+
+Field names follow the Go json tags of k8s.io/api/core/v1 (camelCase via
+``rename="camel"``). Unknown fields are ignored, as upstream objects gain
+fields every release.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import msgspec
+
+from kilter.model import quantity
+
+__all__ = [
+    "Affinity",
+    "Container",
+    "Node",
+    "NodeAffinity",
+    "NodeCondition",
+    "NodeSelector",
+    "NodeSelectorRequirement",
+    "NodeSelectorTerm",
+    "NodeSpec",
+    "NodeStatus",
+    "ObjectMeta",
+    "Pod",
+    "PodSpec",
+    "PodStatus",
+    "PodTemplateSpec",
+    "Quantity",
+    "ResourceRequirements",
+    "Taint",
+    "Toleration",
+    "pod_request",
+]
+
+Quantity = str | int | float
+
+
+class ObjectMeta(msgspec.Struct, rename="camel"):
+    name: str = ""
+    namespace: str = ""
+    uid: str = ""
+    resource_version: str = ""
+    labels: dict[str, str] = {}
+    annotations: dict[str, str] = {}
+
+
+class Taint(msgspec.Struct, rename="camel"):
+    key: str
+    value: str = ""
+    effect: str = ""
+
+
+class NodeSpec(msgspec.Struct, rename="camel"):
+    unschedulable: bool = False
+    taints: list[Taint] = []
+
+
+class NodeCondition(msgspec.Struct, rename="camel"):
+    type: str
+    status: str = "Unknown"
+
+
+class NodeStatus(msgspec.Struct, rename="camel"):
+    capacity: dict[str, Quantity] = {}
+    allocatable: dict[str, Quantity] = {}
+    conditions: list[NodeCondition] = []
+
+
+class Node(msgspec.Struct, rename="camel"):
+    api_version: str = "v1"
+    kind: str = "Node"
+    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
+    spec: NodeSpec = msgspec.field(default_factory=NodeSpec)
+    status: NodeStatus = msgspec.field(default_factory=NodeStatus)
+
+
+class ResourceRequirements(msgspec.Struct, rename="camel"):
+    requests: dict[str, Quantity] = {}
+    limits: dict[str, Quantity] = {}
+
+
+class Container(msgspec.Struct, rename="camel"):
+    name: str = ""
+    resources: ResourceRequirements = msgspec.field(default_factory=ResourceRequirements)
+
+
+class Toleration(msgspec.Struct, rename="camel"):
+    key: str = ""
+    operator: str = "Equal"
+    value: str = ""
+    effect: str = ""
+    toleration_seconds: int | None = None
+
+
+class NodeSelectorRequirement(msgspec.Struct, rename="camel"):
+    key: str
+    operator: str
+    values: list[str] = []
+
+
+class NodeSelectorTerm(msgspec.Struct, rename="camel"):
+    match_expressions: list[NodeSelectorRequirement] = []
+    match_fields: list[NodeSelectorRequirement] = []
+
+
+class NodeSelector(msgspec.Struct, rename="camel"):
+    node_selector_terms: list[NodeSelectorTerm] = []
+
+
+class NodeAffinity(msgspec.Struct, rename="camel"):
+    required_during_scheduling_ignored_during_execution: NodeSelector | None = None
+
+
+class Affinity(msgspec.Struct, rename="camel"):
+    node_affinity: NodeAffinity | None = None
+
+
+class PodSpec(msgspec.Struct, rename="camel"):
+    node_name: str = ""
+    scheduler_name: str = ""
+    containers: list[Container] = []
+    init_containers: list[Container] = []
+    node_selector: dict[str, str] = {}
+    affinity: Affinity | None = None
+    tolerations: list[Toleration] = []
+    overhead: dict[str, Quantity] = {}
+
+
+class PodStatus(msgspec.Struct, rename="camel"):
+    phase: str = ""
+
+
+class Pod(msgspec.Struct, rename="camel"):
+    api_version: str = "v1"
+    kind: str = "Pod"
+    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
+    spec: PodSpec = msgspec.field(default_factory=PodSpec)
+    status: PodStatus = msgspec.field(default_factory=PodStatus)
+
+
+class PodTemplateSpec(msgspec.Struct, rename="camel"):
+    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
+    spec: PodSpec = msgspec.field(default_factory=PodSpec)
+
+
+def _container_request(container: Container, resource: str, path: str) -> int:
+    res = container.resources
+    raw = res.requests.get(resource, res.limits.get(resource))
+    return 0 if raw is None else quantity.to_count(raw, path=path)
+
+
+def pod_request(spec: PodSpec, resource: str, *, path: str = "$.spec") -> int:
+    """Whole units of a device resource the pod needs, as the kubelet counts them.
+
+    max(sum over app containers, max over init containers) plus overhead; a
+    device limit without a request counts as the request (extended resources
+    cannot be overcommitted).
+    """
+    app = sum(
+        _container_request(c, resource, f"{path}.containers[{i}].resources")
+        for i, c in enumerate(spec.containers)
+    )
+    init = max(
+        _iter_init(spec.init_containers, resource, path),
+        default=0,
+    )
+    extra = spec.overhead.get(resource)
+    return max(app, init) + (quantity.to_count(extra, path=f"{path}.overhead") if extra is not None else 0)
+
+
+def _iter_init(containers: list[Container], resource: str, path: str) -> Iterable[int]:
+    for i, c in enumerate(containers):
+        yield _container_request(c, resource, f"{path}.initContainers[{i}].resources")

@@ -1,0 +1,42 @@
+"""The one exception tree of kilter.
+
+    KilterError
+    ├── InputError        a bad body, snapshot, job, annotation or flag; carries a JSON path
+    ├── ConfigError       configuration that contradicts itself (cohort cycle, limits)
+    └── UnknownPlatform   a platform name that neither the catalog nor an override defines
+
+"Does not fit" and "must wait" are results with reasons, never exceptions.
+"""
+
+from __future__ import annotations
+
+__all__ = ["ConfigError", "InputError", "KilterError", "UnknownPlatform"]
+
+
+class KilterError(Exception):
+    """Base of every error kilter raises on purpose."""
+
+
+class InputError(KilterError):
+    """Input that kilter cannot use; ``path`` locates the culprit (``$.spec.x``)."""
+
+    def __init__(self, message: str, *, path: str = "$") -> None:
+        super().__init__(message)
+        self.message = message
+        self.path = path
+
+    def __str__(self) -> str:
+        return self.message if self.path == "$" else f"{self.message} (at {self.path})"
+
+
+class ConfigError(KilterError):
+    """Configuration that is well-formed but contradicts itself."""
+
+
+class UnknownPlatform(KilterError):
+    """A platform name that no catalog entry or alias matches."""
+
+    def __init__(self, name: str, known: list[str]) -> None:
+        super().__init__(f"unknown platform {name!r}; known: {', '.join(known)}")
+        self.name = name
+        self.known = known

@@ -1,0 +1,86 @@
+"""The cluster state the commands and servers read, built from a snapshot.
+
+Holds typed Nodes, Pods and Kueue topology objects and the fleet model built
+from them. A later feeder (list/watch of a live cluster) produces the same
+objects, so everything downstream is written once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kilter.model import codec
+from kilter.model.core_v1 import Node, Pod
+from kilter.model.kueue import ResourceFlavor, Topology
+from kilter.state import snapshot
+from kilter.topology.catalog import BUILTIN, Catalog
+from kilter.topology.fleet import Fleet, build_fleet
+
+__all__ = ["KNOWN_KINDS", "ClusterState", "from_objects", "load"]
+
+KUEUE = "kueue.x-k8s.io"
+KNOWN_KINDS: set[tuple[str, str]] = {
+    ("", "Node"),
+    ("", "Pod"),
+    (KUEUE, "Topology"),
+    (KUEUE, "ResourceFlavor"),
+    (KUEUE, "ClusterQueue"),
+    (KUEUE, "Cohort"),
+    (KUEUE, "LocalQueue"),
+    (KUEUE, "Workload"),
+    (KUEUE, "WorkloadPriorityClass"),
+    (KUEUE, "AdmissionCheck"),
+    ("scheduling.volcano.sh", "Queue"),
+    ("scheduling.volcano.sh", "PodGroup"),
+    ("topology.volcano.sh", "HyperNode"),
+    ("scheduling.k8s.io", "PriorityClass"),
+}
+
+
+@dataclass
+class ClusterState:
+    nodes: list[Node]
+    pods: list[Pod]
+    topologies: list[Topology]
+    flavors: list[ResourceFlavor]
+    catalog: Catalog
+    raw: snapshot.RawObjects = field(default_factory=snapshot.RawObjects)
+    _fleet: Fleet | None = None
+
+    def fleet(self) -> Fleet:
+        """The fleet model of the current objects, built on first use."""
+        if self._fleet is None:
+            self._fleet = build_fleet(self.nodes, self.pods, catalog=self.catalog, topologies=self.topologies)
+        return self._fleet
+
+    @property
+    def warnings(self) -> list[str]:
+        notes = [f"ignored {n} {kind} object(s)" for kind, n in sorted(self.raw.unknown.items())]
+        return notes + (self._fleet.warnings if self._fleet else [])
+
+
+def _typed(raw: snapshot.RawObjects, group: str, kind: str, cls: type[Any]) -> list[Any]:
+    return [
+        codec.convert(obj, cls, path=f"{kind} {obj.get('metadata', {}).get('name', '?')}")
+        for obj in raw.of(group, kind)
+    ]
+
+
+def from_objects(docs: Iterable[Any], *, catalog: Catalog | None = None) -> ClusterState:
+    raw = snapshot.group_objects(list(docs), KNOWN_KINDS)
+    return ClusterState(
+        nodes=_typed(raw, "", "Node", Node),
+        pods=_typed(raw, "", "Pod", Pod),
+        topologies=_typed(raw, KUEUE, "Topology", Topology),
+        flavors=_typed(raw, KUEUE, "ResourceFlavor", ResourceFlavor),
+        catalog=catalog or Catalog(BUILTIN),
+        raw=raw,
+    )
+
+
+def load(path: Path, *, catalog: Catalog | None = None) -> ClusterState:
+    """The state a snapshot file describes."""
+    return from_objects(snapshot.load_documents(path), catalog=catalog)

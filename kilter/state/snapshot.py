@@ -1,0 +1,104 @@
+"""Read a cluster snapshot file: what ``kubectl get ... -o yaml|json`` prints.
+
+Accepts a ``v1 List`` (or any ``*List``) with ``items``, multi-document YAML
+of objects, or a JSON object or array. Empty documents are skipped and lists
+are flattened, as lightkube's codecs do. Objects are kept by (group, kind);
+kinds nobody reads are counted and reported once, not fatal.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from kilter.model.errors import InputError
+
+__all__ = ["MAX_SNAPSHOT_BYTES", "RawObjects", "load_documents", "load_snapshot", "parse_documents"]
+
+MAX_SNAPSHOT_BYTES = 2 * 1024**3
+
+try:
+    _Loader: type[yaml.SafeLoader] = yaml.CSafeLoader  # type: ignore[attr-defined,unused-ignore]
+except AttributeError:  # pragma: no cover - libyaml missing
+    _Loader = yaml.SafeLoader
+
+
+@dataclass
+class RawObjects:
+    """Parsed objects grouped by (API group, kind), in file order."""
+
+    by_kind: dict[tuple[str, str], list[dict[str, Any]]] = field(default_factory=dict)
+    unknown: Counter[str] = field(default_factory=Counter)
+
+    def of(self, group: str, kind: str) -> list[dict[str, Any]]:
+        return self.by_kind.get((group, kind), [])
+
+
+def _flatten(doc: Any, path: str) -> Iterator[tuple[dict[str, Any], str]]:
+    if doc is None:
+        return
+    if isinstance(doc, list):
+        for i, item in enumerate(doc):
+            yield from _flatten(item, f"{path}[{i}]")
+        return
+    if not isinstance(doc, dict):
+        raise InputError(f"expected a Kubernetes object, got {type(doc).__name__}", path=path)
+    kind = doc.get("kind")
+    if isinstance(kind, str) and kind.endswith("List") and "items" in doc:
+        items = doc["items"]
+        if not isinstance(items, list):
+            raise InputError("items must be a list", path=f"{path}.items")
+        for i, item in enumerate(items):
+            yield from _flatten(item, f"{path}.items[{i}]")
+        return
+    yield doc, path
+
+
+def parse_documents(text: str, *, source: str = "snapshot") -> list[Any]:
+    """YAML (single or multi-document) or JSON text into Python documents."""
+    try:
+        return [d for d in yaml.load_all(text, Loader=_Loader) if d is not None]
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or "malformed"
+        raise InputError(f"{source} is not valid YAML or JSON{where}: {problem}") from None
+
+
+def load_documents(path: Path) -> list[Any]:
+    try:
+        size = path.stat().st_size
+        if size > MAX_SNAPSHOT_BYTES:
+            raise InputError(f"{path} is {size} bytes; the limit is {MAX_SNAPSHOT_BYTES}")
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InputError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise InputError(f"{path} is not UTF-8 text") from None
+    return parse_documents(text, source=str(path))
+
+
+def group_objects(docs: list[Any], known: set[tuple[str, str]]) -> RawObjects:
+    raw = RawObjects()
+    for i, doc in enumerate(docs):
+        for obj, path in _flatten(doc, f"$[{i}]"):
+            api_version = obj.get("apiVersion")
+            kind = obj.get("kind")
+            if not isinstance(api_version, str) or not isinstance(kind, str):
+                raise InputError("object without apiVersion and kind", path=path)
+            key = (api_version.rpartition("/")[0], kind)
+            if key in known:
+                raw.by_kind.setdefault(key, []).append(obj)
+            else:
+                raw.unknown[f"{api_version}/{kind}" if "/" not in api_version else f"{api_version}, {kind}"] += 1
+    return raw
+
+
+def load_snapshot(path: Path, known: set[tuple[str, str]]) -> RawObjects:
+    """Objects of the known kinds from a snapshot file; InputError with a path on bad content."""
+    return group_objects(load_documents(path), known)

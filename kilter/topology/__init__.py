@@ -1,0 +1,31 @@
+"""Topology-aware placement: the platform catalog, the fleet model, gang plans and node scores."""
+
+from kilter.topology import catalog, eligibility, fleet, fleetgen, labels, plan, score
+from kilter.topology.catalog import BUILTIN, Catalog, Platform, load_overrides
+from kilter.topology.fleet import Fleet, build_fleet
+from kilter.topology.plan import GangRequest, Plan, PlannedPodSet, PodSetRequest, commit, gang_request, plan_gang
+from kilter.topology.score import score_pod
+
+__all__ = [
+    "BUILTIN",
+    "Catalog",
+    "Fleet",
+    "GangRequest",
+    "Plan",
+    "PlannedPodSet",
+    "PodSetRequest",
+    "Platform",
+    "build_fleet",
+    "catalog",
+    "commit",
+    "eligibility",
+    "fleet",
+    "fleetgen",
+    "gang_request",
+    "labels",
+    "load_overrides",
+    "plan",
+    "plan_gang",
+    "score",
+    "score_pod",
+]

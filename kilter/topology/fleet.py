@@ -1,0 +1,293 @@
+"""Build the bitmap model of a fleet from Node and Pod objects, and keep it current.
+
+This is the boundary where Kubernetes objects become arrays: every GPU node
+gets an index (domains in name order, nodes in name order inside them), a
+platform, a domain and its groups above the domain. After that, planning and
+scoring touch only ``_native`` arrays; names come back only for output.
+
+Availability rules (reference/topology.md §2, §4): a node is unusable when
+cordoned, not Ready, tainted ``node.kubernetes.io/*`` with NoSchedule or
+NoExecute, or when AMD's mesh validation failed. A node of a multi-node
+platform without its domain label (GPU Feature Discovery drops
+``nvidia.com/gpu.clique`` when the fabric is unhealthy) becomes a detached
+one-node domain that only single-pod gangs may use. Other NoSchedule and
+NoExecute taints are matched per pod against its tolerations.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from kilter._native import domains
+from kilter.model import quantity
+from kilter.model.core_v1 import Node, Pod, Taint, pod_request
+from kilter.model.errors import InputError, UnknownPlatform
+from kilter.model.kueue import Topology
+from kilter.topology.catalog import BUILTIN, Catalog, Platform
+from kilter.topology.labels import Levels, choose_levels, group_path
+
+__all__ = ["Fleet", "build_fleet", "is_node_usable"]
+
+HEALTH_TAINT_PREFIX = "node.kubernetes.io/"
+BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
+AMD_MESH_LABEL = "amd.com/gpu-mesh-validation"
+ENDED_PHASES = ("Succeeded", "Failed")
+
+TaintKey = tuple[str, str, str]
+
+
+def is_node_usable(node: Node) -> bool:
+    """Ready, schedulable, free of lifecycle taints, and not failing AMD mesh validation."""
+    if node.spec.unschedulable:
+        return False
+    for cond in node.status.conditions:
+        if cond.type == "Ready" and cond.status != "True":
+            return False
+    for taint in node.spec.taints:
+        if taint.key.startswith(HEALTH_TAINT_PREFIX) and taint.effect in BLOCKING_EFFECTS:
+            return False
+    return node.metadata.labels.get(AMD_MESH_LABEL) != "failed"
+
+
+def _scheduling_taints(taints: Sequence[Taint]) -> tuple[TaintKey, ...]:
+    return tuple(
+        sorted(
+            (t.key, t.value, t.effect)
+            for t in taints
+            if t.effect in BLOCKING_EFFECTS and not t.key.startswith(HEALTH_TAINT_PREFIX)
+        )
+    )
+
+
+def _next_pow2(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+@dataclass
+class Fleet:
+    """The bitmap model plus the names and labels needed to speak about it."""
+
+    bitmap: domains.FleetBitmap
+    catalog: Catalog
+    levels: Levels
+    platforms: tuple[Platform, ...]
+    node_names: list[str]
+    node_index: dict[str, int]
+    node_labels: list[dict[str, str]]
+    node_taint_class: npt.NDArray[np.int16]
+    taint_classes: list[tuple[TaintKey, ...]]
+    domain_ids: list[str]
+    group_ids: list[list[str]]
+    warnings: list[str] = field(default_factory=list)
+    _label_codes: dict[str, tuple[npt.NDArray[np.int32], dict[str, int]]] = field(default_factory=dict)
+
+    @property
+    def n_nodes(self) -> int:
+        return len(self.node_names)
+
+    def platform_of_node(self, node: int) -> Platform:
+        return self.platforms[int(self.bitmap.domain_platforms[self.bitmap.node_domains[node]])]
+
+    def domain_of_node(self, node: int) -> str:
+        return self.domain_ids[int(self.bitmap.node_domains[node])]
+
+    def label_codes(self, key: str) -> tuple[npt.NDArray[np.int32], dict[str, int]]:
+        """Per node, a code for its value of label ``key`` (-1 = absent); built once per key."""
+        cached = self._label_codes.get(key)
+        if cached is None:
+            values: dict[str, int] = {}
+            codes = np.fromiter(
+                (
+                    values.setdefault(v, len(values)) if (v := labels.get(key)) is not None else -1
+                    for labels in self.node_labels
+                ),
+                dtype=np.int32,
+                count=len(self.node_labels),
+            )
+            cached = (codes, values)
+            self._label_codes[key] = cached
+        return cached
+
+    def summary(self) -> dict[str, object]:
+        """Counts for people: nodes, domains, GPUs, usage per platform."""
+        bm = self.bitmap
+        out: dict[str, object] = {}
+        plat = bm.domain_platforms
+        free = bm.domain_free_gpus
+        usable = bm.domain_usable_gpus
+        flags = bm.domain_flags
+        start = bm.domain_node_start
+        gpus = bm.node_gpu_counts
+        for i, p in enumerate(self.platforms):
+            sel = plat == i
+            if not sel.any():
+                continue
+            nodes = int((np.diff(start)[sel]).sum())
+            node_sel = np.repeat(sel, np.diff(start))
+            out[p.name] = {
+                "nodes": nodes,
+                "domains": int((sel & ((flags & domains.DETACHED) == 0)).sum()),
+                "detachedNodes": int((sel & ((flags & domains.DETACHED) != 0)).sum()),
+                "gpus": int(gpus[node_sel].sum()),
+                "usableGpus": int(usable[sel].sum()),
+                "idleGpus": int(free[sel].sum()),
+                "whollyIdleDomains": int((bm.wholly_free()[sel] & ((flags[sel] & domains.DETACHED) == 0)).sum()),
+            }
+        return out
+
+
+def build_fleet(
+    nodes: Iterable[Node],
+    pods: Iterable[Pod] = (),
+    *,
+    catalog: Catalog | None = None,
+    topologies: Iterable[Topology] = (),
+) -> Fleet:
+    """The fleet model of these nodes with the GPUs of these (bound, running) pods booked."""
+    catalog = catalog or Catalog(BUILTIN)
+    warnings: list[str] = []
+    gpu_nodes: list[tuple[Node, Platform, int]] = []
+    resources = sorted(catalog.device_resources)
+    for node in nodes:
+        alloc = node.status.allocatable or node.status.capacity
+        devices: dict[str, int] = {}
+        for r in resources:
+            raw = alloc.get(r)
+            if raw is not None:
+                devices[r] = quantity.to_count(raw, path=f"node {node.metadata.name}: status.allocatable[{r}]")
+        try:
+            platform = catalog.match(node.metadata.labels, devices)
+        except UnknownPlatform as exc:
+            warnings.append(f"node {node.metadata.name}: {exc}; node ignored")
+            continue
+        if platform is None:
+            continue
+        count = devices.get(platform.device_resource, 0)
+        if count <= 0:
+            warnings.append(f"node {node.metadata.name}: labelled {platform.name} but offers no {platform.device_resource}")
+            continue
+        gpu_nodes.append((node, platform, count))
+
+    levels = choose_levels([n.metadata.labels for n, _, _ in gpu_nodes], topologies, catalog)
+    platforms = tuple(sorted({p for _, p, _ in gpu_nodes}, key=catalog.index))
+    plat_index = {p.name: i for i, p in enumerate(platforms)}
+
+    # Group nodes into domains: (domain id, platform index, detached) -> [nodes].
+    members: dict[tuple[str, int, bool], list[tuple[str, Node, int]]] = {}
+    for node, platform, count in gpu_nodes:
+        name = node.metadata.name
+        labels = node.metadata.labels
+        key: tuple[str, int, bool]
+        if platform.is_multi_node:
+            value = next((labels[k] for k in levels.domain_keys(platform) if labels.get(k)), None)
+            key = (value, plat_index[platform.name], False) if value else (name, plat_index[platform.name], True)
+        else:
+            key = (name, plat_index[platform.name], False)
+        members.setdefault(key, []).append((name, node, count))
+
+    domain_keys = sorted(members)
+    seen_names: set[str] = set()
+    node_names: list[str] = []
+    node_labels: list[dict[str, str]] = []
+    node_taints: list[tuple[TaintKey, ...]] = []
+    node_domain: list[int] = []
+    node_gpus: list[int] = []
+    node_usable: list[int] = []
+    node_start = [0]
+    tray_bits: list[int] = []
+    dom_platform: list[int] = []
+    dom_flags: list[int] = []
+    domain_ids: list[str] = []
+    counts_by_id: dict[str, int] = {}
+    for key in domain_keys:
+        counts_by_id[key[0]] = counts_by_id.get(key[0], 0) + 1
+    for d, key in enumerate(domain_keys):
+        dom_id, p_index, detached = key
+        ms = sorted(members[key], key=lambda m: m[0])
+        platform = platforms[p_index]
+        for name, node, count in ms:
+            if name in seen_names:
+                raise InputError(f"node {name} appears twice in the snapshot")
+            seen_names.add(name)
+            node_names.append(name)
+            node_labels.append(node.metadata.labels)
+            node_taints.append(_scheduling_taints(node.spec.taints))
+            node_domain.append(d)
+            node_gpus.append(count)
+            node_usable.append(1 if is_node_usable(node) else 0)
+        node_start.append(len(node_names))
+        tray_bits.append(_next_pow2(max(max(m[2] for m in ms), platform.gpus_per_node if not detached else 1)))
+        dom_platform.append(p_index)
+        dom_flags.append(domains.DETACHED if detached else 0)
+        unique = counts_by_id[dom_id] == 1
+        domain_ids.append(dom_id if unique else f"{dom_id}@{platform.name}")
+        if platform.is_multi_node and not detached and len(ms) > platform.nodes_per_domain:
+            warnings.append(
+                f"domain {dom_id} has {len(ms)} {platform.name} nodes, more than the platform's {platform.nodes_per_domain}"
+            )
+
+    node_index = {name: i for i, name in enumerate(node_names)}
+
+    # Groups above the domain, from each domain's first node.
+    n_levels = len(levels.up_keys)
+    group = np.full((n_levels, len(domain_keys)), -1, dtype=np.int32)
+    group_ids: list[list[str]] = []
+    for level in range(n_levels):
+        paths = [group_path(node_labels[node_start[d]], levels.up_keys, level) for d in range(len(domain_keys))]
+        uniq = sorted({p for p in paths if p is not None})
+        idx = {p: i for i, p in enumerate(uniq)}
+        for d, p in enumerate(paths):
+            if p is not None:
+                group[level, d] = idx[p]
+        group_ids.append(["/".join(p) for p in uniq])
+
+    taint_index: dict[tuple[TaintKey, ...], int] = {(): 0}
+    taint_class = np.fromiter(
+        (taint_index.setdefault(t, len(taint_index)) for t in node_taints), dtype=np.int16, count=len(node_taints)
+    )
+    taint_classes = [t for t, _ in sorted(taint_index.items(), key=lambda kv: kv[1])]
+
+    used = np.zeros(len(node_names), dtype=np.int64)
+    node_resource = [platforms[dom_platform[d]].device_resource for d in node_domain]
+    for pod in pods:
+        i = node_index.get(pod.spec.node_name) if pod.spec.node_name else None
+        if i is None or pod.status.phase in ENDED_PHASES:
+            continue
+        used[i] += pod_request(
+            pod.spec, node_resource[i], path=f"pod {pod.metadata.namespace}/{pod.metadata.name}: spec"
+        )
+    gpus_arr = np.asarray(node_gpus, dtype=np.int32)
+    over = np.nonzero(used > gpus_arr)[0]
+    for i in over[:5]:
+        warnings.append(f"node {node_names[i]}: pods hold {used[i]} GPUs of {gpus_arr[i]}; counted as full")
+    used = np.minimum(used, gpus_arr)
+
+    bitmap = domains.FleetBitmap(
+        np.asarray(node_domain, dtype=np.int32),
+        gpus_arr,
+        used.astype(np.int32),
+        np.asarray(node_usable, dtype=np.uint8),
+        np.asarray(node_start, dtype=np.int32),
+        np.asarray(tray_bits, dtype=np.int32),
+        np.asarray(dom_platform, dtype=np.int16),
+        np.asarray(dom_flags, dtype=np.uint8),
+        group,
+    )
+    return Fleet(
+        bitmap=bitmap,
+        catalog=catalog,
+        levels=levels,
+        platforms=platforms,
+        node_names=node_names,
+        node_index=node_index,
+        node_labels=node_labels,
+        node_taint_class=taint_class,
+        taint_classes=taint_classes,
+        domain_ids=domain_ids,
+        group_ids=group_ids,
+        warnings=warnings,
+    )

@@ -1,0 +1,243 @@
+"""Gang placement plans: from pod sets to one node per pod, or a reason why not.
+
+This module translates names to planner numbers and back; the decision
+itself is ``_native.gang.plan_gang`` (objectives in its docstring). A plan
+is a what-if on the fleet; ``commit`` books it when pods are really bound.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from kilter._native import gang
+from kilter.model.core_v1 import PodSpec, pod_request
+from kilter.model.errors import InputError
+from kilter.model.jobs import PodSetSpec, TopologyRequest
+from kilter.topology import eligibility
+from kilter.topology.catalog import Catalog, Platform
+from kilter.topology.fleet import Fleet
+
+__all__ = ["GangRequest", "Plan", "PlannedPodSet", "PodSetRequest", "commit", "gang_request", "plan_gang"]
+
+
+@dataclass(frozen=True)
+class PodSetRequest:
+    name: str
+    count: int
+    gpus_per_pod: int
+    topology: TopologyRequest
+    spec: PodSpec
+
+
+@dataclass(frozen=True)
+class GangRequest:
+    """Pods that must start together; all GPU pod sets ask for the same device resource."""
+
+    name: str
+    resource: str
+    pod_sets: tuple[PodSetRequest, ...]
+    platform: str | None = None
+    ignored: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class PlannedPodSet:
+    name: str
+    count: int
+    gpus_per_pod: int
+    nodes: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The answer for one gang; when infeasible, ``reason`` says what stops it."""
+
+    feasible: bool
+    reason: str
+    gang: str
+    platform: str | None = None
+    pod_sets: tuple[PlannedPodSet, ...] = ()
+    domains: tuple[str, ...] = ()
+    groups: tuple[str, ...] = ()
+    group_level: str | None = None
+    ignored: tuple[str, ...] = ()
+    node_indices: tuple[int, ...] = field(default=(), repr=False)
+    gpus: tuple[int, ...] = field(default=(), repr=False)
+
+
+def gang_request(
+    name: str, pod_sets: Sequence[PodSetSpec], catalog: Catalog, *, platform: str | None = None
+) -> GangRequest:
+    """The GPU pod sets of a gang; pod sets without GPUs are listed as ignored."""
+    resources = sorted(catalog.device_resources)
+    chosen: str | None = catalog.get(platform).device_resource if platform else None
+    requests: list[PodSetRequest] = []
+    ignored: list[str] = []
+    for ps in pod_sets:
+        path = f"pod set {ps.name}: spec"
+        asked = {r: n for r in resources if (n := pod_request(ps.template.spec, r, path=path)) > 0}
+        if not asked or ps.count == 0:
+            ignored.append(ps.name)
+            continue
+        if len(asked) > 1:
+            raise InputError(f"pod set {ps.name} asks for several GPU kinds: {', '.join(sorted(asked))}")
+        resource, n = next(iter(asked.items()))
+        if chosen is not None and resource != chosen:
+            raise InputError(f"pod set {ps.name} asks for {resource}, but the gang uses {chosen}")
+        chosen = resource
+        requests.append(PodSetRequest(ps.name, ps.count, n, ps.topology, ps.template.spec))
+    if chosen is None or not requests:
+        raise InputError(f"{name}: no pod set asks for GPUs ({', '.join(resources)})")
+    return GangRequest(name, chosen, tuple(requests), platform, tuple(ignored))
+
+
+def _level_name(fleet: Fleet, level: int) -> str:
+    if level == gang.NODE:
+        return "node"
+    if level == gang.DOMAIN:
+        return "scale-up domain"
+    return fleet.levels.describe(fleet.levels.up_keys[level - gang.UP])
+
+
+def _levels(fleet: Fleet, request: GangRequest, platform: Platform) -> tuple[list[tuple[int, int, int, int]], str | None]:
+    """Per pod set (required, preferred, slice size, slice level), or the reason a level is unknown."""
+    out = []
+    for ps in request.pod_sets:
+        tr = ps.topology
+        levels = []
+        for key in (tr.required, tr.preferred, tr.slice_level):
+            if key is None:
+                levels.append(int(gang.NONE))
+                continue
+            level = fleet.levels.level_of(key, platform)
+            if level is None:
+                known = ", ".join(fleet.levels.known(platform))
+                return [], f"pod set {ps.name}: {key} is not a topology level of this {platform.name} fleet (known: {known})"
+            levels.append(level)
+        required, preferred, slice_level = levels
+        if required == gang.NONE and preferred == gang.NONE and not tr.unconstrained:
+            preferred = int(gang.DOMAIN)
+        if slice_level != gang.NONE and required != gang.NONE and slice_level > required:
+            return [], f"pod set {ps.name}: slice level {tr.slice_level} is above the required level {tr.required}"
+        out.append((required, preferred, tr.slice_size or 1, slice_level))
+    return out, None
+
+
+def _failure(fleet: Fleet, request: GangRequest, platform: Platform, status: int, info: np.ndarray) -> str:
+    need, best, ps_index, level = (int(x) for x in info[:4])
+    ps = request.pod_sets[ps_index]
+    shape = f"{need} pods x {ps.gpus_per_pod} GPUs"
+    if status == gang.REQUIRED_TOO_SMALL:
+        where = _level_name(fleet, level)
+        return f"pod set {ps.name} requires one {where} for {shape}; the roomiest {where} holds {best} such pods"
+    if status == gang.SLICES_DO_NOT_FIT:
+        where = _level_name(fleet, level) if level >= 0 else "domain"
+        return (
+            f"pod set {ps.name}: {shape} fit in total, but not as slices of {ps.topology.slice_size} pods "
+            f"each within one {where}"
+        )
+    return f"pod set {ps.name} needs {shape}; idle, healthy {platform.name} nodes hold {best} such pods"
+
+
+def plan_gang(fleet: Fleet, request: GangRequest) -> Plan:
+    """Plan the gang on the best platform the fleet offers for its device resource."""
+    candidates = [
+        p
+        for p in fleet.platforms
+        if p.device_resource == request.resource and (request.platform is None or fleet.catalog.get(request.platform) == p)
+    ]
+    if not candidates:
+        what = fleet.catalog.get(request.platform).name if request.platform else request.resource
+        return Plan(False, f"the fleet has no {what} nodes", request.name, ignored=request.ignored)
+
+    mask = None
+    for ps in request.pod_sets:
+        m = eligibility.node_mask(fleet, ps.spec, path=f"pod set {ps.name}: spec")
+        if m is not None:
+            mask = m if mask is None else (mask & m)
+    node_ok = None if mask is None else np.ascontiguousarray(mask, dtype=np.uint8)
+
+    counts = np.array([ps.count for ps in request.pod_sets], dtype=np.int32)
+    gpus = np.array([ps.gpus_per_pod for ps in request.pod_sets], dtype=np.int32)
+    total = int(counts.sum())
+    feasible: list[tuple[tuple[int, int, int], Plan]] = []
+    reasons: list[str] = []
+    for platform in candidates:
+        levels, problem = _levels(fleet, request, platform)
+        if problem:
+            reasons.append(problem)
+            continue
+        arr = np.array(levels, dtype=np.int32).reshape(-1, 4)
+        out = np.empty(total, dtype=np.int32)
+        info = np.zeros(4, dtype=np.int32)
+        status = gang.plan_gang(
+            fleet.bitmap,
+            counts,
+            gpus,
+            np.ascontiguousarray(arr[:, 0]),
+            np.ascontiguousarray(arr[:, 1]),
+            np.ascontiguousarray(arr[:, 2]),
+            np.ascontiguousarray(arr[:, 3]),
+            fleet.platforms.index(platform),
+            node_ok,
+            out,
+            info,
+        )
+        if status != gang.OK:
+            reasons.append(_failure(fleet, request, platform, status, info))
+            continue
+        result = _plan_from_nodes(fleet, request, platform, out)
+        feasible.append(((len(result.domains), len(result.groups), fleet.catalog.index(platform)), result))
+    if feasible:
+        return min(feasible, key=lambda kv: kv[0])[1]
+    return Plan(False, "; ".join(reasons), request.name, ignored=request.ignored)
+
+
+def _plan_from_nodes(fleet: Fleet, request: GangRequest, platform: Platform, out: np.ndarray) -> Plan:
+    names = fleet.node_names
+    node_domain = fleet.bitmap.node_domains
+    dom_ids = sorted({fleet.domain_ids[int(node_domain[n])] for n in out})
+    groups: tuple[str, ...] = ()
+    group_level = None
+    if fleet.levels.up_keys:
+        table = fleet.bitmap.domain_groups
+        gids = {int(table[0, node_domain[n]]) for n in out}
+        groups = tuple(sorted(fleet.group_ids[0][g] for g in gids if g >= 0))
+        group_level = fleet.levels.describe(fleet.levels.up_keys[0])
+    pod_sets = []
+    gpus: list[int] = []
+    pos = 0
+    for ps in request.pod_sets:
+        nodes = tuple(names[int(n)] for n in out[pos : pos + ps.count])
+        pod_sets.append(PlannedPodSet(ps.name, ps.count, ps.gpus_per_pod, nodes))
+        gpus.extend([ps.gpus_per_pod] * ps.count)
+        pos += ps.count
+    total_gpus = sum(gpus)
+    where = f"{len(dom_ids)} scale-up domain{'s' if len(dom_ids) != 1 else ''}"
+    if groups:
+        where += f" under {len(groups)} {group_level}{'s' if len(groups) != 1 else ''}"
+    reason = f"{len(out)} pods, {total_gpus} GPUs in {where} of {platform.name}"
+    return Plan(
+        True,
+        reason,
+        request.name,
+        platform.name,
+        tuple(pod_sets),
+        tuple(dom_ids),
+        groups,
+        group_level,
+        request.ignored,
+        tuple(int(n) for n in out),
+        tuple(gpus),
+    )
+
+
+def commit(fleet: Fleet, plan: Plan) -> None:
+    """Book every pod of a feasible plan on its node (its pods were bound)."""
+    if not plan.feasible:
+        raise ValueError("cannot commit an infeasible plan")
+    for node, g in zip(plan.node_indices, plan.gpus, strict=True):
+        fleet.bitmap.allocate(node, g)
