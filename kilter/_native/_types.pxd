@@ -6,6 +6,8 @@ ctypedef uint64_t word_t
 cdef extern from "bits.h" nogil:
     int kilter_popcount(uint64_t x)
     int kilter_ctz(uint64_t x)
+    void kilter_prefetch(const void* p)
+    uint64_t kilter_json_special(uint64_t x)
 
 # Topology levels as the planner numbers them: 0 is one node, 1 one scale-up
 # domain, 2 + i the i-th level above the domain (block, spine, ...).

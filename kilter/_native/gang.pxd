@@ -16,9 +16,12 @@ cdef struct Scratch:
     int32_t* caps        # [domain]: units (slices, or pods when unsliced) that fit in the domain
     uint8_t* base        # [domain]: 1 = domain may serve the pod set at all (platform, detached rule)
     uint8_t* live        # [domain]: 1 = candidate under the current restriction; implies caps > 0
-    uint8_t* taken       # [domain]: 1 = already picked by the greedy for this pod set
     uint8_t* in_gang     # [domain]: 1 = holds a pod of this gang already
     int32_t* order       # [domain]: live domains, caps descending, index ascending
+    int32_t* pick_order  # [domain]: live domains by (caps, wholly idle, idle GPUs, index) ascending
+    int32_t* tmp         # [domain]: radix-sort scratch
+    int32_t* key         # [domain]: radix-sort key of the current pass
+    int32_t* cursor      # [cap_width + 1]: next untaken position of each caps bucket in pick_order
     int32_t* bucket      # [cap_width + 1]: counting-sort buckets, then the caps histogram of live domains
     int64_t* gsum        # [max_groups]: caps summed until the group first covers the need
     int64_t* gtotal      # [max_groups]: all caps of live domains in the group

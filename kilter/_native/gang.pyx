@@ -15,8 +15,6 @@ scale. Equals ``twin.gang.score_nodes``.
 
 import numpy as np
 
-from cpython.dict cimport PyDict_GetItem
-from cpython.object cimport PyObject
 from libc.stdlib cimport calloc, free
 from libc.string cimport memset
 
@@ -230,6 +228,44 @@ cdef int64_t top_sum(Scratch* sc, int32_t m) noexcept nogil:
     return s
 
 
+cdef void radix_pass(const int32_t* src, int32_t n, const int32_t* key, int32_t width,
+                     int32_t* dst, int32_t* count) noexcept nogil:
+    """Stable counting sort of src by key[src[i]] in 0..width; count ends as bucket starts."""
+    cdef int32_t i, c, pos = 0, k
+    memset(count, 0, (width + 1) * sizeof(int32_t))
+    for i in range(n):
+        count[key[src[i]]] += 1
+    for c in range(width + 1):
+        k = count[c]
+        count[c] = pos
+        pos += k
+    for i in range(n):
+        c = key[src[i]]
+        dst[count[c]] = src[i]
+        count[c] += 1
+
+
+cdef int32_t sort_for_picking(FleetBitmap fl, Scratch* sc) noexcept nogil:
+    """pick_order = live domains by (caps, wholly idle, idle GPUs, index); cursor = each caps bucket's start."""
+    cdef int32_t d, n = 0, c, width = sc.cap_width
+    for d in range(fl.n_domains):
+        if sc.live[d]:
+            sc.tmp[n] = d
+            n += 1
+    for d in range(fl.n_domains):
+        sc.key[d] = fl.domain_free[d] if fl.domain_free[d] < width else width
+    radix_pass(sc.tmp, n, sc.key, width, sc.pick_order, sc.cursor)
+    for d in range(fl.n_domains):
+        sc.key[d] = fl.is_wholly_free(d)
+    radix_pass(sc.pick_order, n, sc.key, 1, sc.tmp, sc.cursor)
+    radix_pass(sc.tmp, n, sc.caps, width, sc.pick_order, sc.cursor)
+    # After the last pass cursor[c] is the end of bucket c; turn it into the start.
+    for c in range(width, 0, -1):
+        sc.cursor[c] = sc.cursor[c - 1]
+    sc.cursor[0] = 0
+    return n
+
+
 cdef int place_greedy(FleetBitmap fl, Scratch* sc, int64_t need, int32_t k, int32_t unit,
                       int32_t gpus, const uint8_t* node_ok, int32_t* out) noexcept nogil:
     """Pick k live domains covering ``need`` units with the least slack, then fill them.
@@ -237,12 +273,14 @@ cdef int place_greedy(FleetBitmap fl, Scratch* sc, int64_t need, int32_t k, int3
     Step by step, take the smallest capacity c such that c plus the best
     remaining k-1 capacities still covers what is left (so the first picks
     are the tight, partly used domains and the last pick closes the gap).
+    Among domains of capacity c the first in pick_order wins: partly used
+    before wholly idle, fewer idle GPUs, lower index.
     """
     cdef int32_t d, c, pick, step, m, units, written = 0
     cdef int64_t top_m, top_m1, excl
+    sort_for_picking(fl, sc)
     memset(sc.bucket, 0, (sc.cap_width + 1) * sizeof(int32_t))
     for d in range(fl.n_domains):
-        sc.taken[d] = 0
         if sc.live[d]:
             sc.bucket[sc.caps[d]] += 1
     for step in range(k):
@@ -261,13 +299,8 @@ cdef int place_greedy(FleetBitmap fl, Scratch* sc, int64_t need, int32_t k, int3
                 break
         if pick < 0:
             return -1
-        d = -1
-        for c in range(fl.n_domains):
-            if sc.live[c] and not sc.taken[c] and sc.caps[c] == pick and better_domain(fl, sc, c, d):
-                d = c
-        if d < 0:
-            return -1
-        sc.taken[d] = 1
+        d = sc.pick_order[sc.cursor[pick]]
+        sc.cursor[pick] += 1
         sc.bucket[pick] -= 1
         units = pick if pick < need else <int32_t>need
         need -= units
@@ -551,9 +584,12 @@ def plan_gang(
     sc.caps = <int32_t*>calloc(nd, sizeof(int32_t))
     sc.base = <uint8_t*>calloc(nd, 1)
     sc.live = <uint8_t*>calloc(nd, 1)
-    sc.taken = <uint8_t*>calloc(nd, 1)
     sc.in_gang = <uint8_t*>calloc(nd, 1)
     sc.order = <int32_t*>calloc(nd, sizeof(int32_t))
+    sc.pick_order = <int32_t*>calloc(nd, sizeof(int32_t))
+    sc.tmp = <int32_t*>calloc(nd, sizeof(int32_t))
+    sc.key = <int32_t*>calloc(nd, sizeof(int32_t))
+    sc.cursor = <int32_t*>calloc(sc.cap_width + 1, sizeof(int32_t))
     sc.bucket = <int32_t*>calloc(sc.cap_width + 1, sizeof(int32_t))
     sc.gsum = <int64_t*>calloc(fleet.max_groups, sizeof(int64_t))
     sc.gtotal = <int64_t*>calloc(fleet.max_groups, sizeof(int64_t))
@@ -562,8 +598,9 @@ def plan_gang(
     sc.undo_node = <int32_t*>calloc(max(total, 1), sizeof(int32_t))
     sc.undo_gpus = <int32_t*>calloc(max(total, 1), sizeof(int32_t))
     try:
-        if (sc.caps == NULL or sc.base == NULL or sc.live == NULL or sc.taken == NULL
+        if (sc.caps == NULL or sc.base == NULL or sc.live == NULL
                 or sc.in_gang == NULL or sc.order == NULL or sc.bucket == NULL or sc.gsum == NULL
+                or sc.pick_order == NULL or sc.tmp == NULL or sc.key == NULL or sc.cursor == NULL
                 or sc.gtotal == NULL or sc.gcnt == NULL or sc.gk == NULL or sc.undo_node == NULL
                 or sc.undo_gpus == NULL):
             raise MemoryError()
@@ -582,9 +619,10 @@ def plan_gang(
                 out_node[i] = -1
         return status
     finally:
-        free(sc.caps); free(sc.base); free(sc.live); free(sc.taken); free(sc.in_gang)
+        free(sc.caps); free(sc.base); free(sc.live); free(sc.in_gang)
         free(sc.order); free(sc.bucket); free(sc.gsum); free(sc.gtotal); free(sc.gcnt)
         free(sc.gk); free(sc.undo_node); free(sc.undo_gpus)
+        free(sc.pick_order); free(sc.tmp); free(sc.key); free(sc.cursor)
 
 
 # ---------------------------------------------------------------- scoring
@@ -657,20 +695,3 @@ def score_nodes(
                 s += 1
             out[i] = s
     return None
-
-
-def lookup_names(dict index, list names, int32_t[::1] out):
-    """OUT ``out[i]`` = index[names[i]], or -1 when the name is unknown; returns the unknown count."""
-    cdef Py_ssize_t i, n = len(names)
-    cdef PyObject* v
-    cdef int32_t unknown = 0
-    if out.shape[0] != n:
-        raise ValueError("out must align with names")
-    for i in range(n):
-        v = PyDict_GetItem(index, names[i])
-        if v == NULL:
-            out[i] = -1
-            unknown += 1
-        else:
-            out[i] = <int32_t><object>v
-    return unknown

@@ -30,8 +30,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="plans for example jobs on the embedded demo fleet",
         description="Show kilter's placement on the embedded demo fleet; no cluster needed.",
     )
-    p.add_argument("--write-snapshot", type=Path, metavar="FILE",
-                   help="also write the demo fleet as a snapshot file for `kilter plan --snapshot`")
+    p.add_argument(
+        "--write-snapshot",
+        type=Path,
+        metavar="FILE",
+        help="also write the demo fleet as a snapshot file for `kilter plan --snapshot`",
+    )
     p.add_argument("-o", "--output", choices=("table", "json", "yaml"), default="table")
     p.set_defaults(func=run)
 
@@ -40,8 +44,18 @@ def fleet_rows(fleet: Fleet) -> list[tuple[Any, ...]]:
     rows = []
     for name, s in fleet.summary().items():
         assert isinstance(s, dict)
-        rows.append((name, s["nodes"], s["domains"], s["detachedNodes"], s["gpus"], s["usableGpus"],
-                     s["idleGpus"], s["whollyIdleDomains"]))
+        rows.append(
+            (
+                name,
+                s["nodes"],
+                s["domains"],
+                s["detachedNodes"],
+                s["gpus"],
+                s["usableGpus"],
+                s["idleGpus"],
+                s["whollyIdleDomains"],
+            )
+        )
     return rows
 
 
@@ -56,13 +70,20 @@ def run(args: argparse.Namespace) -> int:
     jobs = [read_job(doc) for doc in snapshot.load_documents(DEMO_JOBS)]
     results = [(job, plan_cmd.plan_job(fleet, job)) for job in jobs]
     if args.output != "table":
-        data = {"fleet": fleet.summary(), "levels": fleet.levels.source,
-                "plans": [plan_cmd.plan_to_dict(job, plans) for job, plans in results]}
+        data = {
+            "fleet": fleet.summary(),
+            "levels": fleet.levels.source,
+            "plans": [plan_cmd.plan_to_dict(job, plans) for job, plans in results],
+        }
         print(render.dump(data, args.output), end="")
         return 0
     print(f"Demo fleet (topology levels from {fleet.levels.source})\n")
-    print(render.table(("PLATFORM", "NODES", "DOMAINS", "DETACHED", "GPUS", "USABLE", "IDLE", "WHOLLY IDLE DOMAINS"),
-                       fleet_rows(fleet)))
+    print(
+        render.table(
+            ("PLATFORM", "NODES", "DOMAINS", "DETACHED", "GPUS", "USABLE", "IDLE", "WHOLLY IDLE DOMAINS"),
+            fleet_rows(fleet),
+        )
+    )
     for job, plans in results:
         print()
         print(plan_cmd.render_plans(fleet, job, plans), end="")

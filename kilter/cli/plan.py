@@ -23,8 +23,13 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="the placement plan a job would get",
         description="Plan where every pod of a job would run, without changing anything.",
     )
-    p.add_argument("--job", required=True, type=Path, help="job manifest: Job, JobSet, PyTorchJob, MPIJob, "
-                   "LeaderWorkerSet, RayJob, Volcano Job, Kueue Workload or Pod (YAML or JSON)")
+    p.add_argument(
+        "--job",
+        required=True,
+        type=Path,
+        help="job manifest: Job, JobSet, PyTorchJob, MPIJob, "
+        "LeaderWorkerSet, RayJob, Volcano Job, Kueue Workload or Pod (YAML or JSON)",
+    )
     p.add_argument("--platform", help="plan only on this platform (name or alias from the catalog)")
     sources.add_source_arguments(p)
     p.add_argument("-o", "--output", choices=("table", "json", "yaml"), default="table")

@@ -54,7 +54,9 @@ def compress_names(names: Sequence[str]) -> str:
             else:
                 runs.append([num])
         spans = [r[0][1] if len(r) == 1 else f"{r[0][1]}-{r[-1][1]}" for r in runs]
-        parts.append(f"{prefix}{spans[0]}" if len(spans) == 1 and "-" not in spans[0] else f"{prefix}[{','.join(spans)}]")
+        parts.append(
+            f"{prefix}{spans[0]}" if len(spans) == 1 and "-" not in spans[0] else f"{prefix}[{','.join(spans)}]"
+        )
     parts.extend(plain)
     repeats = {n: c for n, c in counts.items() if c > 1}
     text = ", ".join(parts)

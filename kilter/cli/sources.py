@@ -17,8 +17,11 @@ __all__ = ["add_source_arguments", "demo_state", "load_catalog", "load_state", "
 
 def add_source_arguments(p: argparse.ArgumentParser) -> None:
     src = p.add_mutually_exclusive_group()
-    src.add_argument("--snapshot", type=Path, help="read the cluster from this file "
-                     "(kubectl get nodes,pods,topologies,... -A -o yaml)")
+    src.add_argument(
+        "--snapshot",
+        type=Path,
+        help="read the cluster from this file (kubectl get nodes,pods,topologies,... -A -o yaml)",
+    )
     src.add_argument("--demo", action="store_true", help="use the embedded demo fleet")
     p.add_argument("--platforms", type=Path, help="YAML file adding or overriding catalog platforms")
 

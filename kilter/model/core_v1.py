@@ -161,8 +161,7 @@ def pod_request(spec: PodSpec, resource: str, *, path: str = "$.spec") -> int:
     cannot be overcommitted).
     """
     app = sum(
-        _container_request(c, resource, f"{path}.containers[{i}].resources")
-        for i, c in enumerate(spec.containers)
+        _container_request(c, resource, f"{path}.containers[{i}].resources") for i, c in enumerate(spec.containers)
     )
     init = max(
         _iter_init(spec.init_containers, resource, path),

@@ -9,6 +9,7 @@ template are validated as Kueue's job webhooks validate them.
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -72,6 +73,7 @@ class JobSpec:
 
 # ---------------------------------------------------------------- helpers
 
+
 def _field(obj: Mapping[str, Any], key: str, path: str, kind: type | tuple[type, ...], default: Any = None) -> Any:
     value = obj.get(key, default)
     if value is None:
@@ -104,7 +106,9 @@ def _template(obj: Mapping[str, Any], key: str, path: str) -> PodTemplateSpec:
     return codec.convert(raw, PodTemplateSpec, path=f"{path}.{key}")
 
 
-def topology_request(template: PodTemplateSpec, count: int, *, path: str, default_slice_size: int | None = None) -> TopologyRequest:
+def topology_request(
+    template: PodTemplateSpec, count: int, *, path: str, default_slice_size: int | None = None
+) -> TopologyRequest:
     """The TAS request a pod template's annotations make, validated like Kueue's webhooks."""
     ann = template.metadata.annotations
     apath = f"{path}.metadata.annotations"
@@ -140,7 +144,8 @@ def topology_request(template: PodTemplateSpec, count: int, *, path: str, defaul
         slice_size = int(size_raw)
         if count and (slice_size > count or count % slice_size):
             raise InputError(
-                f"{ANNOTATION_SLICE_SIZE} {slice_size} must evenly divide the pod set's {count} pods", path=apath
+                f"{ANNOTATION_SLICE_SIZE} {slice_size} must evenly divide the pod set's {count} pods",
+                path=apath,
             )
     return TopologyRequest(required, preferred, unconstrained, slice_level, slice_size)
 
@@ -167,7 +172,7 @@ def _multi_layer(raw: str, required: str | None, preferred: str | None, count: i
         if not isinstance(level, str) or not level or not isinstance(size, int) or isinstance(size, bool) or size < 1:
             raise InputError("each layer needs a topology label and a size >= 1", path=f"{path}[{i}]")
         parsed.append((level, size))
-    for (_, outer), (_, inner) in zip(parsed, parsed[1:], strict=False):
+    for (_, outer), (_, inner) in itertools.pairwise(parsed):
         if outer % inner:
             raise InputError(f"layer size {outer} is not a multiple of the next layer's {inner}", path=path)
     if count and count % parsed[0][1]:
@@ -184,11 +189,16 @@ def _multi_layer(raw: str, required: str | None, preferred: str | None, count: i
     return TopologyRequest(required, preferred, False, level, size)
 
 
-def _pod_set(name: str, count: int, template: PodTemplateSpec, path: str, default_slice: int | None = None) -> PodSetSpec:
-    return PodSetSpec(name, count, template, topology_request(template, count, path=path, default_slice_size=default_slice))
+def _pod_set(
+    name: str, count: int, template: PodTemplateSpec, path: str, default_slice: int | None = None
+) -> PodSetSpec:
+    return PodSetSpec(
+        name, count, template, topology_request(template, count, path=path, default_slice_size=default_slice)
+    )
 
 
 # ---------------------------------------------------------------- readers
+
 
 def _job_pods(spec: Mapping[str, Any], path: str) -> int:
     parallelism = _count(spec, "parallelism", path, 1)
@@ -215,7 +225,13 @@ def _read_jobset(obj: Mapping[str, Any]) -> list[list[PodSetSpec]]:
         replicas = _count(rj, "replicas", path, 1)
         template = _template(job_spec, "template", f"{path}.template.spec")
         sets.append(
-            _pod_set(str(rj.get("name", f"rj{i}")), replicas * per_job, template, f"{path}.template.spec.template", per_job)
+            _pod_set(
+                str(rj.get("name", f"rj{i}")),
+                replicas * per_job,
+                template,
+                f"{path}.template.spec.template",
+                per_job,
+            )
         )
     return [sets]
 
@@ -230,7 +246,14 @@ def _read_replica_specs(obj: Mapping[str, Any], key: str, roles: tuple[str, ...]
         rs = replica_specs[role]
         if not isinstance(rs, dict):
             raise InputError("replica spec must be an object", path=path)
-        sets.append(_pod_set(role.lower(), _count(rs, "replicas", path, 1), _template(rs, "template", path), f"{path}.template"))
+        sets.append(
+            _pod_set(
+                role.lower(),
+                _count(rs, "replicas", path, 1),
+                _template(rs, "template", path),
+                f"{path}.template",
+            )
+        )
     return [sets]
 
 
@@ -264,15 +287,31 @@ def _read_lws(obj: Mapping[str, Any]) -> list[list[PodSetSpec]]:
 def _read_ray(obj: Mapping[str, Any]) -> list[list[PodSetSpec]]:
     spec = _map(obj, "spec", "$")
     kind = obj.get("kind")
-    cluster, cpath = (_map(spec, "rayClusterSpec", "$.spec"), "$.spec.rayClusterSpec") if kind == "RayJob" else (spec, "$.spec")
+    cluster, cpath = (
+        (_map(spec, "rayClusterSpec", "$.spec"), "$.spec.rayClusterSpec") if kind == "RayJob" else (spec, "$.spec")
+    )
     head = _map(cluster, "headGroupSpec", cpath)
-    sets = [_pod_set("head", 1, _template(head, "template", f"{cpath}.headGroupSpec"), f"{cpath}.headGroupSpec.template")]
+    sets = [
+        _pod_set(
+            "head",
+            1,
+            _template(head, "template", f"{cpath}.headGroupSpec"),
+            f"{cpath}.headGroupSpec.template",
+        )
+    ]
     for i, wg in enumerate(_field(cluster, "workerGroupSpecs", cpath, list, [])):
         path = f"{cpath}.workerGroupSpecs[{i}]"
         if not isinstance(wg, dict):
             raise InputError("worker group must be an object", path=path)
         pods = _count(wg, "replicas", path, 1) * max(1, _count(wg, "numOfHosts", path, 1))
-        sets.append(_pod_set(str(wg.get("groupName", f"workers-{i}")), pods, _template(wg, "template", path), f"{path}.template"))
+        sets.append(
+            _pod_set(
+                str(wg.get("groupName", f"workers-{i}")),
+                pods,
+                _template(wg, "template", path),
+                f"{path}.template",
+            )
+        )
     return [sets]
 
 
@@ -283,7 +322,14 @@ def _read_volcano_job(obj: Mapping[str, Any]) -> list[list[PodSetSpec]]:
         path = f"$.spec.tasks[{i}]"
         if not isinstance(task, dict):
             raise InputError("task must be an object", path=path)
-        sets.append(_pod_set(str(task.get("name", f"task-{i}")), _count(task, "replicas", path, 1), _template(task, "template", path), f"{path}.template"))
+        sets.append(
+            _pod_set(
+                str(task.get("name", f"task-{i}")),
+                _count(task, "replicas", path, 1),
+                _template(task, "template", path),
+                f"{path}.template",
+            )
+        )
     return [sets]
 
 
@@ -295,7 +341,11 @@ def _read_workload(obj: Mapping[str, Any]) -> list[list[PodSetSpec]]:
         tr = ps.topology_request
         if tr is not None:
             request = TopologyRequest(
-                tr.required, tr.preferred, bool(tr.unconstrained), tr.pod_set_slice_required_topology, tr.pod_set_slice_size
+                tr.required,
+                tr.preferred,
+                bool(tr.unconstrained),
+                tr.pod_set_slice_required_topology,
+                tr.pod_set_slice_size,
             )
         else:
             request = topology_request(ps.template, ps.count, path=f"{path}.template")

@@ -3,8 +3,16 @@
 from kilter.topology import catalog, eligibility, fleet, fleetgen, labels, plan, score
 from kilter.topology.catalog import BUILTIN, Catalog, Platform, load_overrides
 from kilter.topology.fleet import Fleet, build_fleet
-from kilter.topology.plan import GangRequest, Plan, PlannedPodSet, PodSetRequest, commit, gang_request, plan_gang
-from kilter.topology.score import score_pod
+from kilter.topology.plan import (
+    GangRequest,
+    Plan,
+    PlannedPodSet,
+    PodSetRequest,
+    commit,
+    gang_request,
+    plan_gang,
+)
+from kilter.topology.score import score_pod, score_pod_json
 
 __all__ = [
     "BUILTIN",
@@ -13,8 +21,8 @@ __all__ = [
     "GangRequest",
     "Plan",
     "PlannedPodSet",
-    "PodSetRequest",
     "Platform",
+    "PodSetRequest",
     "build_fleet",
     "catalog",
     "commit",
@@ -28,4 +36,5 @@ __all__ = [
     "plan_gang",
     "score",
     "score_pod",
+    "score_pod_json",
 ]

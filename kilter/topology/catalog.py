@@ -21,7 +21,7 @@ from pydantic.alias_generators import to_camel
 
 from kilter.model.errors import InputError, UnknownPlatform
 
-__all__ = ["BUILTIN", "Catalog", "Platform", "PLATFORM_LABEL", "load_overrides"]
+__all__ = ["BUILTIN", "PLATFORM_LABEL", "Catalog", "Platform", "load_overrides"]
 
 PLATFORM_LABEL = "kilter.dev/platform"
 DOMAIN_LABEL = "kilter.dev/scale-up-domain"
@@ -44,9 +44,7 @@ UALINK_DOMAIN_KEYS = (DOMAIN_LABEL, "accelerator.topograph.run/domain")
 class Platform(pydantic.BaseModel):
     """One accelerator platform. ``nodes_per_domain == 1`` means the node is the domain."""
 
-    model_config = pydantic.ConfigDict(
-        frozen=True, extra="forbid", alias_generator=to_camel, populate_by_name=True
-    )
+    model_config = pydantic.ConfigDict(frozen=True, extra="forbid", alias_generator=to_camel, populate_by_name=True)
 
     name: str = pydantic.Field(min_length=1)
     vendor: Literal["nvidia", "amd", "other"]
@@ -116,7 +114,9 @@ def _nvl(name: str, description: str, patterns: tuple[str, ...], **extra: Any) -
     return Platform(**fields)
 
 
-def _eight(name: str, vendor: Literal["nvidia", "amd"], description: str, patterns: tuple[str, ...], **extra: Any) -> Platform:
+def _eight(
+    name: str, vendor: Literal["nvidia", "amd"], description: str, patterns: tuple[str, ...], **extra: Any
+) -> Platform:
     fields: dict[str, Any] = {
         "name": name,
         "vendor": vendor,
@@ -175,12 +175,27 @@ BUILTIN: tuple[Platform, ...] = (
         domain_label_keys=UALINK_DOMAIN_KEYS,
         aliases=("MI450-72", "MI450X-HELIOS", "HELIOS"),
     ),
-    _eight("MI355X-8", "amd", "AMD Instinct MI350-series 8-GPU node; the node is the xGMI domain", (r"MI35[05]X",),
-           aliases=("MI355X", "MI350X")),
-    _eight("MI325X-8", "amd", "AMD Instinct MI325X 8-GPU node; the node is the xGMI domain", (r"MI325X",),
-           aliases=("MI325X",)),
-    _eight("MI300X-8", "amd", "AMD Instinct MI300X 8-GPU node; the node is the xGMI domain", (r"MI300X",),
-           aliases=("MI300X",)),
+    _eight(
+        "MI355X-8",
+        "amd",
+        "AMD Instinct MI350-series 8-GPU node; the node is the xGMI domain",
+        (r"MI35[05]X",),
+        aliases=("MI355X", "MI350X"),
+    ),
+    _eight(
+        "MI325X-8",
+        "amd",
+        "AMD Instinct MI325X 8-GPU node; the node is the xGMI domain",
+        (r"MI325X",),
+        aliases=("MI325X",),
+    ),
+    _eight(
+        "MI300X-8",
+        "amd",
+        "AMD Instinct MI300X 8-GPU node; the node is the xGMI domain",
+        (r"MI300X",),
+        aliases=("MI300X",),
+    ),
     _eight("HGX-B300-8", "nvidia", "HGX/DGX B300: 8 GPUs, NVLink inside the node only", (r"B300",)),
     _eight("HGX-B200-8", "nvidia", "HGX/DGX B200: 8 GPUs, NVLink inside the node only", (r"B200",)),
     _eight("HGX-H200-8", "nvidia", "HGX/DGX H200: 8 GPUs, NVLink inside the node only", (r"H200",)),

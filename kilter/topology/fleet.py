@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from kilter._native import domains
+from kilter._native import domains, names
 from kilter.model import quantity
 from kilter.model.core_v1 import Node, Pod, Taint, pod_request
 from kilter.model.errors import InputError, UnknownPlatform
@@ -69,7 +69,11 @@ def _next_pow2(n: int) -> int:
 
 @dataclass
 class Fleet:
-    """The bitmap model plus the names and labels needed to speak about it."""
+    """The bitmap model plus the names and labels needed to speak about it.
+
+    ``node_domain`` and ``domain_group`` are the fleet's fixed structure (which
+    node sits in which domain and group); usage and health live in ``bitmap``.
+    """
 
     bitmap: domains.FleetBitmap
     catalog: Catalog
@@ -77,11 +81,14 @@ class Fleet:
     platforms: tuple[Platform, ...]
     node_names: list[str]
     node_index: dict[str, int]
+    name_index: names.NameIndex
     node_labels: list[dict[str, str]]
     node_taint_class: npt.NDArray[np.int16]
     taint_classes: list[tuple[TaintKey, ...]]
     domain_ids: list[str]
     group_ids: list[list[str]]
+    node_domain: npt.NDArray[np.int32]
+    domain_group: npt.NDArray[np.int32]
     warnings: list[str] = field(default_factory=list)
     _label_codes: dict[str, tuple[npt.NDArray[np.int32], dict[str, int]]] = field(default_factory=dict)
 
@@ -90,10 +97,10 @@ class Fleet:
         return len(self.node_names)
 
     def platform_of_node(self, node: int) -> Platform:
-        return self.platforms[int(self.bitmap.domain_platforms[self.bitmap.node_domains[node]])]
+        return self.platforms[int(self.bitmap.domain_platforms[self.node_domain[node]])]
 
     def domain_of_node(self, node: int) -> str:
-        return self.domain_ids[int(self.bitmap.node_domains[node])]
+        return self.domain_ids[int(self.node_domain[node])]
 
     def label_codes(self, key: str) -> tuple[npt.NDArray[np.int32], dict[str, int]]:
         """Per node, a code for its value of label ``key`` (-1 = absent); built once per key."""
@@ -168,7 +175,9 @@ def build_fleet(
             continue
         count = devices.get(platform.device_resource, 0)
         if count <= 0:
-            warnings.append(f"node {node.metadata.name}: labelled {platform.name} but offers no {platform.device_resource}")
+            warnings.append(
+                f"node {node.metadata.name}: labelled {platform.name} but offers no {platform.device_resource}"
+            )
             continue
         gpu_nodes.append((node, platform, count))
 
@@ -227,7 +236,8 @@ def build_fleet(
         domain_ids.append(dom_id if unique else f"{dom_id}@{platform.name}")
         if platform.is_multi_node and not detached and len(ms) > platform.nodes_per_domain:
             warnings.append(
-                f"domain {dom_id} has {len(ms)} {platform.name} nodes, more than the platform's {platform.nodes_per_domain}"
+                f"domain {dom_id} has {len(ms)} {platform.name} nodes, "
+                f"more than the platform's {platform.nodes_per_domain}"
             )
 
     node_index = {name: i for i, name in enumerate(node_names)}
@@ -247,7 +257,9 @@ def build_fleet(
 
     taint_index: dict[tuple[TaintKey, ...], int] = {(): 0}
     taint_class = np.fromiter(
-        (taint_index.setdefault(t, len(taint_index)) for t in node_taints), dtype=np.int16, count=len(node_taints)
+        (taint_index.setdefault(t, len(taint_index)) for t in node_taints),
+        dtype=np.int16,
+        count=len(node_taints),
     )
     taint_classes = [t for t, _ in sorted(taint_index.items(), key=lambda kv: kv[1])]
 
@@ -284,10 +296,13 @@ def build_fleet(
         platforms=platforms,
         node_names=node_names,
         node_index=node_index,
+        name_index=names.NameIndex(node_names),
         node_labels=node_labels,
         node_taint_class=taint_class,
         taint_classes=taint_classes,
         domain_ids=domain_ids,
         group_ids=group_ids,
+        node_domain=bitmap.node_domains,
+        domain_group=bitmap.domain_groups,
         warnings=warnings,
     )

@@ -82,7 +82,16 @@ DEMO_FLEET = FleetSpec(
             usage_mode="jobs",
             prefix="gb200",
         ),
-        PoolSpec("MI355X-8", nodes=16, domains_per_block=8, blocks_per_spine=2, unhealthy_nodes=1, usage=0.3, usage_mode="jobs", prefix="mi355x"),
+        PoolSpec(
+            "MI355X-8",
+            nodes=16,
+            domains_per_block=8,
+            blocks_per_spine=2,
+            unhealthy_nodes=1,
+            usage=0.3,
+            usage_mode="jobs",
+            prefix="mi355x",
+        ),
     ),
     seed=7,
 )

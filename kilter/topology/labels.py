@@ -30,7 +30,11 @@ UP_LEVEL_SCHEMES: tuple[tuple[str, ...], ...] = (
         "fabric.topograph.run/tier-2",
         "fabric.topograph.run/tier-3",
     ),
-    ("network.topology.nvidia.com/leaf", "network.topology.nvidia.com/spine", "network.topology.nvidia.com/core"),
+    (
+        "network.topology.nvidia.com/leaf",
+        "network.topology.nvidia.com/spine",
+        "network.topology.nvidia.com/core",
+    ),
     ("network.topology.nvidia.com/block", "network.topology.nvidia.com/datacenter"),
     ("cloud.google.com/gce-topology-block", "cloud.google.com/gce-topology-cluster"),
     (
@@ -39,7 +43,11 @@ UP_LEVEL_SCHEMES: tuple[tuple[str, ...], ...] = (
         "topology.k8s.aws/network-node-layer-2",
         "topology.k8s.aws/network-node-layer-1",
     ),
-    ("backend.coreweave.cloud/leafgroup", "backend.coreweave.cloud/superpod", "backend.coreweave.cloud/fabric"),
+    (
+        "backend.coreweave.cloud/leafgroup",
+        "backend.coreweave.cloud/superpod",
+        "backend.coreweave.cloud/fabric",
+    ),
     ("oci.oraclecloud.com/host.network_block_id",),
 )
 
@@ -94,9 +102,7 @@ def _from_topology(topology: Topology, catalog: Catalog) -> Levels:
     return Levels(up_keys=up, domain_key=domain_key, source=f"Topology/{topology.metadata.name}")
 
 
-def choose_levels(
-    node_labels: Sequence[Mapping[str, str]], topologies: Iterable[Topology], catalog: Catalog
-) -> Levels:
+def choose_levels(node_labels: Sequence[Mapping[str, str]], topologies: Iterable[Topology], catalog: Catalog) -> Levels:
     """The Topology whose top level labels the most nodes (ties: name), else the best label scheme."""
     topos = sorted(topologies, key=lambda t: t.metadata.name)
     best: tuple[int, Topology] | None = None

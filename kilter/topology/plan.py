@@ -102,7 +102,9 @@ def _level_name(fleet: Fleet, level: int) -> str:
     return fleet.levels.describe(fleet.levels.up_keys[level - gang.UP])
 
 
-def _levels(fleet: Fleet, request: GangRequest, platform: Platform) -> tuple[list[tuple[int, int, int, int]], str | None]:
+def _levels(
+    fleet: Fleet, request: GangRequest, platform: Platform
+) -> tuple[list[tuple[int, int, int, int]], str | None]:
     """Per pod set (required, preferred, slice size, slice level), or the reason a level is unknown."""
     out = []
     for ps in request.pod_sets:
@@ -115,13 +117,19 @@ def _levels(fleet: Fleet, request: GangRequest, platform: Platform) -> tuple[lis
             level = fleet.levels.level_of(key, platform)
             if level is None:
                 known = ", ".join(fleet.levels.known(platform))
-                return [], f"pod set {ps.name}: {key} is not a topology level of this {platform.name} fleet (known: {known})"
+                return (
+                    [],
+                    f"pod set {ps.name}: {key} is not a topology level of this {platform.name} fleet (known: {known})",
+                )
             levels.append(level)
         required, preferred, slice_level = levels
         if required == gang.NONE and preferred == gang.NONE and not tr.unconstrained:
             preferred = int(gang.DOMAIN)
         if slice_level != gang.NONE and required != gang.NONE and slice_level > required:
-            return [], f"pod set {ps.name}: slice level {tr.slice_level} is above the required level {tr.required}"
+            return (
+                [],
+                f"pod set {ps.name}: slice level {tr.slice_level} is above the required level {tr.required}",
+            )
         out.append((required, preferred, tr.slice_size or 1, slice_level))
     return out, None
 
@@ -147,7 +155,8 @@ def plan_gang(fleet: Fleet, request: GangRequest) -> Plan:
     candidates = [
         p
         for p in fleet.platforms
-        if p.device_resource == request.resource and (request.platform is None or fleet.catalog.get(request.platform) == p)
+        if p.device_resource == request.resource
+        and (request.platform is None or fleet.catalog.get(request.platform) == p)
     ]
     if not candidates:
         what = fleet.catalog.get(request.platform).name if request.platform else request.resource
@@ -197,29 +206,29 @@ def plan_gang(fleet: Fleet, request: GangRequest) -> Plan:
 
 
 def _plan_from_nodes(fleet: Fleet, request: GangRequest, platform: Platform, out: np.ndarray) -> Plan:
-    names = fleet.node_names
-    node_domain = fleet.bitmap.node_domains
-    dom_ids = sorted({fleet.domain_ids[int(node_domain[n])] for n in out})
+    doms = np.unique(fleet.node_domain[out])
+    dom_ids = sorted(fleet.domain_ids[d] for d in doms.tolist())
     groups: tuple[str, ...] = ()
     group_level = None
     if fleet.levels.up_keys:
-        table = fleet.bitmap.domain_groups
-        gids = {int(table[0, node_domain[n]]) for n in out}
-        groups = tuple(sorted(fleet.group_ids[0][g] for g in gids if g >= 0))
+        gids = np.unique(fleet.domain_group[0, doms])
+        groups = tuple(sorted(fleet.group_ids[0][g] for g in gids.tolist() if g >= 0))
         group_level = fleet.levels.describe(fleet.levels.up_keys[0])
+    names = fleet.node_names
+    nodes = out.tolist()
     pod_sets = []
     gpus: list[int] = []
     pos = 0
     for ps in request.pod_sets:
-        nodes = tuple(names[int(n)] for n in out[pos : pos + ps.count])
-        pod_sets.append(PlannedPodSet(ps.name, ps.count, ps.gpus_per_pod, nodes))
+        pod_sets.append(
+            PlannedPodSet(ps.name, ps.count, ps.gpus_per_pod, tuple(names[n] for n in nodes[pos : pos + ps.count]))
+        )
         gpus.extend([ps.gpus_per_pod] * ps.count)
         pos += ps.count
-    total_gpus = sum(gpus)
     where = f"{len(dom_ids)} scale-up domain{'s' if len(dom_ids) != 1 else ''}"
     if groups:
         where += f" under {len(groups)} {group_level}{'s' if len(groups) != 1 else ''}"
-    reason = f"{len(out)} pods, {total_gpus} GPUs in {where} of {platform.name}"
+    reason = f"{len(nodes)} pods, {sum(gpus)} GPUs in {where} of {platform.name}"
     return Plan(
         True,
         reason,
@@ -230,7 +239,7 @@ def _plan_from_nodes(fleet: Fleet, request: GangRequest, platform: Platform, out
         groups,
         group_level,
         request.ignored,
-        tuple(int(n) for n in out),
+        tuple(nodes),
         tuple(gpus),
     )
 

@@ -9,13 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import msgspec
 import numpy as np
 import numpy.typing as npt
 
 from kilter._native import gang
+from kilter.model.errors import InputError
 from kilter.topology.fleet import Fleet
 
-__all__ = ["MAX_SCORE", "score_pod"]
+__all__ = ["MAX_SCORE", "score_pod", "score_pod_json"]
 
 MAX_SCORE = int(gang.MAX_SCORE)
 
@@ -25,8 +27,30 @@ def score_pod(
 ) -> tuple[npt.NDArray[np.int8], npt.NDArray[np.int32]]:
     """Scores aligned with ``names`` (-1 unknown node, 0 does not fit) and the node indices found."""
     idx = np.empty(len(names), dtype=np.int32)
-    gang.lookup_names(fleet.node_index, names, idx)
+    fleet.name_index.lookup(names, idx)
+    return _score(fleet, idx, gpus, planned), idx
+
+
+def score_pod_json(
+    fleet: Fleet, names_json: bytes, gpus: int, planned: Sequence[int] = ()
+) -> tuple[npt.NDArray[np.int8], npt.NDArray[np.int32]]:
+    """Like ``score_pod`` for names given as the raw bytes of a JSON array (the extender's ``NodeNames``)."""
+    try:
+        found = fleet.name_index.lookup_json(names_json)
+    except ValueError as exc:
+        raise InputError(f"NodeNames: {exc}") from None
+    if found is None:
+        try:
+            decoded = msgspec.json.decode(names_json, type=list[str])
+        except msgspec.DecodeError as exc:
+            raise InputError(f"NodeNames: {exc}") from None
+        return score_pod(fleet, decoded, gpus, planned)
+    idx = found[0]
+    return _score(fleet, idx, gpus, planned), idx
+
+
+def _score(fleet: Fleet, idx: npt.NDArray[np.int32], gpus: int, planned: Sequence[int]) -> npt.NDArray[np.int8]:
     plan = np.unique(np.asarray(planned, dtype=np.int32)) if len(planned) else np.empty(0, dtype=np.int32)
-    out = np.empty(len(names), dtype=np.int8)
+    out = np.empty(len(idx), dtype=np.int8)
     gang.score_nodes(fleet.bitmap, idx, gpus, plan, out)
-    return out, idx
+    return out

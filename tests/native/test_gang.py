@@ -19,7 +19,9 @@ PodSet = tuple[int, int, int, int, int, int]  # count, gpus, required, preferred
 N, NODE, DOMAIN, UP = gang.NONE, gang.NODE, gang.DOMAIN, gang.UP
 
 
-def run(mod: Any, fl: Any, pod_sets: list[PodSet], *, platform: int = -1, node_ok: Any = None) -> tuple[int, list[int], list[int]]:
+def run(
+    mod: Any, fl: Any, pod_sets: list[PodSet], *, platform: int = -1, node_ok: Any = None
+) -> tuple[int, list[int], list[int]]:
     cols = list(zip(*pod_sets, strict=True))
     out = np.zeros(sum(ps[0] for ps in pod_sets), dtype=np.int32)
     info = np.zeros(4, dtype=np.int32)
@@ -41,7 +43,12 @@ def domains_of(arrays: Arrays, nodes: list[int]) -> list[int]:
 
 def tray(n: int, busy: int = 0, down: int = 0, **kw: Any) -> dict[str, Any]:
     """A domain of n 4-GPU trays, the first `busy` fully booked, the last `down` unusable."""
-    return {"gpus": [4] * n, "used": [4] * busy + [0] * (n - busy), "usable": [1] * (n - down) + [0] * down, **kw}
+    return {
+        "gpus": [4] * n,
+        "used": [4] * busy + [0] * (n - busy),
+        "usable": [1] * (n - down) + [0] * down,
+        **kw,
+    }
 
 
 def fleet(*specs: dict[str, Any]) -> Arrays:
@@ -88,9 +95,12 @@ def test_a_multi_domain_gang_stays_under_one_block_when_that_costs_no_extra_doma
     # Block 0: 10 + 10 idle trays; block 1: 15 + 6; block 2: 18 + 18. Twenty trays need two
     # domains anywhere; blocks 0 and 1 manage it and block 0 is tighter (20 < 21 < 36).
     arrays = fleet(
-        tray(18, busy=8, groups=[0]), tray(18, busy=8, groups=[0]),
-        tray(18, busy=3, groups=[1]), tray(18, busy=12, groups=[1]),
-        tray(18, groups=[2]), tray(18, groups=[2]),
+        tray(18, busy=8, groups=[0]),
+        tray(18, busy=8, groups=[0]),
+        tray(18, busy=3, groups=[1]),
+        tray(18, busy=12, groups=[1]),
+        tray(18, groups=[2]),
+        tray(18, groups=[2]),
     )
     status, nodes, _ = plan(arrays, [(20, 4, N, N, 1, N)])
     assert status == gang.OK
@@ -100,7 +110,7 @@ def test_a_multi_domain_gang_stays_under_one_block_when_that_costs_no_extra_doma
 def test_fewer_domains_beat_staying_in_one_block() -> None:
     # Block 0 holds 16 trays only as 8 + 8; block 1 has one domain with 16 idle trays.
     arrays = fleet(tray(18, busy=10, groups=[0]), tray(18, busy=10, groups=[0]), tray(18, busy=2, groups=[1]))
-    status, nodes, _ = plan(arrays, [(16, 4, N, N, 1, N)])
+    _, nodes, _ = plan(arrays, [(16, 4, N, N, 1, N)])
     assert domains_of(arrays, nodes) == [2]
 
 
@@ -108,8 +118,11 @@ def test_a_preferred_block_outranks_the_domain_count() -> None:
     # Block 0: 10 + 10 + 10 idle trays; blocks 1 and 2: 12 each. 24 trays take two domains
     # across blocks 1 and 2, or three inside block 0; preferring one block chooses the latter.
     arrays = fleet(
-        tray(18, busy=8, groups=[0]), tray(18, busy=8, groups=[0]), tray(18, busy=8, groups=[0]),
-        tray(18, busy=6, groups=[1]), tray(18, busy=6, groups=[2]),
+        tray(18, busy=8, groups=[0]),
+        tray(18, busy=8, groups=[0]),
+        tray(18, busy=8, groups=[0]),
+        tray(18, busy=6, groups=[1]),
+        tray(18, busy=6, groups=[2]),
     )
     assert domains_of(arrays, plan(arrays, [(24, 4, N, N, 1, N)])[1]) == [3, 4]
     status, nodes, _ = plan(arrays, [(24, 4, N, UP + 0, 1, N)])
@@ -129,8 +142,10 @@ def test_required_block_takes_the_block_needing_fewest_domains_then_the_tightest
     # Idle trays: block 0 one domain of 18; block 1 9 + 9; block 2 14 + 14.
     arrays = fleet(
         tray(18, groups=[0]),
-        tray(18, busy=9, groups=[1]), tray(18, busy=9, groups=[1]),
-        tray(18, busy=4, groups=[2]), tray(18, busy=4, groups=[2]),
+        tray(18, busy=9, groups=[1]),
+        tray(18, busy=9, groups=[1]),
+        tray(18, busy=4, groups=[2]),
+        tray(18, busy=4, groups=[2]),
     )
     status, nodes, _ = plan(arrays, [(18, 4, UP + 0, N, 1, N)])
     assert status == gang.OK
@@ -197,14 +212,14 @@ def test_a_detached_node_serves_only_single_pod_gangs() -> None:
 
 def test_only_nodes_of_the_requested_platform_are_used() -> None:
     arrays = fleet(tray(18, platform=0), tray(4, platform=1))
-    status, nodes, _ = plan(arrays, [(2, 4, N, N, 1, N)], platform=0)
+    _, nodes, _ = plan(arrays, [(2, 4, N, N, 1, N)], platform=0)
     assert domains_of(arrays, nodes) == [0]
 
 
 def test_ineligible_nodes_are_never_used() -> None:
     arrays = fleet(tray(4))
     ok = np.array([0, 1, 0, 1], dtype=np.uint8)
-    status, nodes, _ = plan(arrays, [(2, 4, N, N, 1, N)], node_ok=ok)
+    _, nodes, _ = plan(arrays, [(2, 4, N, N, 1, N)], node_ok=ok)
     assert sorted(nodes) == [1, 3]
     assert plan(arrays, [(3, 4, N, N, 1, N)], node_ok=ok)[0] == gang.NO_CAPACITY
 
@@ -261,8 +276,15 @@ def random_fleets(draw: st.DrawFn) -> Arrays:
         used = [draw(st.integers(0, g)) for g in gpus]
         usable = [int(draw(st.integers(0, 9)) > 0) for _ in gpus]
         groups = [draw(st.integers(-1, 2)) for _ in range(n_levels)]
-        arrays.domain(gpus, used=used, usable=usable, tray_bits=tb, platform=draw(st.integers(0, 1)),
-                      detached=n == 1 and draw(st.booleans()), groups=groups)
+        arrays.domain(
+            gpus,
+            used=used,
+            usable=usable,
+            tray_bits=tb,
+            platform=draw(st.integers(0, 1)),
+            detached=n == 1 and draw(st.booleans()),
+            groups=groups,
+        )
     return arrays
 
 
@@ -273,7 +295,16 @@ def random_gangs(draw: st.DrawFn, n_levels: int) -> list[PodSet]:
     for _ in range(draw(st.integers(1, 3))):
         count = draw(st.integers(1, 24))
         divisors = [d for d in range(1, count + 1) if count % d == 0]
-        sets.append((count, draw(st.integers(1, 8)), draw(levels), draw(levels), draw(st.sampled_from(divisors)), draw(levels)))
+        sets.append(
+            (
+                count,
+                draw(st.integers(1, 8)),
+                draw(levels),
+                draw(levels),
+                draw(st.sampled_from(divisors)),
+                draw(levels),
+            )
+        )
     return sets
 
 
@@ -365,14 +396,16 @@ def test_a_gang_is_refused_for_capacity_only_when_it_cannot_fit(arrays: Arrays, 
 
 @settings(max_examples=300, deadline=None)
 @given(st.data())
-def test_one_domain_gangs_take_the_tightest_domain_and_a_partly_used_one_at_equal_fit(data: st.DataObject) -> None:
+def test_one_domain_gangs_take_the_tightest_domain_and_a_partly_used_one_at_equal_fit(
+    data: st.DataObject,
+) -> None:
     arrays = data.draw(random_fleets())
     gpus = data.draw(st.integers(1, 4))
     caps = capacities(arrays, gpus)
     assume(max(caps) >= 2)
     count = data.draw(st.integers(2, max(caps)))
     idle = domains.FleetBitmap(*arrays.args()).wholly_free()
-    status, nodes, _ = plan(arrays, [(count, gpus, N, N, 1, N)])
+    _, nodes, _ = plan(arrays, [(count, gpus, N, N, 1, N)])
     chosen = domains_of(arrays, nodes)
     assert len(chosen) == 1
     fits = [d for d, c in enumerate(caps) if c >= count]

@@ -50,9 +50,7 @@ class FleetBitmap:
         self.n_groups = [max(row, default=-1) + 1 for row in self.group]
         self.max_groups = max([1, *self.n_groups])
         self.max_gpus = max(self.node_gpus, default=0)
-        bits = [
-            (self.node_start[d + 1] - self.node_start[d]) * self.tray_bits[d] for d in range(self.n_domains)
-        ]
+        bits = [(self.node_start[d + 1] - self.node_start[d]) * self.tray_bits[d] for d in range(self.n_domains)]
         self.n_words = max(1, max(((b + 63) // 64 for b in bits), default=1))
         self.free = [0] * self.n_domains
         self.healthy = [0] * self.n_domains

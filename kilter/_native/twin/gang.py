@@ -144,7 +144,13 @@ def _domain_key(fl: FleetBitmap, sc: _Scratch, d: int) -> tuple[int, bool, int, 
 
 
 def _place_greedy(
-    fl: FleetBitmap, sc: _Scratch, need: int, k: int, unit: int, gpus: int, node_ok: npt.NDArray[np.uint8] | None
+    fl: FleetBitmap,
+    sc: _Scratch,
+    need: int,
+    k: int,
+    unit: int,
+    gpus: int,
+    node_ok: npt.NDArray[np.uint8] | None,
 ) -> list[int] | None:
     remaining = sorted((sc.caps[d] for d in range(fl.n_domains) if sc.live[d]), reverse=True)
     taken = [False] * fl.n_domains
@@ -443,12 +449,3 @@ def score_nodes(
         s += fleet.node_used[n] > 0
         s += not fleet.is_wholly_free(d)
         out[i] = s
-
-
-def lookup_names(index: dict[str, int], names: list[str], out: npt.NDArray[np.int32]) -> int:
-    unknown = 0
-    for i, name in enumerate(names):
-        v = index.get(name, -1)
-        unknown += v < 0
-        out[i] = v
-    return unknown

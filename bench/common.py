@@ -1,0 +1,70 @@
+"""Timing and result files shared by every benchmark: seeded, warmed up, no asserts."""
+
+from __future__ import annotations
+
+import json
+import platform
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def measure(fn: Callable[[], object], *, runs: int, warmup: int = 5) -> dict[str, float]:
+    """n, p50, p99, mean and min of ``fn`` in microseconds, after ``warmup`` untimed calls."""
+    for _ in range(warmup):
+        fn()
+    samples = np.empty(runs, dtype=np.float64)
+    clock = time.perf_counter_ns
+    for i in range(runs):
+        t0 = clock()
+        fn()
+        samples[i] = (clock() - t0) / 1000.0
+    return {
+        "n": runs,
+        "p50_us": round(float(np.percentile(samples, 50)), 2),
+        "p99_us": round(float(np.percentile(samples, 99)), 2),
+        "mean_us": round(float(samples.mean()), 2),
+        "min_us": round(float(samples.min()), 2),
+    }
+
+
+def _commit() -> str:
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "kilter"], capture_output=True, text=True).stdout
+        return out.stdout.strip() + ("-dirty" if dirty.strip() else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def environment() -> dict[str, Any]:
+    versions = {}
+    for pkg in ("kilter", "numpy", "msgspec", "Cython", "pydantic"):
+        try:
+            versions[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            versions[pkg] = None
+    return {
+        "commit": _commit(),
+        "python": sys.version.split()[0],
+        "machine": platform.machine(),
+        "processor": platform.processor() or platform.machine(),
+        "cpus": __import__("os").cpu_count(),
+        "versions": versions,
+        "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+
+def write(name: str, results: dict[str, Any]) -> Path:
+    RESULTS.mkdir(exist_ok=True)
+    path = RESULTS / f"{name}.json"
+    path.write_text(json.dumps({"benchmark": name, "environment": environment(), "results": results}, indent=2) + "\n")
+    return path

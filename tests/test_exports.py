@@ -1,0 +1,22 @@
+"""Each subpackage's ``__all__`` is exactly its public surface."""
+
+from __future__ import annotations
+
+import importlib
+import types
+
+import pytest
+
+PACKAGES = ["kilter.model", "kilter.topology", "kilter.state", "kilter.cli", "kilter._native"]
+
+
+@pytest.mark.parametrize("name", PACKAGES)
+def test_all_lists_every_public_name(name: str) -> None:
+    module = importlib.import_module(name)
+    public = {
+        n
+        for n, v in vars(module).items()
+        if not n.startswith("_") and not (isinstance(v, types.ModuleType) and not v.__name__.startswith(name))
+    }
+    public -= {"annotations", "twin"}  # the twin is imported by tests, never exported
+    assert set(module.__all__) == public
