@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from bench.common import measure, write
-from kilter._native import domains, gang
+from kilter._native import gang
 from kilter._native.twin import domains as twin_domains
 from kilter._native.twin import gang as twin_gang
 from kilter.model import codec
