@@ -46,7 +46,7 @@ def _commit() -> str:
 
 
 def environment() -> dict[str, Any]:
-    versions = {}
+    versions: dict[str, str | None] = {}
     for pkg in ("kilter", "numpy", "msgspec", "Cython", "pydantic"):
         try:
             versions[pkg] = metadata.version(pkg)

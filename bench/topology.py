@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import random
 import time
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -48,9 +49,13 @@ def make_fleet() -> tuple[Fleet, list[Node], list[Pod], float, float]:
     return fleet, nodes, pods, build_s, decode_s
 
 
-def core_args(fleet: Fleet, count: int, gpus: int) -> tuple[Any, ...]:
-    one = lambda v: np.array([v], dtype=np.int32)  # noqa: E731
-    return (one(count), one(gpus), one(-1), one(gang.DOMAIN), one(1), one(-1), 0, None)
+def _one(value: int) -> np.ndarray:
+    return np.array([value], dtype=np.int32)
+
+
+def core_args(count: int, gpus: int) -> tuple[Any, ...]:
+    """One pod set, preferring one domain (what an unannotated gang gets), on platform 0."""
+    return (_one(count), _one(gpus), _one(-1), _one(int(gang.DOMAIN)), _one(1), _one(-1), 0, None)
 
 
 def plan_core(mod: Any, fl: Any, args: tuple[Any, ...], count: int) -> int:
@@ -96,12 +101,11 @@ def main() -> dict[str, Any]:
         bm.domain_groups,
     )
     for count, runs, twin_runs in ((16, 2000, 20), (512, 500, 5)):
-        args = core_args(fleet, count, 4)
-        assert plan_core(gang, bm, args, count) == gang.OK
-        native = measure(lambda a=args, c=count: plan_core(gang, bm, a, c), runs=runs)
-        twin = measure(lambda a=args, c=count: plan_core(twin_gang, twin_fl, a, c), runs=twin_runs, warmup=1)
+        args = core_args(count, 4)
         request = plan.gang_request("bench", [pod_set(count, 4)], fleet.catalog)
-        api = measure(lambda r=request: plan.plan_gang(fleet, r), runs=runs)
+        native = measure(partial(plan_core, gang, bm, args, count), runs=runs)
+        twin = measure(partial(plan_core, twin_gang, twin_fl, args, count), runs=twin_runs, warmup=1)
+        api = measure(partial(plan.plan_gang, fleet, request), runs=runs)
         results[f"plan_{count}x4"] = {
             "core": native,
             "twin": twin,
@@ -126,9 +130,12 @@ def main() -> dict[str, Any]:
         lambda: twin_gang.score_nodes(twin_fl, idx, 4, plan_sorted, twin_out), runs=20, warmup=1
     )
     alloc_node = int(np.argmax(bm.node_usable_flags & (bm.node_used_gpus == 0)))
-    results["allocate_release_one_pod"] = measure(
-        lambda: (bm.allocate(alloc_node, 4), bm.release(alloc_node, 4)), runs=20000
-    )
+
+    def book_and_release() -> None:
+        bm.allocate(alloc_node, 4)
+        bm.release(alloc_node, 4)
+
+    results["allocate_release_one_pod"] = measure(book_and_release, runs=20000)
     del nodes, pods
     return results
 
