@@ -116,10 +116,12 @@ def main() -> dict[str, Any]:
     rng = random.Random(5)
     candidates = [fleet.node_names[i] for i in rng.sample(range(bm.n_nodes), 5000)]
     planned = [fleet.node_index[n] for n in candidates[:16]]
-    results["score_5000_names"] = measure(lambda: score.score_pod(fleet, candidates, 4, planned), runs=3000)
+    results["score_5000_names"] = measure(
+        lambda: score.score_pod(fleet, candidates, gpus=4, planned=planned), runs=3000
+    )
     names_json = json.dumps(candidates).encode()
     results["score_5000_names_from_json_bytes"] = measure(
-        lambda: score.score_pod_json(fleet, names_json, 4, planned), runs=3000
+        lambda: score.score_pod_json(fleet, names_json, gpus=4, planned=planned), runs=3000
     )
     idx = np.array([fleet.node_index[n] for n in candidates], dtype=np.int32)
     out = np.empty(5000, dtype=np.int8)

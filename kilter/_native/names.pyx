@@ -14,7 +14,7 @@ import numpy as np
 from cpython.unicode cimport PyUnicode_Check
 from libc.string cimport memcmp, memcpy
 
-from kilter._native._types cimport int32_t, int64_t, kilter_json_special, kilter_prefetch, uint64_t
+from kilter._native._types cimport int32_t, int64_t, kilter_ctz, kilter_json_special, kilter_prefetch, uint64_t
 
 DEF BATCH = 32
 
@@ -71,11 +71,13 @@ cdef inline Py_ssize_t skip_ws(const unsigned char* p, Py_ssize_t n, Py_ssize_t 
 
 cdef inline Py_ssize_t scan_string(const unsigned char* p, Py_ssize_t n, Py_ssize_t i) noexcept nogil:
     """Position of the first '"', backslash or control byte at or after i (n if none)."""
-    cdef uint64_t w
+    cdef uint64_t w, hit
     while i + 8 <= n:
         memcpy(&w, p + i, 8)
-        if kilter_json_special(w):
-            break
+        hit = kilter_json_special(w)
+        if hit:
+            # The lowest flagged byte is a real one (false flags only sit above it); little-endian.
+            return i + (kilter_ctz(hit) >> 3)
         i += 8
     while i < n and p[i] != 0x22 and p[i] != 0x5C and p[i] >= 0x20:
         i += 1
@@ -131,21 +133,35 @@ cdef class NameIndex:
             slot = (slot + 1) & self.mask
 
     def lookup(self, list names, int32_t[::1] out):
-        """OUT ``out[i]`` = index of ``names[i]`` or -1; returns how many were unknown."""
-        cdef Py_ssize_t i, n = len(names), size
-        cdef const char* s
-        cdef int32_t unknown = 0
+        """OUT ``out[i]`` = index of ``names[i]`` or -1; returns how many were unknown.
+
+        Names are hashed a batch at a time and their table slots prefetched
+        before any is resolved, so the cache misses of one batch overlap.
+        """
+        cdef Py_ssize_t i, j, n = len(names), size, nb
+        cdef const char* ptrs[BATCH]
+        cdef Py_ssize_t lens[BATCH]
+        cdef uint64_t hashes[BATCH]
+        cdef int32_t unknown = 0, found
         cdef object name
         if out.shape[0] != n:
             raise ValueError("out must align with names")
-        for i in range(n):
-            name = names[i]
-            if not PyUnicode_Check(name):
-                raise TypeError(f"name {i} is {type(name).__name__}, not str")
-            s = PyUnicode_AsUTF8AndSize(name, &size)
-            out[i] = self.find(s, size)
-            if out[i] < 0:
-                unknown += 1
+        i = 0
+        while i < n:
+            nb = n - i if n - i < BATCH else BATCH
+            for j in range(nb):
+                name = names[i + j]
+                if not PyUnicode_Check(name):
+                    raise TypeError(f"name {i + j} is {type(name).__name__}, not str")
+                ptrs[j] = PyUnicode_AsUTF8AndSize(name, &size)
+                lens[j] = size
+                hashes[j] = name_hash(ptrs[j], size)
+                kilter_prefetch(&self.table[hashes[j] & self.mask])
+            for j in range(nb):
+                found = self.find_hashed(ptrs[j], lens[j], hashes[j])
+                out[i + j] = found
+                unknown += found < 0
+            i += nb
         return unknown
 
     def lookup_json(self, const unsigned char[::1] data):

@@ -23,16 +23,16 @@ MAX_SCORE = int(gang.MAX_SCORE)
 
 
 def score_pod(
-    fleet: Fleet, names: list[str], gpus: int, planned: Sequence[int] = ()
+    fleet: Fleet, names: list[str], *, gpus: int, planned: Sequence[int] = ()
 ) -> tuple[npt.NDArray[np.int8], npt.NDArray[np.int32]]:
     """Scores aligned with ``names`` (-1 unknown node, 0 does not fit) and the node indices found."""
     idx = np.empty(len(names), dtype=np.int32)
     fleet.name_index.lookup(names, idx)
-    return _score(fleet, idx, gpus, planned), idx
+    return _score(fleet, idx, gpus=gpus, planned=planned), idx
 
 
 def score_pod_json(
-    fleet: Fleet, names_json: bytes, gpus: int, planned: Sequence[int] = ()
+    fleet: Fleet, names_json: bytes, *, gpus: int, planned: Sequence[int] = ()
 ) -> tuple[npt.NDArray[np.int8], npt.NDArray[np.int32]]:
     """Like ``score_pod`` for names given as the raw bytes of a JSON array (the extender's ``NodeNames``)."""
     try:
@@ -44,12 +44,12 @@ def score_pod_json(
             decoded = msgspec.json.decode(names_json, type=list[str])
         except msgspec.DecodeError as exc:
             raise InputError(f"NodeNames: {exc}") from None
-        return score_pod(fleet, decoded, gpus, planned)
+        return score_pod(fleet, decoded, gpus=gpus, planned=planned)
     idx = found[0]
-    return _score(fleet, idx, gpus, planned), idx
+    return _score(fleet, idx, gpus=gpus, planned=planned), idx
 
 
-def _score(fleet: Fleet, idx: npt.NDArray[np.int32], gpus: int, planned: Sequence[int]) -> npt.NDArray[np.int8]:
+def _score(fleet: Fleet, idx: npt.NDArray[np.int32], *, gpus: int, planned: Sequence[int]) -> npt.NDArray[np.int8]:
     plan = np.unique(np.asarray(planned, dtype=np.int32)) if len(planned) else np.empty(0, dtype=np.int32)
     out = np.empty(len(idx), dtype=np.int8)
     gang.score_nodes(fleet.bitmap, idx, gpus, plan, out)

@@ -36,6 +36,14 @@ def test_trays_never_straddle_a_word(nodes: int, expected_words: list[int]) -> N
     assert fl.domain_free_gpus.tolist() == [4 * nodes]
 
 
+def test_a_144_gpu_kyber_domain_of_72_two_gpu_blades_fills_two_words_and_a_quarter() -> None:
+    fl = domains.FleetBitmap(*Arrays().domain([2] * 72, used=[0] * 71 + [1]).args())
+    # 144 bits = 64 + 64 + 16; blade 71 (bits 142-143) has one GPU busy, so bit 143 is clear.
+    assert fl.free_words.tolist() == [[2**64 - 1, 2**64 - 1, 0x7FFF]]
+    assert fl.capacity(2).tolist() == [71]
+    assert fl.capacity(1).tolist() == [143]
+
+
 @pytest.mark.parametrize(
     ("bits", "used", "words"),
     [
