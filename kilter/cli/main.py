@@ -1,12 +1,13 @@
 """The ``kilter`` command: parse, dispatch, and turn errors into one line and an exit code.
 
-Exit codes: 0 done, 1 the answer is negative (a plan that does not fit),
-2 bad input (one line on stderr, never a traceback).
+Exit codes: 0 done, 1 the answer is negative (a plan that does not fit) or
+an internal error, 2 bad input (one line on stderr, never a traceback).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -44,6 +45,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     except KeyboardInterrupt:
         return 130
+    except Exception as exc:  # last resort: a bug, reported in one line unless asked for more
+        if os.environ.get("KILTER_DEBUG") == "1":
+            raise
+        print(
+            f"kilter {args.command}: internal error: {type(exc).__name__}: {exc} "
+            "(rerun with KILTER_DEBUG=1 for the traceback)",
+            file=sys.stderr,
+        )
+        return 1
     return code
 
 

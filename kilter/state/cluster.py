@@ -62,11 +62,14 @@ class ClusterState:
         return notes + (self._fleet.warnings if self._fleet else [])
 
 
+def _name(obj: dict[str, Any]) -> str:
+    meta = obj.get("metadata")
+    name = meta.get("name") if isinstance(meta, dict) else None
+    return name if isinstance(name, str) else "?"
+
+
 def _typed(raw: snapshot.RawObjects, group: str, kind: str, cls: type[Any]) -> list[Any]:
-    return [
-        codec.convert(obj, cls, path=f"{kind} {obj.get('metadata', {}).get('name', '?')}")
-        for obj in raw.of(group, kind)
-    ]
+    return [codec.convert(obj, cls, path=f"{kind} {_name(obj)}") for obj in raw.of(group, kind)]
 
 
 def from_objects(docs: Iterable[Any], *, catalog: Catalog | None = None) -> ClusterState:

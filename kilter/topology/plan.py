@@ -20,7 +20,20 @@ from kilter.topology import eligibility
 from kilter.topology.catalog import Catalog, Platform
 from kilter.topology.fleet import Fleet
 
-__all__ = ["GangRequest", "Plan", "PlannedPodSet", "PodSetRequest", "commit", "gang_request", "plan_gang"]
+MAX_GANG_PODS = 1_000_000
+MAX_POD_GPUS = 65_536
+
+__all__ = [
+    "MAX_GANG_PODS",
+    "MAX_POD_GPUS",
+    "GangRequest",
+    "Plan",
+    "PlannedPodSet",
+    "PodSetRequest",
+    "commit",
+    "gang_request",
+    "plan_gang",
+]
 
 
 @dataclass(frozen=True)
@@ -85,12 +98,19 @@ def gang_request(
         if len(asked) > 1:
             raise InputError(f"pod set {ps.name} asks for several GPU kinds: {', '.join(sorted(asked))}")
         resource, n = next(iter(asked.items()))
+        if n > MAX_POD_GPUS:
+            raise InputError(
+                f"pod set {ps.name} asks for {n} {resource} per pod; no node offers more than {MAX_POD_GPUS}"
+            )
         if chosen is not None and resource != chosen:
             raise InputError(f"pod set {ps.name} asks for {resource}, but the gang uses {chosen}")
         chosen = resource
         requests.append(PodSetRequest(ps.name, ps.count, n, ps.topology, ps.template.spec))
     if chosen is None or not requests:
         raise InputError(f"{name}: no pod set asks for GPUs ({', '.join(resources)})")
+    pods = sum(ps.count for ps in requests)
+    if pods > MAX_GANG_PODS:
+        raise InputError(f"{name}: a gang of {pods} pods is beyond kilter's limit of {MAX_GANG_PODS}")
     return GangRequest(name, chosen, tuple(requests), platform, tuple(ignored))
 
 

@@ -96,6 +96,8 @@ def test_pod_sets_without_gpus_are_ignored_and_listed() -> None:
     [
         pytest.param([pod_set("a", 1, 0)], "no pod set asks for GPUs", id="no GPUs at all"),
         pytest.param([pod_set("a", 1, 4), pod_set("b", 1, 8, "amd.com/gpu")], "but the gang uses", id="two GPU kinds"),
+        pytest.param([pod_set("a", 2_000_000, 4)], "beyond kilter's limit", id="two million pods"),
+        pytest.param([pod_set("a", 1, 100_000)], "no node offers more", id="100,000 GPUs per pod"),
     ],
 )
 def test_gangs_kilter_cannot_plan_are_input_errors(pod_sets: list[PodSetSpec], message: str) -> None:
