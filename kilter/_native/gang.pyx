@@ -538,8 +538,9 @@ def plan_gang(
     largest first; later ones try the gang's domains before any other.
     """
     cdef int32_t n_sets = count.shape[0]
-    cdef int32_t i, total = 0, status
+    cdef int32_t i, j, total = 0, status, lv, top = LEVEL_UP + fleet.n_levels
     cdef const uint8_t* ok = NULL
+    cdef int64_t size_i, size_j
     if (gpus.shape[0] != n_sets or required.shape[0] != n_sets or preferred.shape[0] != n_sets
             or slice_size.shape[0] != n_sets or slice_level.shape[0] != n_sets):
         raise ValueError("pod set arrays must have equal lengths")
@@ -549,10 +550,12 @@ def plan_gang(
         if count[i] <= 0 or gpus[i] <= 0:
             raise ValueError(f"pod set {i}: count and gpus must be >= 1")
         for lv in (required[i], preferred[i], slice_level[i]):
-            if lv < -1 or lv >= LEVEL_UP + fleet.n_levels:
-                raise ValueError(f"pod set {i}: level {lv} outside -1..{LEVEL_UP + fleet.n_levels - 1}")
+            if lv < -1 or lv >= top:
+                raise ValueError(f"pod set {i}: level {lv} outside -1..{top - 1}")
         if slice_size[i] <= 0 or count[i] % slice_size[i] != 0:
             raise ValueError(f"pod set {i}: slice size {slice_size[i]} must divide count {count[i]}")
+        if total > 2**30 - count[i]:
+            raise ValueError("too many pods in one gang")
         total += count[i]
     if out_node.shape[0] != total:
         raise ValueError(f"out_node needs {total} entries")
@@ -560,14 +563,6 @@ def plan_gang(
         if node_ok.shape[0] != fleet.n_nodes:
             raise ValueError("node_ok needs one entry per node")
         ok = &node_ok[0] if fleet.n_nodes else NULL
-
-    offsets = np.zeros(max(n_sets, 1), dtype=np.int32)
-    cdef int32_t[::1] off = offsets
-    for i in range(1, n_sets):
-        off[i] = off[i - 1] + count[i - 1]
-    sizes = np.asarray(count, dtype=np.int64) * np.asarray(gpus, dtype=np.int64)
-    set_order = np.ascontiguousarray(np.argsort(-sizes, kind="stable").astype(np.int32))
-    cdef int32_t[::1] so = set_order
     out_info[0] = 0
     out_info[1] = 0
     out_info[2] = -1
@@ -576,6 +571,28 @@ def plan_gang(
         out_node[i] = -1
     if n_sets == 0:
         return PLAN_OK
+
+    # Offsets of each pod set's pods in out_node, and the planning order:
+    # most GPUs first, ties by input order (an insertion sort; gangs have few pod sets).
+    cdef int32_t* off = <int32_t*>calloc(n_sets, sizeof(int32_t))
+    cdef int32_t* so = <int32_t*>calloc(n_sets, sizeof(int32_t))
+    if off == NULL or so == NULL:
+        free(off)
+        free(so)
+        raise MemoryError()
+    for i in range(1, n_sets):
+        off[i] = off[i - 1] + count[i - 1]
+    for i in range(n_sets):
+        so[i] = i
+        j = i
+        size_i = <int64_t>count[i] * gpus[i]
+        while j > 0:
+            size_j = <int64_t>count[so[j - 1]] * gpus[so[j - 1]]
+            if size_j >= size_i:
+                break
+            so[j] = so[j - 1]
+            j -= 1
+        so[j] = i
 
     cdef Scratch sc
     memset(&sc, 0, sizeof(Scratch))
@@ -606,7 +623,7 @@ def plan_gang(
             raise MemoryError()
         with nogil:
             status = run_plan(fleet, &sc, n_sets, &count[0], &gpus[0], &required[0], &preferred[0],
-                              &slice_size[0], &slice_level[0], &off[0], &so[0], platform,
+                              &slice_size[0], &slice_level[0], off, so, platform,
                               total == 1, ok, &out_node[0], &out_info[0])
             rollback(fleet, &sc, 0)
         if status == PLAN_OK:
@@ -623,6 +640,7 @@ def plan_gang(
         free(sc.order); free(sc.bucket); free(sc.gsum); free(sc.gtotal); free(sc.gcnt)
         free(sc.gk); free(sc.undo_node); free(sc.undo_gpus)
         free(sc.pick_order); free(sc.tmp); free(sc.key); free(sc.cursor)
+        free(off); free(so)
 
 
 # ---------------------------------------------------------------- scoring

@@ -172,15 +172,16 @@ def _failure(fleet: Fleet, request: GangRequest, platform: Platform, status: int
 
 def plan_gang(fleet: Fleet, request: GangRequest) -> Plan:
     """Plan the gang on the best platform the fleet offers for its device resource."""
+    wanted = fleet.catalog.get(request.platform).name if request.platform else None
     candidates = [
-        p
-        for p in fleet.platforms
-        if p.device_resource == request.resource
-        and (request.platform is None or fleet.catalog.get(request.platform) == p)
+        (i, p)
+        for i, p in enumerate(fleet.platforms)
+        if p.device_resource == request.resource and (wanted is None or p.name == wanted)
     ]
     if not candidates:
-        what = fleet.catalog.get(request.platform).name if request.platform else request.resource
-        return Plan(False, f"the fleet has no {what} nodes", request.name, ignored=request.ignored)
+        return Plan(
+            False, f"the fleet has no {wanted or request.resource} nodes", request.name, ignored=request.ignored
+        )
 
     mask = None
     for ps in request.pod_sets:
@@ -194,45 +195,37 @@ def plan_gang(fleet: Fleet, request: GangRequest) -> Plan:
     total = int(counts.sum())
     feasible: list[tuple[tuple[int, int, int], Plan]] = []
     reasons: list[str] = []
-    for platform in candidates:
+    for index, platform in candidates:
         levels, problem = _levels(fleet, request, platform)
         if problem:
             reasons.append(problem)
             continue
-        arr = np.array(levels, dtype=np.int32).reshape(-1, 4)
+        required, preferred, slice_size, slice_level = (
+            np.array(col, dtype=np.int32) for col in zip(*levels, strict=True)
+        )
         out = np.empty(total, dtype=np.int32)
         info = np.zeros(4, dtype=np.int32)
         status = gang.plan_gang(
-            fleet.bitmap,
-            counts,
-            gpus,
-            np.ascontiguousarray(arr[:, 0]),
-            np.ascontiguousarray(arr[:, 1]),
-            np.ascontiguousarray(arr[:, 2]),
-            np.ascontiguousarray(arr[:, 3]),
-            fleet.platforms.index(platform),
-            node_ok,
-            out,
-            info,
+            fleet.bitmap, counts, gpus, required, preferred, slice_size, slice_level, index, node_ok, out, info
         )
         if status != gang.OK:
             reasons.append(_failure(fleet, request, platform, status, info))
             continue
         result = _plan_from_nodes(fleet, request, platform, out)
-        feasible.append(((len(result.domains), len(result.groups), fleet.catalog.index(platform)), result))
+        feasible.append(((len(result.domains), len(result.groups), index), result))
     if feasible:
         return min(feasible, key=lambda kv: kv[0])[1]
     return Plan(False, "; ".join(reasons), request.name, ignored=request.ignored)
 
 
 def _plan_from_nodes(fleet: Fleet, request: GangRequest, platform: Platform, out: np.ndarray) -> Plan:
-    doms = np.unique(fleet.node_domain[out])
-    dom_ids = sorted(fleet.domain_ids[d] for d in doms.tolist())
+    doms = sorted(set(fleet.node_domain[out].tolist()))
+    dom_ids = sorted(fleet.domain_ids[d] for d in doms)
     groups: tuple[str, ...] = ()
     group_level = None
     if fleet.levels.up_keys:
-        gids = np.unique(fleet.domain_group[0, doms])
-        groups = tuple(sorted(fleet.group_ids[0][g] for g in gids.tolist() if g >= 0))
+        gids = set(fleet.domain_group[0, doms].tolist())
+        groups = tuple(sorted(fleet.group_ids[0][g] for g in gids if g >= 0))
         group_level = fleet.levels.describe(fleet.levels.up_keys[0])
     names = fleet.node_names
     nodes = out.tolist()
@@ -240,9 +233,8 @@ def _plan_from_nodes(fleet: Fleet, request: GangRequest, platform: Platform, out
     gpus: list[int] = []
     pos = 0
     for ps in request.pod_sets:
-        pod_sets.append(
-            PlannedPodSet(ps.name, ps.count, ps.gpus_per_pod, tuple(names[n] for n in nodes[pos : pos + ps.count]))
-        )
+        planned = tuple([names[n] for n in nodes[pos : pos + ps.count]])
+        pod_sets.append(PlannedPodSet(ps.name, ps.count, ps.gpus_per_pod, planned))
         gpus.extend([ps.gpus_per_pod] * ps.count)
         pos += ps.count
     where = f"{len(dom_ids)} scale-up domain{'s' if len(dom_ids) != 1 else ''}"
