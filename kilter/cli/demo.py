@@ -16,7 +16,6 @@ from kilter.cli import plan as plan_cmd
 from kilter.cli import render, sources
 from kilter.model.jobs import read_job
 from kilter.state import snapshot
-from kilter.topology import fleetgen
 from kilter.topology.fleet import Fleet
 
 __all__ = ["DEMO_JOBS", "add_parser", "run"]
@@ -63,8 +62,7 @@ def run(args: argparse.Namespace) -> int:
     state = sources.demo_state()
     fleet = state.fleet()
     if args.write_snapshot:
-        nodes, pods = fleetgen.generate(fleetgen.DEMO_FLEET)
-        doc = {"apiVersion": "v1", "kind": "List", "items": [*nodes, *pods, fleetgen.topology_object()]}
+        doc = {"apiVersion": "v1", "kind": "List", "items": sources.demo_objects()}
         args.write_snapshot.write_text(render.dump(doc, "yaml"))
         print(f"wrote the demo fleet to {args.write_snapshot}", file=sys.stderr)
     jobs = [read_job(doc) for doc in snapshot.load_documents(DEMO_JOBS)]

@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 
 from kilter import __version__
-from kilter.cli import demo, plan
+from kilter.cli import demo, plan, queues
 from kilter.model.errors import KilterError
 
 __all__ = ["build_parser", "main"]
@@ -26,6 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"kilter {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     plan.add_parser(sub)
+    queues.add_parser(sub)
     demo.add_parser(sub)
     return parser
 

@@ -5,14 +5,23 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 from kilter.model.errors import InputError
-from kilter.state import cluster
+from kilter.state import cluster, snapshot
 from kilter.state.cluster import ClusterState
 from kilter.topology import fleetgen
 from kilter.topology.catalog import BUILTIN, Catalog, load_overrides
 
-__all__ = ["add_source_arguments", "demo_state", "load_catalog", "load_state", "print_warnings"]
+__all__ = [
+    "DEMO_QUEUES",
+    "add_source_arguments",
+    "demo_objects",
+    "demo_state",
+    "load_catalog",
+    "load_state",
+    "print_warnings",
+]
 
 
 def add_source_arguments(p: argparse.ArgumentParser) -> None:
@@ -31,9 +40,17 @@ def load_catalog(args: argparse.Namespace) -> Catalog:
     return load_overrides(path) if path else Catalog(BUILTIN)
 
 
-def demo_state(catalog: Catalog | None = None) -> ClusterState:
+DEMO_QUEUES = Path(__file__).with_name("demo_queues.yaml")
+
+
+def demo_objects(catalog: Catalog | None = None) -> list[Any]:
+    """The embedded demo cluster: the generated fleet, its Topology, and the Kueue queues of examples/queues."""
     nodes, pods = fleetgen.generate(fleetgen.DEMO_FLEET, catalog)
-    return cluster.from_objects([*nodes, *pods, fleetgen.topology_object()], catalog=catalog)
+    return [*nodes, *pods, fleetgen.topology_object(), *snapshot.load_documents(DEMO_QUEUES)]
+
+
+def demo_state(catalog: Catalog | None = None) -> ClusterState:
+    return cluster.from_objects(demo_objects(catalog), catalog=catalog)
 
 
 def load_state(args: argparse.Namespace) -> ClusterState:

@@ -44,6 +44,7 @@ class ObjectMeta(msgspec.Struct, rename="camel"):
     namespace: str = ""
     uid: str = ""
     resource_version: str = ""
+    creation_timestamp: str = ""
     labels: dict[str, str] = {}
     annotations: dict[str, str] = {}
 

@@ -14,7 +14,15 @@ from typing import Any
 
 from kilter.model import codec
 from kilter.model.core_v1 import Node, Pod
-from kilter.model.kueue import ResourceFlavor, Topology
+from kilter.model.kueue import (
+    ClusterQueue,
+    Cohort,
+    LocalQueue,
+    ResourceFlavor,
+    Topology,
+    Workload,
+    WorkloadPriorityClass,
+)
 from kilter.state import snapshot
 from kilter.topology.catalog import BUILTIN, Catalog
 from kilter.topology.fleet import Fleet, build_fleet
@@ -47,6 +55,11 @@ class ClusterState:
     topologies: list[Topology]
     flavors: list[ResourceFlavor]
     catalog: Catalog
+    cluster_queues: list[ClusterQueue] = field(default_factory=list)
+    cohorts: list[Cohort] = field(default_factory=list)
+    local_queues: list[LocalQueue] = field(default_factory=list)
+    workloads: list[Workload] = field(default_factory=list)
+    priority_classes: list[WorkloadPriorityClass] = field(default_factory=list)
     raw: snapshot.RawObjects = field(default_factory=snapshot.RawObjects)
     _fleet: Fleet | None = None
 
@@ -80,6 +93,11 @@ def from_objects(docs: Iterable[Any], *, catalog: Catalog | None = None) -> Clus
         topologies=_typed(raw, KUEUE, "Topology", Topology),
         flavors=_typed(raw, KUEUE, "ResourceFlavor", ResourceFlavor),
         catalog=catalog or Catalog(BUILTIN),
+        cluster_queues=_typed(raw, KUEUE, "ClusterQueue", ClusterQueue),
+        cohorts=_typed(raw, KUEUE, "Cohort", Cohort),
+        local_queues=_typed(raw, KUEUE, "LocalQueue", LocalQueue),
+        workloads=_typed(raw, KUEUE, "Workload", Workload),
+        priority_classes=_typed(raw, KUEUE, "WorkloadPriorityClass", WorkloadPriorityClass),
         raw=raw,
     )
 

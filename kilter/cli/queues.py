@@ -1,0 +1,134 @@
+"""``kilter queues``: quota, borrowing and fair-share state of every ClusterQueue and Cohort."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any
+
+from kilter.cli import render, sources
+from kilter.model.errors import InputError
+from kilter.quota import amount, decay
+from kilter.quota.policy import parse_time
+from kilter.quota.status import NodeStatus, apply_usage, tree_status
+from kilter.quota.tree import build_tree
+from kilter.quota.usage import Ledger, workload_infos
+from kilter.state.cluster import ClusterState
+
+__all__ = ["add_parser", "queues_data", "run"]
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "queues",
+        help="quota, borrowing and fair share of every ClusterQueue and Cohort",
+        description="Show what Kueue computes for each ClusterQueue and Cohort, and kilter's decayed shares.",
+    )
+    sources.add_source_arguments(p)
+    p.add_argument("--now", help="evaluate decayed usage at this RFC 3339 time (default: the current time)")
+    p.add_argument("-o", "--output", choices=("table", "json", "yaml"), default="table")
+    p.set_defaults(func=run)
+
+
+def _number(resource: str, value: int | None) -> int | float | None:
+    return None if value is None else amount.display(resource, value)
+
+
+def _node_dict(s: NodeStatus, *, cohort: bool) -> dict[str, Any]:
+    resources = []
+    for r in s.resources:
+        row: dict[str, Any] = {
+            "flavor": r.flavor,
+            "resource": r.resource,
+            "nominal": _number(r.resource, r.nominal),
+            "borrowingLimit": _number(r.resource, r.borrowing_limit),
+            "lendingLimit": _number(r.resource, r.lending_limit),
+            "usage": _number(r.resource, r.usage),
+            "available": _number(r.resource, r.available),
+            "potentialAvailable": _number(r.resource, r.potential_available),
+        }
+        if cohort:
+            row["subtreeQuota"] = _number(r.resource, r.subtree_quota)
+        resources.append(row)
+    out: dict[str, Any] = {
+        "name": s.name,
+        "parent": s.parent,
+        "weight": s.weight,
+        "weightedShare": s.drs.weighted_share,
+        "roundedWeightedShare": s.drs.rounded_weighted_share,
+        "dominantResource": s.drs.dominant_resource or None,
+        "borrowing": s.borrowing,
+        "active": s.active,
+        "resources": resources,
+    }
+    if s.decay is not None:
+        out["decayedUsage"] = decay.to_annotation(s.decay)
+    return out
+
+
+def queues_data(state: ClusterState, *, now: float) -> dict[str, Any]:
+    """The JSON document of ``kilter queues``: {"clusterQueues": [...], "cohorts": [...]}."""
+    tree = build_tree(state.cluster_queues, state.cohorts)
+    tree.raise_problems()
+    infos = workload_infos(state.workloads, state.local_queues, state.priority_classes)
+    apply_usage(tree, Ledger(infos, sorted(tree.cluster_queues)).per_cluster_queue())
+    cqs, cohorts = tree_status(tree, now=now)
+    return {
+        "clusterQueues": [_node_dict(s, cohort=False) for s in cqs],
+        "cohorts": [_node_dict(s, cohort=True) for s in cohorts],
+    }
+
+
+def _fmt(v: object) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return "inf" if v == float("inf") else f"{v:.4g}"
+    return str(v)
+
+
+def render_table(data: dict[str, Any]) -> str:
+    nodes = [
+        (
+            kind,
+            n["name"],
+            n["parent"] or "-",
+            _fmt(n["weight"]),
+            _fmt(n["weightedShare"]),
+            n["dominantResource"] or "-",
+            "yes" if n["borrowing"] else "no",
+        )
+        for kind, key in (("ClusterQueue", "clusterQueues"), ("Cohort", "cohorts"))
+        for n in data[key]
+    ]
+    out = render.table(("KIND", "NAME", "PARENT", "WEIGHT", "SHARE", "DOMINANT", "BORROWING"), nodes)
+    rows = [
+        (
+            n["name"],
+            f"{r['flavor']}/{r['resource']}",
+            _fmt(r["nominal"]),
+            _fmt(r["borrowingLimit"]),
+            _fmt(r["lendingLimit"]),
+            _fmt(r["usage"]),
+            _fmt(r["available"]),
+            _fmt(r["potentialAvailable"]),
+        )
+        for n in data["clusterQueues"]
+        for r in n["resources"]
+    ]
+    if rows:
+        out += "\n" + render.table(
+            ("CLUSTERQUEUE", "FLAVOR/RESOURCE", "NOMINAL", "BORROW", "LEND", "USAGE", "AVAILABLE", "POTENTIAL"), rows
+        )
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    state = sources.load_state(args)
+    now = parse_time(args.now, path="--now") if args.now else time.time()
+    data = queues_data(state, now=now)
+    if not data["clusterQueues"] and not data["cohorts"]:
+        raise InputError("the snapshot holds no ClusterQueues or Cohorts")
+    sources.print_warnings(state)
+    print(render_table(data) if args.output == "table" else render.dump(data, args.output), end="")
+    return 0

@@ -1,0 +1,101 @@
+"""What a node can admit now and could ever admit: Kueue's ``resource_node.go`` functions.
+
+``available(node, fr)`` is the capacity usable right now: the node's own
+unused local quota plus what its parent can give, capped by the node's
+borrowing limit (``stored − used + borrowingLimit`` where ``stored`` is what
+the node lends its parent). It can be negative after over-admission.
+``potential_available(node, fr)`` is the same with zero usage anywhere: the
+most the node could ever hold. ``add_usage``/``remove_usage`` move usage and
+push the part above local quota up the tree, as the cache does on admission.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from kilter.quota import amount
+from kilter.quota.tree import FR, Node
+
+__all__ = [
+    "add_usage",
+    "available",
+    "fits_in_quota",
+    "is_within_nominal",
+    "local_available",
+    "potential_available",
+    "remove_usage",
+]
+
+
+def local_available(node: Node, fr: FR) -> int:
+    """Guaranteed quota of ``fr`` that exceeds usage and that the parent cannot see."""
+    return max(0, node.local_quota(fr) - node.usage.get(fr, 0))
+
+
+def available(node: Node, fr: FR) -> int:
+    """Capacity of ``fr`` the node can use now (``available`` in Kueue); may be negative."""
+    path = [node, *node.ancestors()]
+    root = path[-1]
+    avail = amount.sub(root.subtree.get(fr, 0), root.usage.get(fr, 0))
+    for n in reversed(path[:-1]):
+        q = n.quotas.get(fr)
+        if q is not None and q.borrowing_limit is not None:
+            local = n.local_quota(fr)
+            stored = amount.sub(n.subtree.get(fr, 0), local)
+            used = max(0, n.usage.get(fr, 0) - local)
+            avail = min(avail, amount.add(amount.sub(stored, used), q.borrowing_limit))
+        avail = amount.add(local_available(n, fr), avail)
+    return avail
+
+
+def potential_available(node: Node, fr: FR) -> int:
+    """The most of ``fr`` the node could use with no usage anywhere (``potentialAvailable``)."""
+    path = [node, *node.ancestors()]
+    pot = path[-1].subtree.get(fr, 0)
+    for n in reversed(path[:-1]):
+        pot = amount.add(n.local_quota(fr), pot)
+        q = n.quotas.get(fr)
+        if q is not None and q.borrowing_limit is not None:
+            pot = min(pot, amount.add(n.subtree.get(fr, 0), q.borrowing_limit))
+    return pot
+
+
+def add_usage(node: Node, fr: FR, value: int) -> None:
+    """Book ``value`` on the node and push what its local quota cannot hold to the parent."""
+    n: Node | None = node
+    while n is not None and value:
+        spare = local_available(n, fr)
+        n.usage[fr] = n.usage.get(fr, 0) + value
+        if n.parent is None or value <= spare:
+            return
+        value -= spare
+        n = n.parent
+
+
+def remove_usage(node: Node, fr: FR, value: int) -> None:
+    """Undo ``add_usage``: take back what the node had stored in its parent, up the tree."""
+    n: Node | None = node
+    while n is not None and value:
+        stored_in_parent = n.usage.get(fr, 0) - n.local_quota(fr)
+        n.usage[fr] = n.usage.get(fr, 0) - value
+        if stored_in_parent <= 0 or n.parent is None:
+            return
+        value = min(value, stored_in_parent)
+        n = n.parent
+
+
+def fits_in_quota(node: Node, requests: Mapping[FR, int]) -> tuple[bool, dict[FR, int]]:
+    """Whether ``requests`` fit within the node's subtree quota, and what exceeds its local quota
+    (``QuantitiesFitInQuota``); call again on the parent with the remainder."""
+    fits = True
+    remaining: dict[FR, int] = {}
+    for fr, v in requests.items():
+        if node.usage.get(fr, 0) + v > node.subtree.get(fr, 0):
+            fits = False
+        remaining[fr] = max(0, v - local_available(node, fr))
+    return fits, remaining
+
+
+def is_within_nominal(node: Node, frs: Iterable[FR]) -> bool:
+    """No usage above the subtree quota on any of ``frs`` (``IsWithinNominalInResources``)."""
+    return all(node.usage.get(fr, 0) <= node.subtree.get(fr, 0) for fr in frs)

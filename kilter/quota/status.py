@@ -1,0 +1,104 @@
+"""The state of every ClusterQueue and Cohort, as ``kilter queues`` shows it.
+
+One pass over the tree: usage from the ledger, subtree quotas, then per node
+its DRS (with decayed usage where the node asks for it), whether it borrows,
+and per flavor/resource its quota, usage, ``available`` (clamped at 0, as
+Kueue's ClusterQueue snapshot reports it) and ``potential_available``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from kilter.quota import decay
+from kilter.quota.available import available, potential_available
+from kilter.quota.drs import DRS, LendableCache, dominant_resource_share
+from kilter.quota.policy import DecayState
+from kilter.quota.tree import FR, Node, QuotaTree
+
+__all__ = ["NodeStatus", "ResourceStatus", "apply_usage", "tree_status"]
+
+
+@dataclass(frozen=True)
+class ResourceStatus:
+    flavor: str
+    resource: str
+    nominal: int
+    borrowing_limit: int | None
+    lending_limit: int | None
+    subtree_quota: int
+    usage: int
+    available: int
+    potential_available: int
+
+
+@dataclass(frozen=True)
+class NodeStatus:
+    name: str
+    kind: str
+    parent: str | None
+    active: bool
+    weight: float
+    drs: DRS
+    borrowing: bool
+    resources: tuple[ResourceStatus, ...]
+    decay: DecayState | None = None
+
+
+def apply_usage(tree: QuotaTree, per_cq: Mapping[str, Mapping[FR, int]]) -> None:
+    """Set every ClusterQueue's usage, then re-derive subtree quotas and cohort usage."""
+    for name, node in tree.cluster_queues.items():
+        node.usage = dict(per_cq.get(name, {}))
+    tree.recompute()
+
+
+def _frs(node: Node) -> list[FR]:
+    declared = list(node.quotas)
+    extra = sorted(fr for fr in node.subtree if fr not in node.quotas)
+    return declared + extra
+
+
+def node_status(node: Node, lendable: LendableCache, *, now: float) -> NodeStatus:
+    state = None
+    usage_for_share = None
+    if node.policy.half_life_s:
+        state = decay.advance(node.policy.decay, node.usage, now=now, half_life_s=node.policy.half_life_s)
+        usage_for_share = decay.effective_usage(node.usage, state)
+    drs = dominant_resource_share(node, lendable=lendable, usage=usage_for_share)
+    rows = []
+    for fr in _frs(node) if node.active else []:
+        q = node.quotas.get(fr)
+        rows.append(
+            ResourceStatus(
+                flavor=fr[0],
+                resource=fr[1],
+                nominal=q.nominal if q else 0,
+                borrowing_limit=q.borrowing_limit if q else None,
+                lending_limit=q.lending_limit if q else None,
+                subtree_quota=node.subtree.get(fr, 0),
+                usage=node.usage.get(fr, 0),
+                available=max(0, available(node, fr)),
+                potential_available=potential_available(node, fr),
+            )
+        )
+    borrowing = any(node.usage.get(fr, 0) > node.subtree.get(fr, 0) for fr in node.subtree) and node.parent is not None
+    return NodeStatus(
+        name=node.name,
+        kind=node.kind,
+        parent=node.parent.name if node.parent else (node.parent_name or None),
+        active=node.active,
+        weight=node.weight,
+        drs=drs,
+        borrowing=borrowing,
+        resources=tuple(rows),
+        decay=state,
+    )
+
+
+def tree_status(tree: QuotaTree, *, now: float) -> tuple[list[NodeStatus], list[NodeStatus]]:
+    """Status of every ClusterQueue and every Cohort, each list sorted by name."""
+    lendable = LendableCache()
+    cqs = [node_status(tree.cluster_queues[n], lendable, now=now) for n in sorted(tree.cluster_queues)]
+    cos = [node_status(tree.cohorts[n], lendable, now=now) for n in sorted(tree.cohorts)]
+    return cqs, cos

@@ -1,0 +1,338 @@
+"""The cohort tree of ClusterQueues and Cohorts, with Kueue's quota bookkeeping.
+
+Mirrors ``pkg/cache/scheduler/resource_node.go``: every node has ``quotas``
+(nominal, borrowing and lending limit per flavor/resource), ``subtree``
+(SubtreeQuota: a ClusterQueue's nominal; a Cohort's own nominal plus what
+each child lends, i.e. child subtree minus child localQuota) and ``usage``
+(a ClusterQueue's admitted usage; a Cohort's sum of the children's usage above
+their localQuota). A cohort named by a ClusterQueue or a ``parentName`` but
+absent from the cluster is an implicit empty cohort; cohorts on a cycle, and
+everything under them, are inactive, as Kueue disables them.
+
+Objects that Kueue's webhooks would reject are reported as problems (with
+field paths) and their node is inactive rather than silently used.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Literal
+
+from kilter.model.errors import ConfigError, InputError
+from kilter.model.kueue import ClusterQueue, ClusterQueuePreemption, Cohort, ResourceGroup
+from kilter.quota import amount
+from kilter.quota.policy import Policy, parse_policy
+
+__all__ = ["FR", "Node", "Problem", "Quota", "QuotaTree", "build_tree"]
+
+FR = tuple[str, str]  # (flavor, resource)
+
+
+@dataclass(frozen=True)
+class Quota:
+    """Nominal quota and optional limits of one flavor/resource; None = no limit."""
+
+    nominal: int
+    borrowing_limit: int | None = None
+    lending_limit: int | None = None
+
+
+@dataclass(frozen=True)
+class Problem:
+    kind: str
+    name: str
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.name}: {self.message} (at {self.path})"
+
+
+@dataclass(eq=False)
+class Node:
+    """A ClusterQueue or a Cohort in the tree."""
+
+    name: str
+    kind: Literal["ClusterQueue", "Cohort"]
+    quotas: dict[FR, Quota] = field(default_factory=dict)
+    weight: float = 1.0
+    policy: Policy = field(default_factory=Policy)
+    preemption: ClusterQueuePreemption | None = None
+    explicit: bool = True
+    active: bool = True
+    parent_name: str = ""
+    parent: Node | None = None
+    child_cohorts: list[Node] = field(default_factory=list)
+    child_cqs: list[Node] = field(default_factory=list)
+    subtree: dict[FR, int] = field(default_factory=dict)
+    usage: dict[FR, int] = field(default_factory=dict)
+
+    @property
+    def is_cohort(self) -> bool:
+        return self.kind == "Cohort"
+
+    @property
+    def children(self) -> list[Node]:
+        return [*self.child_cohorts, *self.child_cqs]
+
+    def local_quota(self, fr: FR) -> int:
+        """The part of the subtree quota that a lending limit keeps from the parent."""
+        q = self.quotas.get(fr)
+        if q is not None and q.lending_limit is not None:
+            return max(0, amount.sub(self.subtree.get(fr, 0), q.lending_limit))
+        return 0
+
+    def ancestors(self) -> Iterator[Node]:
+        node = self.parent
+        while node is not None:
+            yield node
+            node = node.parent
+
+    def root(self) -> Node:
+        node = self
+        while node.parent is not None:
+            node = node.parent
+        return node
+
+
+@dataclass
+class QuotaTree:
+    cluster_queues: dict[str, Node]
+    cohorts: dict[str, Node]
+    problems: list[Problem] = field(default_factory=list)
+
+    @property
+    def roots(self) -> list[Node]:
+        """Top-level cohorts and cohort-less ClusterQueues, by name."""
+        tops = [c for c in self.cohorts.values() if c.parent is None and c.active]
+        tops += [q for q in self.cluster_queues.values() if q.parent is None and q.active]
+        return sorted(tops, key=lambda n: (n.kind, n.name))
+
+    def raise_problems(self) -> None:
+        if self.problems:
+            first = str(self.problems[0])
+            more = f" (and {len(self.problems) - 1} more)" if len(self.problems) > 1 else ""
+            raise ConfigError(first + more)
+
+    def post_order(self, root: Node) -> list[Node]:
+        """Every node under ``root``, children before parents (an explicit stack, no recursion)."""
+        out: list[Node] = []
+        stack: list[tuple[Node, bool]] = [(root, False)]
+        while stack:
+            node, done = stack.pop()
+            if done:
+                out.append(node)
+                continue
+            stack.append((node, True))
+            for child in reversed(node.children):
+                stack.append((child, False))
+        return out
+
+    def recompute(self) -> None:
+        """SubtreeQuota and cohort usage from the quotas and the ClusterQueues' usage (Kueue's
+        ``updateCohortResourceNode``/``accumulateFromChild``), for every tree."""
+        for root in self.roots:
+            for node in self.post_order(root):
+                node.subtree = {fr: q.nominal for fr, q in node.quotas.items()}
+                if node.is_cohort:
+                    node.usage = {}
+                    for child in node.children:
+                        for fr, sub in child.subtree.items():
+                            node.subtree[fr] = amount.add(
+                                node.subtree.get(fr, 0), amount.sub(sub, child.local_quota(fr))
+                            )
+                        for fr, used in child.usage.items():
+                            node.usage[fr] = node.usage.get(fr, 0) + max(0, used - child.local_quota(fr))
+
+
+# ---------------------------------------------------------------- building
+
+
+def _weight(raw: object, problems: list[Problem], kind: str, name: str, path: str) -> float:
+    if raw is None:
+        return 1.0
+    try:
+        from kilter.model import quantity
+
+        w = quantity.parse_quantity(raw, path=path)  # type: ignore[arg-type]
+    except InputError as exc:
+        problems.append(Problem(kind, name, path, exc.message))
+        return 1.0
+    if w < 0 or (0 < w <= Decimal("1e-9")):
+        problems.append(Problem(kind, name, path, f"fairSharing.weight {raw} must be 0 or greater than 1e-9"))
+        return 1.0
+    return float(w)
+
+
+def _quotas(
+    groups: list[ResourceGroup], *, kind: str, name: str, has_parent: bool, problems: list[Problem]
+) -> dict[FR, Quota]:
+    """Quotas of a spec's resource groups, checked as Kueue's webhooks check them."""
+    out: dict[FR, Quota] = {}
+    seen_resources: set[str] = set()
+    seen_flavors: set[str] = set()
+    for g, group in enumerate(groups):
+        gpath = f"$.spec.resourceGroups[{g}]"
+        for r in group.covered_resources:
+            if r in seen_resources:
+                problems.append(Problem(kind, name, gpath, f"resource {r} is covered by more than one group"))
+            seen_resources.add(r)
+        for f, flavor in enumerate(group.flavors):
+            fpath = f"{gpath}.flavors[{f}]"
+            if flavor.name in seen_flavors:
+                problems.append(Problem(kind, name, fpath, f"flavor {flavor.name} appears more than once"))
+            seen_flavors.add(flavor.name)
+            names = [r.name for r in flavor.resources]
+            if names != list(group.covered_resources):
+                problems.append(
+                    Problem(
+                        kind, name, f"{fpath}.resources", "must list exactly the group's coveredResources, in order"
+                    )
+                )
+            for i, rq in enumerate(flavor.resources):
+                rpath = f"{fpath}.resources[{i}]"
+                try:
+                    nominal = amount.from_quantity(rq.name, rq.nominal_quota, path=f"{rpath}.nominalQuota")
+                    bl = (
+                        None
+                        if rq.borrowing_limit is None
+                        else amount.from_quantity(rq.name, rq.borrowing_limit, path=f"{rpath}.borrowingLimit")
+                    )
+                    ll = (
+                        None
+                        if rq.lending_limit is None
+                        else amount.from_quantity(rq.name, rq.lending_limit, path=f"{rpath}.lendingLimit")
+                    )
+                except InputError as exc:
+                    problems.append(Problem(kind, name, exc.path, exc.message))
+                    continue
+                for label, value in (("nominalQuota", nominal), ("borrowingLimit", bl), ("lendingLimit", ll)):
+                    if value is not None and value < 0:
+                        problems.append(Problem(kind, name, f"{rpath}.{label}", f"{label} must be >= 0"))
+                if (bl is not None or ll is not None) and not has_parent:
+                    where = "a cohort" if kind == "ClusterQueue" else "a parent"
+                    problems.append(
+                        Problem(
+                            kind, name, rpath, f"borrowingLimit and lendingLimit need {where} to borrow from or lend to"
+                        )
+                    )
+                if kind == "ClusterQueue" and ll is not None and ll > nominal:
+                    problems.append(
+                        Problem(
+                            kind,
+                            name,
+                            f"{rpath}.lendingLimit",
+                            f"lendingLimit exceeds nominalQuota of {flavor.name}/{rq.name}",
+                        )
+                    )
+                out[(flavor.name, rq.name)] = Quota(nominal, bl, ll)
+    return out
+
+
+def build_tree(cluster_queues: Iterable[ClusterQueue], cohorts: Iterable[Cohort]) -> QuotaTree:
+    """The tree these objects describe, with problems reported instead of raised."""
+    problems: list[Problem] = []
+    cqs: dict[str, Node] = {}
+    cos: dict[str, Node] = {}
+    for co in cohorts:
+        name = co.metadata.name
+        n_before = len(problems)
+        node = Node(
+            name=name,
+            kind="Cohort",
+            parent_name=co.spec.parent_cohort,
+            weight=_weight(
+                co.spec.fair_sharing.weight if co.spec.fair_sharing else None,
+                problems,
+                "Cohort",
+                name,
+                "$.spec.fairSharing.weight",
+            ),
+        )
+        node.quotas = _quotas(
+            co.spec.resource_groups, kind="Cohort", name=name, has_parent=bool(node.parent_name), problems=problems
+        )
+        try:
+            node.policy = parse_policy(co.metadata.annotations, path="$")
+        except InputError as exc:
+            problems.append(Problem("Cohort", name, exc.path, exc.message))
+        node.active = len(problems) == n_before
+        cos[name] = node
+    for cq in cluster_queues:
+        name = cq.metadata.name
+        n_before = len(problems)
+        node = Node(
+            name=name,
+            kind="ClusterQueue",
+            parent_name=cq.spec.parent,
+            preemption=cq.spec.preemption,
+            weight=_weight(
+                cq.spec.fair_sharing.weight if cq.spec.fair_sharing else None,
+                problems,
+                "ClusterQueue",
+                name,
+                "$.spec.fairSharing.weight",
+            ),
+        )
+        node.quotas = _quotas(
+            cq.spec.resource_groups,
+            kind="ClusterQueue",
+            name=name,
+            has_parent=bool(node.parent_name),
+            problems=problems,
+        )
+        try:
+            node.policy = parse_policy(cq.metadata.annotations, path="$")
+        except InputError as exc:
+            problems.append(Problem("ClusterQueue", name, exc.path, exc.message))
+        node.active = len(problems) == n_before
+        cqs[name] = node
+
+    for node in [*cos.values(), *cqs.values()]:
+        if node.parent_name and node.parent_name not in cos:
+            cos[node.parent_name] = Node(name=node.parent_name, kind="Cohort", explicit=False)
+
+    for co_node in sorted(cos.values(), key=lambda n: n.name):
+        if co_node.parent_name:
+            co_node.parent = cos[co_node.parent_name]
+            co_node.parent.child_cohorts.append(co_node)
+    for cq_node in sorted(cqs.values(), key=lambda n: n.name):
+        if cq_node.parent_name:
+            cq_node.parent = cos[cq_node.parent_name]
+            cq_node.parent.child_cqs.append(cq_node)
+
+    _disable_cycles(cos, problems)
+    tree = QuotaTree(cqs, cos, problems)
+    _disable_below_inactive(tree)
+    tree.recompute()
+    return tree
+
+
+def _disable_cycles(cos: dict[str, Node], problems: list[Problem]) -> None:
+    """Mark cohorts on a parent cycle (and their subtrees) inactive, as Kueue does; cut the cycle."""
+    state: dict[str, int] = {}
+    for start in sorted(cos):
+        chain: list[Node] = []
+        node: Node | None = cos[start]
+        while node is not None and state.get(node.name, 0) == 0:
+            state[node.name] = 1
+            chain.append(node)
+            node = node.parent
+        if node is not None and state.get(node.name) == 1:
+            cycle = chain[chain.index(node) :]
+            names = " -> ".join(n.name for n in [*cycle, node])
+            for member in cycle:
+                member.active = False
+                problems.append(Problem("Cohort", member.name, "$.spec.parentName", f"cohort cycle {names}"))
+            cycle[-1].parent.child_cohorts.remove(cycle[-1])  # type: ignore[union-attr]
+            cycle[-1].parent = None
+        for n in chain:
+            state[n.name] = 2
+
+
+def _disable_below_inactive(tree: QuotaTree) -> None:
+    for node in [*tree.cohorts.values(), *tree.cluster_queues.values()]:
+        if node.active and any(not a.active for a in node.ancestors()):
+            node.active = False
