@@ -9,6 +9,8 @@ from typing import Any
 from kilter.cli import render, sources
 from kilter.model.errors import InputError
 from kilter.quota import amount, decay
+from kilter.quota.admit import Decision, admission_order
+from kilter.quota.config import FairSharingConfig
 from kilter.quota.policy import parse_time
 from kilter.quota.status import NodeStatus, apply_usage, tree_status
 from kilter.quota.tree import build_tree
@@ -26,6 +28,32 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     sources.add_source_arguments(p)
     p.add_argument("--now", help="evaluate decayed usage at this RFC 3339 time (default: the current time)")
+    p.add_argument(
+        "--pending",
+        action="store_true",
+        help="also show the order in which pending workloads would be considered, and preemptions",
+    )
+    p.add_argument(
+        "--fair-sharing",
+        choices=("on", "off"),
+        default="on",
+        help="order and preempt as Kueue does with fair sharing on (default) or off",
+    )
+    p.add_argument(
+        "--strategies",
+        default=",".join(FairSharingConfig().strategies),
+        help="fair-sharing preemption strategies, comma-separated, as in Kueue's config",
+    )
+    p.add_argument(
+        "--no-prioritize-non-borrowing",
+        action="store_true",
+        help="turn off the FairSharingPrioritizeNonBorrowing gate (Kueue before v0.17)",
+    )
+    p.add_argument(
+        "--no-preempt-within-nominal",
+        action="store_true",
+        help="turn off the FairSharingPreemptWithinNominal gate (Kueue before v0.17)",
+    )
     p.add_argument("-o", "--output", choices=("table", "json", "yaml"), default="table")
     p.set_defaults(func=run)
 
@@ -66,17 +94,60 @@ def _node_dict(s: NodeStatus, *, cohort: bool) -> dict[str, Any]:
     return out
 
 
-def queues_data(state: ClusterState, *, now: float) -> dict[str, Any]:
-    """The JSON document of ``kilter queues``: {"clusterQueues": [...], "cohorts": [...]}."""
+def _decision_dict(d: Decision) -> dict[str, Any]:
+    return {
+        "position": d.position,
+        "cycle": d.cycle,
+        "workload": d.workload.key,
+        "clusterQueue": d.workload.cluster_queue or None,
+        "priority": d.workload.priority,
+        "outcome": d.outcome,
+        "weightedShare": d.share.weighted_share if d.share else None,
+        "flavors": dict(d.flavors),
+        "reason": d.reason or None,
+        "preempts": [
+            {"workload": t.workload.key, "clusterQueue": t.workload.cluster_queue, "reason": t.reason}
+            for t in (d.preemption.targets if d.preemption else ())
+        ],
+    }
+
+
+def queues_data(
+    state: ClusterState, *, now: float, pending: bool = False, config: FairSharingConfig | None = None
+) -> dict[str, Any]:
+    """The JSON document of ``kilter queues``: {"clusterQueues": [...], "cohorts": [...]} (+ "pending")."""
     tree = build_tree(state.cluster_queues, state.cohorts)
     tree.raise_problems()
     infos = workload_infos(state.workloads, state.local_queues, state.priority_classes)
     apply_usage(tree, Ledger(infos, sorted(tree.cluster_queues)).per_cluster_queue())
     cqs, cohorts = tree_status(tree, now=now)
-    return {
+    data: dict[str, Any] = {
         "clusterQueues": [_node_dict(s, cohort=False) for s in cqs],
         "cohorts": [_node_dict(s, cohort=True) for s in cohorts],
     }
+    if pending:
+        decisions = admission_order(
+            tree,
+            [i for i in infos if not i.reserved],
+            [i for i in infos if i.reserved],
+            config=config or FairSharingConfig(),
+            now=now,
+        )
+        data["pending"] = [_decision_dict(d) for d in decisions]
+    return data
+
+
+def _config(args: argparse.Namespace) -> FairSharingConfig:
+    strategies = tuple(s.strip() for s in args.strategies.split(",") if s.strip())
+    try:
+        return FairSharingConfig(
+            enabled=args.fair_sharing == "on",
+            strategies=strategies,
+            prioritize_non_borrowing=not args.no_prioritize_non_borrowing,
+            preempt_within_nominal=not args.no_preempt_within_nominal,
+        )
+    except ValueError as exc:
+        raise InputError(f"--strategies: {exc}") from None
 
 
 def _fmt(v: object) -> str:
@@ -120,13 +191,30 @@ def render_table(data: dict[str, Any]) -> str:
         out += "\n" + render.table(
             ("CLUSTERQUEUE", "FLAVOR/RESOURCE", "NOMINAL", "BORROW", "LEND", "USAGE", "AVAILABLE", "POTENTIAL"), rows
         )
+    if "pending" in data:
+        pend = [
+            (
+                p["position"],
+                p["cycle"],
+                p["workload"],
+                p["clusterQueue"] or "-",
+                p["priority"],
+                _fmt(p["weightedShare"]),
+                p["outcome"],
+                "; ".join(f"{t['workload']} ({t['reason']})" for t in p["preempts"]) or p["reason"] or "",
+            )
+            for p in data["pending"]
+        ]
+        out += "\n" + render.table(
+            ("#", "CYCLE", "WORKLOAD", "CLUSTERQUEUE", "PRIORITY", "SHARE", "OUTCOME", "DETAIL"), pend
+        )
     return out
 
 
 def run(args: argparse.Namespace) -> int:
     state = sources.load_state(args)
     now = parse_time(args.now, path="--now") if args.now else time.time()
-    data = queues_data(state, now=now)
+    data = queues_data(state, now=now, pending=args.pending, config=_config(args))
     if not data["clusterQueues"] and not data["cohorts"]:
         raise InputError("the snapshot holds no ClusterQueues or Cohorts")
     sources.print_warnings(state)

@@ -62,6 +62,7 @@ class Node:
     preemption: ClusterQueuePreemption | None = None
     explicit: bool = True
     active: bool = True
+    groups: list[tuple[tuple[str, ...], tuple[str, ...]]] = field(default_factory=list)
     parent_name: str = ""
     parent: Node | None = None
     child_cohorts: list[Node] = field(default_factory=list)
@@ -134,17 +135,19 @@ class QuotaTree:
         """SubtreeQuota and cohort usage from the quotas and the ClusterQueues' usage (Kueue's
         ``updateCohortResourceNode``/``accumulateFromChild``), for every tree."""
         for root in self.roots:
-            for node in self.post_order(root):
-                node.subtree = {fr: q.nominal for fr, q in node.quotas.items()}
-                if node.is_cohort:
-                    node.usage = {}
-                    for child in node.children:
-                        for fr, sub in child.subtree.items():
-                            node.subtree[fr] = amount.add(
-                                node.subtree.get(fr, 0), amount.sub(sub, child.local_quota(fr))
-                            )
-                        for fr, used in child.usage.items():
-                            node.usage[fr] = node.usage.get(fr, 0) + max(0, used - child.local_quota(fr))
+            self.recompute_under(root)
+
+    def recompute_under(self, root: Node) -> None:
+        """``recompute`` for the one tree under ``root``."""
+        for node in self.post_order(root):
+            node.subtree = {fr: q.nominal for fr, q in node.quotas.items()}
+            if node.is_cohort:
+                node.usage = {}
+                for child in node.children:
+                    for fr, sub in child.subtree.items():
+                        node.subtree[fr] = amount.add(node.subtree.get(fr, 0), amount.sub(sub, child.local_quota(fr)))
+                    for fr, used in child.usage.items():
+                        node.usage[fr] = node.usage.get(fr, 0) + max(0, used - child.local_quota(fr))
 
 
 # ---------------------------------------------------------------- building
@@ -283,6 +286,7 @@ def build_tree(cluster_queues: Iterable[ClusterQueue], cohorts: Iterable[Cohort]
             has_parent=bool(node.parent_name),
             problems=problems,
         )
+        node.groups = [(tuple(g.covered_resources), tuple(f.name for f in g.flavors)) for g in cq.spec.resource_groups]
         try:
             node.policy = parse_policy(cq.metadata.annotations, path="$")
         except InputError as exc:

@@ -168,3 +168,33 @@ def test_the_bundled_demo_queues_are_the_example() -> None:
     from kilter.cli.sources import DEMO_QUEUES
 
     assert DEMO_QUEUES.read_text() == QUEUES.read_text()
+
+
+def test_pending_lists_the_admission_order_and_preemption_targets(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(
+        capsys, "queues", "--snapshot", str(QUEUES), "--pending", "-o", "json", "--now", "2026-12-01T11:00:00Z"
+    )
+    assert code == 0
+    pending = json.loads(out)["pending"]
+    assert [(p["position"], p["workload"], p["outcome"]) for p in pending] == [
+        (1, "train/gpt-prod-v8", "preempt"),
+        (2, "vision/vision-sweep", "admit"),
+        (3, "llm/llama-405b-eval", "wait"),
+    ]
+    # gpt-prod-v8 (576 GPUs) needs 232 more than the 344 available; S2-a takes mixtral (64) but then
+    # refuses llama-70b, S2-b takes llama-70b, and fill-back returns mixtral.
+    assert pending[0]["preempts"] == [
+        {"workload": "llm/llama-70b-sft", "clusterQueue": "llm-research", "reason": "InCohortFairSharing"}
+    ]
+    assert pending[0]["flavors"] == {"cpu": "gb200", "nvidia.com/gpu": "gb200"}
+
+
+def test_pending_without_fair_sharing_uses_the_classical_order(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "queues", "--snapshot", str(QUEUES), "--pending", "--fair-sharing", "off", "-o", "json")
+    assert code == 0
+    assert json.loads(out)["pending"][0]["workload"] == "vision/vision-sweep"
+
+
+def test_unknown_strategies_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, "queues", "--demo", "--pending", "--strategies", "Whatever")
+    assert code == 2 and "--strategies" in err

@@ -1,0 +1,288 @@
+"""Which pending workload Kueue considers next, whether it fits, and what it would preempt.
+
+``assign_flavors`` is Kueue's flavor assignment with default fungibility:
+per resource group, the first flavor where every requested resource fits
+``available`` (borrowing allowed) wins; otherwise the first flavor where it
+fits ``potential_available`` is taken in preemption mode; otherwise the
+workload can never fit (``ExceedsMaxQuota``).
+
+``admission_order`` replays scheduling cycles. Each cycle nominates the head
+of every ClusterQueue (priority, then creation time, then UID); with fair
+sharing, heads are popped one at a time by the tournament over each root
+cohort (``fair_sharing_iterator.go``): at every cohort the child whose
+nominee leaves it not borrowing on the requested flavors wins
+(``FairSharingPrioritizeNonBorrowing``), then the lower share with the
+workload, then higher priority, then the earlier workload; remaining ties go
+to the first child by name (Kueue leaves them to map order). Without fair
+sharing the classical order applies: fits-in-nominal first, then priority,
+then FIFO. A popped workload that fits is admitted into the simulation, so
+later decisions see its usage; one that needs preemption is reported with
+its targets, which are not evicted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from kilter.quota.available import add_usage, available, potential_available
+from kilter.quota.config import FairSharingConfig
+from kilter.quota.drs import DRS, compare
+from kilter.quota.preempt import PreemptionResult, find_targets
+from kilter.quota.shares import Shares
+from kilter.quota.tree import FR, Node, QuotaTree
+from kilter.quota.usage import WorkloadInfo
+
+__all__ = ["ADMIT", "NEVER", "PREEMPT", "WAIT", "Assignment", "Decision", "admission_order", "assign_flavors"]
+
+ADMIT = "admit"
+PREEMPT = "preempt"
+WAIT = "wait"
+NEVER = "never"
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """Flavors per resource and the usage they imply; ``mode`` fit / preempt / nofit."""
+
+    mode: str
+    flavors: Mapping[str, str] = field(default_factory=dict)
+    usage: Mapping[FR, int] = field(default_factory=dict)
+    reason: str = ""
+
+    @property
+    def borrows(self) -> bool:
+        return False
+
+
+def assign_flavors(cq: Node, requests: Mapping[str, int]) -> Assignment:
+    """Kueue's flavor assignment for a workload's total requests in ``cq``."""
+    wanted = {r: v for r, v in requests.items() if v > 0}
+    covered = {r for res, _ in cq.groups for r in res}
+    missing = sorted(set(wanted) - covered)
+    if missing:
+        return Assignment("nofit", reason=f"resource {missing[0]} unavailable in ClusterQueue {cq.name}")
+    flavors: dict[str, str] = {}
+    usage: dict[FR, int] = {}
+    mode = "fit"
+    for resources, group_flavors in cq.groups:
+        asked = [r for r in resources if r in wanted]
+        if not asked:
+            continue
+        chosen = None
+        preempt_choice = None
+        for flavor in group_flavors:
+            if all(wanted[r] <= available(cq, (flavor, r)) for r in asked):
+                chosen = flavor
+                break
+            if preempt_choice is None and all(wanted[r] <= potential_available(cq, (flavor, r)) for r in asked):
+                preempt_choice = flavor
+        if chosen is None and preempt_choice is None:
+            r = asked[0]
+            most = max(potential_available(cq, (f, r)) for f in group_flavors)
+            return Assignment(
+                "nofit", reason=f"{r} request {wanted[r]} exceeds what ClusterQueue {cq.name} could ever hold ({most})"
+            )
+        if chosen is None:
+            chosen = preempt_choice
+            mode = "preempt"
+        assert chosen is not None
+        for r in asked:
+            flavors[r] = chosen
+            usage[(chosen, r)] = wanted[r]
+    return Assignment(mode, flavors, usage)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What happens to one pending workload when its turn comes."""
+
+    position: int
+    cycle: int
+    workload: WorkloadInfo
+    outcome: str
+    share: DRS | None = None
+    flavors: Mapping[str, str] = field(default_factory=dict)
+    preemption: PreemptionResult | None = None
+    reason: str = ""
+
+
+def _queue_key(w: WorkloadInfo) -> tuple[object, ...]:
+    return (-w.priority, w.created_s, w.uid)
+
+
+@dataclass
+class _Entry:
+    workload: WorkloadInfo
+    cq: Node
+    assignment: Assignment
+
+
+class _Tournament:
+    """One cycle's pops over a root cohort (``runTournament`` with ``computeDRS``)."""
+
+    def __init__(self, shares: Shares, config: FairSharingConfig) -> None:
+        self.shares = shares
+        self.config = config
+
+    def pop(self, root: Node, heads: dict[str, _Entry]) -> _Entry | None:
+        drs: dict[tuple[int, str], DRS] = {}
+        for entry in heads.values():
+            if entry.cq.root() is not root:
+                continue
+            for fr, v in entry.assignment.usage.items():
+                add_usage(entry.cq, fr, v)
+            share = self.shares.of(entry.cq)
+            for ancestor in entry.cq.ancestors():
+                drs[(id(ancestor), entry.workload.uid)] = share
+                share = self.shares.of(ancestor)
+            for fr, v in entry.assignment.usage.items():
+                from kilter.quota.available import remove_usage
+
+                remove_usage(entry.cq, fr, v)
+        return self._run(root, heads, drs)
+
+    def _run(self, cohort: Node, heads: dict[str, _Entry], drs: dict[tuple[int, str], DRS]) -> _Entry | None:
+        candidates: list[_Entry] = []
+        for child in sorted(cohort.child_cohorts, key=lambda n: n.name):
+            winner = self._run(child, heads, drs)
+            if winner is not None:
+                candidates.append(winner)
+        for cq in sorted(cohort.child_cqs, key=lambda n: n.name):
+            if cq.name in heads:
+                candidates.append(heads[cq.name])
+        if not candidates:
+            return None
+        best = candidates[0]
+        for current in candidates[1:]:
+            if self._less(current, best, cohort, drs):
+                best = current
+        return best
+
+    def _less(self, a: _Entry, b: _Entry, cohort: Node, drs: Mapping[tuple[int, str], DRS]) -> bool:
+        a_drs = drs[(id(cohort), a.workload.uid)]
+        b_drs = drs[(id(cohort), b.workload.uid)]
+        if self.config.prioritize_non_borrowing:
+            a_b = a_drs.is_borrowing_on(a.assignment.usage)
+            b_b = b_drs.is_borrowing_on(b.assignment.usage)
+            if a_b != b_b:
+                return not a_b
+        c = compare(a_drs, b_drs)
+        if c:
+            return c < 0
+        if self.config.priority_sorting_within_cohort and a.workload.priority != b.workload.priority:
+            return a.workload.priority > b.workload.priority
+        return a.workload.created_s < b.workload.created_s
+
+
+def _classical_key(e: _Entry) -> tuple[object, ...]:
+    borrows = any(e.cq.usage.get(fr, 0) + v > e.cq.subtree.get(fr, 0) for fr, v in e.assignment.usage.items())
+    return (borrows, -e.workload.priority, e.workload.created_s, e.workload.uid)
+
+
+def admission_order(
+    tree: QuotaTree,
+    pending: Iterable[WorkloadInfo],
+    admitted: Sequence[WorkloadInfo],
+    *,
+    config: FairSharingConfig,
+    now: float,
+) -> list[Decision]:
+    """Every pending workload in the order Kueue would consider it, with its outcome.
+
+    The tree's usage is restored afterwards.
+    """
+    queues: dict[str, list[WorkloadInfo]] = {}
+    decisions: list[Decision] = []
+    for w in pending:
+        cq = tree.cluster_queues.get(w.cluster_queue)
+        if cq is None or not cq.active:
+            why = "no ClusterQueue" if not w.cluster_queue else f"ClusterQueue {w.cluster_queue} is missing or inactive"
+            decisions.append(Decision(0, 0, w, NEVER, reason=why))
+            continue
+        queues.setdefault(cq.name, []).append(w)
+    for q in queues.values():
+        q.sort(key=_queue_key)
+    by_cq: dict[str, list[WorkloadInfo]] = {}
+    for w in admitted:
+        by_cq.setdefault(w.cluster_queue, []).append(w)
+    saved = {name: dict(node.usage) for name, node in tree.cluster_queues.items()}
+    shares = Shares(tree, now=now)
+    ordered: list[Decision] = []
+    try:
+        cycle = 0
+        while any(queues.values()):
+            cycle += 1
+            heads = {name: q.pop(0) for name, q in queues.items() if q}
+            entries = {
+                name: _Entry(w, tree.cluster_queues[name], assign_flavors(tree.cluster_queues[name], w.requests))
+                for name, w in heads.items()
+            }
+            for entry in _cycle_order(tree, entries, shares, config):
+                ordered.append(_decide(tree, entry, by_cq, shares, config, now, cycle, len(ordered) + 1))
+    finally:
+        for name, node in tree.cluster_queues.items():
+            node.usage = saved[name]
+        tree.recompute()
+    return ordered + [
+        Decision(len(ordered) + i + 1, 0, d.workload, d.outcome, reason=d.reason) for i, d in enumerate(decisions)
+    ]
+
+
+def _cycle_order(
+    tree: QuotaTree, entries: dict[str, _Entry], shares: Shares, config: FairSharingConfig
+) -> Iterable[_Entry]:
+    """The cycle's entries, popped lazily so each pop sees the admissions before it."""
+    if not config.enabled:
+        yield from sorted(entries.values(), key=_classical_key)
+        return
+    tournament = _Tournament(shares, config)
+    remaining = dict(entries)
+    while remaining:
+        first = remaining[min(remaining)]
+        if first.cq.parent is None:
+            del remaining[first.cq.name]
+            yield first
+            continue
+        winner = tournament.pop(first.cq.root(), remaining)
+        assert winner is not None
+        del remaining[winner.cq.name]
+        yield winner
+
+
+def _decide(
+    tree: QuotaTree,
+    entry: _Entry,
+    admitted: dict[str, list[WorkloadInfo]],
+    shares: Shares,
+    config: FairSharingConfig,
+    now: float,
+    cycle: int,
+    position: int,
+) -> Decision:
+    w, cq = entry.workload, entry.cq
+    assignment = assign_flavors(cq, w.requests)
+    share = shares.of(cq, assignment.usage) if assignment.usage else None
+    if assignment.mode == "nofit":
+        return Decision(position, cycle, w, NEVER, share, reason=assignment.reason)
+    if assignment.mode == "fit":
+        for fr, v in assignment.usage.items():
+            add_usage(cq, fr, v)
+        admitted.setdefault(cq.name, []).append(
+            WorkloadInfo(
+                w.namespace,
+                w.name,
+                w.uid,
+                cq.name,
+                w.local_queue,
+                w.priority,
+                w.created_s,
+                True,
+                now,
+                usage=assignment.usage,
+            )
+        )
+        return Decision(position, cycle, w, ADMIT, share, assignment.flavors)
+    result = find_targets(tree, admitted, cq, w, assignment.usage, config=config, shares=shares, now=now)
+    outcome = PREEMPT if result.targets else WAIT
+    return Decision(position, cycle, w, outcome, share, assignment.flavors, result, result.reason)

@@ -1,0 +1,404 @@
+"""Which admitted workloads would be preempted so a pending one fits, and why.
+
+Fair sharing (``pkg/scheduler/preemption``, ``fair_strategy.go``,
+``fairsharing/{ordering,target}.go``): candidates are the preemptor's own
+ClusterQueue (``withinClusterQueue``) and every borrowing ClusterQueue of its
+root cohort (``reclaimWithinCohort``); target queues are visited from the
+root down the highest share; shares are compared between the two children of
+the lowest common ancestor; rule S2-a ``LessThanOrEqualToFinalShare`` or S2-b
+``LessThanInitialShare`` decides; a preemptor within its nominal quota
+reclaims without a share test; targets are filled back in reverse.
+
+Classical (fair sharing off): a preemptor within its nominal quota reclaims
+from borrowing queues (``reclaimWithinCohort``); a borrowing preemptor may
+preempt lower-priority workloads of other queues only with
+``borrowWithinCohort: LowerPriority``; greedy removal, then fill-back. Kueue's
+hierarchical-advantage candidates are not modelled.
+
+kilter adds ``kilter.dev/min-runtime``: a workload admitted less than that
+long ago is never taken from another ClusterQueue.
+Every what-if is undone before returning.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+
+from kilter.quota.available import add_usage, available, remove_usage
+from kilter.quota.config import LESS_THAN_INITIAL_SHARE, FairSharingConfig
+from kilter.quota.drs import DRS, compare
+from kilter.quota.shares import Shares
+from kilter.quota.tree import FR, Node, QuotaTree
+from kilter.quota.usage import WorkloadInfo
+
+__all__ = [
+    "IN_CLUSTER_QUEUE",
+    "IN_COHORT_FAIR_SHARING",
+    "IN_COHORT_RECLAIM_WHILE_BORROWING",
+    "IN_COHORT_RECLAMATION",
+    "PreemptionResult",
+    "Target",
+    "candidates_order",
+    "find_targets",
+]
+
+IN_CLUSTER_QUEUE = "InClusterQueue"
+IN_COHORT_RECLAMATION = "InCohortReclamation"
+IN_COHORT_FAIR_SHARING = "InCohortFairSharing"
+IN_COHORT_RECLAIM_WHILE_BORROWING = "InCohortReclaimWhileBorrowing"
+
+
+@dataclass(frozen=True)
+class Target:
+    workload: WorkloadInfo
+    reason: str
+
+
+@dataclass(frozen=True)
+class PreemptionResult:
+    targets: tuple[Target, ...]
+    reason: str = ""
+
+
+def _shift(node: Node, usage: Mapping[FR, int], sign: int) -> None:
+    for fr, v in usage.items():
+        (add_usage if sign > 0 else remove_usage)(node, fr, v)
+
+
+def fits(cq: Node, usage: Mapping[FR, int], *, allow_borrowing: bool = True) -> bool:
+    """``workloadFits``: every flavor/resource within ``available`` (and nominal when borrowing is not allowed)."""
+    for fr, v in usage.items():
+        if v > available(cq, fr):
+            return False
+        if not allow_borrowing and cq.usage.get(fr, 0) + v > cq.subtree.get(fr, 0):
+            return False
+    return True
+
+
+def candidates_order(preemptor_cq: str, now: float) -> Callable[[WorkloadInfo], tuple[object, ...]]:
+    """``CandidatesOrdering``: evicted first, other queues before the preemptor's, lower priority,
+    most recently admitted, then UID."""
+
+    def key(w: WorkloadInfo) -> tuple[object, ...]:
+        reserved = w.reserved_s if w.reserved_s is not None else now
+        return (not w.evicted, w.cluster_queue == preemptor_cq, w.priority, -reserved, w.uid)
+
+    return key
+
+
+def _min_runtime(node: Node) -> float | None:
+    for n in (node, *node.ancestors()):
+        if n.policy.min_runtime_s is not None:
+            return n.policy.min_runtime_s
+    return None
+
+
+def _protected(w: WorkloadInfo, node: Node, now: float) -> bool:
+    limit = _min_runtime(node)
+    return limit is not None and w.reserved_s is not None and now - w.reserved_s < limit
+
+
+def _within_policy(policy: str, w: WorkloadInfo, preemptor: WorkloadInfo) -> bool:
+    if policy == "Any":
+        return True
+    if policy == "LowerPriority":
+        return w.priority < preemptor.priority
+    if policy == "LowerOrNewerEqualPriority":
+        return w.priority < preemptor.priority or (
+            w.priority == preemptor.priority and w.created_s > preemptor.created_s
+        )
+    return False
+
+
+def _subtree_cqs(root: Node) -> Iterator[Node]:
+    stack = [root]
+    while stack:
+        n = stack.pop()
+        if n.is_cohort:
+            stack.extend(n.children)
+        else:
+            yield n
+
+
+def _find_candidates(
+    tree: QuotaTree,
+    admitted: Mapping[str, Sequence[WorkloadInfo]],
+    cq: Node,
+    preemptor: WorkloadInfo,
+    frs: set[FR],
+    *,
+    now: float,
+) -> list[WorkloadInfo]:
+    """``findCandidates``: own-queue workloads by ``withinClusterQueue``, and by
+    ``reclaimWithinCohort`` those of every queue that borrows a contested flavor/resource."""
+    policy = cq.preemption
+    within = policy.within_cluster_queue if policy else "Never"
+    reclaim = policy.reclaim_within_cohort if policy else "Never"
+    out = []
+    if within != "Never":
+        out += [
+            w
+            for w in admitted.get(cq.name, ())
+            if w.uid != preemptor.uid and frs & set(w.usage) and _within_policy(within, w, preemptor)
+        ]
+    if cq.parent is not None and reclaim != "Never":
+        for other in _subtree_cqs(cq.root()):
+            if other is cq or not any(other.usage.get(fr, 0) > other.subtree.get(fr, 0) for fr in frs):
+                continue
+            out += [
+                w
+                for w in admitted.get(other.name, ())
+                if frs & set(w.usage) and _within_policy(reclaim, w, preemptor) and not _protected(w, other, now)
+            ]
+    return out
+
+
+class _Ordering:
+    """``TargetClusterQueueOrdering``: from the root, repeatedly descend to the highest share."""
+
+    def __init__(
+        self,
+        preemptor_cq: Node,
+        candidates: Sequence[WorkloadInfo],
+        shares: Shares,
+        order_key: Callable[[WorkloadInfo], tuple[object, ...]],
+    ) -> None:
+        self.preemptor = preemptor_cq
+        self.ancestors = {id(a) for a in preemptor_cq.ancestors()}
+        self.by_cq: dict[str, list[WorkloadInfo]] = {}
+        for w in candidates:
+            self.by_cq.setdefault(w.cluster_queue, []).append(w)
+        self.pruned: set[int] = set()
+        self.shares = shares
+        self.key = order_key
+
+    def has(self, cq: Node) -> bool:
+        return bool(self.by_cq.get(cq.name))
+
+    def pop(self, cq: Node) -> WorkloadInfo:
+        return self.by_cq[cq.name].pop(0)
+
+    def drop(self, cq: Node) -> None:
+        self.pruned.add(id(cq))
+
+    def targets(self) -> Iterator[Node]:
+        if self.preemptor.parent is None:
+            while self.has(self.preemptor):
+                yield self.preemptor
+            return
+        root = self.preemptor.root()
+        while id(root) not in self.pruned:
+            t = self._next(root)
+            if t is not None:
+                yield t
+
+    def _next(self, cohort: Node) -> Node | None:
+        best_cq: tuple[Node, DRS] | None = None
+        for cq in sorted(cohort.child_cqs, key=lambda n: n.name):
+            if id(cq) in self.pruned:
+                continue
+            drs = self.shares.of(cq)
+            if (not drs.borrowing and cq is not self.preemptor) or not self.has(cq):
+                self.pruned.add(id(cq))
+                continue
+            if best_cq is None:
+                best_cq = (cq, drs)
+                continue
+            c = compare(drs, best_cq[1])
+            if c > 0 or (c == 0 and self.key(self.by_cq[cq.name][0]) < self.key(self.by_cq[best_cq[0].name][0])):
+                best_cq = (cq, drs)
+        best_co: tuple[Node, DRS] | None = None
+        for co in sorted(cohort.child_cohorts, key=lambda n: n.name):
+            if id(co) in self.pruned:
+                continue
+            drs = self.shares.of(co)
+            if not drs.borrowing and id(co) not in self.ancestors:
+                self.pruned.add(id(co))
+                continue
+            if best_co is None or compare(drs, best_co[1]) > 0:
+                best_co = (co, drs)
+        if best_cq is None and best_co is None:
+            self.pruned.add(id(cohort))
+            return None
+        if best_co is not None and (best_cq is None or compare(best_co[1], best_cq[1]) >= 0):
+            return self._next(best_co[0])
+        assert best_cq is not None
+        return best_cq[0]
+
+
+def _almost_lcas(p: Node, t: Node) -> tuple[Node, Node]:
+    """The children of the lowest common ancestor on the preemptor's and the target's paths."""
+    t_path = [t, *t.ancestors()]
+    t_ids = {id(n): i for i, n in enumerate(t_path)}
+    p_path = [p, *p.ancestors()]
+    for i, n in enumerate(p_path):
+        j = t_ids.get(id(n))
+        if j is not None:
+            return p_path[i - 1], t_path[j - 1]
+    return p_path[-1], t_path[-1]
+
+
+def _strategy(name: str, preemptor_new: DRS, target_old: DRS, target_new: DRS) -> bool:
+    if name == LESS_THAN_INITIAL_SHARE:
+        return compare(preemptor_new, target_old) < 0
+    return compare(preemptor_new, target_new) <= 0
+
+
+def _fill_back(
+    cq: Node, usage: Mapping[FR, int], tree: QuotaTree, targets: list[Target], *, allow_borrowing: bool
+) -> list[Target]:
+    """Re-admit targets in reverse (all but the last) while the preemptor still fits."""
+    for i in range(len(targets) - 2, -1, -1):
+        w = targets[i].workload
+        _shift(tree.cluster_queues[w.cluster_queue], w.usage, +1)
+        if fits(cq, usage, allow_borrowing=allow_borrowing):
+            del targets[i]
+        else:
+            _shift(tree.cluster_queues[w.cluster_queue], w.usage, -1)
+    return targets
+
+
+def find_targets(
+    tree: QuotaTree,
+    admitted: Mapping[str, Sequence[WorkloadInfo]],
+    cq: Node,
+    preemptor: WorkloadInfo,
+    usage: Mapping[FR, int],
+    *,
+    config: FairSharingConfig,
+    shares: Shares,
+    now: float,
+) -> PreemptionResult:
+    """The workloads to preempt so ``preemptor`` (needing ``usage`` in ``cq``) fits, or why none can."""
+    frs = {fr for fr, v in usage.items() if v > available(cq, fr)}
+    if not frs:
+        return PreemptionResult((), "fits without preemption")
+    candidates = _find_candidates(tree, admitted, cq, preemptor, frs, now=now)
+    if not candidates:
+        return PreemptionResult((), "no workload may be preempted under the ClusterQueue's preemption policy")
+    key = candidates_order(cq.name, now)
+    candidates.sort(key=key)
+    root = cq.root()
+    saved = {id(n): dict(n.usage) for n in _subtree_cqs(root)}
+    removed: list[Target] = []
+    try:
+        if config.enabled:
+            targets = _fair(tree, cq, usage, candidates, frs, removed, config=config, shares=shares, key=key)
+            allow_borrowing = True
+        else:
+            targets, allow_borrowing = _classical(tree, cq, preemptor, usage, candidates, frs, removed)
+        if targets is None:
+            return PreemptionResult((), "preempting every allowed candidate would still not make room")
+        return PreemptionResult(tuple(_fill_back(cq, usage, tree, targets, allow_borrowing=allow_borrowing)))
+    finally:
+        for n in _subtree_cqs(root):
+            n.usage = saved[id(n)]
+        tree.recompute_under(root)
+
+
+def _take(tree: QuotaTree, w: WorkloadInfo, reason: str, removed: list[Target]) -> Target:
+    _shift(tree.cluster_queues[w.cluster_queue], w.usage, -1)
+    t = Target(w, reason)
+    removed.append(t)
+    return t
+
+
+def _fair(
+    tree: QuotaTree,
+    cq: Node,
+    usage: Mapping[FR, int],
+    candidates: list[WorkloadInfo],
+    frs: set[FR],
+    removed: list[Target],
+    *,
+    config: FairSharingConfig,
+    shares: Shares,
+    key: Callable[[WorkloadInfo], tuple[object, ...]],
+) -> list[Target] | None:
+    targets: list[Target] = []
+
+    def fits_now() -> bool:
+        _shift(cq, usage, -1)
+        try:
+            return fits(cq, usage)
+        finally:
+            _shift(cq, usage, +1)
+
+    _shift(cq, usage, +1)
+    try:
+        within_nominal = config.preempt_within_nominal and all(
+            cq.usage.get(fr, 0) <= cq.subtree.get(fr, 0) for fr in frs
+        )
+        retry: list[WorkloadInfo] = []
+        ordering = _Ordering(cq, candidates, shares, key)
+        for target_cq in ordering.targets():
+            if target_cq is cq:
+                targets.append(_take(tree, ordering.pop(target_cq), IN_CLUSTER_QUEUE, removed))
+            elif within_nominal:
+                targets.append(_take(tree, ordering.pop(target_cq), IN_COHORT_RECLAMATION, removed))
+            else:
+                p_side, t_side = _almost_lcas(cq, target_cq)
+                p_new, t_old = shares.of(p_side), shares.of(t_side)
+                while ordering.has(target_cq):
+                    w = ordering.pop(target_cq)
+                    node = tree.cluster_queues[w.cluster_queue]
+                    _shift(node, w.usage, -1)
+                    t_new = shares.of(t_side)
+                    _shift(node, w.usage, +1)
+                    if _strategy(config.strategies[0], p_new, t_old, t_new):
+                        targets.append(_take(tree, w, IN_COHORT_FAIR_SHARING, removed))
+                        break
+                    retry.append(w)
+            if fits_now():
+                return targets
+        if len(config.strategies) > 1:
+            ordering = _Ordering(cq, retry, shares, key)
+            for target_cq in ordering.targets():
+                p_side, t_side = _almost_lcas(cq, target_cq)
+                p_new, t_old = shares.of(p_side), shares.of(t_side)
+                w = ordering.pop(target_cq)
+                if compare(p_new, t_old) < 0:
+                    targets.append(_take(tree, w, IN_COHORT_FAIR_SHARING, removed))
+                    if fits_now():
+                        return targets
+                ordering.drop(target_cq)
+        return None
+    finally:
+        _shift(cq, usage, -1)
+
+
+def _classical(
+    tree: QuotaTree,
+    cq: Node,
+    preemptor: WorkloadInfo,
+    usage: Mapping[FR, int],
+    candidates: list[WorkloadInfo],
+    frs: set[FR],
+    removed: list[Target],
+) -> tuple[list[Target] | None, bool]:
+    within_nominal = all(cq.usage.get(fr, 0) + usage.get(fr, 0) <= cq.subtree.get(fr, 0) for fr in frs)
+    bwc = cq.preemption.borrow_within_cohort if cq.preemption else None
+    allowed: list[tuple[WorkloadInfo, str]] = []
+    for w in candidates:
+        if w.cluster_queue == cq.name:
+            allowed.append((w, IN_CLUSTER_QUEUE))
+        elif within_nominal:
+            allowed.append((w, IN_COHORT_RECLAMATION))
+        elif (
+            bwc is not None
+            and bwc.policy == "LowerPriority"
+            and w.priority < preemptor.priority
+            and (bwc.max_priority_threshold is None or w.priority <= bwc.max_priority_threshold)
+        ):
+            allowed.append((w, IN_COHORT_RECLAIM_WHILE_BORROWING))
+    allow_borrowing = not within_nominal
+    targets: list[Target] = []
+    for w, reason in allowed:
+        other = tree.cluster_queues[w.cluster_queue]
+        if other is not cq and not any(other.usage.get(fr, 0) > other.subtree.get(fr, 0) for fr in frs):
+            continue
+        targets.append(_take(tree, w, reason, removed))
+        if fits(cq, usage, allow_borrowing=allow_borrowing):
+            return targets, allow_borrowing
+    return None, allow_borrowing

@@ -1,0 +1,200 @@
+"""Preemption targets: fair-sharing strategies, reclamation within nominal, fill-back, min-runtime, classical."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kilter.quota.config import FairSharingConfig
+from kilter.quota.preempt import (
+    IN_CLUSTER_QUEUE,
+    IN_COHORT_FAIR_SHARING,
+    IN_COHORT_RECLAIM_WHILE_BORROWING,
+    IN_COHORT_RECLAMATION,
+    find_targets,
+    fits,
+)
+from kilter.quota.shares import Shares
+from kilter.quota.usage import WorkloadInfo
+from tests.quota.builders import cq, tree
+
+GPU = ("a100", "nvidia.com/gpu")
+ANY = {"withinClusterQueue": "LowerPriority", "reclaimWithinCohort": "Any"}
+
+
+def held(name: str, cq_name: str, gpus: int, *, priority: int = 0, reserved: float = 0.0) -> WorkloadInfo:
+    return WorkloadInfo("ns", name, f"uid-{name}", cq_name, "lq", priority, 0.0, True, reserved, usage={GPU: gpus})
+
+
+def incoming(cq_name: str, *, priority: int = 0) -> WorkloadInfo:
+    return WorkloadInfo("ns", "new", "uid-new", cq_name, "lq", priority, 0.0, False)
+
+
+def targets(
+    t: Any,
+    workloads: list[WorkloadInfo],
+    cq_name: str,
+    gpus: int,
+    *,
+    priority: int = 0,
+    now: float = 10_000.0,
+    **cfg: Any,
+) -> tuple[list[tuple[str, str]], str]:
+    admitted: dict[str, list[WorkloadInfo]] = {}
+    for w in workloads:
+        admitted.setdefault(w.cluster_queue, []).append(w)
+    before = {n: dict(q.usage) for n, q in t.cluster_queues.items()}
+    result = find_targets(
+        t,
+        admitted,
+        t.cluster_queues[cq_name],
+        incoming(cq_name, priority=priority),
+        {GPU: gpus},
+        config=FairSharingConfig(**cfg),
+        shares=Shares(t, now=now),
+        now=now,
+    )
+    assert {n: dict(q.usage) for n, q in t.cluster_queues.items()} == before, "a what-if leaked"
+    return [(x.workload.name, x.reason) for x in result.targets], result.reason
+
+
+def three(usage: dict[str, int], **policies: dict[str, Any]) -> Any:
+    return tree(
+        [cq(n, {GPU: 10}, cohort="c", preemption=policies.get(n, ANY)) for n in ("a", "b", "c")],
+        usage={n: {GPU: u} for n, u in usage.items()},
+    )
+
+
+def test_a_queue_within_nominal_reclaims_from_borrowers_without_a_share_test() -> None:
+    # a uses 0 of 10 and wants 6; b borrows 8; c borrows 2. b's share is highest; its newest workload goes first.
+    t = three({"b": 18, "c": 12})
+    w = [held("b1", "b", 10, reserved=1.0), held("b2", "b", 8, reserved=2.0), held("c1", "c", 12)]
+    assert targets(t, w, "a", 6) == ([("b2", IN_COHORT_RECLAMATION)], "")
+
+
+def test_without_the_within_nominal_gate_the_share_rule_decides() -> None:
+    t = three({"b": 18, "c": 12})
+    w = [held("b1", "b", 10, reserved=1.0), held("b2", "b", 8, reserved=2.0), held("c1", "c", 12)]
+    # Preemptor a with 6: share 0. Target b: old (18 - 10) * 1000 / 30, new after removing b2 = 0: 0 <= 0 passes.
+    assert targets(t, w, "a", 6, preempt_within_nominal=False) == ([("b2", IN_COHORT_FAIR_SHARING)], "")
+
+
+def test_s2a_refuses_to_leave_the_target_below_the_preemptor_and_s2b_takes_one_then() -> None:
+    # a already borrows 4 and wants 4 more (share (8)*1000/30 = 266.7 with it); b borrows 6 (200).
+    # S2-a: removing b's 6-GPU workload leaves b at 0 < 266.7: refused. S2-b: 266.7 < 200 is false too.
+    t = three({"a": 14, "b": 16})
+    w = [held("b1", "b", 6), held("b2", "b", 10)]
+    assert targets(t, w, "a", 4, preempt_within_nominal=False) == (
+        [],
+        "preempting every allowed candidate would still not make room",
+    )
+
+
+def test_s2b_picks_the_first_candidate_when_the_target_started_above_the_preemptor() -> None:
+    # a borrows 1 with the incoming 1 (share 33.3); b borrows 9 (300).
+    # S2-a: removing b's 9 leaves b at 0 < 33.3: refused;
+    # S2-b: 33.3 < 300: b's first candidate goes. The cohort had 0 free, so one removal makes room.
+    t = three({"a": 10, "b": 19, "c": 1})
+    w = [held("b1", "b", 9, reserved=5.0), held("b2", "b", 10, reserved=1.0)]
+    assert targets(t, w, "a", 1, preempt_within_nominal=False, strategies=("LessThanInitialShare",)) == (
+        [("b1", IN_COHORT_FAIR_SHARING)],
+        "",
+    )
+
+
+def test_fill_back_returns_targets_that_turn_out_unneeded() -> None:
+    # a wants 9 within nominal; the cohort is full. Candidates (newest first): b3 (2), b2 (3), b1 (9).
+    # Greedy takes b3, b2 (5 freed, not enough), then b1 (14 freed); fill-back re-admits b2 and b3.
+    t = three({"b": 20, "c": 10})
+    w = [
+        held("b1", "b", 9, reserved=1.0),
+        held("b2", "b", 3, reserved=2.0),
+        held("b3", "b", 2, reserved=3.0),
+        held("b4", "b", 6, reserved=0.5),
+    ]
+    chosen, _ = targets(t, w, "a", 9)
+    assert [name for name, _ in chosen] == ["b1"]
+
+
+def test_min_runtime_protects_young_workloads_from_other_queues() -> None:
+    t = tree(
+        [
+            cq("a", {GPU: 10}, cohort="c", preemption=ANY),
+            cq("b", {GPU: 10}, cohort="c", annotations={"kilter.dev/min-runtime": "30m"}),
+        ],
+        usage={"b": {GPU: 20}},
+    )
+    young = [held("b1", "b", 10, reserved=9_500.0), held("b2", "b", 10, reserved=9_000.0)]
+    assert targets(t, young, "a", 5) == ([], "no workload may be preempted under the ClusterQueue's preemption policy")
+    old = [held("b1", "b", 10, reserved=1_000.0), held("b2", "b", 10, reserved=9_000.0)]
+    assert [n for n, _ in targets(t, old, "a", 5)[0]] == ["b1"]
+
+
+def test_lower_priority_workloads_of_the_own_queue_are_preempted_in_queue() -> None:
+    t = tree([cq("solo", {GPU: 10}, preemption={"withinClusterQueue": "LowerPriority"})], usage={"solo": {GPU: 10}})
+    w = [held("low", "solo", 4, priority=1), held("same", "solo", 6, priority=5)]
+    assert targets(t, w, "solo", 4, priority=5) == ([("low", IN_CLUSTER_QUEUE)], "")
+
+
+def test_classical_reclaim_within_nominal_and_borrowing_with_borrow_within_cohort() -> None:
+    t = three({"b": 20, "c": 10})
+    w = [held("b1", "b", 10, priority=1)]
+    assert targets(t, w, "a", 6, enabled=False) == ([("b1", IN_COHORT_RECLAMATION)], "")
+    # a borrowing (12 + 4 > 10): only with borrowWithinCohort LowerPriority, and only lower priority.
+    t = tree(
+        [
+            cq("a", {GPU: 10}, cohort="c", preemption={**ANY, "borrowWithinCohort": {"policy": "LowerPriority"}}),
+            cq("b", {GPU: 10}, cohort="c", preemption=ANY),
+        ],
+        usage={"a": {GPU: 12}, "b": {GPU: 8}},
+    )
+    w = [held("b1", "b", 8, priority=1)]
+    assert targets(t, w, "a", 4, priority=5, enabled=False) == (
+        [],
+        "no workload may be preempted under the ClusterQueue's preemption policy",
+    )
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 2), st.integers(1, 8), st.integers(0, 3)), min_size=1, max_size=10),
+    st.integers(1, 12),
+    st.booleans(),
+)
+def test_targets_always_make_room_and_never_leak(held_specs: list[tuple[int, int, int]], want: int, fair: bool) -> None:
+    names = ("a", "b", "c")
+    usage: dict[str, int] = {}
+    workloads = []
+    for i, (q, g, p) in enumerate(held_specs):
+        usage[names[q]] = usage.get(names[q], 0) + g
+        workloads.append(held(f"w{i}", names[q], g, priority=p, reserved=float(i)))
+    t = three(usage)
+    chosen, _ = targets(t, workloads, "a", want, priority=2, enabled=fair)
+    if chosen:
+        by_name = {w.name: w for w in workloads}
+        from kilter.quota.available import remove_usage
+
+        for name, _ in chosen:
+            w = by_name[name]
+            remove_usage(t.cluster_queues[w.cluster_queue], GPU, w.usage[GPU])
+        assert fits(t.cluster_queues["a"], {GPU: want})
+
+
+def test_nothing_to_do_when_the_workload_already_fits() -> None:
+    t = three({})
+    assert targets(t, [], "a", 5) == ([], "fits without preemption")
+
+
+def test_reclaim_while_borrowing_reason() -> None:
+    t = tree(
+        [
+            cq("a", {GPU: 10}, cohort="c", preemption={**ANY, "borrowWithinCohort": {"policy": "LowerPriority"}}),
+            cq("b", {GPU: 10}, cohort="c", preemption=ANY),
+        ],
+        usage={"a": {GPU: 12}, "b": {GPU: 8}},
+    )
+    # b is not borrowing, so nothing of b is a candidate even for a borrowing preemptor.
+    assert targets(t, [held("b1", "b", 8, priority=1)], "a", 4, priority=5, enabled=False)[0] == []
+    assert IN_COHORT_RECLAIM_WHILE_BORROWING == "InCohortReclaimWhileBorrowing"
