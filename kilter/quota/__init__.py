@@ -1,7 +1,11 @@
 """Quota: Kueue-exact cohort borrowing and dominant-resource fair share, plus decayed usage."""
 
-from kilter.quota import amount, available, decay, drs, policy, status, tree, usage
+from kilter.quota import admit, amount, available, config, decay, drs, policy, preempt, shares, status, tree, usage
+from kilter.quota.admit import Decision, admission_order, assign_flavors
+from kilter.quota.config import FairSharingConfig
 from kilter.quota.drs import DRS, LendableCache, compare, dominant_resource_share
+from kilter.quota.preempt import PreemptionResult, Target, find_targets
+from kilter.quota.shares import Shares
 from kilter.quota.status import NodeStatus, ResourceStatus, apply_usage, tree_status
 from kilter.quota.tree import FR, Node, Problem, Quota, QuotaTree, build_tree
 from kilter.quota.usage import Ledger, WorkloadInfo, workload_infos
@@ -9,24 +13,36 @@ from kilter.quota.usage import Ledger, WorkloadInfo, workload_infos
 __all__ = [
     "DRS",
     "FR",
+    "Decision",
+    "FairSharingConfig",
     "Ledger",
     "LendableCache",
     "Node",
     "NodeStatus",
+    "PreemptionResult",
     "Problem",
     "Quota",
     "QuotaTree",
     "ResourceStatus",
+    "Shares",
+    "Target",
     "WorkloadInfo",
+    "admission_order",
+    "admit",
     "amount",
     "apply_usage",
+    "assign_flavors",
     "available",
     "build_tree",
     "compare",
+    "config",
     "decay",
     "dominant_resource_share",
     "drs",
+    "find_targets",
     "policy",
+    "preempt",
+    "shares",
     "status",
     "tree",
     "tree_status",
