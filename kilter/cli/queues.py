@@ -9,7 +9,7 @@ from typing import Any
 from kilter.cli import render, sources
 from kilter.model.errors import InputError
 from kilter.quota import amount, decay
-from kilter.quota.admit import Decision, admission_order
+from kilter.quota.admit import Decision, admission_order, by_cluster_queue
 from kilter.quota.config import FairSharingConfig
 from kilter.quota.policy import parse_time
 from kilter.quota.status import NodeStatus, apply_usage, tree_status
@@ -129,7 +129,7 @@ def queues_data(
         decisions = admission_order(
             tree,
             [i for i in infos if not i.reserved],
-            [i for i in infos if i.reserved],
+            by_cluster_queue(infos),
             config=config or FairSharingConfig(),
             now=now,
         )

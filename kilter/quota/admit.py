@@ -25,15 +25,36 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from kilter.quota.available import add_usage, available, potential_available
+from kilter.quota.available import available, potential_available
 from kilter.quota.config import FairSharingConfig
 from kilter.quota.drs import DRS, compare
 from kilter.quota.preempt import PreemptionResult, find_targets
 from kilter.quota.shares import Shares
 from kilter.quota.tree import FR, Node, QuotaTree
 from kilter.quota.usage import WorkloadInfo
+from kilter.quota.whatif import Journal
 
-__all__ = ["ADMIT", "NEVER", "PREEMPT", "WAIT", "Assignment", "Decision", "admission_order", "assign_flavors"]
+__all__ = [
+    "ADMIT",
+    "NEVER",
+    "PREEMPT",
+    "WAIT",
+    "Assignment",
+    "Decision",
+    "admission_order",
+    "assign_flavors",
+    "by_cluster_queue",
+]
+
+
+def by_cluster_queue(workloads: Iterable[WorkloadInfo]) -> dict[str, list[WorkloadInfo]]:
+    """Workloads holding quota, grouped per ClusterQueue (the shape ``admission_order`` reads)."""
+    out: dict[str, list[WorkloadInfo]] = {}
+    for w in workloads:
+        if w.reserved:
+            out.setdefault(w.cluster_queue, []).append(w)
+    return out
+
 
 ADMIT = "admit"
 PREEMPT = "preempt"
@@ -49,10 +70,6 @@ class Assignment:
     flavors: Mapping[str, str] = field(default_factory=dict)
     usage: Mapping[FR, int] = field(default_factory=dict)
     reason: str = ""
-
-    @property
-    def borrows(self) -> bool:
-        return False
 
 
 def assign_flavors(cq: Node, requests: Mapping[str, int]) -> Assignment:
@@ -130,16 +147,13 @@ class _Tournament:
         for entry in heads.values():
             if entry.cq.root() is not root:
                 continue
-            for fr, v in entry.assignment.usage.items():
-                add_usage(entry.cq, fr, v)
+            journal = Journal()
+            journal.add(entry.cq, entry.assignment.usage)
             share = self.shares.of(entry.cq)
             for ancestor in entry.cq.ancestors():
                 drs[(id(ancestor), entry.workload.uid)] = share
                 share = self.shares.of(ancestor)
-            for fr, v in entry.assignment.usage.items():
-                from kilter.quota.available import remove_usage
-
-                remove_usage(entry.cq, fr, v)
+            journal.undo()
         return self._run(root, heads, drs)
 
     def _run(self, cohort: Node, heads: dict[str, _Entry], drs: dict[tuple[int, str], DRS]) -> _Entry | None:
@@ -183,13 +197,14 @@ def _classical_key(e: _Entry) -> tuple[object, ...]:
 def admission_order(
     tree: QuotaTree,
     pending: Iterable[WorkloadInfo],
-    admitted: Sequence[WorkloadInfo],
+    admitted: Mapping[str, Sequence[WorkloadInfo]],
     *,
     config: FairSharingConfig,
     now: float,
 ) -> list[Decision]:
     """Every pending workload in the order Kueue would consider it, with its outcome.
 
+    ``admitted`` maps each ClusterQueue to the workloads holding its quota.
     The tree's usage is restored afterwards.
     """
     queues: dict[str, list[WorkloadInfo]] = {}
@@ -203,11 +218,9 @@ def admission_order(
         queues.setdefault(cq.name, []).append(w)
     for q in queues.values():
         q.sort(key=_queue_key)
-    by_cq: dict[str, list[WorkloadInfo]] = {}
-    for w in admitted:
-        by_cq.setdefault(w.cluster_queue, []).append(w)
-    saved = {name: dict(node.usage) for name, node in tree.cluster_queues.items()}
+    by_cq: dict[str, Sequence[WorkloadInfo]] = dict(admitted)
     shares = Shares(tree, now=now)
+    journal = Journal()
     ordered: list[Decision] = []
     try:
         cycle = 0
@@ -219,11 +232,9 @@ def admission_order(
                 for name, w in heads.items()
             }
             for entry in _cycle_order(tree, entries, shares, config):
-                ordered.append(_decide(tree, entry, by_cq, shares, config, now, cycle, len(ordered) + 1))
+                ordered.append(_decide(tree, entry, by_cq, shares, journal, config, now, cycle, len(ordered) + 1))
     finally:
-        for name, node in tree.cluster_queues.items():
-            node.usage = saved[name]
-        tree.recompute()
+        journal.undo()
     return ordered + [
         Decision(len(ordered) + i + 1, 0, d.workload, d.outcome, reason=d.reason) for i, d in enumerate(decisions)
     ]
@@ -253,8 +264,9 @@ def _cycle_order(
 def _decide(
     tree: QuotaTree,
     entry: _Entry,
-    admitted: dict[str, list[WorkloadInfo]],
+    admitted: dict[str, Sequence[WorkloadInfo]],
     shares: Shares,
+    journal: Journal,
     config: FairSharingConfig,
     now: float,
     cycle: int,
@@ -266,8 +278,7 @@ def _decide(
     if assignment.mode == "nofit":
         return Decision(position, cycle, w, NEVER, share, reason=assignment.reason)
     if assignment.mode == "fit":
-        for fr, v in assignment.usage.items():
-            add_usage(cq, fr, v)
+        journal.add(cq, assignment.usage)
         admitted.setdefault(cq.name, []).append(
             WorkloadInfo(
                 w.namespace,

@@ -77,7 +77,11 @@ def remove_usage(node: Node, fr: FR, value: int) -> None:
     n: Node | None = node
     while n is not None and value:
         stored_in_parent = n.usage.get(fr, 0) - n.local_quota(fr)
-        n.usage[fr] = n.usage.get(fr, 0) - value
+        left = n.usage.get(fr, 0) - value
+        if left:
+            n.usage[fr] = left
+        else:
+            n.usage.pop(fr, None)
         if stored_in_parent <= 0 or n.parent is None:
             return
         value = min(value, stored_in_parent)

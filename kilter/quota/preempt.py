@@ -25,12 +25,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
-from kilter.quota.available import add_usage, available, remove_usage
+from kilter.quota.available import available
 from kilter.quota.config import LESS_THAN_INITIAL_SHARE, FairSharingConfig
 from kilter.quota.drs import DRS, compare
 from kilter.quota.shares import Shares
 from kilter.quota.tree import FR, Node, QuotaTree
 from kilter.quota.usage import WorkloadInfo
+from kilter.quota.whatif import Journal
 
 __all__ = [
     "IN_CLUSTER_QUEUE",
@@ -59,11 +60,6 @@ class Target:
 class PreemptionResult:
     targets: tuple[Target, ...]
     reason: str = ""
-
-
-def _shift(node: Node, usage: Mapping[FR, int], sign: int) -> None:
-    for fr, v in usage.items():
-        (add_usage if sign > 0 else remove_usage)(node, fr, v)
 
 
 def fits(cq: Node, usage: Mapping[FR, int], *, allow_borrowing: bool = True) -> bool:
@@ -246,16 +242,23 @@ def _strategy(name: str, preemptor_new: DRS, target_old: DRS, target_new: DRS) -
 
 
 def _fill_back(
-    cq: Node, usage: Mapping[FR, int], tree: QuotaTree, targets: list[Target], *, allow_borrowing: bool
+    cq: Node,
+    usage: Mapping[FR, int],
+    tree: QuotaTree,
+    targets: list[Target],
+    journal: Journal,
+    *,
+    allow_borrowing: bool,
 ) -> list[Target]:
     """Re-admit targets in reverse (all but the last) while the preemptor still fits."""
     for i in range(len(targets) - 2, -1, -1):
         w = targets[i].workload
-        _shift(tree.cluster_queues[w.cluster_queue], w.usage, +1)
+        mark = len(journal)
+        journal.add(tree.cluster_queues[w.cluster_queue], w.usage)
         if fits(cq, usage, allow_borrowing=allow_borrowing):
             del targets[i]
         else:
-            _shift(tree.cluster_queues[w.cluster_queue], w.usage, -1)
+            journal.undo(mark)
     return targets
 
 
@@ -279,29 +282,23 @@ def find_targets(
         return PreemptionResult((), "no workload may be preempted under the ClusterQueue's preemption policy")
     key = candidates_order(cq.name, now)
     candidates.sort(key=key)
-    root = cq.root()
-    saved = {id(n): dict(n.usage) for n in _subtree_cqs(root)}
-    removed: list[Target] = []
+    journal = Journal()
     try:
         if config.enabled:
-            targets = _fair(tree, cq, usage, candidates, frs, removed, config=config, shares=shares, key=key)
+            targets = _fair(tree, cq, usage, candidates, frs, journal, config=config, shares=shares, key=key)
             allow_borrowing = True
         else:
-            targets, allow_borrowing = _classical(tree, cq, preemptor, usage, candidates, frs, removed)
+            targets, allow_borrowing = _classical(tree, cq, preemptor, usage, candidates, frs, journal)
         if targets is None:
             return PreemptionResult((), "preempting every allowed candidate would still not make room")
-        return PreemptionResult(tuple(_fill_back(cq, usage, tree, targets, allow_borrowing=allow_borrowing)))
+        return PreemptionResult(tuple(_fill_back(cq, usage, tree, targets, journal, allow_borrowing=allow_borrowing)))
     finally:
-        for n in _subtree_cqs(root):
-            n.usage = saved[id(n)]
-        tree.recompute_under(root)
+        journal.undo()
 
 
-def _take(tree: QuotaTree, w: WorkloadInfo, reason: str, removed: list[Target]) -> Target:
-    _shift(tree.cluster_queues[w.cluster_queue], w.usage, -1)
-    t = Target(w, reason)
-    removed.append(t)
-    return t
+def _take(tree: QuotaTree, w: WorkloadInfo, reason: str, journal: Journal) -> Target:
+    journal.remove(tree.cluster_queues[w.cluster_queue], w.usage)
+    return Target(w, reason)
 
 
 def _fair(
@@ -310,7 +307,7 @@ def _fair(
     usage: Mapping[FR, int],
     candidates: list[WorkloadInfo],
     frs: set[FR],
-    removed: list[Target],
+    journal: Journal,
     *,
     config: FairSharingConfig,
     shares: Shares,
@@ -319,13 +316,15 @@ def _fair(
     targets: list[Target] = []
 
     def fits_now() -> bool:
-        _shift(cq, usage, -1)
+        mark = len(journal)
+        journal.remove(cq, usage)
         try:
             return fits(cq, usage)
         finally:
-            _shift(cq, usage, +1)
+            journal.undo(mark)
 
-    _shift(cq, usage, +1)
+    start = len(journal)
+    journal.add(cq, usage)
     try:
         within_nominal = config.preempt_within_nominal and all(
             cq.usage.get(fr, 0) <= cq.subtree.get(fr, 0) for fr in frs
@@ -334,20 +333,20 @@ def _fair(
         ordering = _Ordering(cq, candidates, shares, key)
         for target_cq in ordering.targets():
             if target_cq is cq:
-                targets.append(_take(tree, ordering.pop(target_cq), IN_CLUSTER_QUEUE, removed))
+                targets.append(_take(tree, ordering.pop(target_cq), IN_CLUSTER_QUEUE, journal))
             elif within_nominal:
-                targets.append(_take(tree, ordering.pop(target_cq), IN_COHORT_RECLAMATION, removed))
+                targets.append(_take(tree, ordering.pop(target_cq), IN_COHORT_RECLAMATION, journal))
             else:
                 p_side, t_side = _almost_lcas(cq, target_cq)
                 p_new, t_old = shares.of(p_side), shares.of(t_side)
                 while ordering.has(target_cq):
                     w = ordering.pop(target_cq)
-                    node = tree.cluster_queues[w.cluster_queue]
-                    _shift(node, w.usage, -1)
+                    mark = len(journal)
+                    journal.remove(tree.cluster_queues[w.cluster_queue], w.usage)
                     t_new = shares.of(t_side)
-                    _shift(node, w.usage, +1)
+                    journal.undo(mark)
                     if _strategy(config.strategies[0], p_new, t_old, t_new):
-                        targets.append(_take(tree, w, IN_COHORT_FAIR_SHARING, removed))
+                        targets.append(_take(tree, w, IN_COHORT_FAIR_SHARING, journal))
                         break
                     retry.append(w)
             if fits_now():
@@ -359,13 +358,15 @@ def _fair(
                 p_new, t_old = shares.of(p_side), shares.of(t_side)
                 w = ordering.pop(target_cq)
                 if compare(p_new, t_old) < 0:
-                    targets.append(_take(tree, w, IN_COHORT_FAIR_SHARING, removed))
+                    targets.append(_take(tree, w, IN_COHORT_FAIR_SHARING, journal))
                     if fits_now():
                         return targets
                 ordering.drop(target_cq)
         return None
     finally:
-        _shift(cq, usage, -1)
+        # Take the incoming usage back out, keeping the targets' removal for the fill-back.
+        journal.remove(cq, usage)
+        del start
 
 
 def _classical(
@@ -375,7 +376,7 @@ def _classical(
     usage: Mapping[FR, int],
     candidates: list[WorkloadInfo],
     frs: set[FR],
-    removed: list[Target],
+    journal: Journal,
 ) -> tuple[list[Target] | None, bool]:
     within_nominal = all(cq.usage.get(fr, 0) + usage.get(fr, 0) <= cq.subtree.get(fr, 0) for fr in frs)
     bwc = cq.preemption.borrow_within_cohort if cq.preemption else None
@@ -398,7 +399,7 @@ def _classical(
         other = tree.cluster_queues[w.cluster_queue]
         if other is not cq and not any(other.usage.get(fr, 0) > other.subtree.get(fr, 0) for fr in frs):
             continue
-        targets.append(_take(tree, w, reason, removed))
+        targets.append(_take(tree, w, reason, journal))
         if fits(cq, usage, allow_borrowing=allow_borrowing):
             return targets, allow_borrowing
     return None, allow_borrowing

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kilter.quota.admit import ADMIT, NEVER, PREEMPT, WAIT, admission_order, assign_flavors
+from kilter.quota.admit import ADMIT, NEVER, PREEMPT, WAIT, admission_order, assign_flavors, by_cluster_queue
 from kilter.quota.config import FairSharingConfig
 from kilter.quota.usage import WorkloadInfo
 from tests.quota.builders import cohort, cq, tree
@@ -23,7 +23,7 @@ def held(name: str, cq_name: str, usage: dict[Any, int], *, priority: int = 0, r
 
 
 def order(t: Any, pend: list[WorkloadInfo], adm: list[WorkloadInfo] = (), **cfg: Any) -> list[tuple[str, str]]:  # type: ignore[assignment]
-    decisions = admission_order(t, pend, list(adm), config=FairSharingConfig(**cfg), now=1000.0)
+    decisions = admission_order(t, pend, by_cluster_queue(adm), config=FairSharingConfig(**cfg), now=1000.0)
     return [(d.workload.name, d.outcome) for d in decisions]
 
 
@@ -122,7 +122,7 @@ def test_a_workload_needing_preemption_is_reported_with_its_targets() -> None:
     decisions = admission_order(
         t,
         [pending("wa", "a", 4)],
-        [held("big", "b", {A: 12}), held("small", "b", {A: 8})],
+        by_cluster_queue([held("big", "b", {A: 12}), held("small", "b", {A: 8})]),
         config=FairSharingConfig(),
         now=0.0,
     )
