@@ -1,17 +1,18 @@
-"""``python -m bench`` (``make bench``): run every benchmark and print a summary."""
+"""``python -m bench`` (``make bench``): run every benchmark, write bench/results/*.json, print a summary."""
 
 from __future__ import annotations
 
 import json
 
-from bench import common, topology
+from bench import common, quota, topology
 
 
 def run() -> None:
-    results = topology.main()
-    path = common.write("topology", results)
-    print(json.dumps(results, indent=2))
-    print(f"wrote {path}")
+    for name, module in (("topology", topology), ("quota", quota)):
+        results = module.main()
+        path = common.write(name, results)
+        print(json.dumps(results, indent=2))
+        print(f"wrote {path}")
 
 
 if __name__ == "__main__":

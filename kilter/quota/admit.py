@@ -136,33 +136,59 @@ class _Entry:
 
 
 class _Tournament:
-    """One cycle's pops over a root cohort (``runTournament`` with ``computeDRS``)."""
+    """One cycle's pops over a root cohort (``runTournament`` with ``computeDRS``).
+
+    A nominee's shares (its queue's and each ancestor's, with the nominee
+    added) only change when usage changes below the root on its path, so they
+    are kept between pops and dropped for nominees that share a non-root
+    ancestor with a queue that was just served.
+    """
 
     def __init__(self, shares: Shares, config: FairSharingConfig) -> None:
         self.shares = shares
         self.config = config
+        self.cache: dict[str, dict[int, DRS]] = {}
+        self.paths: dict[str, set[int]] = {}
+
+    def served(self, cq: Node) -> None:
+        """Forget the shares a change in ``cq``'s usage may have moved."""
+        changed = {id(n) for n in (cq, *cq.ancestors()) if n.parent is not None}
+        for uid in [u for u, path in self.paths.items() if path & changed]:
+            del self.cache[uid]
+            del self.paths[uid]
+
+    def _values(self, entry: _Entry) -> dict[int, DRS]:
+        uid = entry.workload.uid
+        cached = self.cache.get(uid)
+        if cached is None:
+            cached = {}
+            journal = Journal()
+            journal.add(entry.cq, entry.assignment.usage)
+            share = self.shares.of(entry.cq)
+            for ancestor in entry.cq.ancestors():
+                cached[id(ancestor)] = share
+                share = self.shares.of(ancestor)
+            journal.undo()
+            self.cache[uid] = cached
+            self.paths[uid] = {id(n) for n in (entry.cq, *entry.cq.ancestors()) if n.parent is not None}
+        return cached
 
     def pop(self, root: Node, heads: dict[str, _Entry]) -> _Entry | None:
         drs: dict[tuple[int, str], DRS] = {}
         for entry in heads.values():
             if entry.cq.root() is not root:
                 continue
-            journal = Journal()
-            journal.add(entry.cq, entry.assignment.usage)
-            share = self.shares.of(entry.cq)
-            for ancestor in entry.cq.ancestors():
-                drs[(id(ancestor), entry.workload.uid)] = share
-                share = self.shares.of(ancestor)
-            journal.undo()
+            for node_id, value in self._values(entry).items():
+                drs[(node_id, entry.workload.uid)] = value
         return self._run(root, heads, drs)
 
     def _run(self, cohort: Node, heads: dict[str, _Entry], drs: dict[tuple[int, str], DRS]) -> _Entry | None:
         candidates: list[_Entry] = []
-        for child in sorted(cohort.child_cohorts, key=lambda n: n.name):
+        for child in cohort.child_cohorts:
             winner = self._run(child, heads, drs)
             if winner is not None:
                 candidates.append(winner)
-        for cq in sorted(cohort.child_cqs, key=lambda n: n.name):
+        for cq in cohort.child_cqs:
             if cq.name in heads:
                 candidates.append(heads[cq.name])
         if not candidates:
@@ -259,6 +285,7 @@ def _cycle_order(
         assert winner is not None
         del remaining[winner.cq.name]
         yield winner
+        tournament.served(winner.cq)
 
 
 def _decide(
@@ -279,7 +306,8 @@ def _decide(
         return Decision(position, cycle, w, NEVER, share, reason=assignment.reason)
     if assignment.mode == "fit":
         journal.add(cq, assignment.usage)
-        admitted.setdefault(cq.name, []).append(
+        admitted[cq.name] = [
+            *admitted.get(cq.name, ()),
             WorkloadInfo(
                 w.namespace,
                 w.name,
@@ -291,8 +319,8 @@ def _decide(
                 True,
                 now,
                 usage=assignment.usage,
-            )
-        )
+            ),
+        ]
         return Decision(position, cycle, w, ADMIT, share, assignment.flavors)
     result = find_targets(tree, admitted, cq, w, assignment.usage, config=config, shares=shares, now=now)
     outcome = PREEMPT if result.targets else WAIT

@@ -100,9 +100,12 @@ def dominant_resource_share(
     borrowed: dict[str, int] = {}
     borrowed_frs: list[FR] = []
     for fr, quota in node.subtree.items():
-        b = amount.sub(amount.add(request.get(fr, 0), used.get(fr, 0)), quota)
+        if quota == amount.UNLIMITED:
+            continue  # nothing is borrowed above an unlimited quota (U - U = 0, x - U < 0)
+        b = request.get(fr, 0) + used.get(fr, 0) - quota
         if b > 0:
-            borrowed[fr[1]] = amount.add(borrowed.get(fr[1], 0), b)
+            resource = fr[1]
+            borrowed[resource] = amount.add(borrowed.get(resource, 0), min(b, amount.UNLIMITED - 1))
             borrowed_frs.append(fr)
     if not borrowed:
         return DRS(node.weight)

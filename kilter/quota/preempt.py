@@ -125,55 +125,90 @@ def _find_candidates(
     frs: set[FR],
     *,
     now: float,
-) -> list[WorkloadInfo]:
-    """``findCandidates``: own-queue workloads by ``withinClusterQueue``, and by
+) -> dict[str, list[WorkloadInfo]]:
+    """``findCandidates``, grouped per ClusterQueue: own-queue workloads by ``withinClusterQueue``, and by
     ``reclaimWithinCohort`` those of every queue that borrows a contested flavor/resource."""
     policy = cq.preemption
     within = policy.within_cluster_queue if policy else "Never"
     reclaim = policy.reclaim_within_cohort if policy else "Never"
-    out = []
+    out: dict[str, list[WorkloadInfo]] = {}
     if within != "Never":
-        out += [
+        own = [
             w
             for w in admitted.get(cq.name, ())
-            if w.uid != preemptor.uid and frs & set(w.usage) and _within_policy(within, w, preemptor)
+            if w.uid != preemptor.uid and not frs.isdisjoint(w.usage) and _within_policy(within, w, preemptor)
         ]
+        if own:
+            out[cq.name] = own
     if cq.parent is not None and reclaim != "Never":
         for other in _subtree_cqs(cq.root()):
             if other is cq or not any(other.usage.get(fr, 0) > other.subtree.get(fr, 0) for fr in frs):
                 continue
-            out += [
+            found = [
                 w
                 for w in admitted.get(other.name, ())
-                if frs & set(w.usage) and _within_policy(reclaim, w, preemptor) and not _protected(w, other, now)
+                if not frs.isdisjoint(w.usage)
+                and _within_policy(reclaim, w, preemptor)
+                and not _protected(w, other, now)
             ]
+            if found:
+                out[other.name] = found
     return out
 
 
 class _Ordering:
-    """``TargetClusterQueueOrdering``: from the root, repeatedly descend to the highest share."""
+    """``TargetClusterQueueOrdering``: from the root, repeatedly descend to the highest share.
+
+    Each queue's candidates are sorted only when that queue is first looked
+    at; restricted to one queue, ``CandidatesOrdering`` is the same order.
+    """
 
     def __init__(
         self,
         preemptor_cq: Node,
-        candidates: Sequence[WorkloadInfo],
+        by_cq: Mapping[str, list[WorkloadInfo]],
         shares: Shares,
         order_key: Callable[[WorkloadInfo], tuple[object, ...]],
     ) -> None:
         self.preemptor = preemptor_cq
         self.ancestors = {id(a) for a in preemptor_cq.ancestors()}
-        self.by_cq: dict[str, list[WorkloadInfo]] = {}
-        for w in candidates:
-            self.by_cq.setdefault(w.cluster_queue, []).append(w)
+        self.by_cq = {name: list(ws) for name, ws in by_cq.items() if ws}
+        self.sorted: set[str] = set()
+        self.pos: dict[str, int] = {}
         self.pruned: set[int] = set()
         self.shares = shares
         self.key = order_key
+        self._drs: dict[int, DRS] = {}
+
+    def share(self, node: Node) -> DRS:
+        """A node's share, kept until the next preemption changes usage (``changed``)."""
+        drs = self._drs.get(id(node))
+        if drs is None:
+            drs = self._drs[id(node)] = self.shares.of(node)
+        return drs
+
+    def changed(self, cq: Node) -> None:
+        """Usage moved in ``cq``: only it and its ancestors can have new shares."""
+        for node in (cq, *cq.ancestors()):
+            self._drs.pop(id(node), None)
+
+    def _list(self, name: str) -> list[WorkloadInfo]:
+        ws = self.by_cq[name]
+        if name not in self.sorted:
+            ws.sort(key=self.key)
+            self.sorted.add(name)
+        return ws
 
     def has(self, cq: Node) -> bool:
-        return bool(self.by_cq.get(cq.name))
+        return cq.name in self.by_cq and self.pos.get(cq.name, 0) < len(self.by_cq[cq.name])
+
+    def head(self, cq: Node) -> WorkloadInfo:
+        return self._list(cq.name)[self.pos.get(cq.name, 0)]
 
     def pop(self, cq: Node) -> WorkloadInfo:
-        return self.by_cq[cq.name].pop(0)
+        w = self.head(cq)
+        self.pos[cq.name] = self.pos.get(cq.name, 0) + 1
+        return w
 
     def drop(self, cq: Node) -> None:
         self.pruned.add(id(cq))
@@ -191,24 +226,27 @@ class _Ordering:
 
     def _next(self, cohort: Node) -> Node | None:
         best_cq: tuple[Node, DRS] | None = None
-        for cq in sorted(cohort.child_cqs, key=lambda n: n.name):
+        for cq in cohort.child_cqs:
             if id(cq) in self.pruned:
                 continue
-            drs = self.shares.of(cq)
-            if (not drs.borrowing and cq is not self.preemptor) or not self.has(cq):
+            if not self.has(cq):
+                self.pruned.add(id(cq))
+                continue
+            drs = self.share(cq)
+            if not drs.borrowing and cq is not self.preemptor:
                 self.pruned.add(id(cq))
                 continue
             if best_cq is None:
                 best_cq = (cq, drs)
                 continue
             c = compare(drs, best_cq[1])
-            if c > 0 or (c == 0 and self.key(self.by_cq[cq.name][0]) < self.key(self.by_cq[best_cq[0].name][0])):
+            if c > 0 or (c == 0 and self.key(self.head(cq)) < self.key(self.head(best_cq[0]))):
                 best_cq = (cq, drs)
         best_co: tuple[Node, DRS] | None = None
-        for co in sorted(cohort.child_cohorts, key=lambda n: n.name):
+        for co in cohort.child_cohorts:
             if id(co) in self.pruned:
                 continue
-            drs = self.shares.of(co)
+            drs = self.share(co)
             if not drs.borrowing and id(co) not in self.ancestors:
                 self.pruned.add(id(co))
                 continue
@@ -233,6 +271,12 @@ def _almost_lcas(p: Node, t: Node) -> tuple[Node, Node]:
         if j is not None:
             return p_path[i - 1], t_path[j - 1]
     return p_path[-1], t_path[-1]
+
+
+def _unsatisfiable(name: str, preemptor_new: DRS, target_old: DRS) -> bool:
+    """No candidate of the queue can pass (``fsStrategyUnsatisfiable``): removal never raises the target's share."""
+    c = compare(preemptor_new, target_old)
+    return c >= 0 if name == LESS_THAN_INITIAL_SHARE else c > 0
 
 
 def _strategy(name: str, preemptor_new: DRS, target_old: DRS, target_new: DRS) -> bool:
@@ -281,14 +325,23 @@ def find_targets(
     if not candidates:
         return PreemptionResult((), "no workload may be preempted under the ClusterQueue's preemption policy")
     key = candidates_order(cq.name, now)
-    candidates.sort(key=key)
     journal = Journal()
+    # Removal never lowers ``available``: if taking every candidate is not enough, no subset is
+    # (the answer Kueue reaches after trying them all, without the trying).
+    for ws in candidates.values():
+        for w in ws:
+            journal.remove(tree.cluster_queues[w.cluster_queue], w.usage)
+    hopeless = not fits(cq, usage)
+    journal.undo()
+    if hopeless:
+        return PreemptionResult((), "preempting every allowed candidate would still not make room")
     try:
         if config.enabled:
             targets = _fair(tree, cq, usage, candidates, frs, journal, config=config, shares=shares, key=key)
             allow_borrowing = True
         else:
-            targets, allow_borrowing = _classical(tree, cq, preemptor, usage, candidates, frs, journal)
+            flat = sorted((w for ws in candidates.values() for w in ws), key=key)
+            targets, allow_borrowing = _classical(tree, cq, preemptor, usage, flat, frs, journal)
         if targets is None:
             return PreemptionResult((), "preempting every allowed candidate would still not make room")
         return PreemptionResult(tuple(_fill_back(cq, usage, tree, targets, journal, allow_borrowing=allow_borrowing)))
@@ -305,7 +358,7 @@ def _fair(
     tree: QuotaTree,
     cq: Node,
     usage: Mapping[FR, int],
-    candidates: list[WorkloadInfo],
+    candidates: Mapping[str, list[WorkloadInfo]],
     frs: set[FR],
     journal: Journal,
     *,
@@ -334,31 +387,46 @@ def _fair(
         for target_cq in ordering.targets():
             if target_cq is cq:
                 targets.append(_take(tree, ordering.pop(target_cq), IN_CLUSTER_QUEUE, journal))
+                ordering.changed(target_cq)
             elif within_nominal:
                 targets.append(_take(tree, ordering.pop(target_cq), IN_COHORT_RECLAMATION, journal))
+                ordering.changed(target_cq)
             else:
                 p_side, t_side = _almost_lcas(cq, target_cq)
-                p_new, t_old = shares.of(p_side), shares.of(t_side)
+                p_new, t_old = ordering.share(p_side), ordering.share(t_side)
+                if _unsatisfiable(config.strategies[0], p_new, t_old):
+                    while ordering.has(target_cq):
+                        retry.append(ordering.pop(target_cq))
+                    continue
+                after_removal: dict[tuple[tuple[FR, int], ...], DRS] = {}
                 while ordering.has(target_cq):
                     w = ordering.pop(target_cq)
-                    mark = len(journal)
-                    journal.remove(tree.cluster_queues[w.cluster_queue], w.usage)
-                    t_new = shares.of(t_side)
-                    journal.undo(mark)
+                    shape = tuple(sorted(w.usage.items()))
+                    t_new = after_removal.get(shape)
+                    if t_new is None:
+                        mark = len(journal)
+                        journal.remove(tree.cluster_queues[w.cluster_queue], w.usage)
+                        t_new = after_removal[shape] = shares.of(t_side)
+                        journal.undo(mark)
                     if _strategy(config.strategies[0], p_new, t_old, t_new):
                         targets.append(_take(tree, w, IN_COHORT_FAIR_SHARING, journal))
+                        ordering.changed(target_cq)
                         break
                     retry.append(w)
             if fits_now():
                 return targets
         if len(config.strategies) > 1:
-            ordering = _Ordering(cq, retry, shares, key)
+            regrouped: dict[str, list[WorkloadInfo]] = {}
+            for w in retry:
+                regrouped.setdefault(w.cluster_queue, []).append(w)
+            ordering = _Ordering(cq, regrouped, shares, key)
             for target_cq in ordering.targets():
                 p_side, t_side = _almost_lcas(cq, target_cq)
                 p_new, t_old = shares.of(p_side), shares.of(t_side)
                 w = ordering.pop(target_cq)
                 if compare(p_new, t_old) < 0:
                     targets.append(_take(tree, w, IN_COHORT_FAIR_SHARING, journal))
+                    ordering.changed(target_cq)
                     if fits_now():
                         return targets
                 ordering.drop(target_cq)

@@ -65,8 +65,8 @@ class Node:
     groups: list[tuple[tuple[str, ...], tuple[str, ...]]] = field(default_factory=list)
     parent_name: str = ""
     parent: Node | None = None
-    child_cohorts: list[Node] = field(default_factory=list)
-    child_cqs: list[Node] = field(default_factory=list)
+    child_cohorts: list[Node] = field(default_factory=list)  # by name
+    child_cqs: list[Node] = field(default_factory=list)  # by name
     subtree: dict[FR, int] = field(default_factory=dict)
     usage: dict[FR, int] = field(default_factory=dict)
 

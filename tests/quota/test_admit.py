@@ -83,7 +83,7 @@ def test_a_queue_offers_one_workload_per_cycle_in_priority_order() -> None:
     decisions = admission_order(
         t,
         [pending("low", "solo", 1, priority=1), pending("high", "solo", 1, priority=9)],
-        [],
+        {},
         config=FairSharingConfig(),
         now=0.0,
     )
