@@ -184,7 +184,7 @@ def main() -> dict[str, Any]:
     results["one_decision_that_fits"] = measure(partial(decide, incoming(fitting, 1)), runs=200)
     preempting = [name for name, d in decided if d.outcome == "preempt"]
     if preempting:
-        slow = measure(partial(decide, incoming(preempting[0], 8)), runs=3, warmup=0)
+        slow: dict[str, Any] = dict(measure(partial(decide, incoming(preempting[0], 8)), runs=3, warmup=0))
         slow["cluster_queue"] = preempting[0]
         results["one_decision_preempting"] = slow
     return results

@@ -1,6 +1,20 @@
 """Quota: Kueue-exact cohort borrowing and dominant-resource fair share, plus decayed usage."""
 
-from kilter.quota import admit, amount, available, config, decay, drs, policy, preempt, shares, status, tree, usage
+from kilter.quota import (
+    admit,
+    amount,
+    available,
+    config,
+    decay,
+    drs,
+    policy,
+    preempt,
+    shares,
+    status,
+    tree,
+    usage,
+    whatif,
+)
 from kilter.quota.admit import Decision, admission_order, assign_flavors
 from kilter.quota.config import FairSharingConfig
 from kilter.quota.drs import DRS, LendableCache, compare, dominant_resource_share
@@ -47,5 +61,6 @@ __all__ = [
     "tree",
     "tree_status",
     "usage",
+    "whatif",
     "workload_infos",
 ]
