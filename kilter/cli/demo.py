@@ -2,7 +2,8 @@
 
 Builds the demo fleet (32 GB200 NVL72 racks in 4 leaves, some trays down or
 without their clique label, 45 % busy; 16 MI355X nodes), prints it, then the
-plan each example job in ``examples/jobs`` would get right now.
+plan each example job in ``examples/jobs`` would get right now, and the
+Kueue queues of ``examples/queues`` with their shares and pending decisions.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from kilter.cli import plan as plan_cmd
+from kilter.cli import queues as queues_cmd
 from kilter.cli import render, sources
 from kilter.model.jobs import read_job
 from kilter.state import snapshot
@@ -21,6 +23,7 @@ from kilter.topology.fleet import Fleet
 __all__ = ["DEMO_JOBS", "add_parser", "run"]
 
 DEMO_JOBS = Path(__file__).with_name("demo_jobs.yaml")
+DEMO_NOW = 1_796_122_800.0  # 2026-12-01T11:00:00Z: the demo's clock, so its output never changes
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -67,11 +70,13 @@ def run(args: argparse.Namespace) -> int:
         print(f"wrote the demo fleet to {args.write_snapshot}", file=sys.stderr)
     jobs = [read_job(doc) for doc in snapshot.load_documents(DEMO_JOBS)]
     results = [(job, plan_cmd.plan_job(fleet, job)) for job in jobs]
+    queues = queues_cmd.queues_data(state, now=DEMO_NOW, pending=True)
     if args.output != "table":
         data = {
             "fleet": fleet.summary(),
             "levels": fleet.levels.source,
             "plans": [plan_cmd.plan_to_dict(job, plans) for job, plans in results],
+            "queues": queues,
         }
         print(render.dump(data, args.output), end="")
         return 0
@@ -85,4 +90,6 @@ def run(args: argparse.Namespace) -> int:
     for job, plans in results:
         print()
         print(plan_cmd.render_plans(fleet, job, plans), end="")
+    print("\nKueue queues of the demo cluster (examples/queues), with the pending workloads' fate\n")
+    print(queues_cmd.render_table(queues), end="")
     return 0

@@ -168,6 +168,14 @@ def test_demo_prints_the_fleet_and_every_example_plan(capsys: pytest.CaptureFixt
         "deepseek-serve/group-1",
     ):
         assert title in out
+    assert "train/gpt-prod-v8     prod-training     1000       56.5    preempt   llm/llama-70b-sft" in out
+
+
+def test_demo_json_carries_fleet_plans_and_queues(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "demo", "-o", "json")
+    data = json.loads(out)
+    assert code == 0 and set(data) == {"fleet", "levels", "plans", "queues"}
+    assert len(data["plans"]) == 5 and len(data["queues"]["pending"]) == 3
 
 
 def test_demo_jobs_are_the_examples() -> None:
