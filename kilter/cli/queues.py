@@ -10,8 +10,9 @@ from kilter.cli import render, sources
 from kilter.model.errors import InputError
 from kilter.quota import amount, decay
 from kilter.quota.admit import Decision, admission_order, by_cluster_queue
+from kilter.quota.afs import AdmissionFairSharingConfig, local_queue_usage
 from kilter.quota.config import FairSharingConfig
-from kilter.quota.policy import parse_time
+from kilter.quota.policy import parse_duration, parse_time
 from kilter.quota.status import NodeStatus, apply_usage, tree_status
 from kilter.quota.tree import build_tree
 from kilter.quota.usage import Ledger, workload_infos
@@ -113,7 +114,12 @@ def _decision_dict(d: Decision) -> dict[str, Any]:
 
 
 def queues_data(
-    state: ClusterState, *, now: float, pending: bool = False, config: FairSharingConfig | None = None
+    state: ClusterState,
+    *,
+    now: float,
+    pending: bool = False,
+    config: FairSharingConfig | None = None,
+    afs: AdmissionFairSharingConfig | None = None,
 ) -> dict[str, Any]:
     """The JSON document of ``kilter queues``: {"clusterQueues": [...], "cohorts": [...]} (+ "pending")."""
     tree = build_tree(state.cluster_queues, state.cohorts)
@@ -125,6 +131,13 @@ def queues_data(
         "clusterQueues": [_node_dict(s, cohort=False) for s in cqs],
         "cohorts": [_node_dict(s, cohort=True) for s in cohorts],
     }
+    lq_usage = None
+    if afs is not None:
+        lq_usage = local_queue_usage(tree, state.local_queues, [i for i in infos if i.reserved], afs, now=now)
+        data["localQueues"] = [
+            {"namespace": ns, "name": name, "admissionFairSharingUsage": usage}
+            for (ns, name), usage in sorted(lq_usage.items())
+        ]
     if pending:
         decisions = admission_order(
             tree,
@@ -132,9 +145,29 @@ def queues_data(
             by_cluster_queue(infos),
             config=config or FairSharingConfig(),
             now=now,
+            lq_usage=lq_usage,
         )
         data["pending"] = [_decision_dict(d) for d in decisions]
     return data
+
+
+def _afs(args: argparse.Namespace) -> AdmissionFairSharingConfig | None:
+    if args.afs_half_life is None:
+        if args.afs_weight:
+            raise InputError("--afs-weight needs --afs-half-life")
+        return None
+    weights: dict[str, float] = {}
+    for item in args.afs_weight:
+        resource, sep, value = item.partition("=")
+        try:
+            weights[resource] = float(value)
+        except ValueError:
+            sep = ""
+        if not sep or not resource or weights.get(resource, -1.0) < 0:
+            raise InputError(f"--afs-weight {item!r} must be RESOURCE=WEIGHT with a weight >= 0")
+    return AdmissionFairSharingConfig(
+        parse_duration(args.afs_half_life, path="--afs-half-life"), resource_weights=weights
+    )
 
 
 def _config(args: argparse.Namespace) -> FairSharingConfig:
@@ -214,7 +247,7 @@ def render_table(data: dict[str, Any]) -> str:
 def run(args: argparse.Namespace) -> int:
     state = sources.load_state(args)
     now = parse_time(args.now, path="--now") if args.now else time.time()
-    data = queues_data(state, now=now, pending=args.pending, config=_config(args))
+    data = queues_data(state, now=now, pending=args.pending, config=_config(args), afs=_afs(args))
     if not data["clusterQueues"] and not data["cohorts"]:
         raise InputError("the snapshot holds no ClusterQueues or Cohorts")
     sources.print_warnings(state)

@@ -161,11 +161,25 @@ class LocalQueueSpec(msgspec.Struct, rename="camel"):
     fair_sharing: FairSharing | None = None
 
 
+class AdmissionFairSharingStatus(msgspec.Struct, rename="camel"):
+    consumed_resources: dict[str, Quantity] = {}
+    last_update: str = ""
+
+
+class LocalQueueFairSharingStatus(msgspec.Struct, rename="camel"):
+    admission_fair_sharing_status: AdmissionFairSharingStatus | None = None
+
+
+class LocalQueueStatus(msgspec.Struct, rename="camel"):
+    fair_sharing: LocalQueueFairSharingStatus | None = None
+
+
 class LocalQueue(msgspec.Struct, rename="camel"):
     api_version: str = f"{KUEUE_GROUP}/v1beta2"
     kind: str = "LocalQueue"
     metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
     spec: LocalQueueSpec = msgspec.field(default_factory=LocalQueueSpec)
+    status: LocalQueueStatus = msgspec.field(default_factory=LocalQueueStatus)
 
 
 class WorkloadPriorityClass(msgspec.Struct, rename="camel"):

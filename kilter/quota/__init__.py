@@ -43,6 +43,7 @@ __all__ = [
     "WorkloadInfo",
     "admission_order",
     "admit",
+    "afs",
     "amount",
     "apply_usage",
     "assign_flavors",

@@ -24,7 +24,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
+from kilter.quota.afs import AFS_MODE
 from kilter.quota.available import available, potential_available
 from kilter.quota.config import FairSharingConfig
 from kilter.quota.drs import DRS, compare
@@ -124,8 +126,10 @@ class Decision:
     reason: str = ""
 
 
-def _queue_key(w: WorkloadInfo) -> tuple[object, ...]:
-    return (-w.priority, w.created_s, w.uid)
+def _queue_key(w: WorkloadInfo, lq_usage: Mapping[tuple[str, str], float] | None) -> tuple[object, ...]:
+    """A ClusterQueue's heap order: (admission fair sharing) lighter LocalQueue, priority, creation, UID."""
+    usage = lq_usage.get((w.namespace, w.local_queue), 0.0) if lq_usage is not None else 0.0
+    return (usage, -w.priority, w.created_s, w.uid)
 
 
 @dataclass
@@ -227,10 +231,13 @@ def admission_order(
     *,
     config: FairSharingConfig,
     now: float,
+    lq_usage: Mapping[tuple[str, str], float] | None = None,
 ) -> list[Decision]:
     """Every pending workload in the order Kueue would consider it, with its outcome.
 
-    ``admitted`` maps each ClusterQueue to the workloads holding its quota.
+    ``admitted`` maps each ClusterQueue to the workloads holding its quota;
+    ``lq_usage`` (from ``afs.local_queue_usage``) orders LocalQueues of queues
+    in admission-fair-sharing mode.
     The tree's usage is restored afterwards.
     """
     queues: dict[str, list[WorkloadInfo]] = {}
@@ -242,8 +249,10 @@ def admission_order(
             decisions.append(Decision(0, 0, w, NEVER, reason=why))
             continue
         queues.setdefault(cq.name, []).append(w)
-    for q in queues.values():
-        q.sort(key=_queue_key)
+    for name, q in queues.items():
+        q.sort(
+            key=partial(_queue_key, lq_usage=lq_usage if tree.cluster_queues[name].admission_mode == AFS_MODE else None)
+        )
     by_cq: dict[str, Sequence[WorkloadInfo]] = dict(admitted)
     shares = Shares(tree, now=now)
     journal = Journal()
@@ -258,7 +267,9 @@ def admission_order(
                 for name, w in heads.items()
             }
             for entry in _cycle_order(tree, entries, shares, config):
-                ordered.append(_decide(tree, entry, by_cq, shares, journal, config, now, cycle, len(ordered) + 1))
+                ordered.append(
+                    _decide(tree, entry, by_cq, shares, journal, config, now, cycle, len(ordered) + 1, lq_usage)
+                )
     finally:
         journal.undo()
     return ordered + [
@@ -298,6 +309,7 @@ def _decide(
     now: float,
     cycle: int,
     position: int,
+    lq_usage: Mapping[tuple[str, str], float] | None,
 ) -> Decision:
     w, cq = entry.workload, entry.cq
     assignment = assign_flavors(cq, w.requests)
@@ -322,6 +334,7 @@ def _decide(
             ),
         ]
         return Decision(position, cycle, w, ADMIT, share, assignment.flavors)
-    result = find_targets(tree, admitted, cq, w, assignment.usage, config=config, shares=shares, now=now)
+    afs = lq_usage if cq.admission_mode == AFS_MODE else None
+    result = find_targets(tree, admitted, cq, w, assignment.usage, config=config, shares=shares, now=now, lq_usage=afs)
     outcome = PREEMPT if result.targets else WAIT
     return Decision(position, cycle, w, outcome, share, assignment.flavors, result, result.reason)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cmp_to_key
 
 from kilter.quota.available import available
 from kilter.quota.config import LESS_THAN_INITIAL_SHARE, FairSharingConfig
@@ -72,15 +73,33 @@ def fits(cq: Node, usage: Mapping[FR, int], *, allow_borrowing: bool = True) -> 
     return True
 
 
-def candidates_order(preemptor_cq: str, now: float) -> Callable[[WorkloadInfo], tuple[object, ...]]:
-    """``CandidatesOrdering``: evicted first, other queues before the preemptor's, lower priority,
-    most recently admitted, then UID."""
+def candidates_order(
+    preemptor_cq: str, now: float, lq_usage: Mapping[tuple[str, str], float] | None = None
+) -> Callable[[WorkloadInfo, WorkloadInfo], int]:
+    """``CandidatesOrdering`` as a comparator: evicted first, other queues before the preemptor's,
+    (admission fair sharing) the heavier LocalQueue of one queue first, lower priority, most
+    recently admitted, then UID."""
 
-    def key(w: WorkloadInfo) -> tuple[object, ...]:
-        reserved = w.reserved_s if w.reserved_s is not None else now
-        return (not w.evicted, w.cluster_queue == preemptor_cq, w.priority, -reserved, w.uid)
+    def cmp(a: WorkloadInfo, b: WorkloadInfo) -> int:
+        if a.evicted != b.evicted:
+            return -1 if a.evicted else 1
+        a_own, b_own = a.cluster_queue == preemptor_cq, b.cluster_queue == preemptor_cq
+        if a_own != b_own:
+            return 1 if a_own else -1
+        if lq_usage and a.cluster_queue == b.cluster_queue and a.local_queue != b.local_queue:
+            ua = lq_usage.get((a.namespace, a.local_queue))
+            ub = lq_usage.get((b.namespace, b.local_queue))
+            if ua is not None and ub is not None and ua != ub:
+                return -1 if ua > ub else 1
+        if a.priority != b.priority:
+            return -1 if a.priority < b.priority else 1
+        ra = a.reserved_s if a.reserved_s is not None else now
+        rb = b.reserved_s if b.reserved_s is not None else now
+        if ra != rb:
+            return -1 if ra > rb else 1
+        return (a.uid > b.uid) - (a.uid < b.uid)
 
-    return key
+    return cmp
 
 
 def _min_runtime(node: Node) -> float | None:
@@ -168,7 +187,7 @@ class _Ordering:
         preemptor_cq: Node,
         by_cq: Mapping[str, list[WorkloadInfo]],
         shares: Shares,
-        order_key: Callable[[WorkloadInfo], tuple[object, ...]],
+        order: Callable[[WorkloadInfo, WorkloadInfo], int],
     ) -> None:
         self.preemptor = preemptor_cq
         self.ancestors = {id(a) for a in preemptor_cq.ancestors()}
@@ -177,7 +196,7 @@ class _Ordering:
         self.pos: dict[str, int] = {}
         self.pruned: set[int] = set()
         self.shares = shares
-        self.key = order_key
+        self.cmp = order
         self._drs: dict[int, DRS] = {}
 
     def share(self, node: Node) -> DRS:
@@ -195,7 +214,7 @@ class _Ordering:
     def _list(self, name: str) -> list[WorkloadInfo]:
         ws = self.by_cq[name]
         if name not in self.sorted:
-            ws.sort(key=self.key)
+            ws.sort(key=cmp_to_key(self.cmp))
             self.sorted.add(name)
         return ws
 
@@ -240,7 +259,7 @@ class _Ordering:
                 best_cq = (cq, drs)
                 continue
             c = compare(drs, best_cq[1])
-            if c > 0 or (c == 0 and self.key(self.head(cq)) < self.key(self.head(best_cq[0]))):
+            if c > 0 or (c == 0 and self.cmp(self.head(cq), self.head(best_cq[0])) < 0):
                 best_cq = (cq, drs)
         best_co: tuple[Node, DRS] | None = None
         for co in cohort.child_cohorts:
@@ -316,6 +335,7 @@ def find_targets(
     config: FairSharingConfig,
     shares: Shares,
     now: float,
+    lq_usage: Mapping[tuple[str, str], float] | None = None,
 ) -> PreemptionResult:
     """The workloads to preempt so ``preemptor`` (needing ``usage`` in ``cq``) fits, or why none can."""
     frs = {fr for fr, v in usage.items() if v > available(cq, fr)}
@@ -324,7 +344,7 @@ def find_targets(
     candidates = _find_candidates(tree, admitted, cq, preemptor, frs, now=now)
     if not candidates:
         return PreemptionResult((), "no workload may be preempted under the ClusterQueue's preemption policy")
-    key = candidates_order(cq.name, now)
+    key = candidates_order(cq.name, now, lq_usage)
     journal = Journal()
     # Removal never lowers ``available``: if taking every candidate is not enough, no subset is
     # (the answer Kueue reaches after trying them all, without the trying).
@@ -340,7 +360,7 @@ def find_targets(
             targets = _fair(tree, cq, usage, candidates, frs, journal, config=config, shares=shares, key=key)
             allow_borrowing = True
         else:
-            flat = sorted((w for ws in candidates.values() for w in ws), key=key)
+            flat = sorted((w for ws in candidates.values() for w in ws), key=cmp_to_key(key))
             targets, allow_borrowing = _classical(tree, cq, preemptor, usage, flat, frs, journal)
         if targets is None:
             return PreemptionResult((), "preempting every allowed candidate would still not make room")
@@ -364,7 +384,7 @@ def _fair(
     *,
     config: FairSharingConfig,
     shares: Shares,
-    key: Callable[[WorkloadInfo], tuple[object, ...]],
+    key: Callable[[WorkloadInfo, WorkloadInfo], int],
 ) -> list[Target] | None:
     targets: list[Target] = []
 

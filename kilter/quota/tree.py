@@ -63,6 +63,7 @@ class Node:
     explicit: bool = True
     active: bool = True
     groups: list[tuple[tuple[str, ...], tuple[str, ...]]] = field(default_factory=list)
+    admission_mode: str = ""
     parent_name: str = ""
     parent: Node | None = None
     child_cohorts: list[Node] = field(default_factory=list)  # by name
@@ -287,6 +288,7 @@ def build_tree(cluster_queues: Iterable[ClusterQueue], cohorts: Iterable[Cohort]
             problems=problems,
         )
         node.groups = [(tuple(g.covered_resources), tuple(f.name for f in g.flavors)) for g in cq.spec.resource_groups]
+        node.admission_mode = cq.spec.admission_scope.admission_mode if cq.spec.admission_scope else ""
         try:
             node.policy = parse_policy(cq.metadata.annotations, path="$")
         except InputError as exc:
