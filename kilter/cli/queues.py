@@ -55,6 +55,19 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         action="store_true",
         help="turn off the FairSharingPreemptWithinNominal gate (Kueue before v0.17)",
     )
+    p.add_argument(
+        "--afs-half-life",
+        metavar="DURATION",
+        help="admission fair sharing's usageHalfLifeTime (e.g. 168h): orders the LocalQueues of ClusterQueues "
+        "with admissionMode UsageBasedAdmissionFairSharing by decayed usage",
+    )
+    p.add_argument(
+        "--afs-weight",
+        action="append",
+        default=[],
+        metavar="RESOURCE=WEIGHT",
+        help="an admission fair sharing resourceWeights entry (repeatable)",
+    )
     p.add_argument("-o", "--output", choices=("table", "json", "yaml"), default="table")
     p.set_defaults(func=run)
 

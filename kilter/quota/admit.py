@@ -98,7 +98,7 @@ def assign_flavors(cq: Node, requests: Mapping[str, int]) -> Assignment:
                 preempt_choice = flavor
         if chosen is None and preempt_choice is None:
             r = asked[0]
-            most = max(potential_available(cq, (f, r)) for f in group_flavors)
+            most = max((potential_available(cq, (f, r)) for f in group_flavors), default=0)
             return Assignment(
                 "nofit", reason=f"{r} request {wanted[r]} exceeds what ClusterQueue {cq.name} could ever hold ({most})"
             )

@@ -179,6 +179,8 @@ def _quotas(
     seen_flavors: set[str] = set()
     for g, group in enumerate(groups):
         gpath = f"$.spec.resourceGroups[{g}]"
+        if not group.covered_resources or not group.flavors:
+            problems.append(Problem(kind, name, gpath, "a resource group needs coveredResources and flavors"))
         for r in group.covered_resources:
             if r in seen_resources:
                 problems.append(Problem(kind, name, gpath, f"resource {r} is covered by more than one group"))

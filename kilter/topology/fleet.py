@@ -36,6 +36,7 @@ HEALTH_TAINT_PREFIX = "node.kubernetes.io/"
 BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
 AMD_MESH_LABEL = "amd.com/gpu-mesh-validation"
 ENDED_PHASES = ("Succeeded", "Failed")
+MAX_NODE_GPUS = 4096  # far above any node (CPX-partitioned MI300X shows 64); keeps the model's int16 counts safe
 
 TaintKey = tuple[str, str, str]
 
@@ -174,6 +175,11 @@ def build_fleet(
         if platform is None:
             continue
         count = devices.get(platform.device_resource, 0)
+        if count > MAX_NODE_GPUS:
+            warnings.append(
+                f"node {node.metadata.name}: {count} {platform.device_resource} is not a real node; node ignored"
+            )
+            continue
         if count <= 0:
             warnings.append(
                 f"node {node.metadata.name}: labelled {platform.name} but offers no {platform.device_resource}"

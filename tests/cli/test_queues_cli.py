@@ -198,3 +198,12 @@ def test_pending_without_fair_sharing_uses_the_classical_order(capsys: pytest.Ca
 def test_unknown_strategies_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run(capsys, "queues", "--demo", "--pending", "--strategies", "Whatever")
     assert code == 2 and "--strategies" in err
+
+
+def test_admission_fair_sharing_flags(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "queues", "--demo", "--pending", "--afs-half-life", "168h", "-o", "json")
+    assert code == 0 and json.loads(out)["localQueues"] == []  # the demo queues are not in AFS mode
+    code, _, err = run(capsys, "queues", "--demo", "--afs-weight", "memory=0")
+    assert code == 2 and "--afs-half-life" in err
+    code, _, err = run(capsys, "queues", "--demo", "--afs-half-life", "1h", "--afs-weight", "memory")
+    assert code == 2 and "RESOURCE=WEIGHT" in err

@@ -1,4 +1,4 @@
-"""Admission fair sharing: Kueue's decay law, LocalQueue order before priority, preemption from the heavier LocalQueue."""
+"""Admission fair sharing: Kueue's decay law, LocalQueues before priority, preemption from the heavier LocalQueue."""
 
 from __future__ import annotations
 
