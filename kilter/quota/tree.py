@@ -237,66 +237,44 @@ def _quotas(
     return out
 
 
+def _node(
+    kind: Literal["ClusterQueue", "Cohort"],
+    obj: ClusterQueue | Cohort,
+    parent_name: str,
+    problems: list[Problem],
+) -> Node:
+    """A node with its weight, quotas and policy; any problem found leaves it inactive."""
+    name = obj.metadata.name
+    n_before = len(problems)
+    fair = obj.spec.fair_sharing
+    node = Node(
+        name=name,
+        kind=kind,
+        parent_name=parent_name,
+        weight=_weight(fair.weight if fair else None, problems, kind, name, "$.spec.fairSharing.weight"),
+    )
+    node.quotas = _quotas(
+        obj.spec.resource_groups, kind=kind, name=name, has_parent=bool(parent_name), problems=problems
+    )
+    try:
+        node.policy = parse_policy(obj.metadata.annotations, path="$")
+    except InputError as exc:
+        problems.append(Problem(kind, name, exc.path, exc.message))
+    node.active = len(problems) == n_before
+    return node
+
+
 def build_tree(cluster_queues: Iterable[ClusterQueue], cohorts: Iterable[Cohort]) -> QuotaTree:
     """The tree these objects describe, with problems reported instead of raised."""
     problems: list[Problem] = []
+    cos = {co.metadata.name: _node("Cohort", co, co.spec.parent_cohort, problems) for co in cohorts}
     cqs: dict[str, Node] = {}
-    cos: dict[str, Node] = {}
-    for co in cohorts:
-        name = co.metadata.name
-        n_before = len(problems)
-        node = Node(
-            name=name,
-            kind="Cohort",
-            parent_name=co.spec.parent_cohort,
-            weight=_weight(
-                co.spec.fair_sharing.weight if co.spec.fair_sharing else None,
-                problems,
-                "Cohort",
-                name,
-                "$.spec.fairSharing.weight",
-            ),
-        )
-        node.quotas = _quotas(
-            co.spec.resource_groups, kind="Cohort", name=name, has_parent=bool(node.parent_name), problems=problems
-        )
-        try:
-            node.policy = parse_policy(co.metadata.annotations, path="$")
-        except InputError as exc:
-            problems.append(Problem("Cohort", name, exc.path, exc.message))
-        node.active = len(problems) == n_before
-        cos[name] = node
     for cq in cluster_queues:
-        name = cq.metadata.name
-        n_before = len(problems)
-        node = Node(
-            name=name,
-            kind="ClusterQueue",
-            parent_name=cq.spec.parent,
-            preemption=cq.spec.preemption,
-            weight=_weight(
-                cq.spec.fair_sharing.weight if cq.spec.fair_sharing else None,
-                problems,
-                "ClusterQueue",
-                name,
-                "$.spec.fairSharing.weight",
-            ),
-        )
-        node.quotas = _quotas(
-            cq.spec.resource_groups,
-            kind="ClusterQueue",
-            name=name,
-            has_parent=bool(node.parent_name),
-            problems=problems,
-        )
+        node = _node("ClusterQueue", cq, cq.spec.parent, problems)
+        node.preemption = cq.spec.preemption
         node.groups = [(tuple(g.covered_resources), tuple(f.name for f in g.flavors)) for g in cq.spec.resource_groups]
         node.admission_mode = cq.spec.admission_scope.admission_mode if cq.spec.admission_scope else ""
-        try:
-            node.policy = parse_policy(cq.metadata.annotations, path="$")
-        except InputError as exc:
-            problems.append(Problem("ClusterQueue", name, exc.path, exc.message))
-        node.active = len(problems) == n_before
-        cqs[name] = node
+        cqs[cq.metadata.name] = node
 
     for node in [*cos.values(), *cqs.values()]:
         if node.parent_name and node.parent_name not in cos:
