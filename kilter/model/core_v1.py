@@ -7,7 +7,7 @@ fields every release.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable
 
 import msgspec
 
@@ -148,30 +148,27 @@ class PodTemplateSpec(msgspec.Struct, rename="camel"):
     spec: PodSpec = msgspec.field(default_factory=PodSpec)
 
 
-def _container_request(container: Container, resource: str, path: str) -> int:
-    res = container.resources
-    raw = res.requests.get(resource, res.limits.get(resource))
-    return 0 if raw is None else quantity.to_count(raw, path=path)
+Convert = Callable[[Quantity, str], int]  # (quantity, JSON path) -> units
 
 
-def pod_request(spec: PodSpec, resource: str, *, path: str = "$.spec") -> int:
-    """Whole units of a device resource the pod needs, as the kubelet counts them.
+def _to_count(value: Quantity, path: str) -> int:
+    return quantity.to_count(value, path=path)
+
+
+def pod_request(spec: PodSpec, resource: str, *, path: str = "$.spec", convert: Convert = _to_count) -> int:
+    """Units of ``resource`` the pod needs, as the kubelet counts them.
 
     max(sum over app containers, max over init containers) plus overhead; a
-    device limit without a request counts as the request (extended resources
-    cannot be overcommitted).
+    limit without a request counts as the request (extended resources cannot
+    be overcommitted). ``convert`` turns each quantity into units: whole
+    device counts by default; the quota engine passes Kueue's canonical units.
     """
-    app = sum(
-        _container_request(c, resource, f"{path}.containers[{i}].resources") for i, c in enumerate(spec.containers)
-    )
-    init = max(
-        _iter_init(spec.init_containers, resource, path),
-        default=0,
-    )
+
+    def one(c: Container, where: str) -> int:
+        raw = c.resources.requests.get(resource, c.resources.limits.get(resource))
+        return 0 if raw is None else convert(raw, where)
+
+    app = sum(one(c, f"{path}.containers[{i}].resources") for i, c in enumerate(spec.containers))
+    init = max((one(c, f"{path}.initContainers[{i}].resources") for i, c in enumerate(spec.init_containers)), default=0)
     extra = spec.overhead.get(resource)
-    return max(app, init) + (quantity.to_count(extra, path=f"{path}.overhead") if extra is not None else 0)
-
-
-def _iter_init(containers: list[Container], resource: str, path: str) -> Iterable[int]:
-    for i, c in enumerate(containers):
-        yield _container_request(c, resource, f"{path}.initContainers[{i}].resources")
+    return max(app, init) + (convert(extra, f"{path}.overhead") if extra is not None else 0)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from kilter.model.core_v1 import Container, PodSpec
+from kilter.model.core_v1 import PodSpec, pod_request
 from kilter.model.kueue import LocalQueue, Workload, WorkloadPriorityClass
 from kilter.quota import amount
 from kilter.quota.policy import parse_time
@@ -72,17 +72,10 @@ def _requests(wl: Workload, path: str) -> dict[str, int]:
 
 
 def pod_amount(spec: PodSpec, resource: str, path: str) -> int:
-    """A pod's request of ``resource`` in Kueue's units: the app containers' sum or the largest
-    init container, whichever is more, plus overhead; a limit stands in for a missing request."""
-
-    def one(c: Container, where: str) -> int:
-        raw = c.resources.requests.get(resource, c.resources.limits.get(resource))
-        return 0 if raw is None else amount.from_quantity(resource, raw, path=where)
-
-    app = sum(one(c, f"{path}.containers[{i}].resources") for i, c in enumerate(spec.containers))
-    init = max((one(c, f"{path}.initContainers[{i}].resources") for i, c in enumerate(spec.init_containers)), default=0)
-    extra = spec.overhead.get(resource)
-    return max(app, init) + (amount.from_quantity(resource, extra, path=f"{path}.overhead") if extra is not None else 0)
+    """A pod's request of ``resource`` in Kueue's canonical units (milli-CPU, rounded-up units otherwise)."""
+    return pod_request(
+        spec, resource, path=path, convert=lambda value, where: amount.from_quantity(resource, value, path=where)
+    )
 
 
 def workload_infos(
