@@ -126,16 +126,6 @@ def _within_policy(policy: str, w: WorkloadInfo, preemptor: WorkloadInfo) -> boo
     return False
 
 
-def _subtree_cqs(root: Node) -> Iterator[Node]:
-    stack = [root]
-    while stack:
-        n = stack.pop()
-        if n.is_cohort:
-            stack.extend(n.children)
-        else:
-            yield n
-
-
 def _find_candidates(
     tree: QuotaTree,
     admitted: Mapping[str, Sequence[WorkloadInfo]],
@@ -160,7 +150,9 @@ def _find_candidates(
         if own:
             out[cq.name] = own
     if cq.parent is not None and reclaim != "Never":
-        for other in _subtree_cqs(cq.root()):
+        for other in tree.post_order(cq.root()):
+            if other.is_cohort:
+                continue
             if other is cq or not any(other.usage.get(fr, 0) > other.subtree.get(fr, 0) for fr in frs):
                 continue
             found = [
@@ -396,7 +388,6 @@ def _fair(
         finally:
             journal.undo(mark)
 
-    start = len(journal)
     journal.add(cq, usage)
     try:
         within_nominal = config.preempt_within_nominal and all(
@@ -454,7 +445,6 @@ def _fair(
     finally:
         # Take the incoming usage back out, keeping the targets' removal for the fill-back.
         journal.remove(cq, usage)
-        del start
 
 
 def _classical(
