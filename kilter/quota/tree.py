@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Literal
 
+from kilter.model import quantity
+from kilter.model.core_v1 import Quantity
 from kilter.model.errors import ConfigError, InputError
 from kilter.model.kueue import ClusterQueue, ClusterQueuePreemption, Cohort, ResourceGroup
 from kilter.quota import amount
@@ -154,13 +156,11 @@ class QuotaTree:
 # ---------------------------------------------------------------- building
 
 
-def _weight(raw: object, problems: list[Problem], kind: str, name: str, path: str) -> float:
+def _weight(raw: Quantity | None, problems: list[Problem], kind: str, name: str, path: str) -> float:
     if raw is None:
         return 1.0
     try:
-        from kilter.model import quantity
-
-        w = quantity.parse_quantity(raw, path=path)  # type: ignore[arg-type]
+        w = quantity.parse_quantity(raw, path=path)
     except InputError as exc:
         problems.append(Problem(kind, name, path, exc.message))
         return 1.0
