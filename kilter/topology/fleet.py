@@ -127,23 +127,22 @@ class Fleet:
         plat = bm.domain_platforms
         free = bm.domain_free_gpus
         usable = bm.domain_usable_gpus
-        flags = bm.domain_flags
-        start = bm.domain_node_start
+        detached = (bm.domain_flags & domains.DETACHED) != 0
+        wholly_idle = bm.wholly_free() != 0
+        sizes = np.diff(bm.domain_node_start)
         gpus = bm.node_gpu_counts
         for i, p in enumerate(self.platforms):
             sel = plat == i
             if not sel.any():
                 continue
-            nodes = int((np.diff(start)[sel]).sum())
-            node_sel = np.repeat(sel, np.diff(start))
             out[p.name] = {
-                "nodes": nodes,
-                "domains": int((sel & ((flags & domains.DETACHED) == 0)).sum()),
-                "detachedNodes": int((sel & ((flags & domains.DETACHED) != 0)).sum()),
-                "gpus": int(gpus[node_sel].sum()),
+                "nodes": int(sizes[sel].sum()),
+                "domains": int((sel & ~detached).sum()),
+                "detachedNodes": int((sel & detached).sum()),
+                "gpus": int(gpus[np.repeat(sel, sizes)].sum()),
                 "usableGpus": int(usable[sel].sum()),
                 "idleGpus": int(free[sel].sum()),
-                "whollyIdleDomains": int((bm.wholly_free()[sel] & ((flags[sel] & domains.DETACHED) == 0)).sum()),
+                "whollyIdleDomains": int((sel & wholly_idle & ~detached).sum()),
             }
         return out
 
