@@ -173,11 +173,12 @@ def _afs(args: argparse.Namespace) -> AdmissionFairSharingConfig | None:
     for item in args.afs_weight:
         resource, sep, value = item.partition("=")
         try:
-            weights[resource] = float(value)
+            weight = float(value)
         except ValueError:
-            sep = ""
-        if not sep or not resource or weights.get(resource, -1.0) < 0:
+            weight = -1.0
+        if not sep or not resource or weight < 0:
             raise InputError(f"--afs-weight {item!r} must be RESOURCE=WEIGHT with a weight >= 0")
+        weights[resource] = weight
     return AdmissionFairSharingConfig(
         parse_duration(args.afs_half_life, path="--afs-half-life"), resource_weights=weights
     )
