@@ -18,7 +18,7 @@ import yaml
 
 from kilter.model.errors import InputError
 
-__all__ = ["MAX_SNAPSHOT_BYTES", "RawObjects", "load_documents", "load_snapshot", "parse_documents"]
+__all__ = ["MAX_SNAPSHOT_BYTES", "RawObjects", "group_objects", "load_documents", "parse_documents"]
 
 MAX_SNAPSHOT_BYTES = 2 * 1024**3
 
@@ -95,8 +95,3 @@ def group_objects(docs: list[Any], known: set[tuple[str, str]]) -> RawObjects:
             else:
                 raw.unknown[f"{api_version}/{kind}" if "/" not in api_version else f"{api_version}, {kind}"] += 1
     return raw
-
-
-def load_snapshot(path: Path, known: set[tuple[str, str]]) -> RawObjects:
-    """Objects of the known kinds from a snapshot file; InputError with a path on bad content."""
-    return group_objects(load_documents(path), known)
