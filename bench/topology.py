@@ -35,7 +35,6 @@ def make_fleet() -> tuple[Fleet, list[Node], list[Pod], float, float]:
         (fleetgen.PoolSpec("GB200-NVL72", domains=DOMAINS, domains_per_block=8, blocks_per_spine=8, usage=0.6),),
         seed=42,
     )
-    t0 = time.perf_counter()
     node_dicts, pod_dicts = fleetgen.generate(spec)
     t1 = time.perf_counter()
     nodes = [codec.convert(n, Node) for n in node_dicts]
@@ -45,7 +44,6 @@ def make_fleet() -> tuple[Fleet, list[Node], list[Pod], float, float]:
     t2 = time.perf_counter()
     fleet = build_fleet(nodes, pods, topologies=[topo])
     build_s = time.perf_counter() - t2
-    del t0
     return fleet, nodes, pods, build_s, decode_s
 
 
