@@ -241,12 +241,12 @@ def admission_order(
     The tree's usage is restored afterwards.
     """
     queues: dict[str, list[WorkloadInfo]] = {}
-    decisions: list[Decision] = []
+    homeless: list[tuple[WorkloadInfo, str]] = []
     for w in pending:
         cq = tree.cluster_queues.get(w.cluster_queue)
         if cq is None or not cq.active:
             why = "no ClusterQueue" if not w.cluster_queue else f"ClusterQueue {w.cluster_queue} is missing or inactive"
-            decisions.append(Decision(0, 0, w, NEVER, reason=why))
+            homeless.append((w, why))
             continue
         queues.setdefault(cq.name, []).append(w)
     for name, q in queues.items():
@@ -266,20 +266,16 @@ def admission_order(
                 name: _Entry(w, tree.cluster_queues[name], assign_flavors(tree.cluster_queues[name], w.requests))
                 for name, w in heads.items()
             }
-            for entry in _cycle_order(tree, entries, shares, config):
+            for entry in _cycle_order(entries, shares, config):
                 ordered.append(
                     _decide(tree, entry, by_cq, shares, journal, config, now, cycle, len(ordered) + 1, lq_usage)
                 )
     finally:
         journal.undo()
-    return ordered + [
-        Decision(len(ordered) + i + 1, 0, d.workload, d.outcome, reason=d.reason) for i, d in enumerate(decisions)
-    ]
+    return ordered + [Decision(len(ordered) + i + 1, 0, w, NEVER, reason=why) for i, (w, why) in enumerate(homeless)]
 
 
-def _cycle_order(
-    tree: QuotaTree, entries: dict[str, _Entry], shares: Shares, config: FairSharingConfig
-) -> Iterable[_Entry]:
+def _cycle_order(entries: dict[str, _Entry], shares: Shares, config: FairSharingConfig) -> Iterable[_Entry]:
     """The cycle's entries, popped lazily so each pop sees the admissions before it."""
     if not config.enabled:
         yield from sorted(entries.values(), key=_classical_key)
