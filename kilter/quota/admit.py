@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from functools import partial
 
 from kilter.quota.afs import AFS_MODE
-from kilter.quota.available import available, potential_available
+from kilter.quota.available import available, fits_within_quota, potential_available
 from kilter.quota.config import FairSharingConfig
 from kilter.quota.drs import DRS, compare
 from kilter.quota.preempt import PreemptionResult, find_targets
@@ -220,7 +220,7 @@ class _Tournament:
 
 
 def _classical_key(e: _Entry) -> tuple[object, ...]:
-    borrows = any(e.cq.usage.get(fr, 0) + v > e.cq.subtree.get(fr, 0) for fr, v in e.assignment.usage.items())
+    borrows = not fits_within_quota(e.cq, e.assignment.usage)
     return (borrows, -e.workload.priority, e.workload.created_s, e.workload.uid)
 
 

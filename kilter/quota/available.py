@@ -19,7 +19,7 @@ from kilter.quota.tree import FR, Node
 __all__ = [
     "add_usage",
     "available",
-    "fits_in_quota",
+    "fits_within_quota",
     "is_within_nominal",
     "local_available",
     "potential_available",
@@ -88,16 +88,10 @@ def remove_usage(node: Node, fr: FR, value: int) -> None:
         n = n.parent
 
 
-def fits_in_quota(node: Node, requests: Mapping[FR, int]) -> tuple[bool, dict[FR, int]]:
-    """Whether ``requests`` fit within the node's subtree quota, and what exceeds its local quota
-    (``QuantitiesFitInQuota``); call again on the parent with the remainder."""
-    fits = True
-    remaining: dict[FR, int] = {}
-    for fr, v in requests.items():
-        if node.usage.get(fr, 0) + v > node.subtree.get(fr, 0):
-            fits = False
-        remaining[fr] = max(0, v - local_available(node, fr))
-    return fits, remaining
+def fits_within_quota(node: Node, requests: Mapping[FR, int]) -> bool:
+    """Usage plus ``requests`` stays within the node's subtree quota on every flavor/resource
+    (the fit half of Kueue's ``QuantitiesFitInQuota``; no borrowing)."""
+    return all(node.usage.get(fr, 0) + v <= node.subtree.get(fr, 0) for fr, v in requests.items())
 
 
 def is_within_nominal(node: Node, frs: Iterable[FR]) -> bool:

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cmp_to_key
 
-from kilter.quota.available import available
+from kilter.quota.available import available, fits_within_quota, is_within_nominal
 from kilter.quota.config import LESS_THAN_INITIAL_SHARE, FairSharingConfig
 from kilter.quota.drs import DRS, compare
 from kilter.quota.shares import Shares
@@ -68,9 +68,7 @@ def fits(cq: Node, usage: Mapping[FR, int], *, allow_borrowing: bool = True) -> 
     for fr, v in usage.items():
         if v > available(cq, fr):
             return False
-        if not allow_borrowing and cq.usage.get(fr, 0) + v > cq.subtree.get(fr, 0):
-            return False
-    return True
+    return allow_borrowing or fits_within_quota(cq, usage)
 
 
 def candidates_order(
@@ -153,7 +151,7 @@ def _find_candidates(
         for other in tree.post_order(cq.root()):
             if other.is_cohort:
                 continue
-            if other is cq or not any(other.usage.get(fr, 0) > other.subtree.get(fr, 0) for fr in frs):
+            if other is cq or is_within_nominal(other, frs):
                 continue
             found = [
                 w
@@ -390,9 +388,7 @@ def _fair(
 
     journal.add(cq, usage)
     try:
-        within_nominal = config.preempt_within_nominal and all(
-            cq.usage.get(fr, 0) <= cq.subtree.get(fr, 0) for fr in frs
-        )
+        within_nominal = config.preempt_within_nominal and is_within_nominal(cq, frs)
         retry: list[WorkloadInfo] = []
         ordering = _Ordering(cq, candidates, shares, key)
         for target_cq in ordering.targets():
@@ -456,7 +452,7 @@ def _classical(
     frs: set[FR],
     journal: Journal,
 ) -> tuple[list[Target] | None, bool]:
-    within_nominal = all(cq.usage.get(fr, 0) + usage.get(fr, 0) <= cq.subtree.get(fr, 0) for fr in frs)
+    within_nominal = fits_within_quota(cq, {fr: usage.get(fr, 0) for fr in frs})
     bwc = cq.preemption.borrow_within_cohort if cq.preemption else None
     allowed: list[tuple[WorkloadInfo, str]] = []
     for w in candidates:
@@ -475,7 +471,7 @@ def _classical(
     targets: list[Target] = []
     for w, reason in allowed:
         other = tree.cluster_queues[w.cluster_queue]
-        if other is not cq and not any(other.usage.get(fr, 0) > other.subtree.get(fr, 0) for fr in frs):
+        if other is not cq and is_within_nominal(other, frs):
             continue
         targets.append(_take(tree, w, reason, journal))
         if fits(cq, usage, allow_borrowing=allow_borrowing):

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from kilter.quota import decay
-from kilter.quota.available import available, potential_available
+from kilter.quota.available import available, is_within_nominal, potential_available
 from kilter.quota.drs import DRS, LendableCache, dominant_resource_share
 from kilter.quota.policy import DecayState
 from kilter.quota.tree import FR, Node, QuotaTree
@@ -82,7 +82,7 @@ def node_status(node: Node, lendable: LendableCache, *, now: float) -> NodeStatu
                 potential_available=potential_available(node, fr),
             )
         )
-    borrowing = any(node.usage.get(fr, 0) > node.subtree.get(fr, 0) for fr in node.subtree) and node.parent is not None
+    borrowing = node.parent is not None and not is_within_nominal(node, node.subtree)
     return NodeStatus(
         name=node.name,
         kind=node.kind,
