@@ -321,7 +321,6 @@ cdef int plan_units(FleetBitmap fl, Scratch* sc, int32_t gpus, int32_t n_units, 
     cdef int32_t d, node, best, f, best_f, g, k, level, limit
     cdef int64_t need = n_units, total, best_sum = 0, need_gpus
     cdef int32_t mark = sc.n_undo
-    sort_live(fl, sc)
 
     if required == LEVEL_NODE:
         need_gpus = <int64_t>n_units * unit * gpus
@@ -367,6 +366,7 @@ cdef int plan_units(FleetBitmap fl, Scratch* sc, int32_t gpus, int32_t n_units, 
             return PLAN_NO_CAPACITY
         return PLAN_OK
 
+    sort_live(fl, sc)  # the order the group and greedy steps read; the node/domain paths above do not
     limit = fl.n_levels
     if required >= LEVEL_UP:
         level = required - LEVEL_UP

@@ -191,7 +191,6 @@ def _plan_units(
     info: list[int],
 ) -> tuple[int, list[int]]:
     mark = len(sc.undo)
-    _sort_live(fl, sc)
     need = n_units
 
     if required == NODE:
@@ -232,6 +231,7 @@ def _plan_units(
             return NO_CAPACITY, []
         return OK, pods
 
+    _sort_live(fl, sc)
     limit = fl.n_levels
     if required >= UP:
         level = required - UP
