@@ -17,7 +17,7 @@ from kilter.cli import plan as plan_cmd
 from kilter.cli import queues as queues_cmd
 from kilter.cli import render, sources
 from kilter.model.jobs import read_job
-from kilter.state import snapshot
+from kilter.state import cluster, snapshot
 from kilter.topology.fleet import Fleet
 
 __all__ = ["DEMO_JOBS", "add_parser", "run"]
@@ -62,10 +62,11 @@ def fleet_rows(fleet: Fleet) -> list[tuple[Any, ...]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    state = sources.demo_state()
+    objects = sources.demo_objects()
+    state = cluster.from_objects(objects)
     fleet = state.fleet()
     if args.write_snapshot:
-        doc = {"apiVersion": "v1", "kind": "List", "items": sources.demo_objects()}
+        doc = {"apiVersion": "v1", "kind": "List", "items": objects}
         args.write_snapshot.write_text(render.dump(doc, "yaml"))
         print(f"wrote the demo fleet to {args.write_snapshot}", file=sys.stderr)
     jobs = [read_job(doc) for doc in snapshot.load_documents(DEMO_JOBS)]
