@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import time
 from typing import Any
 
@@ -176,8 +177,8 @@ def _afs(args: argparse.Namespace) -> AdmissionFairSharingConfig | None:
             weight = float(value)
         except ValueError:
             weight = -1.0
-        if not sep or not resource or weight < 0:
-            raise InputError(f"--afs-weight {item!r} must be RESOURCE=WEIGHT with a weight >= 0")
+        if not sep or not resource or not 0 <= weight < math.inf:
+            raise InputError(f"--afs-weight {item!r} must be RESOURCE=WEIGHT with a finite weight >= 0")
         weights[resource] = weight
     return AdmissionFairSharingConfig(
         parse_duration(args.afs_half_life, path="--afs-half-life"), resource_weights=weights

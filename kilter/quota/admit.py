@@ -179,17 +179,24 @@ class _Tournament:
 
     def pop(self, root: Node, heads: dict[str, _Entry]) -> _Entry | None:
         drs: dict[tuple[int, str], DRS] = {}
+        live: set[int] = set()
         for entry in heads.values():
             if entry.cq.root() is not root:
                 continue
+            live.update(id(a) for a in entry.cq.ancestors())
             for node_id, value in self._values(entry).items():
                 drs[(node_id, entry.workload.uid)] = value
-        return self._run(root, heads, drs)
+        return self._run(root, heads, drs, live)
 
-    def _run(self, cohort: Node, heads: dict[str, _Entry], drs: dict[tuple[int, str], DRS]) -> _Entry | None:
+    def _run(
+        self, cohort: Node, heads: dict[str, _Entry], drs: dict[tuple[int, str], DRS], live: set[int]
+    ) -> _Entry | None:
+        """The winner under ``cohort``, descending only into cohorts with a head below them (``live``)."""
         candidates: list[_Entry] = []
         for child in cohort.child_cohorts:
-            winner = self._run(child, heads, drs)
+            if id(child) not in live:
+                continue
+            winner = self._run(child, heads, drs, live)
             if winner is not None:
                 candidates.append(winner)
         for cq in cohort.child_cqs:

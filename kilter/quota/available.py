@@ -29,22 +29,26 @@ __all__ = [
 
 def local_available(node: Node, fr: FR) -> int:
     """Guaranteed quota of ``fr`` that exceeds usage and that the parent cannot see."""
-    return max(0, node.local_quota(fr) - node.usage.get(fr, 0))
+    return max(0, node.local.get(fr, 0) - node.usage.get(fr, 0))
 
 
 def available(node: Node, fr: FR) -> int:
     """Capacity of ``fr`` the node can use now (``available`` in Kueue); may be negative."""
-    path = [node, *node.ancestors()]
-    root = path[-1]
-    avail = amount.sub(root.subtree.get(fr, 0), root.usage.get(fr, 0))
-    for n in reversed(path[:-1]):
+    path = []
+    n = node
+    while n.parent is not None:
+        path.append(n)
+        n = n.parent
+    avail = amount.sub(n.subtree.get(fr, 0), n.usage.get(fr, 0))
+    for n in reversed(path):
+        local = n.local.get(fr, 0)
+        used = n.usage.get(fr, 0)
         q = n.quotas.get(fr)
         if q is not None and q.borrowing_limit is not None:
-            local = n.local_quota(fr)
             stored = amount.sub(n.subtree.get(fr, 0), local)
-            used = max(0, n.usage.get(fr, 0) - local)
-            avail = min(avail, amount.add(amount.sub(stored, used), q.borrowing_limit))
-        avail = amount.add(local_available(n, fr), avail)
+            avail = min(avail, amount.add(amount.sub(stored, max(0, used - local)), q.borrowing_limit))
+        if used < local:
+            avail = amount.add(local - used, avail)
     return avail
 
 
@@ -64,8 +68,9 @@ def add_usage(node: Node, fr: FR, value: int) -> None:
     """Book ``value`` on the node and push what its local quota cannot hold to the parent."""
     n: Node | None = node
     while n is not None and value:
-        spare = local_available(n, fr)
-        n.usage[fr] = n.usage.get(fr, 0) + value
+        used = n.usage.get(fr, 0)
+        spare = max(0, n.local.get(fr, 0) - used)
+        n.usage[fr] = used + value
         if n.parent is None or value <= spare:
             return
         value -= spare
@@ -76,10 +81,10 @@ def remove_usage(node: Node, fr: FR, value: int) -> None:
     """Undo ``add_usage``: take back what the node had stored in its parent, up the tree."""
     n: Node | None = node
     while n is not None and value:
-        stored_in_parent = n.usage.get(fr, 0) - n.local_quota(fr)
-        left = n.usage.get(fr, 0) - value
-        if left:
-            n.usage[fr] = left
+        used = n.usage.get(fr, 0)
+        stored_in_parent = used - n.local.get(fr, 0)
+        if used != value:
+            n.usage[fr] = used - value
         else:
             n.usage.pop(fr, None)
         if stored_in_parent <= 0 or n.parent is None:

@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cmp_to_key
 
+from kilter.quota import amount
 from kilter.quota.available import available, fits_within_quota, is_within_nominal
 from kilter.quota.config import LESS_THAN_INITIAL_SHARE, FairSharingConfig
 from kilter.quota.drs import DRS, compare
@@ -107,11 +108,6 @@ def _min_runtime(node: Node) -> float | None:
     return None
 
 
-def _protected(w: WorkloadInfo, node: Node, now: float) -> bool:
-    limit = _min_runtime(node)
-    return limit is not None and w.reserved_s is not None and now - w.reserved_s < limit
-
-
 def _within_policy(policy: str, w: WorkloadInfo, preemptor: WorkloadInfo) -> bool:
     if policy == "Any":
         return True
@@ -124,45 +120,189 @@ def _within_policy(policy: str, w: WorkloadInfo, preemptor: WorkloadInfo) -> boo
     return False
 
 
-def _find_candidates(
-    tree: QuotaTree,
+def _own_candidates(
+    admitted: Mapping[str, Sequence[WorkloadInfo]], cq: Node, preemptor: WorkloadInfo, frs: set[FR]
+) -> list[WorkloadInfo]:
+    """``withinClusterQueue`` candidates: the preemptor's own queue's workloads its policy allows."""
+    within = cq.preemption.within_cluster_queue if cq.preemption else "Never"
+    if within == "Never":
+        return []
+    return [
+        w
+        for w in admitted.get(cq.name, ())
+        if w.uid != preemptor.uid and not frs.isdisjoint(w.usage) and _within_policy(within, w, preemptor)
+    ]
+
+
+def _reclaim_candidates(
     admitted: Mapping[str, Sequence[WorkloadInfo]],
     cq: Node,
+    other: Node,
     preemptor: WorkloadInfo,
     frs: set[FR],
     *,
     now: float,
-) -> dict[str, list[WorkloadInfo]]:
-    """``findCandidates``, grouped per ClusterQueue: own-queue workloads by ``withinClusterQueue``, and by
-    ``reclaimWithinCohort`` those of every queue that borrows a contested flavor/resource."""
-    policy = cq.preemption
-    within = policy.within_cluster_queue if policy else "Never"
-    reclaim = policy.reclaim_within_cohort if policy else "Never"
-    out: dict[str, list[WorkloadInfo]] = {}
-    if within != "Never":
-        own = [
-            w
-            for w in admitted.get(cq.name, ())
-            if w.uid != preemptor.uid and not frs.isdisjoint(w.usage) and _within_policy(within, w, preemptor)
-        ]
+) -> list[WorkloadInfo]:
+    """``reclaimWithinCohort`` candidates in ``other``: none unless it borrows a contested flavor/resource."""
+    reclaim = cq.preemption.reclaim_within_cohort if cq.preemption else "Never"
+    if reclaim == "Never" or other is cq or is_within_nominal(other, frs):
+        return []
+    limit = _min_runtime(other)
+    return [
+        w
+        for w in admitted.get(other.name, ())
+        if not frs.isdisjoint(w.usage)
+        and _within_policy(reclaim, w, preemptor)
+        and (limit is None or w.reserved_s is None or now - w.reserved_s >= limit)
+    ]
+
+
+def _caps(node: Node, frs: set[FR]) -> bool:
+    """The node's borrowing limit, not its parent, bounds what it can take of every contested flavor/resource."""
+    if node.parent is None:
+        return False
+    for fr in frs:
+        q = node.quotas.get(fr)
+        if q is None or q.borrowing_limit is None:
+            return False
+        local = node.local_quota(fr)
+        stored = amount.sub(node.subtree.get(fr, 0), local)
+        used = max(0, node.usage.get(fr, 0) - local)
+        if amount.add(amount.sub(stored, used), q.borrowing_limit) > available(node.parent, fr):
+            return False
+    return True
+
+
+@dataclass
+class _Scope:
+    """Where room can come from: the subtree of ``root`` and its allowed candidates, per ClusterQueue."""
+
+    root: Node
+    candidates: dict[str, list[WorkloadInfo]]
+    hopeless: bool
+    out_of_reach: bool = False
+
+
+def _scope(
+    tree: QuotaTree,
+    admitted: Mapping[str, Sequence[WorkloadInfo]],
+    cq: Node,
+    preemptor: WorkloadInfo,
+    usage: Mapping[FR, int],
+    frs: set[FR],
+    *,
+    now: float,
+    walk_all: bool,
+) -> _Scope:
+    """``findCandidates``, stopped at the lowest node whose borrowing limit binds.
+
+    Removing usage anywhere never lowers ``available`` and raises a parent's
+    ``available`` by at most what it frees, so once a node's cap is below its
+    parent's availability with every candidate under it removed, no removal
+    outside that subtree can change whether the preemptor fits. Kueue would still
+    walk those outside candidates, take some, and give every one of them back in
+    the fill-back; the walk inside the subtree sees only inside shares and
+    usage, so it takes the same inside targets. Skipping the outside turns a
+    walk over every borrower of the cohort into one over the subtree (the
+    differential test runs both on random trees). The candidates are removed
+    level by level, so the same pass answers whether taking all of them would
+    make room at all.
+    """
+    journal = Journal()
+    try:
+        candidates: dict[str, list[WorkloadInfo]] = {}
+        own = _own_candidates(admitted, cq, preemptor, frs)
         if own:
-            out[cq.name] = own
-    if cq.parent is not None and reclaim != "Never":
-        for other in tree.post_order(cq.root()):
-            if other.is_cohort:
-                continue
-            if other is cq or is_within_nominal(other, frs):
-                continue
-            found = [
-                w
-                for w in admitted.get(other.name, ())
-                if not frs.isdisjoint(w.usage)
-                and _within_policy(reclaim, w, preemptor)
-                and not _protected(w, other, now)
-            ]
-            if found:
-                out[other.name] = found
-    return out
+            candidates[cq.name] = own
+        # Only the contested flavor/resources move: the others fit already and removal keeps them fitting.
+        journal.remove(cq, _total(own, frs))
+        if cq.parent is not None and not walk_all and not _caps(cq, frs) and _beyond_reach(tree, cq, usage, frs):
+            return _Scope(cq.root(), candidates, hopeless=True, out_of_reach=True)
+        below, node = cq, cq
+        while node.parent is not None and (walk_all or not _caps(node, frs)):
+            below, node = node, node.parent
+            for other in tree.post_order(node):
+                if other.is_cohort or other is cq or _inside(other, below):
+                    continue
+                found = _reclaim_candidates(admitted, cq, other, preemptor, frs, now=now)
+                if found:
+                    candidates[other.name] = found
+                    journal.remove(other, _total(found, frs))
+        return _Scope(node, candidates, not fits(cq, usage))
+    finally:
+        journal.undo()
+
+
+def _beyond_reach(tree: QuotaTree, cq: Node, usage: Mapping[FR, int], frs: set[FR]) -> bool:
+    """Whether the preemptor would not fit even with all usage of every other borrowing queue gone.
+
+    That bound needs no look at single workloads, so a request no preemption can
+    serve is answered without filtering every workload of the cohort. It is
+    computed without touching the tree: what a queue's removal frees in its
+    cohort is its usage above its local quota, and what a cohort passes on to
+    its parent is what it loses, up to what it had stored there (the same
+    arithmetic as ``remove_usage``, summed per cohort).
+    """
+    if cq.preemption is None or cq.preemption.reclaim_within_cohort == "Never":
+        return False
+    root = cq.root()
+    cohorts = tree.cohorts_under(root)
+    queues = tree.cluster_queues_under(root)
+    if len(frs) > 1:
+        queues = [q for q in queues if not is_within_nominal(q, frs)]
+    borrowing = short = False
+    for fr in frs:
+        lost: dict[int, int] = {}
+        for other in queues:
+            used = other.usage.get(fr, 0)
+            if len(frs) == 1 and used <= other.subtree.get(fr, 0):
+                continue  # within nominal: not a candidate
+            part = used - other.local.get(fr, 0)
+            if part > 0 and other is not cq:
+                borrowing = True
+                key = id(other.parent)
+                lost[key] = lost.get(key, 0) + part
+        for cohort in cohorts:
+            part = min(lost.get(id(cohort), 0), cohort.usage.get(fr, 0) - cohort.local.get(fr, 0))
+            if part > 0 and cohort.parent is not None:
+                key = id(cohort.parent)
+                lost[key] = lost.get(key, 0) + part
+        short = short or usage[fr] > _available_less(cq, fr, lost)
+    return borrowing and short
+
+
+def _available_less(node: Node, fr: FR, lost: Mapping[int, int]) -> int:
+    """``available`` with each cohort's usage lowered by ``lost[id(cohort)]``."""
+    path = []
+    n = node
+    while n.parent is not None:
+        path.append(n)
+        n = n.parent
+    avail = amount.sub(n.subtree.get(fr, 0), n.usage.get(fr, 0) - lost.get(id(n), 0))
+    for n in reversed(path):
+        local = n.local.get(fr, 0)
+        used = n.usage.get(fr, 0) - lost.get(id(n), 0)
+        q = n.quotas.get(fr)
+        if q is not None and q.borrowing_limit is not None:
+            stored = amount.sub(n.subtree.get(fr, 0), local)
+            avail = min(avail, amount.add(amount.sub(stored, max(0, used - local)), q.borrowing_limit))
+        if used < local:
+            avail = amount.add(local - used, avail)
+    return avail
+
+
+def _total(workloads: Sequence[WorkloadInfo], frs: set[FR]) -> dict[FR, int]:
+    """Summed usage on ``frs``: removing it once moves the tree exactly as removing each workload in turn."""
+    return {fr: sum(w.usage.get(fr, 0) for w in workloads) for fr in frs}
+
+
+def _inside(node: Node, top: Node) -> bool:
+    n: Node | None = node
+    while n is not None:
+        if n is top:
+            return True
+        n = n.parent
+    return False
 
 
 class _Ordering:
@@ -175,11 +315,13 @@ class _Ordering:
     def __init__(
         self,
         preemptor_cq: Node,
+        root: Node,
         by_cq: Mapping[str, list[WorkloadInfo]],
         shares: Shares,
         order: Callable[[WorkloadInfo, WorkloadInfo], int],
     ) -> None:
         self.preemptor = preemptor_cq
+        self.root = root
         self.ancestors = {id(a) for a in preemptor_cq.ancestors()}
         self.by_cq = {name: list(ws) for name, ws in by_cq.items() if ws}
         self.sorted: set[str] = set()
@@ -223,13 +365,12 @@ class _Ordering:
         self.pruned.add(id(cq))
 
     def targets(self) -> Iterator[Node]:
-        if self.preemptor.parent is None:
+        if self.root is self.preemptor:
             while self.has(self.preemptor):
                 yield self.preemptor
             return
-        root = self.preemptor.root()
-        while id(root) not in self.pruned:
-            t = self._next(root)
+        while id(self.root) not in self.pruned:
+            t = self._next(self.root)
             if t is not None:
                 yield t
 
@@ -326,28 +467,42 @@ def find_targets(
     shares: Shares,
     now: float,
     lq_usage: Mapping[tuple[str, str], float] | None = None,
+    walk_all: bool = False,
 ) -> PreemptionResult:
-    """The workloads to preempt so ``preemptor`` (needing ``usage`` in ``cq``) fits, or why none can."""
+    """The workloads to preempt so ``preemptor`` (needing ``usage`` in ``cq``) fits, or why none can.
+
+    ``walk_all`` walks every candidate of the cohort as Kueue does, without
+    kilter's two shortcuts (the bound that answers requests no preemption can
+    serve, and the walk under the lowest binding borrowing limit only); the
+    targets are the same.
+    """
     frs = {fr for fr, v in usage.items() if v > available(cq, fr)}
     if not frs:
         return PreemptionResult((), "fits without preemption")
-    candidates = _find_candidates(tree, admitted, cq, preemptor, frs, now=now)
+    scope = _scope(tree, admitted, cq, preemptor, usage, frs, now=now, walk_all=walk_all)
+    candidates = scope.candidates
+    if scope.root.parent is not None:
+        where = "its own workloads" if scope.root is cq else f"workloads under Cohort {scope.root.name}"
+        capped = (
+            f"the borrowingLimit of {scope.root.kind} {scope.root.name} caps {_names(frs)}: only {where} can make room"
+        )
+        if not candidates:
+            return PreemptionResult((), f"{capped}, and the preemption policy allows none of them")
+        if scope.hopeless:
+            return PreemptionResult((), f"{capped}, and preempting all it allows would still not be enough")
+    if scope.out_of_reach:
+        return PreemptionResult((), "preempting every workload of every borrowing queue would still not make room")
     if not candidates:
         return PreemptionResult((), "no workload may be preempted under the ClusterQueue's preemption policy")
-    key = candidates_order(cq.name, now, lq_usage)
-    journal = Journal()
     # Removal never lowers ``available``: if taking every candidate is not enough, no subset is
     # (the answer Kueue reaches after trying them all, without the trying).
-    for ws in candidates.values():
-        for w in ws:
-            journal.remove(tree.cluster_queues[w.cluster_queue], w.usage)
-    hopeless = not fits(cq, usage)
-    journal.undo()
-    if hopeless:
+    if scope.hopeless:
         return PreemptionResult((), "preempting every allowed candidate would still not make room")
+    key = candidates_order(cq.name, now, lq_usage)
+    journal = Journal()
     try:
         if config.enabled:
-            targets = _fair(tree, cq, usage, candidates, frs, journal, config=config, shares=shares, key=key)
+            targets = _fair(tree, cq, usage, scope, frs, journal, config=config, shares=shares, key=key)
             allow_borrowing = True
         else:
             flat = sorted((w for ws in candidates.values() for w in ws), key=cmp_to_key(key))
@@ -359,6 +514,10 @@ def find_targets(
         journal.undo()
 
 
+def _names(frs: set[FR]) -> str:
+    return ", ".join(f"{flavor}/{resource}" for flavor, resource in sorted(frs))
+
+
 def _take(tree: QuotaTree, w: WorkloadInfo, reason: str, journal: Journal) -> Target:
     journal.remove(tree.cluster_queues[w.cluster_queue], w.usage)
     return Target(w, reason)
@@ -368,7 +527,7 @@ def _fair(
     tree: QuotaTree,
     cq: Node,
     usage: Mapping[FR, int],
-    candidates: Mapping[str, list[WorkloadInfo]],
+    scope: _Scope,
     frs: set[FR],
     journal: Journal,
     *,
@@ -377,6 +536,13 @@ def _fair(
     key: Callable[[WorkloadInfo, WorkloadInfo], int],
 ) -> list[Target] | None:
     targets: list[Target] = []
+    if scope.root is cq:
+        # Only the own queue can make room: the walk takes its workloads in order, no share test.
+        for w in sorted(scope.candidates.get(cq.name, ()), key=cmp_to_key(key)):
+            targets.append(_take(tree, w, IN_CLUSTER_QUEUE, journal))
+            if fits(cq, usage):
+                return targets
+        return None
 
     def fits_now() -> bool:
         mark = len(journal)
@@ -390,7 +556,7 @@ def _fair(
     try:
         within_nominal = config.preempt_within_nominal and is_within_nominal(cq, frs)
         retry: list[WorkloadInfo] = []
-        ordering = _Ordering(cq, candidates, shares, key)
+        ordering = _Ordering(cq, scope.root, scope.candidates, shares, key)
         for target_cq in ordering.targets():
             if target_cq is cq:
                 targets.append(_take(tree, ordering.pop(target_cq), IN_CLUSTER_QUEUE, journal))
@@ -426,7 +592,7 @@ def _fair(
             regrouped: dict[str, list[WorkloadInfo]] = {}
             for w in retry:
                 regrouped.setdefault(w.cluster_queue, []).append(w)
-            ordering = _Ordering(cq, regrouped, shares, key)
+            ordering = _Ordering(cq, scope.root, regrouped, shares, key)
             for target_cq in ordering.targets():
                 p_side, t_side = _almost_lcas(cq, target_cq)
                 p_new, t_old = shares.of(p_side), shares.of(t_side)

@@ -22,11 +22,11 @@ class Shares:
     def __init__(self, tree: QuotaTree, *, now: float) -> None:
         self.lendable = LendableCache()
         self.states: dict[int, DecayState] = {}
-        for node in [*tree.cluster_queues.values(), *tree.cohorts.values()]:
-            if node.policy.half_life_s:
-                self.states[id(node)] = decay.advance(
-                    node.policy.decay, node.usage, now=now, half_life_s=node.policy.half_life_s
-                )
+        for node in tree.decaying:
+            assert node.policy.half_life_s is not None
+            self.states[id(node)] = decay.advance(
+                node.policy.decay, node.usage, now=now, half_life_s=node.policy.half_life_s
+            )
 
     def of(self, node: Node, request: Mapping[FR, int] | None = None) -> DRS:
         state = self.states.get(id(node))

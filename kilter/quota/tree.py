@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from decimal import Decimal
+from functools import cached_property
 from typing import Literal
 
 from kilter.model import quantity
@@ -71,6 +72,7 @@ class Node:
     child_cohorts: list[Node] = field(default_factory=list)  # by name
     child_cqs: list[Node] = field(default_factory=list)  # by name
     subtree: dict[FR, int] = field(default_factory=dict)
+    local: dict[FR, int] = field(default_factory=dict)  # localQuota where a lending limit sets one
     usage: dict[FR, int] = field(default_factory=dict)
 
     @property
@@ -82,11 +84,8 @@ class Node:
         return [*self.child_cohorts, *self.child_cqs]
 
     def local_quota(self, fr: FR) -> int:
-        """The part of the subtree quota that a lending limit keeps from the parent."""
-        q = self.quotas.get(fr)
-        if q is not None and q.lending_limit is not None:
-            return max(0, amount.sub(self.subtree.get(fr, 0), q.lending_limit))
-        return 0
+        """The part of the subtree quota that a lending limit keeps from the parent (kept by ``recompute``)."""
+        return self.local.get(fr, 0)
 
     def ancestors(self) -> Iterator[Node]:
         node = self.parent
@@ -106,6 +105,28 @@ class QuotaTree:
     cluster_queues: dict[str, Node]
     cohorts: dict[str, Node]
     problems: list[Problem] = field(default_factory=list)
+    _nodes_under: dict[int, tuple[list[Node], list[Node]]] = field(default_factory=dict, repr=False, compare=False)
+
+    def cohorts_under(self, root: Node) -> list[Node]:
+        """The cohorts of ``root``'s tree, children first; kept, as the tree's shape never changes."""
+        return self._under(root)[0]
+
+    def cluster_queues_under(self, root: Node) -> list[Node]:
+        """The ClusterQueues of ``root``'s tree, in the same order; kept likewise."""
+        return self._under(root)[1]
+
+    def _under(self, root: Node) -> tuple[list[Node], list[Node]]:
+        cached = self._nodes_under.get(id(root))
+        if cached is None:
+            nodes = self.post_order(root)
+            cached = [n for n in nodes if n.is_cohort], [n for n in nodes if not n.is_cohort]
+            self._nodes_under[id(root)] = cached
+        return cached
+
+    @cached_property
+    def decaying(self) -> list[Node]:
+        """Nodes with ``kilter.dev/usage-half-life``: the only ones whose share needs a decay state."""
+        return [n for n in [*self.cluster_queues.values(), *self.cohorts.values()] if n.policy.half_life_s]
 
     @property
     def roots(self) -> list[Node]:
@@ -151,6 +172,11 @@ class QuotaTree:
                         node.subtree[fr] = amount.add(node.subtree.get(fr, 0), amount.sub(sub, child.local_quota(fr)))
                     for fr, used in child.usage.items():
                         node.usage[fr] = node.usage.get(fr, 0) + max(0, used - child.local_quota(fr))
+            node.local = {
+                fr: max(0, amount.sub(node.subtree.get(fr, 0), q.lending_limit))
+                for fr, q in node.quotas.items()
+                if q.lending_limit is not None
+            }
 
 
 # ---------------------------------------------------------------- building

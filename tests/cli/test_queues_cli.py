@@ -207,3 +207,11 @@ def test_admission_fair_sharing_flags(capsys: pytest.CaptureFixture[str]) -> Non
     assert code == 2 and "--afs-half-life" in err
     code, _, err = run(capsys, "queues", "--demo", "--afs-half-life", "1h", "--afs-weight", "memory")
     assert code == 2 and "RESOURCE=WEIGHT" in err
+
+
+@pytest.mark.parametrize("weight", ["nan", "inf", "-1", "x"])
+def test_admission_fair_sharing_weights_must_be_finite_and_non_negative(
+    capsys: pytest.CaptureFixture[str], weight: str
+) -> None:
+    code, _, err = run(capsys, "queues", "--demo", "--afs-half-life", "1h", "--afs-weight", f"cpu={weight}")
+    assert code == 2 and "finite weight >= 0" in err
