@@ -44,7 +44,7 @@ class ObjectMeta(msgspec.Struct, rename="camel"):
     namespace: str = ""
     uid: str = ""
     resource_version: str = ""
-    creation_timestamp: str = ""
+    creation_timestamp: str | None = None  # metav1.Time marshals a zero time as null
     labels: dict[str, str] = {}
     annotations: dict[str, str] = {}
 

@@ -117,7 +117,7 @@ def workload_infos(
                 cluster_queue=cq,
                 local_queue=wl.spec.queue_name,
                 priority=_priority(wl, classes),
-                created_s=_time(meta.creation_timestamp, f"{path}: metadata.creationTimestamp"),
+                created_s=_time(meta.creation_timestamp or "", f"{path}: metadata.creationTimestamp"),
                 reserved=reserved,
                 reserved_s=_time(status.since("QuotaReserved"), f"{path}: status.conditions") if reserved else None,
                 evicted=status.condition("Evicted"),

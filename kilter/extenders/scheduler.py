@@ -1,0 +1,461 @@
+"""kube-scheduler extender verbs: filter, prioritize, preempt, bind (bytes in, bytes out).
+
+Each verb decodes the scheduler's body (``wire``), asks the fleet model and
+the gang book, and encodes the answer in the form the scheduler reads:
+``NodeNames`` when it sent names (``nodeCacheCapable: true``), ``Nodes`` —
+its own Node objects, passed back verbatim — when it sent full Nodes.
+Problems go in the protocol's ``Error`` field; prioritize and preempt, whose
+answers have no such field, answer HTTP 400 (the scheduler ignores a failed
+prioritize, and fails preemption for that pod).
+
+Filter verdicts: a node that fits passes; a node that is full now goes to
+``FailedNodes``, so preemption may still free it; a node that can never take
+the pod (unknown to kilter, other GPU kind, unusable, too small, excluded by
+the gang's plan or the pod's selectors) goes to ``FailedAndUnresolvableNodes``.
+Pods that ask for no GPU pass through untouched.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import msgspec
+import numpy as np
+import numpy.typing as npt
+
+from kilter.extenders import wire
+from kilter.extenders.explain import DecisionLog, Record
+from kilter.extenders.gangs import GangBook, GangPlan, identify
+from kilter.model.core_v1 import Pod, pod_request
+from kilter.model.errors import InputError, KilterError
+from kilter.state.store import MODIFIED, ClusterStore, Event
+from kilter.topology import eligibility
+from kilter.topology.fleet import Fleet
+from kilter.topology.score import score_pod, score_pod_json
+
+__all__ = ["Answer", "SchedulerExtender"]
+
+PASS, FULL, UNKNOWN, OTHER_KIND, UNUSABLE, TOO_SMALL, NOT_ELIGIBLE, NOT_PLANNED, GANG_WAITS = range(9)
+VERDICTS = (
+    "passed",
+    "failed",
+    "unresolvable",
+    "unresolvable",
+    "unresolvable",
+    "unresolvable",
+    "unresolvable",
+    "unresolvable",
+    "failed",
+)
+MAX_SCORE = 10
+
+
+@dataclass(frozen=True)
+class Answer:
+    """An HTTP status and body; ``outcome`` labels the decision in metrics."""
+
+    status: int
+    body: bytes
+    outcome: str
+
+
+@dataclass
+class _Pod:
+    pod: Pod
+    uid: str
+    resource: str
+    gpus: int
+
+
+@dataclass
+class _Candidates:
+    index: npt.NDArray[np.int32]
+    names: list[str] | None  # the names as sent, when they had to be decoded
+    raw_items: list[msgspec.Raw] | None  # full Node objects, in Nodes mode
+
+
+class SchedulerExtender:
+    def __init__(self, store: ClusterStore, gangs: GangBook, log: DecisionLog) -> None:
+        self.store = store
+        self.gangs = gangs
+        self.log = log
+        self._args = msgspec.json.Decoder(wire.ExtenderArgs)
+        self._preempt_args = msgspec.json.Decoder(wire.PreemptionArgs)
+        self._bind_args = msgspec.json.Decoder(wire.BindingArgs)
+        self._node_name = msgspec.json.Decoder(wire.NodeName)
+        self._encoder = msgspec.json.Encoder()
+        self._hosts: tuple[int, list[bytes]] = (-1, [])
+        self._seen: OrderedDict[str, tuple[int, str]] = OrderedDict()  # pod uid -> (GPUs, resource), for bind
+
+    # ------------------------------------------------------------------ shared
+
+    def _pod(self, pod: Pod | None) -> _Pod:
+        if pod is None:
+            raise InputError("Pod is null")
+        fleet = self.store.fleet()
+        path = "$.Pod.spec"
+        asked = [(r, n) for r in sorted(fleet.catalog.device_resources) if (n := pod_request(pod.spec, r, path=path))]
+        if len(asked) > 1:
+            raise InputError(f"the pod asks for several GPU kinds: {', '.join(r for r, _ in asked)}")
+        resource, gpus = asked[0] if asked else ("", 0)
+        uid = pod.metadata.uid or f"{pod.metadata.namespace}/{pod.metadata.name}"
+        if gpus:
+            self._seen[uid] = (gpus, resource)
+            self._seen.move_to_end(uid)
+            while len(self._seen) > 100_000:
+                self._seen.popitem(last=False)
+        return _Pod(pod, uid, resource, gpus)
+
+    def _candidates(self, fleet: Fleet, args: wire.ExtenderArgs) -> _Candidates:
+        raw_names = bytes(args.node_names)
+        if raw_names != b"null":
+            try:
+                found = fleet.name_index.lookup_json(raw_names)
+            except ValueError as exc:
+                raise InputError(f"NodeNames: {exc}") from None
+            if found is not None and found[1] == 0:
+                return _Candidates(found[0], None, None)
+            names = msgspec.json.decode(raw_names, type=list[str])
+            index = np.empty(len(names), dtype=np.int32)
+            fleet.name_index.lookup(names, index)
+            return _Candidates(index, names, None)
+        if args.nodes is None or args.nodes.items is None:
+            raise InputError("neither NodeNames nor Nodes is set")
+        items = args.nodes.items
+        try:
+            names = [self._node_name.decode(item).metadata.name for item in items]
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            raise InputError(f"Nodes.items: {exc}") from None
+        index = np.empty(len(names), dtype=np.int32)
+        fleet.name_index.lookup(names, index)
+        return _Candidates(index, names, items)
+
+    def _name_list(self, fleet: Fleet, cand: _Candidates) -> list[str]:
+        if cand.names is not None:
+            return cand.names
+        node_names = fleet.node_names
+        return [node_names[i] for i in cand.index.tolist()]
+
+    def _gang(self, p: _Pod) -> GangPlan | None:
+        gang = identify(p.pod, self.store)
+        if gang is None:
+            return None
+        return self.gangs.plan_for(gang, p.pod, p.gpus)
+
+    # ------------------------------------------------------------------ filter
+
+    def filter(self, body: bytes) -> Answer:
+        try:
+            args = self._args.decode(body)
+            p = self._pod(args.pod)
+            fleet = self.store.fleet()
+            cand = self._candidates(fleet, args)
+            if not p.gpus:
+                return Answer(200, self._pass_through(args), "not-gpu")
+            plan = self._gang(p)
+            codes, free, total = self._verdicts(fleet, p, cand.index, plan)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            return self._filter_error(f"malformed ExtenderArgs: {exc}")
+        except KilterError as exc:
+            return self._filter_error(str(exc))
+        names = self._name_list(fleet, cand)
+        passing = np.flatnonzero(codes == PASS)
+        failed: dict[str, str] = {}
+        unresolvable: dict[str, str] = {}
+        extra: dict[str, str] = {}
+        gang_note = plan.describe() if plan is not None else ""
+        reason_of = _Reasons(p.gpus, p.resource, plan)
+        for i in np.flatnonzero(codes != PASS).tolist():
+            code = int(codes[i])
+            text = reason_of(code, int(free[i]), int(total[i]))
+            (failed if VERDICTS[code] == "failed" else unresolvable)[names[i]] = text
+        result = wire.FilterResult(failed_nodes=failed, failed_and_unresolvable_nodes=unresolvable)
+        if cand.raw_items is not None:
+            kept = b",".join(bytes(cand.raw_items[i]) for i in passing.tolist())
+            result.nodes = msgspec.Raw(b'{"metadata":{},"items":[' + kept + b"]}")
+        else:
+            result.node_names = [names[i] for i in passing.tolist()]
+        summary = f"{len(passing)} of {len(names)} nodes pass for {p.gpus} {p.resource}"
+        self.log.add(
+            p.pod.metadata.namespace,
+            p.pod.metadata.name,
+            Record(
+                "filter",
+                time.time(),
+                f"{summary}; {gang_note}" if gang_note else summary,
+                names,
+                codes,
+                free,
+                total,
+                reason=reason_of,
+                verdicts=VERDICTS,
+                extra=extra,
+            ),
+        )
+        outcome = "gang" if plan is not None else ("fits" if len(passing) else "no-fit")
+        return Answer(200, self._encoder.encode(result), outcome)
+
+    def _filter_error(self, message: str) -> Answer:
+        return Answer(200, self._encoder.encode(wire.FilterResult(error=message)), "error")
+
+    def _pass_through(self, args: wire.ExtenderArgs) -> bytes:
+        if bytes(args.node_names) != b"null":
+            return (
+                b'{"Nodes":null,"NodeNames":' + bytes(args.node_names) + b',"FailedNodes":{},'
+                b'"FailedAndUnresolvableNodes":{},"Error":""}'
+            )
+        items = args.nodes.items if args.nodes is not None and args.nodes.items is not None else []
+        nodes = b'{"metadata":{},"items":[' + b",".join(bytes(i) for i in items) + b"]}"
+        return b'{"Nodes":' + nodes + b',"NodeNames":null,"FailedNodes":{},"FailedAndUnresolvableNodes":{},"Error":""}'
+
+    def _verdicts(
+        self, fleet: Fleet, p: _Pod, index: npt.NDArray[np.int32], plan: GangPlan | None
+    ) -> tuple[npt.NDArray[np.int8], npt.NDArray[np.int32], npt.NDArray[np.int32]]:
+        bm = fleet.bitmap
+        known = index >= 0
+        safe = np.where(known, index, 0)
+        total = bm.node_gpu_counts[safe]
+        free = total - bm.node_used_gpus[safe]
+        usable = bm.node_usable_flags[safe].astype(bool)
+        platforms = bm.domain_platforms[fleet.node_domain[safe]]
+        kind_ok = np.array([pl.device_resource == p.resource for pl in fleet.platforms], dtype=bool)[platforms]
+        codes = np.full(len(index), PASS, dtype=np.int8)
+        if plan is not None:
+            allowed = np.zeros(fleet.n_nodes, dtype=bool)
+            allowed[plan.nodes_for(p.uid, p.gpus)] = True
+            if not plan.feasible:
+                codes[:] = GANG_WAITS
+            else:
+                codes[~allowed[safe]] = NOT_PLANNED
+        else:
+            codes[free < p.gpus] = FULL
+            codes[total < p.gpus] = TOO_SMALL
+            mask = eligibility.node_mask(fleet, p.pod.spec, path="$.Pod.spec")
+            if mask is not None:
+                codes[~mask[safe]] = NOT_ELIGIBLE
+        codes[~usable] = UNUSABLE
+        codes[~kind_ok] = OTHER_KIND
+        codes[~known] = UNKNOWN
+        return codes, free.astype(np.int32), total.astype(np.int32)
+
+    # ------------------------------------------------------------------ prioritize
+
+    def prioritize(self, body: bytes) -> Answer:
+        try:
+            args = self._args.decode(body)
+            p = self._pod(args.pod)
+            fleet = self.store.fleet()
+            if not p.gpus:
+                return Answer(200, b"[]", "not-gpu")
+            plan = self._gang(p)
+            planned: Sequence[int] = plan.nodes_for(p.uid, p.gpus) if plan is not None and plan.feasible else ()
+            raw_names = bytes(args.node_names)
+            if raw_names != b"null":
+                scores, index = score_pod_json(fleet, raw_names, gpus=p.gpus, planned=planned)
+                names = None
+            else:
+                cand = self._candidates(fleet, args)
+                names = cand.names or []
+                scores, index = score_pod(fleet, names, gpus=p.gpus, planned=planned)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            return Answer(400, f"malformed ExtenderArgs: {exc}".encode(), "error")
+        except KilterError as exc:
+            return Answer(400, str(exc).encode(), "error")
+        scores = np.maximum(scores, 0)
+        if names is None and (index >= 0).all():
+            body_out = self._host_scores(fleet, index, scores)
+            shown = None
+        else:
+            shown = names if names is not None else msgspec.json.decode(raw_names, type=list[str])
+            body_out = self._encoder.encode(
+                [wire.HostPriority(h, int(s)) for h, s in zip(shown, scores.tolist(), strict=True)]
+            )
+        self.log.add(
+            p.pod.metadata.namespace,
+            p.pod.metadata.name,
+            Record(
+                "prioritize",
+                time.time(),
+                f"{len(index)} nodes scored 0..{MAX_SCORE} for {p.gpus} {p.resource}",
+                shown if shown is not None else [fleet.node_names[i] for i in index.tolist()],
+                scores=scores,
+            ),
+        )
+        return Answer(200, body_out, "scored")
+
+    def _host_scores(self, fleet: Fleet, index: npt.NDArray[np.int32], scores: npt.NDArray[np.int8]) -> bytes:
+        """The bare ``[{"Host":…,"Score":…}]`` array from per-node prefixes made once per fleet."""
+        if self._hosts[0] != self.store.generation:
+            enc = self._encoder.encode
+            self._hosts = (self.store.generation, [b'{"Host":' + enc(n) + b',"Score":' for n in fleet.node_names])
+        hosts = self._hosts[1]
+        digits = _DIGITS
+        return (
+            b"["
+            + b",".join([hosts[i] + digits[s] for i, s in zip(index.tolist(), scores.tolist(), strict=True)])
+            + b"]"
+        )
+
+    # ------------------------------------------------------------------ preempt
+
+    def preempt(self, body: bytes) -> Answer:
+        try:
+            args = self._preempt_args.decode(body)
+            p = self._pod(args.pod)
+            fleet = self.store.fleet()
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            return Answer(400, f"malformed ExtenderPreemptionArgs: {exc}".encode(), "error")
+        except KilterError as exc:
+            return Answer(400, str(exc).encode(), "error")
+        offered: dict[str, wire.MetaVictims] = dict(args.node_name_to_meta_victims or {})
+        for node, victims in (args.node_name_to_victims or {}).items():
+            offered.setdefault(
+                node,
+                wire.MetaVictims(
+                    [wire.MetaPod(v.metadata.uid) for v in victims.pods or []], victims.num_pdb_violations
+                ),
+            )
+        plan = None
+        try:
+            plan = self._gang(p) if p.gpus else None
+        except KilterError:
+            plan = None
+        allowed = set(plan.nodes_for(p.uid, p.gpus)) if plan is not None and plan.feasible else None
+        kept: dict[str, wire.MetaVictims] = {}
+        notes: dict[str, str] = {}
+        for node_name, meta in offered.items():
+            index = fleet.node_index.get(node_name)
+            on_node = [v for v in meta.pods or [] if self._on_node(v.uid, node_name, index)]
+            if not on_node:
+                notes[node_name] = "none of the victims runs on this node"
+                continue
+            if p.gpus and index is None:
+                notes[node_name] = "not a GPU node kilter knows"
+                continue
+            if p.gpus and index is not None:
+                freed = sum(self._gpus_of(v.uid, index) for v in on_node)
+                if fleet.bitmap.node_free_gpus(index) + freed < p.gpus:
+                    notes[node_name] = f"evicting these victims frees {freed} GPUs; the pod needs {p.gpus}"
+                    continue
+                if allowed is not None and index not in allowed:
+                    notes[node_name] = "not in the gang's plan"
+                    continue
+            kept[node_name] = wire.MetaVictims(on_node, meta.num_pdb_violations)
+        names = sorted(offered)
+        self.log.add(
+            p.pod.metadata.namespace,
+            p.pod.metadata.name,
+            Record(
+                "preempt",
+                time.time(),
+                f"{len(kept)} of {len(offered)} candidate nodes kept",
+                names,
+                codes=np.array([0 if n in kept else 1 for n in names], dtype=np.int8),
+                reason=lambda code, free, total: "victims confirmed on this node",
+                verdicts=("kept", "dropped"),
+                extra=notes,
+            ),
+        )
+        return Answer(200, self._encoder.encode(wire.PreemptionResult(kept)), "kept" if kept else "none")
+
+    def _on_node(self, uid: str, node_name: str, index: int | None) -> bool:
+        pod = self.store.pod(uid)
+        if pod is not None and pod.spec.node_name:
+            return pod.spec.node_name == node_name
+        booking = self.store.booking(uid)
+        return booking is not None and index is not None and booking.node == index
+
+    def _gpus_of(self, uid: str, index: int) -> int:
+        booking = self.store.booking(uid)
+        return booking.gpus if booking is not None and booking.node == index else 0
+
+    # ------------------------------------------------------------------ bind
+
+    def bind(self, body: bytes, binder: Binder) -> Answer:
+        try:
+            args = self._bind_args.decode(body)
+            for field_name, value in (
+                ("PodName", args.pod_name),
+                ("PodNamespace", args.pod_namespace),
+                ("Node", args.node),
+            ):
+                if not value:
+                    raise InputError(f"{field_name} is empty")
+            fleet = self.store.fleet()
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            return Answer(
+                200, self._encoder.encode(wire.BindingResult(f"malformed ExtenderBindingArgs: {exc}")), "error"
+            )
+        except KilterError as exc:
+            return Answer(200, self._encoder.encode(wire.BindingResult(str(exc))), "error")
+        uid = args.pod_uid or f"{args.pod_namespace}/{args.pod_name}"
+        try:
+            binder.bind(args.pod_namespace, args.pod_name, args.pod_uid, args.node)
+        except KilterError as exc:
+            return Answer(200, self._encoder.encode(wire.BindingResult(f"binding failed: {exc}")), "error")
+        self._record_binding(fleet, uid, args)
+        return Answer(200, self._encoder.encode(wire.BindingResult()), "bound")
+
+    def _record_binding(self, fleet: Fleet, uid: str, args: wire.BindingArgs) -> None:
+        """Book the pod where it was bound, now, without waiting for the feed to show it."""
+        obj = self.store.get("", "Pod", args.pod_namespace, args.pod_name)
+        if obj is not None:
+            spec = dict(obj.get("spec") or {})
+            spec["nodeName"] = args.node
+            self.store.apply([Event(MODIFIED, {**obj, "spec": spec})])
+        seen = self._seen.get(uid)
+        if seen is None or args.node not in fleet.node_index:
+            return
+        gpus, _ = seen
+        if self.gangs.bound(uid, args.node, gpus) is None:
+            self.store.assume(uid, args.node, gpus)
+
+
+class Binder:
+    """Where a binding goes: the API server when a cluster is connected; only the state in snapshot mode."""
+
+    def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+        """Snapshot mode: nothing to call; the extender records the binding in the state."""
+
+
+class _Reasons:
+    """Sentences for verdict codes; also the explain renderer, so both always say the same."""
+
+    def __init__(self, gpus: int, resource: str, plan: GangPlan | None) -> None:
+        self.gpus = gpus
+        self.resource = resource
+        self.plan = plan
+        self._cache: dict[tuple[int, int, int], str] = {}
+
+    def __call__(self, code: int, free: int, total: int) -> str:
+        key = (code, free, total) if code in (FULL, TOO_SMALL) else (code, 0, 0)
+        text = self._cache.get(key)
+        if text is None:
+            text = self._cache[key] = self._text(code, free, total)
+        return text
+
+    def _text(self, code: int, free: int, total: int) -> str:
+        g, r = self.gpus, self.resource
+        if code == FULL:
+            return f"{free} of {total} {r} free; the pod needs {g}"
+        if code == TOO_SMALL:
+            return f"the node has {total} {r}; the pod needs {g}"
+        if code == UNKNOWN:
+            return "not a GPU node in kilter's model of the fleet"
+        if code == OTHER_KIND:
+            return f"the node's GPUs are not {r}"
+        if code == UNUSABLE:
+            return "the node is cordoned, not Ready, or its GPUs are unhealthy"
+        if code == NOT_ELIGIBLE:
+            return "the pod's nodeSelector, node affinity or tolerations exclude the node"
+        if code == NOT_PLANNED:
+            return f"kilter holds this pod to its gang's plan ({self.plan.describe() if self.plan else ''})"
+        if code == GANG_WAITS:
+            return f"the gang does not fit yet: {self.plan.plan.reason if self.plan else ''}"
+        return "passes"
+
+
+_DIGITS = [str(i).encode() + b"}" for i in range(MAX_SCORE + 1)]

@@ -1,0 +1,226 @@
+"""The HTTP listener of ``kilter serve``: a bare ASGI app, run by uvicorn with httptools and uvloop.
+
+No framework sits between the socket and the verbs: the reference
+measurements (performance.md §4) put uvicorn + httptools first for small
+bodies and level with the rest once a handler does real work, and a router
+would add a per-request cost for four fixed paths. Bodies above
+``max_body_bytes`` are refused with 413 before they are read whole; every
+verb runs on the event-loop thread, which also applies state events, so the
+state never changes under a decision. Any failure inside a verb becomes an
+HTTP 500 with one line, never a dead server.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+from urllib.parse import parse_qs
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from kilter.extenders.gangs import GangBook
+from kilter.extenders.scheduler import Answer, Binder, SchedulerExtender
+from kilter.state.store import ClusterStore
+
+__all__ = ["DEFAULT_MAX_BODY_BYTES", "App", "Metrics"]
+
+log = logging.getLogger("kilter.serve")
+
+# Full Node objects of a 5,000-node cluster: ~16 KB each in our samples, up to ~50 KB with managedFields.
+DEFAULT_MAX_BODY_BYTES = 256 * 1024 * 1024
+VERBS = ("filter", "prioritize", "preempt", "bind")
+KNOWN_PATHS = {*(f"/scheduler/{v}" for v in VERBS), "/healthz", "/readyz", "/metrics", "/debug/explain"}
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+
+class Metrics:
+    """Prometheus series of one server (own registry, so several servers can live in one process)."""
+
+    def __init__(self, gangs: GangBook) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.requests = Counter(
+            "kilter_extender_requests",
+            "HTTP requests by path and status code",
+            ["path", "code"],
+            registry=self.registry,
+        )
+        self.latency = Histogram(
+            "kilter_extender_request_duration_seconds",
+            "Time from the whole body read to the answer encoded, by verb",
+            ["verb"],
+            buckets=(0.0002, 0.0005, 0.001, 0.0015, 0.002, 0.003, 0.005, 0.01, 0.02, 0.05, 0.1, 0.5, 1.0),
+            registry=self.registry,
+        )
+        self.decisions = Counter(
+            "kilter_extender_decisions", "Answers by verb and outcome", ["verb", "outcome"], registry=self.registry
+        )
+        plans = Gauge("kilter_gang_plans_open", "Gang plans holding reserved GPUs", registry=self.registry)
+        plans.set_function(lambda: len(gangs.plans))
+        made = Gauge("kilter_gang_plans_made", "Gang plans made since start", registry=self.registry)
+        made.set_function(lambda: gangs.planned)
+        replanned = Gauge("kilter_gang_replans", "Gang plans dropped and made again", registry=self.registry)
+        replanned.set_function(lambda: gangs.replanned)
+
+
+class App:
+    def __init__(
+        self,
+        store: ClusterStore,
+        extender: SchedulerExtender,
+        binder: Binder,
+        *,
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+        startup: list[Callable[[], Awaitable[None]]] | None = None,
+    ) -> None:
+        self.store = store
+        self.extender = extender
+        self.binder = binder
+        self.max_body_bytes = max_body_bytes
+        self.metrics = Metrics(extender.gangs)
+        self.startup = startup or []
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            return
+        path: str = scope["path"]
+        method: str = scope["method"]
+        try:
+            if path.startswith("/scheduler/"):
+                verb = path[len("/scheduler/") :]
+                if verb not in VERBS:
+                    await self._reply(send, path, 404, b"unknown extender verb\n", "text/plain")
+                elif method != "POST":
+                    await self._reply(send, path, 405, b"POST only\n", "text/plain")
+                else:
+                    await self._verb(scope, receive, send, verb)
+            elif method != "GET":
+                await self._reply(send, path, 405, b"GET only\n", "text/plain")
+            elif path == "/healthz":
+                await self._reply(send, path, 200, b"ok\n", "text/plain")
+            elif path == "/readyz":
+                ready = self.store.ready
+                await self._reply(
+                    send, path, 200 if ready else 503, b"ok\n" if ready else b"state not loaded\n", "text/plain"
+                )
+            elif path == "/metrics":
+                await self._reply(send, path, 200, generate_latest(self.metrics.registry), CONTENT_TYPE_LATEST)
+            elif path == "/debug/explain":
+                await self._explain(scope, send)
+            else:
+                await self._reply(send, path, 404, b"not found\n", "text/plain")
+        except Exception as exc:  # a bug must cost one request, not the server
+            log.exception("request to %s failed", path)
+            await self._reply(send, path, 500, f"internal error: {type(exc).__name__}: {exc}\n".encode(), "text/plain")
+
+    async def _verb(self, scope: Scope, receive: Receive, send: Send, verb: str) -> None:
+        path = scope["path"]
+        length = _content_length(scope)
+        if length is not None and length > self.max_body_bytes:
+            await self._too_large(send, path)
+            return
+        chunks: list[bytes] = []
+        size = 0
+        more = True
+        while more:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_body_bytes:
+                await self._too_large(send, path)
+                return
+            chunks.append(chunk)
+            more = message.get("more_body", False)
+        body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        started = time.perf_counter()
+        answer = self._answer(verb, body)
+        elapsed = time.perf_counter() - started
+        self.metrics.latency.labels(verb).observe(elapsed)
+        self.metrics.decisions.labels(verb, answer.outcome).inc()
+        content_type = "application/json" if answer.status == 200 else "text/plain"
+        await self._reply(send, path, answer.status, answer.body, content_type, timing=elapsed)
+
+    def _answer(self, verb: str, body: bytes) -> Answer:
+        if verb == "filter":
+            return self.extender.filter(body)
+        if verb == "prioritize":
+            return self.extender.prioritize(body)
+        if verb == "preempt":
+            return self.extender.preempt(body)
+        return self.extender.bind(body, self.binder)
+
+    async def _explain(self, scope: Scope, send: Send) -> None:
+        query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+        namespace = (query.get("namespace") or [""])[0]
+        pod = (query.get("pod") or [""])[0]
+        if not namespace or not pod:
+            await self._reply(send, scope["path"], 400, b"namespace and pod are required\n", "text/plain")
+            return
+        records = self.extender.log.explain(namespace, pod)
+        if records is None:
+            body = json.dumps({"namespace": namespace, "pod": pod, "error": "no decision about this pod"}).encode()
+            await self._reply(send, scope["path"], 404, body, "application/json")
+            return
+        body = json.dumps({"namespace": namespace, "pod": pod, "decisions": records}).encode()
+        await self._reply(send, scope["path"], 200, body, "application/json")
+
+    async def _too_large(self, send: Send, path: str) -> None:
+        message = f"request body above the limit of {self.max_body_bytes} bytes (--max-body-bytes)\n".encode()
+        await self._reply(send, path, 413, message, "text/plain", close=True)
+
+    async def _reply(
+        self,
+        send: Send,
+        path: str,
+        status: int,
+        body: bytes,
+        content_type: str,
+        *,
+        timing: float | None = None,
+        close: bool = False,
+    ) -> None:
+        headers = [(b"content-type", content_type.encode()), (b"content-length", str(len(body)).encode())]
+        if timing is not None:
+            headers.append((b"server-timing", f"app;dur={timing * 1000:.3f}".encode()))
+        if close:
+            headers.append((b"connection", b"close"))
+        self.metrics.requests.labels(path if path in KNOWN_PATHS else "other", str(status)).inc()
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                try:
+                    for hook in self.startup:
+                        await hook()
+                except Exception as exc:
+                    await send({"type": "lifespan.startup.failed", "message": str(exc)})
+                    return
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+
+def _content_length(scope: Scope) -> int | None:
+    for name, value in scope.get("headers", []):
+        if name == b"content-length":
+            try:
+                return int(value)
+            except ValueError:
+                return None
+    return None
