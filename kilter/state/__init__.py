@@ -1,6 +1,7 @@
-"""The cluster-state cache: objects from a snapshot (and later a live cluster) and the fleet built from them."""
+"""The cluster-state cache: objects fed as watch events (a snapshot file now, a live cluster later) and the fleet."""
 
-from kilter.state import cluster, snapshot
+from kilter.state import cluster, feed, snapshot, store
 from kilter.state.cluster import ClusterState, from_objects, load
+from kilter.state.store import ClusterStore, Event
 
-__all__ = ["ClusterState", "cluster", "from_objects", "load", "snapshot"]
+__all__ = ["ClusterState", "ClusterStore", "Event", "cluster", "feed", "from_objects", "load", "snapshot", "store"]
