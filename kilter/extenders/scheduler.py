@@ -260,6 +260,9 @@ class SchedulerExtender:
                 cand = self._candidates(fleet, args)
                 names = cand.names or []
                 scores, index = score_pod(fleet, names, gpus=p.gpus, planned=planned)
+            if plan is not None:
+                # A gang pod's GPUs are reserved on its planned nodes: those score top, nothing else scores.
+                scores = np.where(np.isin(index, np.asarray(planned, dtype=np.int32)), MAX_SCORE, 0).astype(np.int8)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             return Answer(400, f"malformed ExtenderArgs: {exc}".encode(), "error")
         except KilterError as exc:

@@ -37,7 +37,7 @@ USAGE_HALF_LIFE = "kilter.dev/usage-half-life"
 MIN_RUNTIME = "kilter.dev/min-runtime"
 DECAYED_USAGE = "kilter.dev/decayed-usage"
 
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)(d|h|m|s|ms)")
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|d|h|m|s)")
 _UNIT_S = {"d": 86400.0, "h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
 
 

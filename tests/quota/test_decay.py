@@ -16,7 +16,10 @@ GPU = ("h100", "nvidia.com/gpu")
 DAY = 86400.0
 
 
-@pytest.mark.parametrize(("text", "seconds"), [("7d", 7 * DAY), ("36h", 129600.0), ("1h30m", 5400.0), ("45s", 45.0)])
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("7d", 7 * DAY), ("36h", 129600.0), ("1h30m", 5400.0), ("45s", 45.0), ("500ms", 0.5), ("1m30s500ms", 90.5)],
+)
 def test_durations(text: str, seconds: float) -> None:
     assert parse_duration(text, path="$") == seconds
 
