@@ -7,7 +7,15 @@ import types
 
 import pytest
 
-PACKAGES = ["kilter.model", "kilter.topology", "kilter.quota", "kilter.state", "kilter.extenders", "kilter.cli", "kilter._native"]
+PACKAGES = [
+    "kilter.model",
+    "kilter.topology",
+    "kilter.quota",
+    "kilter.state",
+    "kilter.extenders",
+    "kilter.cli",
+    "kilter._native",
+]
 
 
 @pytest.mark.parametrize("name", PACKAGES)

@@ -1,8 +1,10 @@
 """``kilter serve``: the scheduler extender (and later the other listeners) over a snapshot or the demo fleet.
 
 State comes from ``--snapshot FILE`` (watched and reloaded when it changes)
-or ``--demo``. Binding in snapshot mode is recorded in the state only; a
-connected cluster (a later feeder) binds through the API.
+or ``--demo``. With ``--kubeconfig``/``--in-cluster`` the bind verb creates
+the Binding through that cluster's API server; without one, a binding is
+recorded in the state only. (List/watch of the connected cluster as the
+state feed comes with the live-cluster feeder.)
 """
 
 from __future__ import annotations
@@ -19,10 +21,11 @@ import uvicorn
 from kilter.cli import sources
 from kilter.extenders.explain import DecisionLog
 from kilter.extenders.gangs import GangBook
-from kilter.extenders.scheduler import Binder, SchedulerExtender
+from kilter.extenders.scheduler import ApiBinder, Binder, SchedulerExtender
 from kilter.extenders.server import DEFAULT_MAX_BODY_BYTES, App
 from kilter.model.errors import InputError
 from kilter.quota.policy import parse_duration
+from kilter.state.api import connect
 from kilter.state.feed import SnapshotFeed
 from kilter.state.store import ClusterStore
 
@@ -46,6 +49,10 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         default=DEFAULT_MAX_BODY_BYTES,
         help=f"largest request body accepted (default {DEFAULT_MAX_BODY_BYTES}: full Nodes of 5,000 nodes)",
     )
+    api = p.add_mutually_exclusive_group()
+    api.add_argument("--kubeconfig", type=Path, help="bind pods through this cluster's API server")
+    api.add_argument("--in-cluster", action="store_true", help="bind pods through the API server of this pod's cluster")
+    p.add_argument("--context", help="kubeconfig context (default: its current-context)")
     p.add_argument("--gang-timeout", default="5m", help="drop a gang's plan if not all pods bind within this")
     p.add_argument("--reload-interval", default="1s", help="how often to check the snapshot file for changes")
     p.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info")
@@ -76,7 +83,10 @@ def build_app(args: argparse.Namespace) -> tuple[App, ClusterStore]:
     extender = SchedulerExtender(store, GangBook(store, timeout_s=timeout), DecisionLog())
     if args.max_body_bytes < 1024:
         raise InputError("--max-body-bytes must be at least 1024")
-    app = App(store, extender, Binder(), max_body_bytes=args.max_body_bytes, startup=startup)
+    binder = Binder()
+    if getattr(args, "kubeconfig", None) is not None or getattr(args, "in_cluster", False):
+        binder = ApiBinder(connect(getattr(args, "kubeconfig", None), context=getattr(args, "context", None)))
+    app = App(store, extender, binder, max_body_bytes=args.max_body_bytes, startup=startup)
     return app, store
 
 

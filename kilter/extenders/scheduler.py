@@ -21,6 +21,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from urllib.parse import quote
 
 import msgspec
 import numpy as np
@@ -31,12 +32,13 @@ from kilter.extenders.explain import DecisionLog, Record
 from kilter.extenders.gangs import GangBook, GangPlan, identify
 from kilter.model.core_v1 import Pod, pod_request
 from kilter.model.errors import InputError, KilterError
+from kilter.state.api import ApiServer
 from kilter.state.store import MODIFIED, ClusterStore, Event
 from kilter.topology import eligibility
 from kilter.topology.fleet import Fleet
 from kilter.topology.score import score_pod, score_pod_json
 
-__all__ = ["Answer", "SchedulerExtender"]
+__all__ = ["Answer", "ApiBinder", "Binder", "SchedulerExtender"]
 
 PASS, FULL, UNKNOWN, OTHER_KIND, UNUSABLE, TOO_SMALL, NOT_ELIGIBLE, NOT_PLANNED, GANG_WAITS = range(9)
 VERDICTS = (
@@ -377,7 +379,8 @@ class SchedulerExtender:
 
     # ------------------------------------------------------------------ bind
 
-    def bind(self, body: bytes, binder: Binder) -> Answer:
+    def bind_request(self, body: bytes) -> wire.BindingArgs | Answer:
+        """The binding asked for, or the answer that refuses it (the API call happens between these two steps)."""
         try:
             args = self._bind_args.decode(body)
             for field_name, value in (
@@ -387,41 +390,56 @@ class SchedulerExtender:
             ):
                 if not value:
                     raise InputError(f"{field_name} is empty")
-            fleet = self.store.fleet()
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            return Answer(
-                200, self._encoder.encode(wire.BindingResult(f"malformed ExtenderBindingArgs: {exc}")), "error"
-            )
+            return self.bind_failed(f"malformed ExtenderBindingArgs: {exc}")
         except KilterError as exc:
-            return Answer(200, self._encoder.encode(wire.BindingResult(str(exc))), "error")
-        uid = args.pod_uid or f"{args.pod_namespace}/{args.pod_name}"
-        try:
-            binder.bind(args.pod_namespace, args.pod_name, args.pod_uid, args.node)
-        except KilterError as exc:
-            return Answer(200, self._encoder.encode(wire.BindingResult(f"binding failed: {exc}")), "error")
-        self._record_binding(fleet, uid, args)
-        return Answer(200, self._encoder.encode(wire.BindingResult()), "bound")
+            return self.bind_failed(str(exc))
+        return args
 
-    def _record_binding(self, fleet: Fleet, uid: str, args: wire.BindingArgs) -> None:
-        """Book the pod where it was bound, now, without waiting for the feed to show it."""
+    def bind_failed(self, message: str) -> Answer:
+        return Answer(200, self._encoder.encode(wire.BindingResult(message)), "error")
+
+    def bound(self, args: wire.BindingArgs) -> Answer:
+        """The binding happened: book the pod where it went now, without waiting for the feed to show it."""
+        fleet = self.store.fleet()
+        uid = args.pod_uid or f"{args.pod_namespace}/{args.pod_name}"
         obj = self.store.get("", "Pod", args.pod_namespace, args.pod_name)
         if obj is not None:
             spec = dict(obj.get("spec") or {})
             spec["nodeName"] = args.node
             self.store.apply([Event(MODIFIED, {**obj, "spec": spec})])
         seen = self._seen.get(uid)
-        if seen is None or args.node not in fleet.node_index:
-            return
-        gpus, _ = seen
-        if self.gangs.bound(uid, args.node, gpus) is None:
-            self.store.assume(uid, args.node, gpus)
+        if seen is not None and args.node in fleet.node_index:
+            gpus, _ = seen
+            if self.gangs.bound(uid, args.node, gpus) is None:
+                self.store.assume(uid, args.node, gpus)
+        return Answer(200, self._encoder.encode(wire.BindingResult()), "bound")
 
 
 class Binder:
-    """Where a binding goes: the API server when a cluster is connected; only the state in snapshot mode."""
+    """Snapshot mode's binder: there is no API to call; ``SchedulerExtender.bound`` records the binding."""
 
     def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
-        """Snapshot mode: nothing to call; the extender records the binding in the state."""
+        return None
+
+
+class ApiBinder(Binder):
+    """Creates the ``pods/binding`` subresource, as kube-scheduler's DefaultBinder does."""
+
+    def __init__(self, api: ApiServer) -> None:
+        self.api = api
+
+    def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+        meta: dict[str, str] = {"name": name, "namespace": namespace}
+        if uid:
+            meta["uid"] = uid
+        binding = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": meta,
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        }
+        self.api.call("POST", f"/api/v1/namespaces/{quote(namespace)}/pods/{quote(name)}/binding", binding)
 
 
 class _Reasons:

@@ -12,6 +12,7 @@ HTTP 500 with one line, never a dead server.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -24,6 +25,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from kilter.extenders.gangs import GangBook
 from kilter.extenders.scheduler import Answer, Binder, SchedulerExtender
+from kilter.model.errors import KilterError
 from kilter.state.store import ClusterStore
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "App", "Metrics"]
@@ -145,7 +147,7 @@ class App:
             more = message.get("more_body", False)
         body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
         started = time.perf_counter()
-        answer = self._answer(verb, body)
+        answer = await self._bind(body) if verb == "bind" else self._answer(verb, body)
         elapsed = time.perf_counter() - started
         self.metrics.latency.labels(verb).observe(elapsed)
         self.metrics.decisions.labels(verb, answer.outcome).inc()
@@ -157,9 +159,21 @@ class App:
             return self.extender.filter(body)
         if verb == "prioritize":
             return self.extender.prioritize(body)
-        if verb == "preempt":
-            return self.extender.preempt(body)
-        return self.extender.bind(body, self.binder)
+        return self.extender.preempt(body)
+
+    async def _bind(self, body: bytes) -> Answer:
+        """Decide on the loop, call the API server on a worker thread, record on the loop again."""
+        request = self.extender.bind_request(body)
+        if isinstance(request, Answer):
+            return request
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.run_in_executor(
+                None, self.binder.bind, request.pod_namespace, request.pod_name, request.pod_uid, request.node
+            )
+        except KilterError as exc:
+            return self.extender.bind_failed(f"binding failed: {exc}")
+        return self.extender.bound(request)
 
     async def _explain(self, scope: Scope, send: Send) -> None:
         query = parse_qs(scope.get("query_string", b"").decode("latin-1"))

@@ -1,0 +1,98 @@
+"""A connection to a cluster's API server: where it is, how to authenticate, how to make one call.
+
+Credentials come from a kubeconfig (the ``kubernetes`` package reads it, so
+exec plugins, client certificates and tokens all work) or from the pod's
+service account when running in the cluster. Calls are plain HTTP/1.1 with
+JSON bodies, one connection each, so they can run on any worker thread.
+The live list/watch feeder builds on the same connection.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import ssl
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from kilter.model.errors import InputError, KilterError
+
+__all__ = ["ApiError", "ApiServer", "connect"]
+
+
+class ApiError(KilterError):
+    """The API server refused a call; ``code`` is its HTTP status, the message its Status message."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(f"API server answered {code}: {message}")
+        self.code = code
+
+
+@dataclass(frozen=True)
+class ApiServer:
+    scheme: str
+    host: str
+    port: int
+    headers: dict[str, str] = field(default_factory=dict)
+    tls: ssl.SSLContext | None = None
+    timeout_s: float = 10.0
+
+    def call(self, method: str, path: str, body: Any = None) -> Any:
+        """One request; the decoded JSON answer, or ApiError carrying the server's own message."""
+        conn: http.client.HTTPConnection
+        if self.scheme == "https":
+            conn = http.client.HTTPSConnection(self.host, self.port, context=self.tls, timeout=self.timeout_s)
+        else:
+            conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout_s)
+        data = None if body is None else json.dumps(body).encode()
+        headers = {**self.headers, "Accept": "application/json"}
+        if data is not None:
+            headers["Content-Type"] = "application/json"
+        try:
+            conn.request(method, path, data, headers)
+            response = conn.getresponse()
+            raw = response.read()
+        except (OSError, http.client.HTTPException) as exc:
+            raise ApiError(0, f"{method} {path}: {exc}") from None
+        finally:
+            conn.close()
+        try:
+            answer = json.loads(raw) if raw else None
+        except ValueError:
+            answer = None
+        if not 200 <= response.status < 300:
+            message = answer.get("message") if isinstance(answer, dict) else None
+            raise ApiError(response.status, str(message or raw[:200].decode("utf-8", "replace")))
+        return answer
+
+
+def connect(kubeconfig: Path | None, *, context: str | None = None) -> ApiServer:
+    """The API server of this kubeconfig (and context), or of the pod's service account when None."""
+    from kubernetes import client, config
+
+    cfg = client.Configuration()
+    try:
+        if kubeconfig is None:
+            config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
+        else:
+            config.load_kube_config(  # type: ignore[no-untyped-call]
+                config_file=str(kubeconfig), context=context, client_configuration=cfg
+            )
+    except (config.ConfigException, OSError, ValueError, TypeError) as exc:
+        raise InputError(f"cannot use {'the in-cluster config' if kubeconfig is None else kubeconfig}: {exc}") from None
+    url = urlsplit(cfg.host)
+    if url.scheme not in ("http", "https") or not url.hostname:
+        raise InputError(f"API server URL {cfg.host!r} is not http(s)://host[:port]")
+    headers: dict[str, str] = {}
+    token = cfg.get_api_key_with_prefix("BearerToken") or cfg.get_api_key_with_prefix("authorization")
+    if token:
+        headers["Authorization"] = token
+    tls = None
+    if url.scheme == "https":
+        tls = ssl.create_default_context(cafile=cfg.ssl_ca_cert) if cfg.verify_ssl else ssl._create_unverified_context()
+        if cfg.cert_file and cfg.key_file:
+            tls.load_cert_chain(cfg.cert_file, cfg.key_file)
+    port = url.port or (443 if url.scheme == "https" else 80)
+    return ApiServer(url.scheme, url.hostname, port, headers, tls)

@@ -1,0 +1,161 @@
+"""With a cluster connected, bind creates the pods/binding subresource through the API server.
+
+The API server here is a small HTTP server on 127.0.0.1 that answers the
+binding call as kube-apiserver does: 201 with the Binding, 409 with a
+Status when the pod is already bound, 401 without the token.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kilter.cli.serve import build_app
+from tests.extenders.conftest import Served, _Server, cluster_objects, names_args, pod_json, serve_args, write_snapshot
+
+TOKEN = "kilter-test-token"
+
+
+class FakeApiServer(ThreadingHTTPServer):
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.calls: list[tuple[str, str, str, dict[str, Any]]] = []
+        self.bound: set[str] = set()
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: FakeApiServer
+
+    def log_message(self, *args: object) -> None:
+        return None
+
+    def _status(self, code: int, reason: str, message: str) -> None:
+        body = json.dumps(
+            {
+                "kind": "Status",
+                "apiVersion": "v1",
+                "metadata": {},
+                "status": "Failure",
+                "message": message,
+                "reason": reason,
+                "code": code,
+            }
+        ).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.server.calls.append((self.path, self.headers.get("Authorization", ""), self.headers["Content-Type"], body))
+        if self.headers.get("Authorization") != f"Bearer {TOKEN}":
+            self._status(401, "Unauthorized", "Unauthorized")
+            return
+        parts = self.path.split("/")  # /api/v1/namespaces/NS/pods/NAME/binding
+        key = f"{parts[4]}/{parts[6]}"
+        if key in self.server.bound:
+            self._status(
+                409,
+                "Conflict",
+                f'Operation cannot be fulfilled on pods/binding "{parts[6]}": '
+                f'pod {parts[6]} is already assigned to node "x"',
+            )
+            return
+        self.server.bound.add(key)
+        out = json.dumps(body).encode()
+        self.send_response(201)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(out)))
+        self.end_headers()
+        self.wfile.write(out)
+
+
+@pytest.fixture
+def api() -> Iterator[FakeApiServer]:
+    server = FakeApiServer()
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+def kubeconfig(path: Path, port: int, token: str) -> Path:
+    path.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "test", "cluster": {"server": f"http://127.0.0.1:{port}"}}],
+                "users": [{"name": "kilter", "user": {"token": token}}],
+                "contexts": [{"name": "test", "context": {"cluster": "test", "user": "kilter"}}],
+                "current-context": "test",
+            }
+        )
+    )
+    return path
+
+
+@pytest.fixture
+def connected(tmp_path: Path, api: FakeApiServer) -> Iterator[Served]:
+    snapshot = tmp_path / "snapshot.json"
+    write_snapshot(snapshot, cluster_objects())
+    args = serve_args(snapshot, kubeconfig=kubeconfig(tmp_path / "kubeconfig", api.server_address[1], TOKEN))
+    app, store = build_app(args)
+    with _Server(app, None) as port:
+        yield Served(app, store, snapshot, port)
+
+
+def bind_body(pod: dict[str, Any], node: str) -> dict[str, str]:
+    meta = pod["metadata"]
+    return {"PodName": meta["name"], "PodNamespace": meta["namespace"], "PodUID": meta["uid"], "Node": node}
+
+
+def test_bind_creates_the_binding_through_the_api(connected: Served, api: FakeApiServer) -> None:
+    pod = pod_json("p", 4)
+    connected.post("filter", names_args(pod, ["r1-t00"]))
+    status, result = connected.post("bind", bind_body(pod, "r1-t00"))
+    assert status == 200 and result == {"Error": ""}
+    path, auth, content_type, body = api.calls[-1]
+    assert path == "/api/v1/namespaces/ml/pods/p/binding"
+    assert auth == f"Bearer {TOKEN}" and content_type == "application/json"
+    assert body == {
+        "apiVersion": "v1",
+        "kind": "Binding",
+        "metadata": {"name": "p", "namespace": "ml", "uid": "uid-p"},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": "r1-t00"},
+    }
+    # And the state knows at once: the tray is full for the next 4-GPU pod.
+    _, after = connected.post("filter", names_args(pod_json("q", 4), ["r1-t00"]))
+    assert after["NodeNames"] == []
+
+
+def test_a_refused_binding_is_reported_in_the_error_field_and_books_nothing(
+    connected: Served, api: FakeApiServer
+) -> None:
+    api.bound.add("ml/p")
+    pod = pod_json("p", 4)
+    connected.post("filter", names_args(pod, ["r1-t00"]))
+    status, result = connected.post("bind", bind_body(pod, "r1-t00"))
+    assert status == 200
+    assert result["Error"].startswith("binding failed: API server answered 409: Operation cannot be fulfilled")
+    _, after = connected.post("filter", names_args(pod_json("q", 4), ["r1-t00"]))
+    assert after["NodeNames"] == ["r1-t00"]
+
+
+def test_a_wrong_token_is_a_bind_error(tmp_path: Path, api: FakeApiServer) -> None:
+    snapshot = tmp_path / "snapshot.json"
+    write_snapshot(snapshot, cluster_objects())
+    app, store = build_app(serve_args(snapshot, kubeconfig=kubeconfig(tmp_path / "kc", api.server_address[1], "bad")))
+    with _Server(app, None) as port:
+        served = Served(app, store, snapshot, port)
+        _, result = served.post("bind", bind_body(pod_json("p", 4), "r1-t00"))
+    assert result == {"Error": "binding failed: API server answered 401: Unauthorized"}
