@@ -1,0 +1,107 @@
+"""The state store: watch events in, bookings moved incrementally, the fleet rebuilt only when nodes change."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+from kilter.state.feed import SnapshotFeed
+from kilter.state.store import ADDED, DELETED, MODIFIED, ClusterStore, Event
+from tests.extenders.conftest import cluster_objects, pod_json, write_snapshot
+from tests.topology.builders import CLIQUE, TIER1, node_dict
+
+
+def free(store: ClusterStore, node: str) -> int:
+    fleet = store.fleet()
+    return fleet.bitmap.node_free_gpus(fleet.node_index[node])
+
+
+def test_a_relist_becomes_the_events_that_turn_the_old_set_into_the_new() -> None:
+    store = ClusterStore()
+    first = store.replace(cluster_objects())
+    assert {e.type for e in first} == {ADDED} and len(first) == len(cluster_objects())
+    objects = cluster_objects()
+    objects = [o for o in objects if o["metadata"]["name"] != "r1-t17"]
+    objects[0] = {**objects[0], "metadata": {**objects[0]["metadata"], "labels": {"x": "y"}}}
+    objects.append(pod_json("new", 1, node="r1-t03"))
+    events = store.replace(objects)
+    assert sorted((e.type, e.object["metadata"]["name"]) for e in events) == [
+        (ADDED, "new"),
+        (DELETED, "r1-t17"),
+        (MODIFIED, "r1-t00"),
+    ]
+    assert store.replace(objects) == []  # nothing changed, nothing emitted
+
+
+def test_pod_events_move_bookings_without_rebuilding_the_fleet() -> None:
+    store = ClusterStore()
+    store.replace(cluster_objects())
+    assert free(store, "r2-t00") == 0 and free(store, "r2-t01") == 2
+    generation = store.generation
+    finished = {**pod_json("half", 2, node="r2-t01"), "status": {"phase": "Succeeded"}}
+    store.apply([Event(MODIFIED, finished)])
+    assert free(store, "r2-t01") == 4
+    store.apply([Event(ADDED, pod_json("x", 3, node="r1-t02"))])
+    assert free(store, "r1-t02") == 1
+    store.apply([Event(DELETED, pod_json("x", 3, node="r1-t02"))])
+    assert free(store, "r1-t02") == 4
+    assert store.generation == generation  # pods never cost a rebuild
+
+
+def test_node_events_rebuild_the_fleet_and_keep_every_booking() -> None:
+    store = ClusterStore()
+    store.replace(cluster_objects())
+    store.assume("uid-pending", "r1-t04", 4)
+    generation = store.generation
+    store.apply([Event(ADDED, node_dict("r3-t00", labels={CLIQUE: "r3", TIER1: "leaf-a"}))])
+    assert "r3-t00" in store.fleet().node_index and store.generation == generation + 1
+    assert free(store, "r2-t00") == 0 and free(store, "r2-t01") == 2
+    assert free(store, "r1-t04") == 0  # the assumed pod survived the rebuild
+
+
+def test_an_assumed_pod_is_not_counted_twice_when_the_feed_shows_it_bound() -> None:
+    store = ClusterStore()
+    store.replace(cluster_objects())
+    store.assume("uid-p", "r1-t00", 2)
+    assert free(store, "r1-t00") == 2
+    store.apply([Event(ADDED, pod_json("p", 2, node="r1-t00"))])
+    assert free(store, "r1-t00") == 2
+    booking = store.booking("uid-p")
+    assert booking is not None and not booking.assumed
+
+
+def test_the_snapshot_feed_reloads_a_changed_file_and_survives_a_broken_one(tmp_path: Path) -> None:
+    path = tmp_path / "snapshot.json"
+    write_snapshot(path, cluster_objects())
+    store = ClusterStore()
+    feed = SnapshotFeed(path, store, interval_s=0.02)
+    feed.load()
+    assert store.ready and "r1-t00" in store.fleet().node_index
+
+    async def scenario() -> None:
+        task = asyncio.create_task(feed.watch())
+        try:
+            path.write_text("{ this is not json")
+            await _until(lambda: feed.last_error is not None)
+            assert "r1-t00" in store.fleet().node_index  # the old state stays
+            objects = [o for o in cluster_objects() if o["metadata"]["name"] != "r1-t00"]
+            path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}) + "\n")
+            await _until(lambda: "r1-t00" not in store.fleet().node_index)
+            assert feed.last_error is None
+        finally:
+            task.cancel()
+
+    asyncio.run(scenario())
+
+
+async def _until(condition: object, timeout: float = 10.0) -> None:
+    assert callable(condition)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not condition():
+        if loop.time() > deadline:
+            pytest.fail("condition not reached")
+        await asyncio.sleep(0.02)
