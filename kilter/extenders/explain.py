@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,10 +27,11 @@ class Record:
     verb: str
     at: float
     summary: str
-    names: list[str]
+    names: Sequence[str]  # the nodes in request order, or (with ``index``) the fleet's names list, shared
+    index: npt.NDArray[np.int32] | None = None
     codes: npt.NDArray[np.int8] | None = None
-    free: npt.NDArray[np.int32] | None = None
-    total: npt.NDArray[np.int32] | None = None
+    free: npt.NDArray[np.int16] | None = None
+    total: npt.NDArray[np.int16] | None = None
     scores: npt.NDArray[np.int8] | None = None
     reason: Reason | None = None
     verdicts: tuple[str, ...] = ()
@@ -38,7 +39,9 @@ class Record:
 
     def render(self) -> dict[str, Any]:
         nodes: list[dict[str, Any]] = []
-        for i, name in enumerate(self.names):
+        order = self.index.tolist() if self.index is not None else range(len(self.names))
+        for i, at in enumerate(order):
+            name = self.names[at]
             entry: dict[str, Any] = {"node": name}
             if self.codes is not None and self.reason is not None:
                 code = int(self.codes[i])
@@ -58,23 +61,30 @@ class Record:
 
 
 class DecisionLog:
-    """The last ``per_pod`` records of the last ``pods`` pods seen (least recently decided forgotten first)."""
+    """The last ``per_pod`` records per pod, at most ``records`` in all (least recently decided pods go first).
 
-    def __init__(self, *, pods: int = 10_000, per_pod: int = 4) -> None:
-        self.pods = pods
+    A record over 5,000 nodes holds ~45 KB of arrays, so the default budget
+    of 2,000 records stays under ~100 MB whatever the cluster size.
+    """
+
+    def __init__(self, *, records: int = 2_000, per_pod: int = 4) -> None:
+        self.records = records
         self.per_pod = per_pod
         self._log: OrderedDict[str, deque[Record]] = OrderedDict()
+        self._count = 0
 
     def add(self, namespace: str, name: str, record: Record) -> None:
         key = f"{namespace}/{name}"
         entries = self._log.get(key)
         if entries is None:
             entries = self._log[key] = deque(maxlen=self.per_pod)
-            while len(self._log) > self.pods:
-                self._log.popitem(last=False)
         else:
             self._log.move_to_end(key)
+        self._count += len(entries) < self.per_pod
         entries.append(record)
+        while self._count > self.records and len(self._log) > 1:
+            _, dropped = self._log.popitem(last=False)
+            self._count -= len(dropped)
 
     def explain(self, namespace: str, name: str) -> list[dict[str, Any]] | None:
         entries = self._log.get(f"{namespace}/{name}")
