@@ -53,6 +53,21 @@ def test_filter_in_nodes_mode_answers_with_the_schedulers_own_node_objects(serve
     assert list(result["FailedAndUnresolvableNodes"]) == ["r1-t05"]
 
 
+def test_nodes_as_go_writes_them_metadata_first_and_an_escaped_name(served: Served) -> None:
+    nodes = []
+    for name in ("r1-t01", "r1-t05", "r1-t02"):
+        n = node_dict(name, labels={CLIQUE: "r1", TIER1: "leaf-a"})
+        nodes.append({"metadata": n["metadata"], "spec": n["spec"], "status": n["status"]})
+    args = {"Pod": pod_json("p", 4), "Nodes": {"metadata": {}, "items": nodes}, "NodeNames": None}
+    body = json.dumps(args, separators=(",", ":"))  # compact, as Go writes it
+    assert body.count('{"metadata":{"name":"r1-t') == 3
+    body = body.replace('"name":"r1-t02"', '"name":"r1-t\\u0030\\u0032"')  # JSON escapes: still r1-t02
+    status, data, _ = served.call("POST", "/scheduler/filter", body.encode())
+    result = json.loads(data)
+    assert status == 200 and [n["metadata"]["name"] for n in result["Nodes"]["items"]] == ["r1-t01", "r1-t02"]
+    assert list(result["FailedAndUnresolvableNodes"]) == ["r1-t05"]
+
+
 def test_prioritize_answers_a_bare_array_of_integer_scores_in_request_order(served: Served) -> None:
     names = ["r2-t01", "r1-t00", "r2-t00", "cpu-1", "r1-t01"]
     status, result = served.post("prioritize", names_args(pod_json("p", 2), names))
