@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 
-from bench import common, quota, topology
+from bench import common, extender, quota, topology
 
 
 def run() -> None:
-    for name, module in (("topology", topology), ("quota", quota)):
+    for name, module in (("topology", topology), ("quota", quota), ("extender", extender)):
         results = module.main()
         path = common.write(name, results)
         print(json.dumps(results, indent=2))

@@ -26,7 +26,7 @@ from kilter.extenders.server import DEFAULT_MAX_BODY_BYTES, App
 from kilter.model.errors import InputError
 from kilter.quota.policy import parse_duration
 from kilter.state.api import connect
-from kilter.state.feed import SnapshotFeed
+from kilter.state.feed import SnapshotFeed, settle
 from kilter.state.store import ClusterStore
 
 __all__ = ["add_parser", "build_app", "run"]
@@ -107,6 +107,7 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     tls = tls_context(args.tls_cert_file, args.tls_key_file)
     app, store = build_app(args)
+    settle()
     for warning in store.fleet().warnings:
         logging.getLogger("kilter.state").warning("%s", warning)
     config = uvicorn.Config(

@@ -91,6 +91,8 @@ class SchedulerExtender:
         self._node_name = msgspec.json.Decoder(wire.NodeName)
         self._encoder = msgspec.json.Encoder()
         self._names: tuple[int, JsonNames] = (-1, JsonNames([]))
+        self._static_codes: dict[tuple[int, str], tuple[npt.NDArray[np.int8], npt.NDArray[np.int32]]] = {}
+        self._masks: dict[tuple[int, bytes], npt.NDArray[np.bool_] | None] = {}
         self._seen: OrderedDict[str, tuple[int, str]] = OrderedDict()  # pod uid -> (GPUs, resource), for bind
 
     # ------------------------------------------------------------------ shared
@@ -203,16 +205,18 @@ class SchedulerExtender:
         known = index >= 0
         failed = _FAILED[codes]
         sized = (codes == FULL) | (codes == TOO_SMALL)
-        keys = (codes.astype(np.int64) << 32) | np.where(sized, (free.astype(np.int64) << 16) | total, 0)
+        base = int(total.max(initial=0)) + 1
+        free_c = np.clip(free, 0, base - 1).astype(np.int64)
+        keys = codes.astype(np.int64) * (base * base) + np.where(sized, free_c * base + total, 0)
         maps: list[bytes] = []
         for wanted in (failed & known, ~failed & known & (codes != PASS)):
             at = np.flatnonzero(wanted)
-            _, first, inverse = np.unique(keys[at], return_index=True, return_inverse=True)
+            first, value_of = _group(keys[at])
             values = [
                 self._encoder.encode(reason_of(int(codes[at[j]]), int(free[at[j]]), int(total[at[j]])))
                 for j in first.tolist()
             ]
-            maps.append(names.object(index[at], inverse.astype(np.int32).reshape(-1), values))
+            maps.append(names.object(index[at], value_of, values))
         unknown = np.flatnonzero(~known)
         if len(unknown):
             assert cand.names is not None  # unknown nodes only come with decoded names
@@ -255,32 +259,62 @@ class SchedulerExtender:
     def _verdicts(
         self, fleet: Fleet, p: _Pod, index: npt.NDArray[np.int32], plan: GangPlan | None
     ) -> tuple[npt.NDArray[np.int8], npt.NDArray[np.int32], npt.NDArray[np.int32]]:
-        bm = fleet.bitmap
-        known = index >= 0
-        safe = np.where(known, index, 0)
-        total = bm.node_gpu_counts[safe]
-        free = total - bm.node_used_gpus[safe]
-        usable = bm.node_usable_flags[safe].astype(bool)
-        platforms = bm.domain_platforms[fleet.node_domain[safe]]
-        kind_ok = np.array([pl.device_resource == p.resource for pl in fleet.platforms], dtype=bool)[platforms]
-        codes = np.full(len(index), PASS, dtype=np.int8)
+        """Per candidate: its verdict code and free and total GPUs (index -1, an unknown node, reads the sentinel)."""
+        base, total_all = self._static(fleet, p.resource)
+        codes = base[index]
+        total = total_all[index]
+        used = fleet.bitmap.node_used_gpus
+        free = total - used[np.where(index >= 0, index, 0)]
+        ok = codes == PASS
         if plan is not None:
-            allowed = np.zeros(fleet.n_nodes, dtype=bool)
-            allowed[plan.nodes_for(p.uid, p.gpus)] = True
             if not plan.feasible:
-                codes[:] = GANG_WAITS
+                codes[ok] = GANG_WAITS
             else:
-                codes[~allowed[safe]] = NOT_PLANNED
-        else:
-            codes[free < p.gpus] = FULL
-            codes[total < p.gpus] = TOO_SMALL
-            mask = eligibility.node_mask(fleet, p.pod.spec, path="$.Pod.spec")
-            if mask is not None:
-                codes[~mask[safe]] = NOT_ELIGIBLE
-        codes[~usable] = UNUSABLE
-        codes[~kind_ok] = OTHER_KIND
-        codes[~known] = UNKNOWN
-        return codes, free.astype(np.int32), total.astype(np.int32)
+                allowed = np.zeros(fleet.n_nodes + 1, dtype=bool)
+                allowed[plan.nodes_for(p.uid, p.gpus)] = True
+                codes[ok & ~allowed[index]] = NOT_PLANNED
+            return codes, free, total
+        codes[ok & (free < p.gpus)] = FULL
+        codes[ok & (total < p.gpus)] = TOO_SMALL
+        mask = self._eligible(fleet, p)
+        if mask is not None:
+            codes[ok & ~mask[index]] = NOT_ELIGIBLE
+        return codes, free, total
+
+    def _eligible(self, fleet: Fleet, p: _Pod) -> npt.NDArray[np.bool_] | None:
+        """The pod's node mask (one slot past the end for -1), shared by pods with the same constraints.
+
+        Replicas of a Deployment or a Job's pods carry identical selectors and
+        tolerations, so the mask is worked out once per fleet and shape.
+        """
+        spec = p.pod.spec
+        key = (self.store.generation, self._encoder.encode((spec.node_selector, spec.affinity, spec.tolerations)))
+        if key in self._masks:
+            return self._masks[key]
+        mask = eligibility.node_mask(fleet, spec, path="$.Pod.spec")
+        extended = None if mask is None else np.append(mask, False)
+        if len(self._masks) > 256:
+            self._masks.clear()
+        self._masks[key] = extended
+        return extended
+
+    def _static(self, fleet: Fleet, resource: str) -> tuple[npt.NDArray[np.int8], npt.NDArray[np.int32]]:
+        """Verdicts that change only with the fleet (unknown, other GPU kind, unusable); a last slot serves -1."""
+        key = (self.store.generation, resource)
+        cached = self._static_codes.get(key)
+        if cached is None:
+            bm = fleet.bitmap
+            kinds = np.array([pl.device_resource == resource for pl in fleet.platforms], dtype=bool)
+            kind_ok = kinds[bm.domain_platforms[fleet.node_domain]] if fleet.n_nodes else np.zeros(0, dtype=bool)
+            codes = np.full(fleet.n_nodes + 1, PASS, dtype=np.int8)
+            codes[:-1][bm.node_usable_flags == 0] = UNUSABLE
+            codes[:-1][~kind_ok] = OTHER_KIND
+            codes[-1] = UNKNOWN
+            total = np.append(bm.node_gpu_counts.astype(np.int32), np.int32(0))
+            if len(self._static_codes) > 8:
+                self._static_codes.clear()
+            cached = self._static_codes[key] = (codes, total)
+        return cached
 
     # ------------------------------------------------------------------ prioritize
 
@@ -504,6 +538,26 @@ class _Reasons:
         if code == GANG_WAITS:
             return f"the gang does not fit yet: {self.plan.plan.reason if self.plan else ''}"
         return "passes"
+
+
+def _group(keys: npt.NDArray[np.int64]) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.int32]]:
+    """For each distinct key, the position of its first occurrence; for each key, which distinct one it is.
+
+    Keys are few and small (verdict, free and total GPUs), so a dense table
+    beats sorting; huge keys fall back to ``np.unique``.
+    """
+    if not len(keys):
+        return np.zeros(0, dtype=np.intp), np.zeros(0, dtype=np.int32)
+    top = int(keys.max()) + 1
+    if top > 1 << 20:
+        _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+        return first, inverse.astype(np.int32).reshape(-1)
+    slot = np.full(top, -1, dtype=np.int64)
+    slot[keys[::-1]] = np.arange(len(keys) - 1, -1, -1)  # the first occurrence wins
+    first = np.flatnonzero(slot >= 0)
+    number = np.full(top, -1, dtype=np.int32)
+    number[first] = np.arange(len(first), dtype=np.int32)
+    return slot[first].astype(np.intp), number[keys]
 
 
 _NAME_FIRST = b'{"metadata":{"name":"'

@@ -36,6 +36,23 @@ def test_filter_in_names_mode_sorts_nodes_into_pass_full_and_never(served: Serve
     assert "not a GPU node" in never["nowhere-7"]
 
 
+def test_node_selectors_exclude_nodes_per_pod_shape(served: Served) -> None:
+    leaf_b = pod_json("b1", 4)
+    leaf_b["spec"]["nodeSelector"] = {"fabric.topograph.run/tier-1": "leaf-b"}
+    _, result = served.post("filter", names_args(leaf_b, ["r1-t00", "r2-t02"]))
+    assert result["NodeNames"] == []
+    assert all("nodeSelector" in why for why in result["FailedAndUnresolvableNodes"].values())
+    # A pod with another selector gets its own mask, not the one cached for the first shape.
+    leaf_a = pod_json("a1", 4)
+    leaf_a["spec"]["nodeSelector"] = {"fabric.topograph.run/tier-1": "leaf-a"}
+    _, result = served.post("filter", names_args(leaf_a, ["r1-t00", "r2-t02"]))
+    assert result["NodeNames"] == ["r1-t00", "r2-t02"]
+    _, result = served.post(
+        "filter", names_args({**leaf_b, "metadata": {**leaf_b["metadata"], "name": "b2"}}, ["r1-t00"])
+    )
+    assert result["NodeNames"] == []
+
+
 def test_a_smaller_pod_fits_the_half_used_tray(served: Served) -> None:
     _, result = served.post("filter", names_args(pod_json("p", 2), ["r2-t00", "r2-t01"]))
     assert result["NodeNames"] == ["r2-t01"] and list(result["FailedNodes"]) == ["r2-t00"]
