@@ -254,7 +254,7 @@ class GangBook:
             if slot is None:
                 continue
             slot.uid = uid
-            self._release(slot)
+            self._release(plan, slot)
             self.store.assume(uid, node_name, gpus)
             if all(s.uid for s in plan.slots):
                 del self.plans[plan.gang.key]
@@ -268,14 +268,13 @@ class GangBook:
 
     def _drop(self, plan: GangPlan) -> None:
         for slot in plan.slots:
-            self._release(slot)
+            self._release(plan, slot)
         self.plans.pop(plan.gang.key, None)
 
-    def _release(self, slot: Slot) -> None:
-        fleet = self.store.fleet()
-        valid = 0 <= slot.node_index < fleet.n_nodes and fleet.node_names[slot.node_index] == slot.node
-        if slot.reserved and valid:
-            fleet.bitmap.release(slot.node_index, slot.gpus)
+    def _release(self, plan: GangPlan, slot: Slot) -> None:
+        """Give a slot's GPUs back, if they are held in the fleet as it is now (a rebuild already dropped them)."""
+        if slot.reserved and plan.generation == self.store.fleet_generation():
+            self.store.fleet().bitmap.release(slot.node_index, slot.gpus)
         slot.reserved = False
 
 

@@ -214,6 +214,11 @@ class ClusterStore:
             self.generation += 1
         return self._fleet
 
+    def fleet_generation(self) -> int:
+        """``generation`` after any pending rebuild: what a reservation made now would be tagged with."""
+        self.fleet()
+        return self.generation
+
     def state(self) -> ClusterState:
         """Typed objects of the current version (for quota and job lookups)."""
         if self._state is None or self._state[0] != self.version:

@@ -10,8 +10,9 @@ from kilter.extenders.gangs import GangBook, identify
 from kilter.model import codec
 from kilter.model.core_v1 import Pod
 from kilter.model.errors import InputError
-from kilter.state.store import ClusterStore
+from kilter.state.store import ADDED, ClusterStore, Event
 from tests.extenders.conftest import cluster_objects, pod_json
+from tests.topology.builders import CLIQUE, TIER1, node_dict
 
 
 def store_with(*extra: dict[str, Any]) -> ClusterStore:
@@ -112,3 +113,22 @@ def test_a_plan_reserves_its_gpus_and_gives_them_back_when_it_times_out() -> Non
     now[0] = 61.0
     book.expire()
     assert book.plans == {} and int(fleet.bitmap.domain_free_gpus.sum()) == idle
+
+
+def test_binding_after_a_fleet_rebuild_books_the_pod_once() -> None:
+    store = store_with()
+    book = GangBook(store)
+    p = pod({"kilter.dev/gang": "g", "kilter.dev/gang-size": "2"})
+    gang = identify(p, store)
+    assert gang is not None
+    plan = book.plan_for(gang, p, 4)
+    assert plan is not None and plan.feasible
+    node = plan.slots[0].node
+    store.apply([Event(ADDED, node_dict("r9-t00", labels={CLIQUE: "r9", TIER1: "leaf-a"}))])  # rebuild pending
+    book.bound("uid-p", node, 4)
+    fleet = store.fleet()
+    assert fleet.bitmap.node_free_gpus(fleet.node_index[node]) == 0  # the pod's 4, not 4 + a lost reservation
+    again = book.plan_for(gang, p, 4)  # the next pod re-reserves the open slot on the rebuilt fleet
+    assert again is plan
+    other = plan.slots[1].node
+    assert fleet.bitmap.node_free_gpus(fleet.node_index[other]) == 0
