@@ -12,11 +12,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import ssl
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any, Literal
 
 import uvicorn
+import uvloop
 
 from kilter.cli import sources
 from kilter.extenders.explain import DecisionLog
@@ -28,21 +29,43 @@ from kilter.quota.policy import parse_duration
 from kilter.state.api import connect
 from kilter.state.feed import SnapshotFeed, settle
 from kilter.state.store import ClusterStore
+from kilter.webhooks.mutate import Mutator
+from kilter.webhooks.server import WebhookApp
+from kilter.webhooks.tls import ReloadingTLS
+from kilter.webhooks.validate import Validator
 
-__all__ = ["add_parser", "build_app", "run"]
+__all__ = ["add_parser", "build_app", "run", "webhook_app"]
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "serve",
-        help="run the kube-scheduler extender over a snapshot or the demo fleet",
-        description="Serve /scheduler/{filter,prioritize,preempt,bind}, /debug/explain, /metrics, /healthz, /readyz.",
+        help="run the kube-scheduler extender and the admission webhooks over a snapshot or the demo fleet",
+        description=(
+            "HTTP listener (--http-port): /scheduler/{filter,prioritize,preempt,bind}, /debug/explain, /metrics, "
+            "/healthz, /readyz. HTTPS listener (--webhook-port, only with --tls-cert-file and --tls-key-file): "
+            "/mutate, /validate, /healthz, /readyz; the certificate is re-read when its files change."
+        ),
+        epilog=(
+            "Certificates for the webhooks: in a cluster, let cert-manager issue one into a Secret mounted into "
+            "kilter's pod (manifests/webhooks/ shows how; the apiserver's caBundle comes from cert-manager's CA "
+            "injector). Locally: openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 30 "
+            "-subj /CN=kilter -addext subjectAltName=IP:127.0.0.1 -keyout tls.key -out tls.crt"
+        ),
     )
     sources.add_source_arguments(p)
     p.add_argument("--http-port", type=int, default=8888, help="extender listener port (default 8888)")
     p.add_argument("--address", default="0.0.0.0", help="address to listen on (default all)")
-    p.add_argument("--tls-cert-file", type=Path, help="serve the extender over HTTPS with this certificate")
-    p.add_argument("--tls-key-file", type=Path, help="the certificate's private key")
+    p.add_argument("--webhook-port", type=int, default=9443, help="admission webhook listener port (default 9443)")
+    p.add_argument("--tls-cert-file", type=Path, help="certificate (PEM) of the webhook listener; starts it")
+    p.add_argument("--tls-key-file", type=Path, help="the certificate's private key (PEM)")
+    p.add_argument("--http-tls", action="store_true", help="serve the HTTP listener over HTTPS too, same certificate")
+    p.add_argument(
+        "--kilter-user",
+        action="append",
+        default=[],
+        help="user allowed to write kilter-only annotations (repeatable; default kilter's service account)",
+    )
     p.add_argument(
         "--max-body-bytes",
         type=int,
@@ -90,37 +113,69 @@ def build_app(args: argparse.Namespace) -> tuple[App, ClusterStore]:
     return app, store
 
 
-def tls_context(cert: Path | None, key: Path | None) -> ssl.SSLContext | None:
+DEFAULT_KILTER_USER = "system:serviceaccount:kube-system:kilter-scheduler"
+
+
+def tls_files(args: argparse.Namespace) -> ReloadingTLS | None:
+    cert, key = args.tls_cert_file, args.tls_key_file
     if cert is None and key is None:
+        if args.http_tls:
+            raise InputError("--http-tls needs --tls-cert-file and --tls-key-file")
         return None
     if cert is None or key is None:
         raise InputError("--tls-cert-file and --tls-key-file go together")
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    try:
-        context.load_cert_chain(cert, key)
-    except (OSError, ssl.SSLError) as exc:
-        raise InputError(f"cannot load the TLS certificate: {exc}") from None
-    return context
+    return ReloadingTLS(cert, key)
+
+
+def webhook_app(store: ClusterStore, users: list[str]) -> WebhookApp:
+    validator = Validator(store, kilter_users=tuple(users or [DEFAULT_KILTER_USER]))
+    return WebhookApp(store, Mutator(store, validator), validator)
+
+
+def _config(
+    app: Any, host: str, port: int, lifespan: Literal["on", "off"], level: str, tls: ReloadingTLS | None
+) -> uvicorn.Config:
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        loop="uvloop",
+        http="httptools",
+        lifespan=lifespan,
+        access_log=False,
+        log_level=level,
+    )
+    config.load()
+    if tls is not None:
+        config.ssl = tls.context
+    return config
+
+
+async def _serve_all(servers: list[uvicorn.Server]) -> None:
+    """Run every listener; when one stops (a signal, a failed bind), stop the others."""
+    tasks = [asyncio.create_task(s.serve()) for s in servers]
+    await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    for s in servers:
+        s.should_exit = True
+    await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    tls = tls_context(args.tls_cert_file, args.tls_key_file)
+    log = logging.getLogger("kilter.serve")
+    tls = tls_files(args)
     app, store = build_app(args)
     settle()
     for warning in store.fleet().warnings:
         logging.getLogger("kilter.state").warning("%s", warning)
-    config = uvicorn.Config(
-        app,
-        host=args.address,
-        port=args.http_port,
-        loop="uvloop",
-        http="httptools",
-        lifespan="on",
-        access_log=False,
-        log_level=args.log_level,
-        ssl_certfile=str(args.tls_cert_file) if tls else None,
-        ssl_keyfile=str(args.tls_key_file) if tls else None,
-    )
-    uvicorn.Server(config).run()
+    servers = [
+        uvicorn.Server(_config(app, args.address, args.http_port, "on", args.log_level, tls if args.http_tls else None))
+    ]
+    if tls is not None:
+        hooks = webhook_app(store, args.kilter_user)
+        servers.append(uvicorn.Server(_config(hooks, args.address, args.webhook_port, "off", args.log_level, tls)))
+        log.info("admission webhooks on https://%s:%d (/mutate, /validate)", args.address, args.webhook_port)
+    else:
+        log.info("admission webhooks not started: no --tls-cert-file/--tls-key-file (see kilter serve --help)")
+    uvloop.run(_serve_all(servers))
     return 0

@@ -295,6 +295,6 @@ def _shrink(pod_sets: tuple[PodSetSpec, ...], bound: int) -> tuple[PodSetSpec, .
         if bound <= 0:
             break
         take = min(bound, out[i].count)
-        out[i] = PodSetSpec(out[i].name, out[i].count - take, out[i].template, out[i].topology)
+        out[i] = PodSetSpec(out[i].name, out[i].count - take, out[i].template, out[i].topology, out[i].path)
         bound -= take
     return tuple(ps for ps in out if ps.count > 0)

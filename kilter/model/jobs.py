@@ -59,6 +59,7 @@ class PodSetSpec:
     count: int
     template: PodTemplateSpec
     topology: TopologyRequest = field(default_factory=TopologyRequest)
+    path: str = ""  # where the pod template sits in the job object ("$.spec.template"), for patches
 
 
 @dataclass(frozen=True)
@@ -193,7 +194,7 @@ def _pod_set(
     name: str, count: int, template: PodTemplateSpec, path: str, default_slice: int | None = None
 ) -> PodSetSpec:
     return PodSetSpec(
-        name, count, template, topology_request(template, count, path=path, default_slice_size=default_slice)
+        name, count, template, topology_request(template, count, path=path, default_slice_size=default_slice), path
     )
 
 
@@ -349,7 +350,7 @@ def _read_workload(obj: Mapping[str, Any]) -> list[list[PodSetSpec]]:
             )
         else:
             request = topology_request(ps.template, ps.count, path=f"{path}.template")
-        sets.append(PodSetSpec(ps.name, ps.count, ps.template, request))
+        sets.append(PodSetSpec(ps.name, ps.count, ps.template, request, f"{path}.template"))
     return [sets]
 
 

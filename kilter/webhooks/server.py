@@ -1,0 +1,117 @@
+"""The HTTPS listener of the admission webhooks: ``POST /mutate``, ``POST /validate``, ``/healthz``, ``/readyz``.
+
+A bare ASGI app like the extender's. A body kube-apiserver could not have
+sent — not JSON, not ``admission.k8s.io/v1``, no request uid — gets a 400
+(there is no uid to answer under); everything else gets an AdmissionReview,
+and a failure inside a rule becomes a denial that says so, never a 5xx.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+import msgspec
+
+from kilter.state.store import ClusterStore
+from kilter.webhooks.admission import ADMISSION_V1, AdmissionReview, Verdict, answer
+from kilter.webhooks.mutate import Mutator
+from kilter.webhooks.validate import Validator
+
+__all__ = ["MAX_REVIEW_BYTES", "WebhookApp"]
+
+log = logging.getLogger("kilter.webhooks")
+
+# An object is at most ~1.5 MiB in etcd; a review carries it and its old version.
+MAX_REVIEW_BYTES = 16 * 1024 * 1024
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+
+class WebhookApp:
+    def __init__(self, store: ClusterStore, mutator: Mutator, validator: Validator) -> None:
+        self.store = store
+        self.mutator = mutator
+        self.validator = validator
+        self.decoder = msgspec.json.Decoder(AdmissionReview)
+        self.reviews = 0
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            while True:
+                message = await receive()
+                if message["type"] == "lifespan.startup":
+                    await send({"type": "lifespan.startup.complete"})
+                elif message["type"] == "lifespan.shutdown":
+                    await send({"type": "lifespan.shutdown.complete"})
+                    return
+        if scope["type"] != "http":
+            return
+        path, method = scope["path"], scope["method"]
+        if path in ("/mutate", "/validate"):
+            if method != "POST":
+                await _reply(send, 405, b"POST only\n", "text/plain")
+                return
+            body = await _body(receive)
+            if body is None:
+                await _reply(send, 413, f"review above {MAX_REVIEW_BYTES} bytes\n".encode(), "text/plain", close=True)
+                return
+            status, data = self.review(body, mutating=path == "/mutate")
+            await _reply(send, status, data, "application/json" if status == 200 else "text/plain")
+        elif method != "GET":
+            await _reply(send, 405, b"GET only\n", "text/plain")
+        elif path == "/healthz":
+            await _reply(send, 200, b"ok\n", "text/plain")
+        elif path == "/readyz":
+            ready = self.store.ready
+            await _reply(send, 200 if ready else 503, b"ok\n" if ready else b"state not loaded\n", "text/plain")
+        else:
+            await _reply(send, 404, b"not found\n", "text/plain")
+
+    def review(self, body: bytes, *, mutating: bool) -> tuple[int, bytes]:
+        """(HTTP status, body) for one AdmissionReview."""
+        try:
+            review = self.decoder.decode(body)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            return 400, f"not an AdmissionReview: {exc}\n".encode()
+        if review.api_version != ADMISSION_V1 or review.kind != "AdmissionReview":
+            return 400, f"expected {ADMISSION_V1} AdmissionReview, got {review.api_version} {review.kind}\n".encode()
+        if review.request is None or not review.request.uid:
+            return 400, b"the AdmissionReview has no request uid to answer\n"
+        request = review.request
+        self.reviews += 1
+        try:
+            verdict = (self.mutator if mutating else self.validator).review(request)
+        except Exception as exc:  # a bug in a rule must not become a 5xx the apiserver retries
+            log.exception("review of %s %s/%s failed", request.kind.kind, request.namespace, request.name)
+            verdict = Verdict(mutating, f"kilter could not review this object: {type(exc).__name__}: {exc}", 400)
+        return 200, answer(request.uid, verdict, mutating=mutating)
+
+
+async def _body(receive: Receive) -> bytes | None:
+    chunks: list[bytes] = []
+    size = 0
+    more = True
+    while more:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return b""
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > MAX_REVIEW_BYTES:
+            return None
+        chunks.append(chunk)
+        more = message.get("more_body", False)
+    return b"".join(chunks)
+
+
+async def _reply(send: Send, status: int, body: bytes, content_type: str, *, close: bool = False) -> None:
+    headers = [(b"content-type", content_type.encode()), (b"content-length", str(len(body)).encode())]
+    if close:
+        headers.append((b"connection", b"close"))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})

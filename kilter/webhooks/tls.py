@@ -1,0 +1,77 @@
+"""TLS for the webhook listener: TLS 1.2 or newer, certificates re-read when their files change.
+
+cert-manager and Secret volumes rotate certificates by swapping files under
+a running pod. The listening context carries an SNI callback (OpenSSL calls
+it for every handshake, with or without a server name) that looks at the
+files at most once a second and hands the handshake a context built from
+the newest pair. A pair that does not load — caught half-written, or a key
+that does not match — leaves the previous one in service.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import ssl
+import threading
+import time
+from pathlib import Path
+
+from kilter.model.errors import InputError
+
+__all__ = ["ReloadingTLS"]
+
+log = logging.getLogger("kilter.webhooks")
+
+
+def _context(cert: Path, key: Path) -> ssl.SSLContext:
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.load_cert_chain(cert, key)
+    return context
+
+
+class ReloadingTLS:
+    def __init__(self, cert: Path, key: Path, *, check_every_s: float = 1.0) -> None:
+        self.cert = cert
+        self.key = key
+        self.check_every_s = check_every_s
+        self.reloads = 0
+        self._lock = threading.Lock()
+        self._checked = time.monotonic()
+        self._stamp = self._files_stamp()
+        try:
+            self._current = _context(cert, key)
+            self.context = _context(cert, key)
+        except (OSError, ssl.SSLError) as exc:
+            raise InputError(f"cannot load the TLS certificate {cert} with key {key}: {exc}") from None
+        self.context.sni_callback = self._select
+
+    def _files_stamp(self) -> tuple[int, int, int, int] | None:
+        try:
+            c, k = os.stat(self.cert), os.stat(self.key)
+        except OSError:
+            return None
+        return c.st_mtime_ns, c.st_ino, k.st_mtime_ns, k.st_ino
+
+    def current(self) -> ssl.SSLContext:
+        """The context of the newest loadable pair (checked at most every ``check_every_s``)."""
+        now = time.monotonic()
+        if now - self._checked < self.check_every_s:
+            return self._current
+        with self._lock:
+            self._checked = now
+            stamp = self._files_stamp()
+            if stamp is not None and stamp != self._stamp:
+                try:
+                    self._current = _context(self.cert, self.key)
+                except (OSError, ssl.SSLError) as exc:
+                    log.warning("new certificate not loaded yet (%s); still serving the previous one", exc)
+                else:
+                    self._stamp = stamp
+                    self.reloads += 1
+                    log.info("certificate %s reloaded", self.cert)
+        return self._current
+
+    def _select(self, connection: ssl.SSLObject, server_name: str | None, context: ssl.SSLContext) -> None:
+        connection.context = self.current()

@@ -1,0 +1,195 @@
+"""The validating webhook: refuse, at submission, what can never run — and say what to change.
+
+Checked on CREATE and UPDATE:
+
+* ClusterQueues and Cohorts: every ``kilter.dev/*`` annotation is one kilter
+  knows and parses; ``kilter.dev/decayed-usage`` is written by kilter only.
+* Jobs of every kind kilter reads (and plain pods): ``kilter.dev/topology``
+  and the gang labels are well formed; Kueue's TAS pod-set annotations are
+  consistent; a pod set confined by a required constraint fits the largest
+  healthy domain of the fleet *when empty*, so waiting could never help; a
+  job whose LocalQueue leads to a ClusterQueue that could never hold its
+  requests, even borrowing everything it may (``potentialAvailable``).
+
+Anything kilter cannot judge (no GPU nodes known, no such queue in the
+state) is allowed: the webhook refuses only what it can prove.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from kilter.model import codec
+from kilter.model.core_v1 import PodSpec, pod_request
+from kilter.model.errors import InputError, KilterError
+from kilter.model.jobs import PodSetSpec, read_job
+from kilter.model.kueue import ClusterQueue, Cohort
+from kilter.quota import amount
+from kilter.quota.admit import assign_flavors
+from kilter.quota.policy import DECAYED_USAGE, MIN_RUNTIME, USAGE_HALF_LIFE, parse_policy
+from kilter.quota.tree import build_tree
+from kilter.state.store import ClusterStore
+from kilter.topology.fleet import Fleet, build_fleet
+from kilter.topology.plan import gang_request, plan_gang
+from kilter.webhooks.admission import AdmissionRequest, Verdict
+
+__all__ = ["QUEUE_KEYS", "TOPOLOGY", "TOPOLOGY_POLICY", "Validator"]
+
+TOPOLOGY = "kilter.dev/topology"
+TOPOLOGY_POLICY = "kilter.dev/topology-policy"
+TOPOLOGY_VALUES = ("auto", "off")
+QUEUE_KEYS = (USAGE_HALF_LIFE, MIN_RUNTIME, DECAYED_USAGE, TOPOLOGY_POLICY)
+KILTER_ONLY = (DECAYED_USAGE,)
+QUEUE_NAME = "kueue.x-k8s.io/queue-name"
+KUEUE = "kueue.x-k8s.io"
+
+
+def _annotations(obj: Any) -> dict[str, str]:
+    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
+    notes = meta.get("annotations") if isinstance(meta, Mapping) else None
+    return {str(k): str(v) for k, v in notes.items()} if isinstance(notes, Mapping) else {}
+
+
+def _labels(obj: Any) -> dict[str, str]:
+    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
+    labels = meta.get("labels") if isinstance(meta, Mapping) else None
+    return {str(k): str(v) for k, v in labels.items()} if isinstance(labels, Mapping) else {}
+
+
+class Validator:
+    def __init__(self, store: ClusterStore, *, kilter_users: tuple[str, ...] = ()) -> None:
+        self.store = store
+        self.kilter_users = kilter_users
+        self._empty: tuple[int, Fleet] | None = None
+
+    def review(self, request: AdmissionRequest) -> Verdict:
+        if request.operation not in ("CREATE", "UPDATE") or not isinstance(request.object, Mapping):
+            return Verdict()
+        obj = request.object
+        try:
+            if request.kind.group == KUEUE and request.kind.kind in ("ClusterQueue", "Cohort"):
+                return self._queue(request, obj)
+            return self._job(request, obj)
+        except KilterError as exc:
+            return Verdict(False, str(exc), 422)
+
+    # ------------------------------------------------------------------ queues
+
+    def _queue(self, request: AdmissionRequest, obj: Mapping[str, Any]) -> Verdict:
+        notes = _annotations(obj)
+        unknown = sorted(k for k in notes if k.startswith("kilter.dev/") and k not in QUEUE_KEYS)
+        if unknown:
+            return Verdict(
+                False,
+                f"unknown annotation {unknown[0]}: kilter reads {', '.join(QUEUE_KEYS)} on a {request.kind.kind}",
+                422,
+            )
+        old = _annotations(request.old_object)
+        for key in KILTER_ONLY:
+            if notes.get(key) != old.get(key) and request.user_info.username not in self.kilter_users:
+                return Verdict(
+                    False,
+                    f"annotation {key} is written by kilter only; remove it from your change "
+                    f"(user {request.user_info.username or '?'} is not kilter)",
+                    403,
+                )
+        parse_policy(notes, path=f"{request.kind.kind} {request.name or '?'}")
+        policy = notes.get(TOPOLOGY_POLICY)
+        if policy is not None and policy not in TOPOLOGY_VALUES:
+            return Verdict(False, f"{TOPOLOGY_POLICY} must be one of {', '.join(TOPOLOGY_VALUES)}, not {policy!r}", 422)
+        kind: type[Any] = ClusterQueue if request.kind.kind == "ClusterQueue" else Cohort
+        codec.convert(obj, kind, path=request.kind.kind)
+        return Verdict()
+
+    # ------------------------------------------------------------------ jobs
+
+    def _job(self, request: AdmissionRequest, obj: Mapping[str, Any]) -> Verdict:
+        notes, labels = _annotations(obj), _labels(obj)
+        topology = notes.get(TOPOLOGY)
+        if topology is not None and topology not in TOPOLOGY_VALUES:
+            return Verdict(False, f"{TOPOLOGY} must be one of {', '.join(TOPOLOGY_VALUES)}, not {topology!r}", 422)
+        if "kilter.dev/gang" in labels:
+            size = labels.get("kilter.dev/gang-size", "")
+            if not size.isdigit() or int(size) < 1:
+                return Verdict(False, f"label kilter.dev/gang needs kilter.dev/gang-size >= 1, got {size!r}", 422)
+        try:
+            job = read_job(dict(obj))
+        except InputError as exc:
+            if str(exc).startswith("unsupported kind"):
+                return Verdict()
+            raise
+        for gang in job.gangs:
+            problem = self._never_fits(gang)
+            if problem:
+                return Verdict(False, problem, 422)
+        problem = self._never_admitted(request.namespace or job.namespace, labels.get(QUEUE_NAME), job.gangs)
+        if problem:
+            return Verdict(False, problem, 422)
+        return Verdict()
+
+    def empty_fleet(self) -> Fleet:
+        """The fleet with nothing running: what the cluster could ever offer."""
+        fleet = self.store.fleet()
+        if self._empty is None or self._empty[0] != self.store.generation:
+            state = self.store.state()
+            self._empty = (
+                self.store.generation,
+                build_fleet(state.nodes, (), catalog=fleet.catalog, topologies=state.topologies),
+            )
+        return self._empty[1]
+
+    def _never_fits(self, gang: tuple[PodSetSpec, ...]) -> str:
+        constrained = [ps for ps in gang if ps.topology.required or ps.topology.slice_level]
+        if not constrained:
+            return ""
+        fleet = self.empty_fleet()
+        try:
+            request = gang_request("job", constrained, fleet.catalog)
+        except InputError as exc:
+            return "" if "no pod set asks for GPUs" in str(exc) else str(exc)
+        if not any(p.device_resource == request.resource for p in fleet.platforms):
+            return ""  # no such GPUs known: nothing to prove
+        plan = plan_gang(fleet, request)
+        if plan.feasible:
+            return ""
+        return (
+            f"this job can never run as asked: {plan.reason} (even with the cluster idle); "
+            "relax the required topology annotation, use kueue.x-k8s.io/podset-slice-required-topology "
+            "with a slice size that fits, or ask for fewer pods"
+        )
+
+    def _never_admitted(self, namespace: str, queue: str | None, gangs: tuple[tuple[PodSetSpec, ...], ...]) -> str:
+        if not queue:
+            return ""
+        state = self.store.state()
+        lq = next(
+            (q for q in state.local_queues if q.metadata.namespace == namespace and q.metadata.name == queue), None
+        )
+        if lq is None:
+            return ""
+        tree = build_tree(state.cluster_queues, state.cohorts)
+        cq = tree.cluster_queues.get(lq.spec.cluster_queue)
+        if cq is None or not cq.active:
+            return ""
+        totals: dict[str, int] = {}
+        for gang in gangs:
+            for ps in gang:
+                for resource in _resources(ps.template.spec):
+                    each = pod_request(ps.template.spec, resource, convert=_canonical(resource))
+                    totals[resource] = totals.get(resource, 0) + each * ps.count
+        assignment = assign_flavors(cq, totals)
+        if assignment.mode != "nofit":
+            return ""
+        return f"ClusterQueue {cq.name} (LocalQueue {namespace}/{queue}) can never admit this job: {assignment.reason}"
+
+
+def _resources(spec: PodSpec) -> set[str]:
+    return {r for c in (*spec.containers, *spec.init_containers) for r in (*c.resources.requests, *c.resources.limits)}
+
+
+def _canonical(resource: str) -> Any:
+    def convert(value: Any, where: str) -> int:
+        return amount.from_quantity(resource, value, path=where)
+
+    return convert
