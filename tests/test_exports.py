@@ -13,6 +13,7 @@ PACKAGES = [
     "kilter.quota",
     "kilter.state",
     "kilter.extenders",
+    "kilter.webhooks",
     "kilter.cli",
     "kilter._native",
 ]

@@ -32,6 +32,7 @@ from kilter.model.jobs import (
     read_job,
 )
 from kilter.state.store import ClusterStore
+from kilter.topology.catalog import Platform
 from kilter.topology.fleet import Fleet
 from kilter.topology.labels import HOSTNAME_LABEL
 from kilter.topology.plan import gang_request, plan_gang
@@ -63,6 +64,7 @@ class Mutator:
     def __init__(self, store: ClusterStore, validator: Validator) -> None:
         self.store = store
         self.validator = validator
+        self._domain_keys: dict[tuple[int, str], str | None] = {}
 
     def review(self, request: AdmissionRequest) -> Verdict:
         if request.operation != "CREATE" or not isinstance(request.object, Mapping):
@@ -114,8 +116,9 @@ class Mutator:
         if not platforms:
             return None
         platform = platforms[0]
-        multi = platform.is_multi_node
-        domain = (fleet.levels.domain_key or platform.domain_label_keys[0]) if multi else HOSTNAME_LABEL
+        domain = self._domain_key(fleet, platform) if platform.is_multi_node else HOSTNAME_LABEL
+        if domain is None:
+            return None
         above = fleet.levels.up_keys[0] if fleet.levels.up_keys else None
         if self._fits(fleet, ps, TopologyRequest(required=domain)):
             return {ANNOTATION_REQUIRED: domain}
@@ -126,6 +129,17 @@ class Mutator:
                     chosen[ANNOTATION_PREFERRED] = above
                 return chosen
         return None
+
+    def _domain_key(self, fleet: Fleet, platform: Platform) -> str | None:
+        """The domain label the platform's nodes really carry (the one the fleet was built from)."""
+        key = (id(fleet), platform.name)
+        if key not in self._domain_keys:
+            index = fleet.platforms.index(platform)
+            platforms = fleet.bitmap.domain_platforms[fleet.node_domain]
+            labels = [fleet.node_labels[i] for i in range(fleet.n_nodes) if platforms[i] == index]
+            candidates = fleet.levels.domain_keys(platform)
+            self._domain_keys[key] = next((k for k in candidates if any(k in lb for lb in labels)), None)
+        return self._domain_keys[key]
 
     def _fits(self, fleet: Fleet, ps: PodSetSpec, topology: TopologyRequest) -> bool:
         trial = PodSetSpec(ps.name, ps.count, ps.template, topology, ps.path)

@@ -133,7 +133,7 @@ def write_snapshot(path: Path, objects: list[dict[str, Any]]) -> None:
 
 
 class _Server:
-    def __init__(self, app: App, tls: tuple[Path, Path] | None) -> None:
+    def __init__(self, app: Any, tls: tuple[Path, Path] | None, *, ssl_context: ssl.SSLContext | None = None) -> None:
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.sock.bind(("127.0.0.1", 0))
@@ -148,6 +148,9 @@ class _Server:
             ssl_certfile=str(tls[0]) if tls else None,
             ssl_keyfile=str(tls[1]) if tls else None,
         )
+        if ssl_context is not None:
+            config.load()
+            config.ssl = ssl_context
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
 

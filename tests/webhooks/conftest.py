@@ -1,0 +1,103 @@
+"""kilter's webhook listener over real HTTPS on 127.0.0.1, and AdmissionReviews shaped as kube-apiserver sends them."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import ssl
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import uvicorn
+
+from kilter.cli.serve import webhook_app
+from kilter.state.store import ClusterStore
+from kilter.webhooks.server import WebhookApp
+from kilter.webhooks.tls import ReloadingTLS
+from tests.extenders.conftest import _Server, cluster_objects, make_certificates
+
+KILTER_USER = "system:serviceaccount:kube-system:kilter-scheduler"
+
+
+@dataclass
+class Hooks:
+    app: WebhookApp
+    store: ClusterStore
+    tls: ReloadingTLS
+    port: int
+    client: ssl.SSLContext
+    certs: Path
+
+    def review(self, path: str, review: dict[str, Any]) -> dict[str, Any]:
+        status, data = self.post(path, json.dumps(review).encode())
+        assert status == 200, data
+        answer: dict[str, Any] = json.loads(data)
+        return answer
+
+    def post(self, path: str, body: bytes) -> tuple[int, bytes]:
+        conn = http.client.HTTPSConnection("127.0.0.1", self.port, context=self.client, timeout=10)
+        try:
+            conn.request("POST", f"{path}?timeout=10s", body, {"Content-Type": "application/json"})
+            response = conn.getresponse()
+            return response.status, response.read()
+        finally:
+            conn.close()
+
+
+def admission_review(
+    obj: dict[str, Any] | None,
+    *,
+    operation: str = "CREATE",
+    old: dict[str, Any] | None = None,
+    user: str = "alice@example.com",
+    uid: str = "705ab4f5-6393-11e8-b7cc-42010a800002",
+) -> dict[str, Any]:
+    """A review as kube-apiserver writes it: every field of AdmissionRequest, null where unset."""
+    target = obj if obj is not None else old
+    assert target is not None
+    group, _, version = target["apiVersion"].rpartition("/")
+    kind = target["kind"]
+    resource = kind.lower() + "s" if not kind.endswith("s") else kind.lower() + "es"
+    meta = target.get("metadata", {})
+    return {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": uid,
+            "kind": {"group": group, "version": version, "kind": kind},
+            "resource": {"group": group, "version": version, "resource": resource},
+            "requestKind": {"group": group, "version": version, "kind": kind},
+            "requestResource": {"group": group, "version": version, "resource": resource},
+            "name": meta.get("name", ""),
+            "namespace": meta.get("namespace", ""),
+            "operation": operation,
+            "userInfo": {"username": user, "uid": "u-1", "groups": ["system:authenticated"]},
+            "object": obj,
+            "oldObject": old,
+            "dryRun": False,
+            "options": {"kind": f"{operation.title()}Options", "apiVersion": "meta.k8s.io/v1"},
+        },
+    }
+
+
+def start(tmp_path: Path, objects: list[dict[str, Any]]) -> Iterator[Hooks]:
+    store = ClusterStore()
+    store.replace(objects)
+    store.fleet()
+    cert, key, ca = make_certificates(tmp_path)
+    tls = ReloadingTLS(cert, key, check_every_s=0.0)
+    app = webhook_app(store, [KILTER_USER])
+    client = ssl.create_default_context(cafile=str(ca))
+    with _Server(app, None, ssl_context=tls.context) as port:
+        yield Hooks(app, store, tls, port, client, tmp_path)
+
+
+@pytest.fixture
+def hooks(tmp_path: Path) -> Iterator[Hooks]:
+    yield from start(tmp_path, cluster_objects())
+
+
+__all__ = ["KILTER_USER", "Hooks", "admission_review", "start", "uvicorn"]
