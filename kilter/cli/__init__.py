@@ -1,5 +1,5 @@
 """The ``kilter`` command line: one module per command, output through ``render``."""
 
-from kilter.cli import demo, main, plan, queues, render, serve, sources
+from kilter.cli import admissioncheck, demo, main, plan, queues, render, serve, sources
 
-__all__ = ["demo", "main", "plan", "queues", "render", "serve", "sources"]
+__all__ = ["admissioncheck", "demo", "main", "plan", "queues", "render", "serve", "sources"]

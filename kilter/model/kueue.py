@@ -10,6 +10,8 @@ both spellings are read.
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgspec
 
 from kilter.model.core_v1 import ObjectMeta, PodTemplateSpec, Quantity
@@ -17,6 +19,7 @@ from kilter.model.core_v1 import ObjectMeta, PodTemplateSpec, Quantity
 __all__ = [
     "KUEUE_GROUP",
     "Admission",
+    "AdmissionCheckState",
     "ClusterQueue",
     "ClusterQueuePreemption",
     "ClusterQueueSpec",
@@ -208,9 +211,22 @@ class Admission(msgspec.Struct, rename="camel"):
     pod_set_assignments: list[PodSetAssignment] = []
 
 
+class AdmissionCheckState(msgspec.Struct, rename="camel"):
+    """One entry of ``Workload.status.admissionChecks`` (listType=map keyed by ``name``)."""
+
+    name: str
+    state: str = "Pending"
+    last_transition_time: str = ""
+    message: str = ""
+    requeue_after_seconds: int | None = None
+    retry_count: int | None = None
+    pod_set_updates: list[dict[str, Any]] | None = None
+
+
 class WorkloadStatus(msgspec.Struct, rename="camel"):
     admission: Admission | None = None
     conditions: list[Condition] = []
+    admission_checks: list[AdmissionCheckState] = []
 
     def condition(self, kind: str) -> bool:
         return any(c.type == kind and c.status == "True" for c in self.conditions)

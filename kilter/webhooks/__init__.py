@@ -1,8 +1,18 @@
 """Admission webhooks (mutating, validating) over TLS with certificate reload."""
 
-from kilter.webhooks import admission, mutate, server, tls, validate
+from kilter.webhooks import admission, admissioncheck, mutate, server, tls, validate
 from kilter.webhooks.mutate import Mutator
 from kilter.webhooks.server import WebhookApp
 from kilter.webhooks.validate import Validator
 
-__all__ = ["Mutator", "Validator", "WebhookApp", "admission", "mutate", "server", "tls", "validate"]
+__all__ = [
+    "Mutator",
+    "Validator",
+    "WebhookApp",
+    "admission",
+    "admissioncheck",
+    "mutate",
+    "server",
+    "tls",
+    "validate",
+]

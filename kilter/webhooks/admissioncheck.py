@@ -1,0 +1,187 @@
+"""The Kueue AdmissionCheck ``kilter.dev/topology``: a gang is admitted only with a placement that exists.
+
+For every Workload whose quota is reserved (``QuotaReserved=True``) and
+whose entry for one of kilter's checks is ``Pending`` — new, or reset by an
+eviction, which also clears the podSetUpdates — the core plans the gang on
+the fleet as it is now:
+
+* it fits: ``Ready``, with podSetUpdates that pin each pod set whose plan
+  lies in one scale-up domain to that domain (``nodeSelector`` on the
+  domain label) and name the plan on the others (annotation
+  ``kilter.dev/plan``);
+* it does not fit now but would on the idle fleet: ``Retry`` with
+  ``requeueAfterSeconds`` (Kueue releases the quota and tries again);
+* it could never fit: ``Rejected``, with the reason.
+
+Status is written with server-side apply carrying only kilter's own entry,
+so Kueue's and other controllers' entries are left alone. The check itself
+is kept ``Active``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from kilter.model.errors import InputError, KilterError
+from kilter.model.jobs import read_job
+from kilter.model.kueue import KUEUE_GROUP, Workload
+from kilter.state.cluster import ClusterState
+from kilter.topology.fleet import Fleet
+from kilter.topology.labels import HOSTNAME_LABEL
+from kilter.topology.plan import Plan, gang_request, plan_gang
+
+__all__ = [
+    "CONTROLLER_NAME",
+    "PLAN_ANNOTATION",
+    "RETRY_AFTER_S",
+    "CheckDecision",
+    "active_status",
+    "decide",
+    "our_checks",
+]
+
+CONTROLLER_NAME = "kilter.dev/topology"
+PLAN_ANNOTATION = "kilter.dev/plan"
+RETRY_AFTER_S = 60
+API = f"{KUEUE_GROUP}/v1beta2"
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+@dataclass(frozen=True)
+class CheckDecision:
+    namespace: str
+    workload: str
+    check: str
+    state: str
+    message: str
+    pod_set_updates: list[dict[str, Any]] = field(default_factory=list)
+    requeue_after_seconds: int | None = None
+
+    def entry(self, now: str | None = None) -> dict[str, Any]:
+        """The ``status.admissionChecks[]`` item kilter owns."""
+        out: dict[str, Any] = {
+            "name": self.check,
+            "state": self.state,
+            "lastTransitionTime": now or _now(),
+            "message": self.message,
+        }
+        if self.pod_set_updates:
+            out["podSetUpdates"] = self.pod_set_updates
+        if self.requeue_after_seconds is not None:
+            out["requeueAfterSeconds"] = self.requeue_after_seconds
+        return out
+
+    def apply_body(self, now: str | None = None) -> dict[str, Any]:
+        """The server-side-apply body for ``workloads/status``: identity plus kilter's one entry."""
+        return {
+            "apiVersion": API,
+            "kind": "Workload",
+            "metadata": {"name": self.workload, "namespace": self.namespace},
+            "status": {"admissionChecks": [self.entry(now)]},
+        }
+
+
+def our_checks(state: ClusterState) -> list[str]:
+    """Names of the AdmissionChecks whose controllerName is kilter's."""
+    out = []
+    for obj in state.raw.of(KUEUE_GROUP, "AdmissionCheck"):
+        spec = obj.get("spec")
+        meta = obj.get("metadata")
+        if isinstance(spec, Mapping) and spec.get("controllerName") == CONTROLLER_NAME and isinstance(meta, Mapping):
+            out.append(str(meta.get("name", "")))
+    return sorted(out)
+
+
+def active_status(check: str, now: str | None = None) -> dict[str, Any]:
+    """The server-side-apply body that keeps one of kilter's AdmissionChecks ``Active``."""
+    return {
+        "apiVersion": API,
+        "kind": "AdmissionCheck",
+        "metadata": {"name": check},
+        "status": {
+            "conditions": [
+                {
+                    "type": "Active",
+                    "status": "True",
+                    "reason": "Active",
+                    "message": "kilter plans topology for workloads of this check",
+                    "lastTransitionTime": now or _now(),
+                }
+            ]
+        },
+    }
+
+
+def decide(state: ClusterState, fleet: Fleet, idle: Fleet) -> list[CheckDecision]:
+    """The status kilter would write now for every Workload waiting on one of its checks."""
+    mine = set(our_checks(state))
+    raw = {
+        (str(o["metadata"].get("namespace", "")), str(o["metadata"].get("name", ""))): o
+        for o in state.raw.of(KUEUE_GROUP, "Workload")
+        if isinstance(o.get("metadata"), Mapping)
+    }
+    out: list[CheckDecision] = []
+    for wl in sorted(state.workloads, key=lambda w: (w.metadata.namespace, w.metadata.name)):
+        pending = [c.name for c in wl.status.admission_checks if c.name in mine and c.state == "Pending"]
+        if not pending or not wl.status.condition("QuotaReserved"):
+            continue
+        obj = raw.get((wl.metadata.namespace, wl.metadata.name))
+        if obj is None:
+            continue
+        verdict, message, updates, retry = _judge(wl, obj, fleet, idle)
+        out.extend(
+            CheckDecision(wl.metadata.namespace, wl.metadata.name, check, verdict, message, updates, retry)
+            for check in pending
+        )
+    return out
+
+
+def _judge(
+    wl: Workload, obj: Mapping[str, Any], fleet: Fleet, idle: Fleet
+) -> tuple[str, str, list[dict[str, Any]], int | None]:
+    try:
+        job = read_job(dict(obj))
+        request = gang_request(f"{wl.metadata.namespace}/{wl.metadata.name}", job.gangs[0], fleet.catalog)
+    except InputError as exc:
+        if "no pod set asks for GPUs" in str(exc):
+            return "Ready", "no pod set asks for GPUs: nothing to place", [], None
+        return "Rejected", f"kilter cannot plan this workload: {exc}", [], None
+    except KilterError as exc:
+        return "Rejected", f"kilter cannot plan this workload: {exc}", [], None
+    plan = plan_gang(fleet, request)
+    if plan.feasible:
+        return "Ready", f"placed: {plan.reason}", _updates(fleet, plan, wl), None
+    if plan_gang(idle, request).feasible:
+        return "Retry", f"does not fit now: {plan.reason}", [], RETRY_AFTER_S
+    return "Rejected", f"can never fit this fleet: {plan.reason}", [], None
+
+
+def _updates(fleet: Fleet, plan: Plan, wl: Workload) -> list[dict[str, Any]]:
+    updates = []
+    for ps in plan.pod_sets:
+        pinned = _one_domain(fleet, ps.nodes)
+        if pinned is not None:
+            updates.append({"name": ps.name, "nodeSelector": {pinned[0]: pinned[1]}})
+        else:
+            plan_id = f"{wl.metadata.namespace}/{wl.metadata.name}/{ps.name}"
+            updates.append({"name": ps.name, "annotations": {PLAN_ANNOTATION: plan_id}})
+    return updates
+
+
+def _one_domain(fleet: Fleet, nodes: Sequence[str]) -> tuple[str, str] | None:
+    """(label, value) selecting exactly the scale-up domain all these nodes share, if they share one."""
+    index = [fleet.node_index[n] for n in nodes]
+    if len({int(fleet.node_domain[i]) for i in index}) != 1:
+        return None
+    platform = fleet.platform_of_node(index[0])
+    if not platform.is_multi_node:
+        return (HOSTNAME_LABEL, nodes[0]) if len(set(nodes)) == 1 else None
+    labels = fleet.node_labels[index[0]]
+    key = next((k for k in fleet.levels.domain_keys(platform) if labels.get(k)), None)
+    return None if key is None else (key, labels[key])
