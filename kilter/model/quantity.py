@@ -8,6 +8,7 @@ as GPUs must come out as whole counts.
 
 from __future__ import annotations
 
+import math
 import re
 from decimal import Decimal, InvalidOperation
 
@@ -43,6 +44,8 @@ def parse_quantity(value: str | int | float, *, path: str = "$") -> Decimal:
     if isinstance(value, int):
         return Decimal(value)
     if isinstance(value, float):
+        if not math.isfinite(value):
+            raise InputError(f"quantity must be a finite number, not {value!r}", path=path)
         return Decimal(repr(value))
     if not isinstance(value, str):
         raise InputError(f"quantity must be a string or number, not {type(value).__name__}", path=path)

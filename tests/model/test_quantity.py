@@ -46,3 +46,9 @@ def test_a_bool_is_not_a_quantity() -> None:
 def test_milli_rounds_up_like_kubernetes() -> None:
     assert quantity.to_milli("1500u") == 2
     assert quantity.to_milli("2") == 2000
+
+
+@pytest.mark.parametrize("value", [float("inf"), float("-inf"), float("nan")])
+def test_non_finite_numbers_are_input_errors(value: float) -> None:
+    with pytest.raises(InputError, match="finite"):
+        quantity.parse_quantity(value)
