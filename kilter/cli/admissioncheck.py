@@ -41,9 +41,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     data = {
         "admissionChecks": our_checks(state),
-        "workloads": [
-            {"namespace": d.namespace, "name": d.workload, "admissionCheck": d.entry()} for d in decisions
-        ],
+        "workloads": [{"namespace": d.namespace, "name": d.workload, "admissionCheck": d.entry()} for d in decisions],
     }
     print(render.dump(data, args.output), end="")
     return 0

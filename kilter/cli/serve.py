@@ -21,7 +21,7 @@ import uvloop
 
 from kilter.cli import sources
 from kilter.extenders.explain import DecisionLog
-from kilter.extenders.gangs import GangBook
+from kilter.extenders.gangs import GangBook, GangId
 from kilter.extenders.scheduler import ApiBinder, Binder, SchedulerExtender
 from kilter.extenders.server import DEFAULT_MAX_BODY_BYTES, App
 from kilter.model.errors import InputError
@@ -29,6 +29,7 @@ from kilter.quota.policy import parse_duration
 from kilter.state.api import connect
 from kilter.state.feed import SnapshotFeed, settle
 from kilter.state.store import ClusterStore
+from kilter.webhooks.admissioncheck import CONTROLLER_NAME, CheckDecision, Controller
 from kilter.webhooks.mutate import Mutator
 from kilter.webhooks.server import WebhookApp
 from kilter.webhooks.tls import ReloadingTLS
@@ -151,13 +152,16 @@ def _config(
     return config
 
 
-async def _serve_all(servers: list[uvicorn.Server]) -> None:
-    """Run every listener; when one stops (a signal, a failed bind), stop the others."""
+async def _serve_all(servers: list[uvicorn.Server], controller: Controller | None) -> None:
+    """Run every listener (and the controller); when one listener stops (a signal, a failed bind), stop all."""
     tasks = [asyncio.create_task(s.serve()) for s in servers]
+    background = asyncio.create_task(controller.run()) if controller is not None else None
     await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
     for s in servers:
         s.should_exit = True
     await asyncio.gather(*tasks, return_exceptions=True)
+    if background is not None:
+        background.cancel()
 
 
 def run(args: argparse.Namespace) -> int:
@@ -177,5 +181,17 @@ def run(args: argparse.Namespace) -> int:
         log.info("admission webhooks on https://%s:%d (/mutate, /validate)", args.address, args.webhook_port)
     else:
         log.info("admission webhooks not started: no --tls-cert-file/--tls-key-file (see kilter serve --help)")
-    uvloop.run(_serve_all(servers))
+    controller = None
+    if isinstance(app.binder, ApiBinder):
+        validator = Validator(store)
+        gangs = app.extender.gangs
+
+        def adopt(decision: CheckDecision) -> None:
+            if decision.plan is not None:
+                key = f"{decision.namespace}/workload/{decision.workload}"
+                gangs.adopt(GangId(key, "kilter.dev/topology", len(decision.plan.node_indices)), decision.plan)
+
+        controller = Controller(store, app.binder.api, validator.empty_fleet, on_ready=adopt)
+        log.info("AdmissionCheck controller %s running", CONTROLLER_NAME)
+    uvloop.run(_serve_all(servers, controller))
     return 0

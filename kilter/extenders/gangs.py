@@ -193,6 +193,31 @@ class GangBook:
             self.planned += 1
         return made
 
+    def adopt(self, gang: GangId, plan: Plan) -> GangPlan | None:
+        """Take a plan made elsewhere (the AdmissionCheck's) as the gang's, reserving its GPUs now.
+
+        The gang's pods then find it when they reach the extender, so they land
+        where the check said. Refused (None) if the gang already has a plan, or
+        the plan no longer fits the fleet as it is.
+        """
+        if gang.key in self.plans or not plan.feasible:
+            return None
+        fleet = self.store.fleet()
+        shapes = _slot_shapes(plan)
+        need: dict[int, int] = {}
+        for node, g, _ in shapes:
+            need[node] = need.get(node, 0) + g
+        if any(n >= fleet.n_nodes or fleet.bitmap.node_free_gpus(n) < g for n, g in need.items()):
+            return None
+        slots = []
+        for node, g, ps_name in shapes:
+            fleet.bitmap.allocate(node, g)
+            slots.append(Slot(fleet.node_names[node], node, g, ps_name))
+        adopted = GangPlan(gang, plan, slots, self.clock(), self.store.generation)
+        self.plans[gang.key] = adopted
+        self.planned += 1
+        return adopted
+
     def _make(self, gang: GangId, pod: Pod, gpus: int) -> GangPlan | None:
         fleet = self.store.fleet()
         same = gang_of(pod)

@@ -15,7 +15,7 @@ import ssl
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import urlencode, urlsplit
 
 from kilter.model.errors import InputError, KilterError
 
@@ -39,7 +39,12 @@ class ApiServer:
     tls: ssl.SSLContext | None = None
     timeout_s: float = 10.0
 
-    def call(self, method: str, path: str, body: Any = None) -> Any:
+    def apply(self, path: str, body: Any, *, field_manager: str) -> Any:
+        """Server-side apply (``PATCH`` as ``application/apply-patch+yaml``; JSON is YAML), taking ownership."""
+        query = urlencode({"fieldManager": field_manager, "force": "true"})
+        return self.call("PATCH", f"{path}?{query}", body, content_type="application/apply-patch+yaml")
+
+    def call(self, method: str, path: str, body: Any = None, *, content_type: str = "application/json") -> Any:
         """One request; the decoded JSON answer, or ApiError carrying the server's own message."""
         conn: http.client.HTTPConnection
         if self.scheme == "https":
@@ -49,7 +54,7 @@ class ApiServer:
         data = None if body is None else json.dumps(body).encode()
         headers = {**self.headers, "Accept": "application/json"}
         if data is not None:
-            headers["Content-Type"] = "application/json"
+            headers["Content-Type"] = content_type
         try:
             conn.request(method, path, data, headers)
             response = conn.getresponse()

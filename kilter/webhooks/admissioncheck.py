@@ -20,15 +20,21 @@ is kept ``Active``.
 
 from __future__ import annotations
 
+import asyncio
+import json
+import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from kilter.model.errors import InputError, KilterError
 from kilter.model.jobs import read_job
 from kilter.model.kueue import KUEUE_GROUP, Workload
+from kilter.state.api import ApiError, ApiServer
 from kilter.state.cluster import ClusterState
+from kilter.state.store import ClusterStore
 from kilter.topology.fleet import Fleet
 from kilter.topology.labels import HOSTNAME_LABEL
 from kilter.topology.plan import Plan, gang_request, plan_gang
@@ -38,6 +44,7 @@ __all__ = [
     "PLAN_ANNOTATION",
     "RETRY_AFTER_S",
     "CheckDecision",
+    "Controller",
     "active_status",
     "decide",
     "our_checks",
@@ -47,6 +54,7 @@ CONTROLLER_NAME = "kilter.dev/topology"
 PLAN_ANNOTATION = "kilter.dev/plan"
 RETRY_AFTER_S = 60
 API = f"{KUEUE_GROUP}/v1beta2"
+log = logging.getLogger("kilter.admissioncheck")
 
 
 def _now() -> str:
@@ -62,6 +70,8 @@ class CheckDecision:
     message: str
     pod_set_updates: list[dict[str, Any]] = field(default_factory=list)
     requeue_after_seconds: int | None = None
+    plan: Plan | None = field(default=None, compare=False, repr=False)
+    workload_uid: str = ""
 
     def entry(self, now: str | None = None) -> dict[str, Any]:
         """The ``status.admissionChecks[]`` item kilter owns."""
@@ -134,9 +144,11 @@ def decide(state: ClusterState, fleet: Fleet, idle: Fleet) -> list[CheckDecision
         obj = raw.get((wl.metadata.namespace, wl.metadata.name))
         if obj is None:
             continue
-        verdict, message, updates, retry = _judge(wl, obj, fleet, idle)
+        verdict, message, updates, retry, plan = _judge(wl, obj, fleet, idle)
         out.extend(
-            CheckDecision(wl.metadata.namespace, wl.metadata.name, check, verdict, message, updates, retry)
+            CheckDecision(
+                wl.metadata.namespace, wl.metadata.name, check, verdict, message, updates, retry, plan, wl.metadata.uid
+            )
             for check in pending
         )
     return out
@@ -144,22 +156,22 @@ def decide(state: ClusterState, fleet: Fleet, idle: Fleet) -> list[CheckDecision
 
 def _judge(
     wl: Workload, obj: Mapping[str, Any], fleet: Fleet, idle: Fleet
-) -> tuple[str, str, list[dict[str, Any]], int | None]:
+) -> tuple[str, str, list[dict[str, Any]], int | None, Plan | None]:
     try:
         job = read_job(dict(obj))
         request = gang_request(f"{wl.metadata.namespace}/{wl.metadata.name}", job.gangs[0], fleet.catalog)
     except InputError as exc:
         if "no pod set asks for GPUs" in str(exc):
-            return "Ready", "no pod set asks for GPUs: nothing to place", [], None
-        return "Rejected", f"kilter cannot plan this workload: {exc}", [], None
+            return "Ready", "no pod set asks for GPUs: nothing to place", [], None, None
+        return "Rejected", f"kilter cannot plan this workload: {exc}", [], None, None
     except KilterError as exc:
-        return "Rejected", f"kilter cannot plan this workload: {exc}", [], None
+        return "Rejected", f"kilter cannot plan this workload: {exc}", [], None, None
     plan = plan_gang(fleet, request)
     if plan.feasible:
-        return "Ready", f"placed: {plan.reason}", _updates(fleet, plan, wl), None
+        return "Ready", f"placed: {plan.reason}", _updates(fleet, plan, wl), None, plan
     if plan_gang(idle, request).feasible:
-        return "Retry", f"does not fit now: {plan.reason}", [], RETRY_AFTER_S
-    return "Rejected", f"can never fit this fleet: {plan.reason}", [], None
+        return "Retry", f"does not fit now: {plan.reason}", [], RETRY_AFTER_S, None
+    return "Rejected", f"can never fit this fleet: {plan.reason}", [], None, None
 
 
 def _updates(fleet: Fleet, plan: Plan, wl: Workload) -> list[dict[str, Any]]:
@@ -185,3 +197,75 @@ def _one_domain(fleet: Fleet, nodes: Sequence[str]) -> tuple[str, str] | None:
     labels = fleet.node_labels[index[0]]
     key = next((k for k in fleet.levels.domain_keys(platform) if labels.get(k)), None)
     return None if key is None else (key, labels[key])
+
+
+WORKLOADS = "/apis/kueue.x-k8s.io/v1beta2/namespaces/{namespace}/workloads/{name}/status"
+CHECKS = "/apis/kueue.x-k8s.io/v1beta2/admissionchecks/{name}/status"
+
+
+class Controller:
+    """Decides on the event loop over the current state, writes through the API on a worker thread.
+
+    What was written is remembered per (workload, check), so an unchanged
+    decision is not written again while the state still shows the entry
+    Pending; a new decision (the fleet changed, the workload was evicted and
+    reset) is.
+    """
+
+    def __init__(
+        self,
+        store: ClusterStore,
+        api: ApiServer,
+        idle: Callable[[], Fleet],
+        *,
+        interval_s: float = 10.0,
+        on_ready: Callable[[CheckDecision], None] | None = None,
+    ) -> None:
+        self.store = store
+        self.api = api
+        self.idle = idle
+        self.interval_s = interval_s
+        self.on_ready = on_ready
+        self.written: dict[tuple[str, str, str], tuple[str, str, str]] = {}
+        self.errors = 0
+
+    def pending_writes(self) -> list[CheckDecision]:
+        state = self.store.state()
+        fresh = []
+        for d in decide(state, self.store.fleet(), self.idle()):
+            key = (d.namespace, d.workload, d.check)
+            if self.written.get(key) != _signature(d):
+                fresh.append(d)
+        return fresh
+
+    async def run_once(self) -> None:
+        loop = asyncio.get_running_loop()
+        for check in our_checks(self.store.state()):
+            await self._write(loop, CHECKS.format(name=check), active_status(check))
+        for d in self.pending_writes():
+            path = WORKLOADS.format(namespace=d.namespace, name=d.workload)
+            if await self._write(loop, path, d.apply_body()):
+                self.written[(d.namespace, d.workload, d.check)] = _signature(d)
+                if d.state == "Ready" and self.on_ready is not None:
+                    self.on_ready(d)
+
+    async def run(self) -> None:
+        while True:
+            try:
+                await self.run_once()
+            except KilterError as exc:  # a state that cannot be read right now: try again next round
+                log.warning("admission check round failed: %s", exc)
+            await asyncio.sleep(self.interval_s)
+
+    async def _write(self, loop: asyncio.AbstractEventLoop, path: str, body: dict[str, Any]) -> bool:
+        try:
+            await loop.run_in_executor(None, partial(self.api.apply, path, body, field_manager=CONTROLLER_NAME))
+        except ApiError as exc:
+            self.errors += 1
+            log.warning("could not write %s: %s", path, exc)
+            return False
+        return True
+
+
+def _signature(d: CheckDecision) -> tuple[str, str, str]:
+    return d.state, d.message, json.dumps(d.pod_set_updates, sort_keys=True)
