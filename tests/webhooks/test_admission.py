@@ -226,3 +226,28 @@ def test_a_cluster_queue_policy_opts_its_jobs_in(hooks: Hooks) -> None:
     obj = job(4, queue="auto-team")
     mutated = apply_patch(obj, verdict(hooks, "/mutate", admission_review(obj)))
     assert mutated["spec"]["template"]["metadata"]["annotations"] == {REQUIRED: CLIQUE}
+
+
+def test_a_jobset_gets_annotations_on_its_gpu_replicated_job_only(hooks: Hooks) -> None:
+    def replicated(name: str, gpus: int) -> dict[str, Any]:
+        limits = {"nvidia.com/gpu": str(gpus)} if gpus else {"cpu": "1"}
+        pod = {"spec": {"containers": [{"name": "c", "image": "x", "resources": {"limits": limits}}]}}
+        return {
+            "name": name,
+            "replicas": 1,
+            "template": {"spec": {"parallelism": 4, "completions": 4, "template": pod}},
+        }
+
+    obj = {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {"name": "pretrain", "namespace": "ml", "annotations": {"kilter.dev/topology": "auto"}},
+        "spec": {"replicatedJobs": [replicated("driver", 0), replicated("trainer", 4)]},
+    }
+    response = verdict(hooks, "/mutate", admission_review(obj))
+    ops = json.loads(base64.b64decode(response["patch"]))
+    assert [op["path"] for op in ops] == ["/spec/replicatedJobs/1/template/spec/template/metadata"]
+    mutated = apply_patch(obj, response)
+    trainer = mutated["spec"]["replicatedJobs"][1]["template"]["spec"]["template"]
+    assert trainer["metadata"]["annotations"] == {REQUIRED: CLIQUE}
+    assert "metadata" not in mutated["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
