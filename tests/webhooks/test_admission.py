@@ -251,3 +251,11 @@ def test_a_jobset_gets_annotations_on_its_gpu_replicated_job_only(hooks: Hooks) 
     trainer = mutated["spec"]["replicatedJobs"][1]["template"]["spec"]["template"]
     assert trainer["metadata"]["annotations"] == {REQUIRED: CLIQUE}
     assert "metadata" not in mutated["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
+
+
+def test_a_review_above_the_size_limit_is_refused_with_413(hooks: Hooks) -> None:
+    from kilter.webhooks.server import MAX_REVIEW_BYTES
+
+    status, data = hooks.post("/validate", b" " * (MAX_REVIEW_BYTES + 1))
+    assert status == 413 and b"above" in data
+    assert verdict(hooks, "/validate", admission_review(job(1)))["allowed"] is True
