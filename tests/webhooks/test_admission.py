@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from kilter.webhooks.server import MAX_REVIEW_BYTES
 from tests.extenders.conftest import cluster_objects
 from tests.webhooks.conftest import KILTER_USER, Hooks, admission_review, start
 
@@ -254,8 +255,6 @@ def test_a_jobset_gets_annotations_on_its_gpu_replicated_job_only(hooks: Hooks) 
 
 
 def test_a_review_above_the_size_limit_is_refused_with_413(hooks: Hooks) -> None:
-    from kilter.webhooks.server import MAX_REVIEW_BYTES
-
     status, data = hooks.post("/validate", b" " * (MAX_REVIEW_BYTES + 1))
     assert status == 413 and b"above" in data
     assert verdict(hooks, "/validate", admission_review(job(1)))["allowed"] is True
