@@ -28,7 +28,7 @@ from kilter.model.kueue import ClusterQueue, Cohort
 from kilter.quota import amount
 from kilter.quota.admit import assign_flavors
 from kilter.quota.policy import DECAYED_USAGE, MIN_RUNTIME, USAGE_HALF_LIFE, parse_policy
-from kilter.quota.tree import build_tree
+from kilter.quota.tree import QuotaTree, build_tree
 from kilter.state.store import ClusterStore
 from kilter.topology.fleet import Fleet, build_fleet
 from kilter.topology.plan import gang_request, plan_gang
@@ -62,6 +62,7 @@ class Validator:
         self.store = store
         self.kilter_users = kilter_users
         self._empty: tuple[int, Fleet] | None = None
+        self._tree: tuple[int, QuotaTree] | None = None
 
     def review(self, request: AdmissionRequest) -> Verdict:
         if request.operation not in ("CREATE", "UPDATE") or not isinstance(request.object, Mapping):
@@ -168,8 +169,9 @@ class Validator:
         )
         if lq is None:
             return ""
-        tree = build_tree(state.cluster_queues, state.cohorts)
-        cq = tree.cluster_queues.get(lq.spec.cluster_queue)
+        if self._tree is None or self._tree[0] != self.store.version:
+            self._tree = (self.store.version, build_tree(state.cluster_queues, state.cohorts))
+        cq = self._tree[1].cluster_queues.get(lq.spec.cluster_queue)
         if cq is None or not cq.active:
             return ""
         totals: dict[str, int] = {}
