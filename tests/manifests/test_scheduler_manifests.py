@@ -244,7 +244,7 @@ def test_kilter_command_parses_and_matches_the_extender(
 ) -> None:
     assert kilter_args.command == "serve"
     assert kilter_args.http_port == urlsplit(extender["urlPrefix"]).port
-    assert kilter_args.tls_cert_file is None, "the extender URL is http"
+    assert not kilter_args.http_tls, "the extender URL is http (the certificate is for the webhook listener only)"
     assert kilter_args.snapshot is not None
     name, key = _configmap_file(pod_spec, _container(pod_spec, "kilter"), str(kilter_args.snapshot))
     assert (name, key) == ("kilter-state", "snapshot.yaml"), "the ConfigMap the README tells you to create"
@@ -254,7 +254,7 @@ def test_kilter_listens_where_the_kubelet_probes_reach(kilter_args: argparse.Nam
     # httpGet probes connect to the pod IP: a loopback-only listener would fail them all.
     assert not ipaddress.ip_address(kilter_args.address).is_loopback
     kilter = _container(pod_spec, "kilter")
-    assert [p["containerPort"] for p in kilter["ports"]] == [kilter_args.http_port]
+    assert [p["containerPort"] for p in kilter["ports"]] == [kilter_args.http_port, kilter_args.webhook_port]
     probes = {kind: kilter[kind]["httpGet"] for kind in ("startupProbe", "livenessProbe", "readinessProbe")}
     assert probes["livenessProbe"]["path"] == "/healthz"
     assert probes["startupProbe"]["path"] == "/healthz"
@@ -271,12 +271,18 @@ def test_no_service_exposes_kilter(deployment_docs: list[Obj], kilter_args: argp
             assert port.get("targetPort") != "extender"
 
 
-def test_network_policy_selects_the_pod(deployment_docs: list[Obj], deployment: Obj) -> None:
+def test_network_policy_selects_the_pod(
+    deployment_docs: list[Obj], deployment: Obj, kilter_args: argparse.Namespace
+) -> None:
     policy = _one(deployment_docs, "NetworkPolicy")
     labels = deployment["spec"]["template"]["metadata"]["labels"]
     assert policy["spec"]["podSelector"]["matchLabels"].items() <= labels.items()
     assert policy["spec"]["policyTypes"] == ["Ingress"]
-    assert not policy["spec"].get("ingress"), "no ingress rule: only node, loopback and port-forward traffic"
+    # Only the webhook port is opened (the apiserver must reach it); everything else stays node, loopback and
+    # port-forward traffic.
+    for rule in policy["spec"].get("ingress") or []:
+        assert rule.get("ports"), "an ingress rule without ports would open every port"
+        assert [p["port"] for p in rule["ports"]] == [kilter_args.webhook_port]
 
 
 def test_the_pod_itself_is_placed_by_the_default_scheduler(pod_spec: Obj) -> None:

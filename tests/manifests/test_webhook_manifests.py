@@ -1,0 +1,545 @@
+"""manifests/webhooks: webhook configurations, their Service and certificate, and the AdmissionCheck, against kilter.
+
+The port, the paths, the job kinds, the controller name, the annotation rules
+and the command line come from kilter's own parser, readers, validator and
+AdmissionCheck controller, so a change on either side that breaks the
+installation fails here rather than in a cluster.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import pytest
+import yaml
+
+from kilter.cli.main import build_parser
+from kilter.cli.serve import DEFAULT_KILTER_USER, webhook_app
+from kilter.model import codec
+from kilter.model.jobs import supported_kinds
+from kilter.model.kueue import ClusterQueue
+from kilter.quota.policy import DECAYED_USAGE, parse_policy
+from kilter.state.cluster import from_objects
+from kilter.state.store import ClusterStore
+from kilter.webhooks.admissioncheck import CHECKS, CONTROLLER_NAME, WORKLOADS, our_checks
+from kilter.webhooks.validate import QUEUE_KEYS, TOPOLOGY_POLICY, TOPOLOGY_VALUES
+from tests.manifests.test_scheduler_manifests import go_duration_s
+
+REPO = Path(__file__).resolve().parents[2]
+WEBHOOKS_FILE = REPO / "manifests" / "webhooks" / "webhooks.yaml"
+ADMISSIONCHECK_FILE = REPO / "manifests" / "webhooks" / "admissioncheck.yaml"
+README_FILE = REPO / "manifests" / "webhooks" / "README.md"
+DEPLOYMENT_FILE = REPO / "manifests" / "scheduler" / "deployment.yaml"
+
+KUEUE_MUTATING = "kueue-mutating-webhook-configuration"  # Kueue's, installed with name prefix kueue-
+EXCLUDED_NAMESPACES = ("kube-system", "kueue-system")
+NAMESPACE_LABEL = "kubernetes.io/metadata.name"
+KUEUE = "kueue.x-k8s.io"
+QUEUE_RESOURCES = {(KUEUE, "clusterqueues"), (KUEUE, "cohorts")}
+
+# (API group, kind) of every kind kilter's job readers could support -> the resource a webhook rule names.
+RESOURCES: dict[tuple[str, str], str] = {
+    ("", "Pod"): "pods",
+    ("batch", "Job"): "jobs",
+    ("jobset.x-k8s.io", "JobSet"): "jobsets",
+    ("kubeflow.org", "PyTorchJob"): "pytorchjobs",
+    ("kubeflow.org", "MPIJob"): "mpijobs",
+    ("ray.io", "RayJob"): "rayjobs",
+    ("ray.io", "RayCluster"): "rayclusters",
+    ("leaderworkerset.x-k8s.io", "LeaderWorkerSet"): "leaderworkersets",
+    ("kueue.x-k8s.io", "Workload"): "workloads",
+    ("batch.volcano.sh", "Job"): "jobs",
+}
+# Reader kinds the webhooks deliberately leave out, and why (the comments in webhooks.yaml say the same).
+NOT_VALIDATED: dict[tuple[str, str], str] = {
+    ("batch.volcano.sh", "Job"): (
+        "Kueue does not manage Volcano Jobs: the Kueue TAS pod-set annotations kilter adds and checks would be "
+        "read by nothing; their pods still pass the pods rule"
+    ),
+}
+NOT_MUTATED: dict[tuple[str, str], str] = {
+    **NOT_VALIDATED,
+    ("kueue.x-k8s.io", "Workload"): (
+        "Kueue takes a Workload's topology from spec.podSets[].topologyRequest, so annotations added to its "
+        "pod-set templates would change nothing"
+    ),
+}
+
+Obj = dict[str, Any]
+
+
+# ---------------------------------------------------------------------------- helpers
+
+
+def _documents(path: Path) -> list[Obj]:
+    with path.open(encoding="utf-8") as f:
+        docs = [d for d in yaml.safe_load_all(f) if d is not None]
+    assert all(isinstance(d, dict) for d in docs), f"{path.name}: every document must be a mapping"
+    return docs
+
+
+def _one(docs: list[Obj], kind: str, name: str | None = None) -> Obj:
+    found = [d for d in docs if d.get("kind") == kind and (name is None or d["metadata"]["name"] == name)]
+    assert len(found) == 1, f"expected one {kind} {name or ''}, found {len(found)}"
+    return found[0]
+
+
+def _selects(selector: Obj, labels: dict[str, str]) -> bool:
+    """Whether a metav1.LabelSelector matches ``labels`` (matchLabels AND every matchExpression)."""
+    if any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
+        return False
+    for expr in selector.get("matchExpressions") or []:
+        key, op, values = expr["key"], expr["operator"], expr.get("values") or []
+        if op == "In" and labels.get(key) not in values:
+            return False
+        if op == "NotIn" and key in labels and labels[key] in values:
+            return False
+        if op == "Exists" and key not in labels:
+            return False
+        if op == "DoesNotExist" and key in labels:
+            return False
+        if op not in ("In", "NotIn", "Exists", "DoesNotExist"):
+            raise ValueError(f"unknown operator {op}")
+    return True
+
+
+def _reader_kinds() -> set[tuple[str, str]]:
+    """(group, kind) of every kind kilter's readers support, from ``supported_kinds()`` ("group/Kind" or "Kind")."""
+    out = set()
+    for text in supported_kinds():
+        group, _, kind = text.rpartition("/")
+        out.add((group, kind))
+    return out
+
+
+def _covered(webhook: Obj) -> set[tuple[str, str]]:
+    return {
+        (group, resource) for rule in webhook["rules"] for group in rule["apiGroups"] for resource in rule["resources"]
+    }
+
+
+def _job_resources(excluded: dict[tuple[str, str], str]) -> set[tuple[str, str]]:
+    return {(group, RESOURCES[(group, kind)]) for group, kind in _reader_kinds() if (group, kind) not in excluded}
+
+
+def _container(pod_spec: Obj, name: str) -> Obj:
+    found: list[Obj] = [c for c in pod_spec["containers"] if c["name"] == name]
+    assert len(found) == 1, f"expected one container {name!r}"
+    return found[0]
+
+
+def _review(obj: Obj, operation: str = "CREATE", old: Obj | None = None, user: str = "alice") -> Obj:
+    """kilter's validating webhook's answer to an AdmissionReview for ``obj``, through its own decoder."""
+    group, _, version = obj["apiVersion"].rpartition("/")
+    review = {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "test",
+            "kind": {"group": group, "version": version, "kind": obj["kind"]},
+            "operation": operation,
+            "name": obj["metadata"]["name"],
+            "userInfo": {"username": user},
+            "object": obj,
+            "oldObject": old,
+        },
+    }
+    status, body = webhook_app(ClusterStore(), []).review(json.dumps(review).encode(), mutating=False)
+    assert status == 200, body
+    response: Obj = json.loads(body)["response"]
+    return response
+
+
+# ---------------------------------------------------------------------------- fixtures
+
+
+@pytest.fixture(scope="module")
+def docs() -> list[Obj]:
+    return _documents(WEBHOOKS_FILE)
+
+
+@pytest.fixture(scope="module")
+def mutating(docs: list[Obj]) -> Obj:
+    return _one(docs, "MutatingWebhookConfiguration")
+
+
+@pytest.fixture(scope="module")
+def validating(docs: list[Obj]) -> Obj:
+    return _one(docs, "ValidatingWebhookConfiguration")
+
+
+@pytest.fixture(scope="module")
+def webhooks(mutating: Obj, validating: Obj) -> list[tuple[str, Obj]]:
+    """(configuration kind, webhook) for every webhook of both configurations."""
+    return [(c["kind"], w) for c in (mutating, validating) for w in c["webhooks"]]
+
+
+@pytest.fixture(scope="module")
+def queue_webhook(validating: Obj) -> Obj:
+    found: list[Obj] = [w for w in validating["webhooks"] if _covered(w) & QUEUE_RESOURCES]
+    assert len(found) == 1, "one validating webhook for ClusterQueues and Cohorts"
+    return found[0]
+
+
+@pytest.fixture(scope="module")
+def job_webhook(validating: Obj, queue_webhook: Obj) -> Obj:
+    others: list[Obj] = [w for w in validating["webhooks"] if w is not queue_webhook]
+    assert len(others) == 1, "one validating webhook for jobs"
+    return others[0]
+
+
+@pytest.fixture(scope="module")
+def service(docs: list[Obj]) -> Obj:
+    return _one(docs, "Service", "kilter-webhooks")
+
+
+@pytest.fixture(scope="module")
+def certificate(docs: list[Obj]) -> Obj:
+    cert = _one(docs, "Certificate", "kilter-webhooks")
+    assert cert["apiVersion"] == "cert-manager.io/v1"
+    return cert
+
+
+@pytest.fixture(scope="module")
+def default_webhook_port() -> int:
+    port: int = build_parser().parse_args(["serve", "--demo"]).webhook_port
+    return port
+
+
+@pytest.fixture(scope="module")
+def deployment_docs() -> list[Obj]:
+    return _documents(DEPLOYMENT_FILE)
+
+
+@pytest.fixture(scope="module")
+def pod_spec(deployment_docs: list[Obj]) -> Obj:
+    spec: Obj = _one(deployment_docs, "Deployment", "kilter-scheduler")["spec"]["template"]["spec"]
+    return spec
+
+
+@pytest.fixture(scope="module")
+def kilter_args(pod_spec: Obj) -> argparse.Namespace:
+    kilter = _container(pod_spec, "kilter")
+    argv = [*kilter.get("command", []), *kilter.get("args", [])]
+    assert argv[:1] == ["kilter"], "the kilter container runs the kilter command"
+    return build_parser().parse_args([str(a) for a in argv[1:]])
+
+
+@pytest.fixture(scope="module")
+def check_docs() -> list[Obj]:
+    return _documents(ADMISSIONCHECK_FILE)
+
+
+@pytest.fixture(scope="module")
+def example_queue(check_docs: list[Obj]) -> Obj:
+    return _one(check_docs, "ClusterQueue")
+
+
+# ---------------------------------------------------------------------------- the configurations
+
+
+def test_configurations_are_admissionregistration_v1(docs: list[Obj], mutating: Obj, validating: Obj) -> None:
+    for config in (mutating, validating):
+        assert config["apiVersion"] == "admissionregistration.k8s.io/v1"
+        assert "namespace" not in config["metadata"], "webhook configurations are cluster-scoped"
+    assert len(mutating["webhooks"]) == 1
+    assert len(validating["webhooks"]) == 2, "one for queues (Fail), one for jobs (Ignore)"
+
+
+def test_kilter_mutates_before_kueue(mutating: Obj) -> None:
+    # Mutating configurations run sorted by name; Kueue's pod webhook reads the TAS annotations kilter adds.
+    assert mutating["metadata"]["name"] < KUEUE_MUTATING
+
+
+def test_webhook_names_are_unique_and_fully_qualified(webhooks: list[tuple[str, Obj]]) -> None:
+    names = [w["name"] for _, w in webhooks]
+    assert len(names) == len(set(names))
+    for name in names:
+        parts = name.split(".")
+        assert len(parts) >= 3 and all(parts), f"{name}: a webhook name needs at least three segments"
+
+
+def test_every_webhook_has_the_common_settings(webhooks: list[tuple[str, Obj]]) -> None:
+    for _, webhook in webhooks:
+        name = webhook["name"]
+        assert webhook["sideEffects"] == "None", name
+        assert webhook["admissionReviewVersions"] == ["v1"], name
+        assert webhook["matchPolicy"] == "Equivalent", name
+        timeout = webhook["timeoutSeconds"]
+        assert isinstance(timeout, int) and not isinstance(timeout, bool) and 1 <= timeout <= 30, name
+        assert webhook.get("failurePolicy") in ("Ignore", "Fail"), f"{name}: failurePolicy is an explicit choice"
+
+
+def test_every_webhook_skips_kube_system_and_kueue_system(webhooks: list[tuple[str, Obj]]) -> None:
+    for _, webhook in webhooks:
+        selector = webhook["namespaceSelector"]
+        for namespace in EXCLUDED_NAMESPACES:
+            assert not _selects(selector, {NAMESPACE_LABEL: namespace}), f"{webhook['name']} reaches {namespace}"
+        assert _selects(selector, {NAMESPACE_LABEL: "team-a"}), f"{webhook['name']} must reach user namespaces"
+
+
+def test_failure_policies(mutating: Obj, queue_webhook: Obj, job_webhook: Obj) -> None:
+    # Mutation is a convenience and job checks prefer availability; kilter's own queue state must be protected.
+    assert [w["failurePolicy"] for w in mutating["webhooks"]] == ["Ignore"]
+    assert job_webhook["failurePolicy"] == "Ignore"
+    assert queue_webhook["failurePolicy"] == "Fail"
+
+
+def test_cert_manager_injects_the_ca_of_the_certificate(mutating: Obj, validating: Obj, certificate: Obj) -> None:
+    source = f"{certificate['metadata']['namespace']}/{certificate['metadata']['name']}"
+    for config in (mutating, validating):
+        assert config["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == source
+        for webhook in config["webhooks"]:
+            assert "caBundle" not in webhook["clientConfig"], "the CA injector fills caBundle"
+
+
+def test_client_config_points_at_the_service(
+    webhooks: list[tuple[str, Obj]], service: Obj, default_webhook_port: int
+) -> None:
+    paths = {"MutatingWebhookConfiguration": "/mutate", "ValidatingWebhookConfiguration": "/validate"}
+    ports = {p["port"]: p for p in service["spec"]["ports"]}
+    for kind, webhook in webhooks:
+        ref = webhook["clientConfig"]["service"]
+        assert "url" not in webhook["clientConfig"]
+        assert (ref["namespace"], ref["name"]) == (service["metadata"]["namespace"], service["metadata"]["name"])
+        assert ref["path"] == paths[kind]
+        port = ports[ref.get("port", 443)]
+        assert port["targetPort"] == default_webhook_port, "kilter serve's default --webhook-port"
+
+
+def test_mutating_rules_cover_exactly_kilters_job_kinds(mutating: Obj) -> None:
+    (webhook,) = mutating["webhooks"]
+    assert set(RESOURCES) >= _reader_kinds(), "a new reader kind: add it to RESOURCES and decide on the rules"
+    assert _covered(webhook) == _job_resources(NOT_MUTATED)
+    for rule in webhook["rules"]:
+        assert rule["operations"] == ["CREATE"], "kilter annotates jobs at submission only"
+        assert rule["scope"] == "Namespaced"
+        assert rule["apiVersions"] and "*" not in rule["apiVersions"]
+
+
+def test_validating_rules_cover_exactly_kilters_job_kinds(job_webhook: Obj) -> None:
+    assert set(RESOURCES) >= _reader_kinds()
+    assert _covered(job_webhook) == _job_resources(NOT_VALIDATED)
+    for rule in job_webhook["rules"]:
+        assert sorted(rule["operations"]) == ["CREATE", "UPDATE"]
+        assert rule["scope"] == "Namespaced"
+        assert all("/" not in r for r in rule["resources"]), "no subresources (workloads/status is Kueue's)"
+
+
+def test_excluded_kinds_are_reader_kinds() -> None:
+    # The exclusions stay honest: each names a kind kilter really reads.
+    assert set(NOT_MUTATED) <= _reader_kinds()
+    assert set(NOT_VALIDATED) <= set(NOT_MUTATED)
+
+
+def test_queue_webhook_covers_clusterqueues_and_cohorts(queue_webhook: Obj) -> None:
+    assert _covered(queue_webhook) == QUEUE_RESOURCES
+    for rule in queue_webhook["rules"]:
+        assert sorted(rule["operations"]) == ["CREATE", "UPDATE"]
+        assert rule["scope"] == "Cluster"
+        assert "v1beta2" in rule["apiVersions"], "Kueue's storage version since v0.16"
+    # Every UPDATE must reach kilter, or kilter.dev/decayed-usage could be changed past it.
+    assert not queue_webhook.get("matchConditions")
+
+
+def test_job_webhook_match_conditions_keep_creates(job_webhook: Obj) -> None:
+    conditions = job_webhook.get("matchConditions") or []
+    assert len(conditions) <= 64
+    assert len({c["name"] for c in conditions}) == len(conditions)
+    for condition in conditions:
+        # Written as "not an UPDATE, or ...": CREATEs are always reviewed.
+        assert condition["expression"].strip().startswith("request.operation != 'UPDATE'")
+
+
+# ---------------------------------------------------------------------------- Service, certificate, deployment
+
+
+def test_service_selects_the_kilter_pod(service: Obj, deployment_docs: list[Obj], default_webhook_port: int) -> None:
+    deployment = _one(deployment_docs, "Deployment", "kilter-scheduler")
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert service["metadata"]["namespace"] == deployment["metadata"]["namespace"]
+    assert service["spec"]["selector"].items() <= labels.items()
+    assert [p["targetPort"] for p in service["spec"]["ports"]] == [default_webhook_port]
+
+
+def test_service_does_not_expose_the_extender(service: Obj, kilter_args: argparse.Namespace) -> None:
+    for port in service["spec"]["ports"]:
+        assert kilter_args.http_port not in (port["port"], port["targetPort"])
+
+
+def test_certificate_names_the_service(certificate: Obj, service: Obj, webhooks: list[tuple[str, Obj]]) -> None:
+    name, namespace = service["metadata"]["name"], service["metadata"]["namespace"]
+    assert certificate["metadata"]["namespace"] == namespace
+    assert set(certificate["spec"]["dnsNames"]) == {f"{name}.{namespace}.svc", f"{name}.{namespace}.svc.cluster.local"}
+    # The apiserver dials <service>.<namespace>.svc and checks the certificate against that name.
+    for _, webhook in webhooks:
+        ref = webhook["clientConfig"]["service"]
+        assert f"{ref['name']}.{ref['namespace']}.svc" in certificate["spec"]["dnsNames"]
+
+
+def test_certificate_is_issued_by_the_self_signed_issuer(docs: list[Obj], certificate: Obj) -> None:
+    ref = certificate["spec"]["issuerRef"]
+    assert ref.get("kind", "Issuer") == "Issuer" and ref.get("group", "cert-manager.io") == "cert-manager.io"
+    issuer = _one(docs, "Issuer", ref["name"])
+    assert issuer["apiVersion"] == "cert-manager.io/v1"
+    assert issuer["metadata"]["namespace"] == certificate["metadata"]["namespace"]
+    assert "selfSigned" in issuer["spec"]
+
+
+def test_certificate_renews_well_before_it_expires(certificate: Obj) -> None:
+    duration = go_duration_s(certificate["spec"]["duration"])
+    renew_before = go_duration_s(certificate["spec"]["renewBefore"])
+    assert 0 < renew_before < duration
+    assert renew_before >= 7 * 86400, "a week at least to notice a renewal that fails"
+
+
+def test_kilter_serves_the_webhooks_with_the_certificates_secret(
+    kilter_args: argparse.Namespace, pod_spec: Obj, certificate: Obj, service: Obj
+) -> None:
+    assert kilter_args.command == "serve"
+    assert kilter_args.webhook_port == service["spec"]["ports"][0]["targetPort"]
+    assert kilter_args.tls_cert_file is not None and kilter_args.tls_key_file is not None
+    cert, key = PurePosixPath(str(kilter_args.tls_cert_file)), PurePosixPath(str(kilter_args.tls_key_file))
+    assert (cert.name, key.name) == ("tls.crt", "tls.key"), "the keys cert-manager writes"
+    kilter = _container(pod_spec, "kilter")
+    mounts = [m for m in kilter["volumeMounts"] if PurePosixPath(m["mountPath"]) == cert.parent]
+    assert len(mounts) == 1, f"one volume mounted at {cert.parent}"
+    (mount,) = mounts
+    assert key.parent == cert.parent
+    assert "subPath" not in mount and "subPathExpr" not in mount, "subPath mounts never see a rotated Secret"
+    assert mount.get("readOnly") is True
+    volume = next(v for v in pod_spec["volumes"] if v["name"] == mount["name"])
+    assert volume["secret"]["secretName"] == certificate["spec"]["secretName"]
+    assert "items" not in volume["secret"], "items would rename the keys"
+    ports = {p["containerPort"]: p.get("name") for p in kilter["ports"]}
+    assert ports.get(kilter_args.webhook_port) == "webhooks"
+
+
+def test_the_extender_stays_plain_http(kilter_args: argparse.Namespace) -> None:
+    assert not kilter_args.http_tls
+
+
+def test_network_policy_lets_the_apiserver_reach_the_webhooks(
+    deployment_docs: list[Obj], kilter_args: argparse.Namespace
+) -> None:
+    for policy in (d for d in deployment_docs if d.get("kind") == "NetworkPolicy"):
+        if "Ingress" not in policy["spec"].get("policyTypes", ["Ingress"]):
+            continue
+        opened = {
+            port["port"]
+            for rule in policy["spec"].get("ingress") or []
+            if not rule.get("from")  # the apiserver's address is not a pod selector
+            for port in rule.get("ports") or []
+        }
+        assert kilter_args.webhook_port in opened
+
+
+def test_kilters_service_account_may_write_its_own_annotations(
+    kilter_args: argparse.Namespace, deployment_docs: list[Obj], pod_spec: Obj
+) -> None:
+    # The queue webhook lets only kilter's users change kilter.dev/decayed-usage: that must be this pod.
+    namespace = _one(deployment_docs, "Deployment", "kilter-scheduler")["metadata"]["namespace"]
+    user = f"system:serviceaccount:{namespace}:{pod_spec['serviceAccountName']}"
+    assert user in (kilter_args.kilter_user or [DEFAULT_KILTER_USER])
+
+
+# ---------------------------------------------------------------------------- admissioncheck.yaml
+
+
+def test_admission_check_is_kilters(check_docs: list[Obj]) -> None:
+    check = _one(check_docs, "AdmissionCheck")
+    assert check["apiVersion"] == f"{KUEUE}/v1beta2"
+    assert check["spec"]["controllerName"] == CONTROLLER_NAME
+    assert "retryDelayMinutes" not in check["spec"], "removed in v1beta2"
+    # kilter's controller finds it the way it will in the cluster.
+    assert our_checks(from_objects(check_docs)) == [check["metadata"]["name"]]
+
+
+def test_the_controller_may_write_the_status_it_writes(check_docs: list[Obj], pod_spec: Obj) -> None:
+    # kilter serve --in-cluster applies (PATCH) status at these paths with the pod's ServiceAccount.
+    needed = set()
+    for path in (WORKLOADS, CHECKS):
+        parts = path.strip("/").split("/")  # apis, group, version, [namespaces, ns], resource, name, status
+        assert parts[0] == "apis" and parts[-1] == "status"
+        needed.add((parts[1], f"{parts[-3]}/status"))
+    subject = {"kind": "ServiceAccount", "name": pod_spec["serviceAccountName"], "namespace": "kube-system"}
+    roles = {
+        b["roleRef"]["name"]
+        for b in check_docs
+        if b.get("kind") == "ClusterRoleBinding" and subject in b["subjects"] and b["roleRef"]["kind"] == "ClusterRole"
+    }
+    granted = {
+        (group, resource)
+        for role in check_docs
+        if role.get("kind") == "ClusterRole" and role["metadata"]["name"] in roles
+        for rule in role["rules"]
+        if "patch" in rule["verbs"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+    }
+    assert needed <= granted
+
+
+def test_example_queue_uses_the_check_the_v1beta2_way(check_docs: list[Obj], example_queue: Obj) -> None:
+    check = _one(check_docs, "AdmissionCheck")
+    assert example_queue["apiVersion"] == f"{KUEUE}/v1beta2"
+    spec = example_queue["spec"]
+    assert "admissionChecks" not in spec, "v1beta2 has no spec.admissionChecks"
+    rules = spec["admissionChecksStrategy"]["admissionChecks"]
+    assert 1 <= len(rules) <= 64
+    assert check["metadata"]["name"] in [r["name"] for r in rules]
+
+
+def test_example_queue_has_gb200_gpu_quota(example_queue: Obj) -> None:
+    cq = codec.convert(example_queue, ClusterQueue)
+    gpus = {
+        flavor.name: quota.nominal_quota
+        for group in cq.spec.resource_groups
+        for flavor in group.flavors
+        for quota in flavor.resources
+        if quota.name == "nvidia.com/gpu"
+    }
+    assert "gb200" in gpus and int(str(gpus["gb200"])) > 0
+    # Kueue: each flavor lists exactly the group's coveredResources, in the same order.
+    for group in cq.spec.resource_groups:
+        for flavor in group.flavors:
+            assert [q.name for q in flavor.resources] == group.covered_resources, flavor.name
+
+
+def test_example_queue_annotations_pass_kilters_rules(example_queue: Obj) -> None:
+    notes: dict[str, str] = example_queue["metadata"]["annotations"]
+    name = example_queue["metadata"]["name"]
+    parse_policy(notes, path=f"ClusterQueue {name}")
+    assert {k for k in notes if k.startswith("kilter.dev/")} <= set(QUEUE_KEYS)
+    assert notes[TOPOLOGY_POLICY] in TOPOLOGY_VALUES
+    assert DECAYED_USAGE not in notes, "written by kilter only"
+
+
+def test_kilters_validating_webhook_admits_the_example_queue(example_queue: Obj) -> None:
+    assert _review(example_queue)["allowed"] is True
+    # ... and would refuse it with a policy kilter does not know: the review above really checks.
+    bad = {**example_queue, "metadata": {**example_queue["metadata"], "annotations": {TOPOLOGY_POLICY: "always"}}}
+    assert _review(bad)["allowed"] is False
+
+
+# ---------------------------------------------------------------------------- README.md
+
+
+def _choices() -> dict[str, tuple[str, int]]:
+    """The README's table of webhooks: name -> (failurePolicy, timeoutSeconds)."""
+    text = README_FILE.read_text(encoding="utf-8")
+    rows: dict[str, tuple[str, int]] = {}
+    for line in text.splitlines():
+        cells = [c.strip().strip("`") for c in line.strip().strip("|").split("|")]
+        if len(cells) >= 4 and re.fullmatch(r"[a-z0-9-]+(\.[a-z0-9-]+){2,}", cells[0]) and cells[2].isdigit():
+            rows[cells[0]] = (cells[1], int(cells[2]))
+    return rows
+
+
+def test_readme_table_matches_the_webhooks(webhooks: list[tuple[str, Obj]]) -> None:
+    rows = _choices()
+    assert rows == {w["name"]: (w["failurePolicy"], w["timeoutSeconds"]) for _, w in webhooks}
