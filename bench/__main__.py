@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 
-from bench import common, extender, quota, topology
+from bench import common, extender, quota, topology, webhooks
 
 
 def run() -> None:
-    for name, module in (("topology", topology), ("quota", quota), ("extender", extender)):
+    for name, module in (("topology", topology), ("quota", quota), ("extender", extender), ("webhooks", webhooks)):
         results = module.main()
         path = common.write(name, results)
         print(json.dumps(results, indent=2))

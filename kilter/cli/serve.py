@@ -177,6 +177,7 @@ def run(args: argparse.Namespace) -> int:
     ]
     if tls is not None:
         hooks = webhook_app(store, args.kilter_user)
+        hooks.validator.empty_fleet()  # built now, not by the first review
         servers.append(uvicorn.Server(_config(hooks, args.address, args.webhook_port, "off", args.log_level, tls)))
         log.info("admission webhooks on https://%s:%d (/mutate, /validate)", args.address, args.webhook_port)
     else:
