@@ -37,7 +37,7 @@ from kilter.topology.fleet import Fleet
 from kilter.topology.labels import HOSTNAME_LABEL
 from kilter.topology.plan import gang_request, plan_gang
 from kilter.webhooks.admission import AdmissionRequest, Verdict, json_pointer
-from kilter.webhooks.validate import QUEUE_NAME, TOPOLOGY, TOPOLOGY_POLICY, Validator
+from kilter.webhooks.validate import QUEUE_NAME, TOPOLOGY, TOPOLOGY_POLICY, Validator, pod_set_shape
 
 __all__ = ["Mutator"]
 
@@ -65,6 +65,7 @@ class Mutator:
         self.store = store
         self.validator = validator
         self._domain_keys: dict[tuple[int, str], str | None] = {}
+        self._chosen: dict[tuple[int, int, bytes], dict[str, str] | None] = {}
 
     def review(self, request: AdmissionRequest) -> Verdict:
         if request.operation != "CREATE" or not isinstance(request.object, Mapping):
@@ -83,7 +84,12 @@ class Mutator:
             for ps in gang:
                 if any(k in ps.template.metadata.annotations for k in TAS_ANNOTATIONS):
                     continue
-                chosen = self._annotations_for(fleet, ps)
+                key = (self.store.generation, ps.count, pod_set_shape((ps,)))
+                if key not in self._chosen:
+                    if len(self._chosen) > 4096:
+                        self._chosen.clear()
+                    self._chosen[key] = self._annotations_for(fleet, ps)
+                chosen = self._chosen[key]
                 if chosen is None:
                     continue
                 patch.extend(_add_annotations(obj, ps, chosen))

@@ -17,8 +17,11 @@ state) is allowed: the webhook refuses only what it can prove.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from functools import partial
 from typing import Any
+
+import msgspec
 
 from kilter.model import codec
 from kilter.model.core_v1 import PodSpec, pod_request
@@ -34,7 +37,7 @@ from kilter.topology.fleet import Fleet, build_fleet
 from kilter.topology.plan import gang_request, plan_gang
 from kilter.webhooks.admission import AdmissionRequest, Verdict
 
-__all__ = ["QUEUE_KEYS", "TOPOLOGY", "TOPOLOGY_POLICY", "Validator"]
+__all__ = ["QUEUE_KEYS", "TOPOLOGY", "TOPOLOGY_POLICY", "Validator", "pod_set_shape"]
 
 TOPOLOGY = "kilter.dev/topology"
 TOPOLOGY_POLICY = "kilter.dev/topology-policy"
@@ -63,6 +66,7 @@ class Validator:
         self.kilter_users = kilter_users
         self._empty: tuple[int, Fleet] | None = None
         self._tree: tuple[int, QuotaTree] | None = None
+        self._answers: dict[tuple[Any, ...], str] = {}
 
     def review(self, request: AdmissionRequest) -> Verdict:
         if request.operation not in ("CREATE", "UPDATE") or not isinstance(request.object, Mapping):
@@ -121,13 +125,25 @@ class Validator:
                 return Verdict()
             raise
         for gang in job.gangs:
-            problem = self._never_fits(gang)
+            problem = self._memo(("fits", pod_set_shape(gang)), partial(self._never_fits, gang))
             if problem:
                 return Verdict(False, problem, 422)
-        problem = self._never_admitted(request.namespace or job.namespace, labels.get(QUEUE_NAME), job.gangs)
+        namespace, queue = request.namespace or job.namespace, labels.get(QUEUE_NAME)
+        key = ("queue", namespace, queue or "", *(pod_set_shape(g) for g in job.gangs))
+        problem = self._memo(key, lambda: self._never_admitted(namespace, queue, job.gangs))
         if problem:
             return Verdict(False, problem, 422)
         return Verdict()
+
+    def _memo(self, key: tuple[Any, ...], judge: Callable[[], str]) -> str:
+        """Answers per job shape and state version: a job's many pods, or a Deployment's replicas, are
+        judged once (the answer depends only on the shape, the fleet and the queues)."""
+        full = (self.store.generation, self.store.version, *key)
+        if full not in self._answers:
+            if len(self._answers) > 4096:
+                self._answers.clear()
+            self._answers[full] = judge()
+        return self._answers[full]
 
     def empty_fleet(self) -> Fleet:
         """The fleet with nothing running: what the cluster could ever offer."""
@@ -184,6 +200,14 @@ class Validator:
         if assignment.mode != "nofit":
             return ""
         return f"ClusterQueue {cq.name} (LocalQueue {namespace}/{queue}) can never admit this job: {assignment.reason}"
+
+
+def pod_set_shape(gang: tuple[PodSetSpec, ...]) -> bytes:
+    """What a gang's judgement depends on: per pod set its count, topology request and pod spec."""
+    return _ENCODE([(ps.name, ps.count, ps.topology, ps.template.spec) for ps in gang])
+
+
+_ENCODE = msgspec.json.Encoder().encode
 
 
 def _resources(spec: PodSpec) -> set[str]:

@@ -258,3 +258,11 @@ def test_a_review_above_the_size_limit_is_refused_with_413(hooks: Hooks) -> None
     status, data = hooks.post("/validate", b" " * (MAX_REVIEW_BYTES + 1))
     assert status == 413 and b"above" in data
     assert verdict(hooks, "/validate", admission_review(job(1)))["allowed"] is True
+
+
+def test_answers_remembered_per_job_shape_follow_the_state(hooks: Hooks) -> None:
+    assert verdict(hooks, "/validate", admission_review(job(4, queue="team")))["allowed"] is False
+    assert verdict(hooks, "/validate", admission_review(job(4, queue="team"), uid="second"))["allowed"] is False
+    bigger = [*cluster_objects(), cq("small", gpus=64), local_queue("team", "small")]
+    hooks.store.replace(bigger)  # the queue grew: the same shape is judged again
+    assert verdict(hooks, "/validate", admission_review(job(4, queue="team"), uid="third"))["allowed"] is True
