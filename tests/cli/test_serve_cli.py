@@ -21,6 +21,7 @@ def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
         (("--snapshot", "/nonexistent/snapshot.yaml"), "cannot read /nonexistent/snapshot.yaml"),
         (("--demo", "--tls-cert-file", "cert.pem"), "--tls-cert-file and --tls-key-file go together"),
         (("--demo", "--gang-timeout", "soon"), "'soon' is not a duration"),
+        (("--demo", "--http-tls"), "--http-tls needs --tls-cert-file and --tls-key-file"),
         (("--demo", "--max-body-bytes", "10"), "--max-body-bytes must be at least 1024"),
         (("--demo", "--kubeconfig", "/nonexistent/kubeconfig"), "cannot use /nonexistent/kubeconfig"),
     ],
