@@ -6,7 +6,6 @@ import argparse
 import sys
 
 from kilter.cli import render, sources
-from kilter.topology.fleet import build_fleet
 from kilter.webhooks.admissioncheck import CONTROLLER_NAME, decide, our_checks
 
 __all__ = ["add_parser", "run"]
@@ -30,9 +29,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 def run(args: argparse.Namespace) -> int:
     state = sources.load_state(args)
     sources.print_warnings(state)
-    fleet = state.fleet()
-    idle = build_fleet(state.nodes, (), catalog=state.catalog, topologies=state.topologies)
-    decisions = decide(state, fleet, idle)
+    decisions = decide(state, state.fleet(), state.idle_fleet())
     if args.output == "table":
         rows = [(f"{d.namespace}/{d.workload}", d.check, d.state, d.message) for d in decisions]
         print(render.table(("WORKLOAD", "CHECK", "STATE", "MESSAGE"), rows))

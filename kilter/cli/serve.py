@@ -177,14 +177,13 @@ def run(args: argparse.Namespace) -> int:
     ]
     if tls is not None:
         hooks = webhook_app(store, args.kilter_user)
-        hooks.validator.empty_fleet()  # built now, not by the first review
+        store.idle_fleet()  # built now, not by the first review
         servers.append(uvicorn.Server(_config(hooks, args.address, args.webhook_port, "off", args.log_level, tls)))
         log.info("admission webhooks on https://%s:%d (/mutate, /validate)", args.address, args.webhook_port)
     else:
         log.info("admission webhooks not started: no --tls-cert-file/--tls-key-file (see kilter serve --help)")
     controller = None
     if isinstance(app.binder, ApiBinder):
-        validator = Validator(store)
         gangs = app.extender.gangs
 
         def adopt(decision: CheckDecision) -> None:
@@ -192,7 +191,7 @@ def run(args: argparse.Namespace) -> int:
                 key = f"{decision.namespace}/workload/{decision.workload}"
                 gangs.adopt(GangId(key, "kilter.dev/topology", len(decision.plan.node_indices)), decision.plan)
 
-        controller = Controller(store, app.binder.api, validator.empty_fleet, on_ready=adopt)
+        controller = Controller(store, app.binder.api, on_ready=adopt)
         log.info("AdmissionCheck controller %s running", CONTROLLER_NAME)
     uvloop.run(_serve_all(servers, controller))
     return 0

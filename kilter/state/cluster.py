@@ -62,12 +62,19 @@ class ClusterState:
     priority_classes: list[WorkloadPriorityClass] = field(default_factory=list)
     raw: snapshot.RawObjects = field(default_factory=snapshot.RawObjects)
     _fleet: Fleet | None = None
+    _idle: Fleet | None = None
 
     def fleet(self) -> Fleet:
         """The fleet model of the current objects, built on first use."""
         if self._fleet is None:
             self._fleet = build_fleet(self.nodes, self.pods, catalog=self.catalog, topologies=self.topologies)
         return self._fleet
+
+    def idle_fleet(self) -> Fleet:
+        """The same fleet with nothing running: what the cluster could ever offer."""
+        if self._idle is None:
+            self._idle = build_fleet(self.nodes, (), catalog=self.catalog, topologies=self.topologies)
+        return self._idle
 
     @property
     def warnings(self) -> list[str]:

@@ -81,6 +81,7 @@ class ClusterStore:
         self._bookings: dict[str, Booking] = {}
         self._pods_by_uid: dict[str, Pod] = {}
         self._state: tuple[int, ClusterState] | None = None
+        self._idle: tuple[int, Fleet] | None = None
 
     # ------------------------------------------------------------------ feeding
 
@@ -213,6 +214,13 @@ class ClusterStore:
                     self.assume(uid, old_names[b.node], b.gpus)
             self.generation += 1
         return self._fleet
+
+    def idle_fleet(self) -> Fleet:
+        """The fleet with nothing running (validation, mutation, AdmissionCheck Retry vs Rejected), per generation."""
+        self.fleet()
+        if self._idle is None or self._idle[0] != self.generation:
+            self._idle = (self.generation, self.state().idle_fleet())
+        return self._idle[1]
 
     def fleet_generation(self) -> int:
         """``generation`` after any pending rebuild: what a reservation made now would be tagged with."""

@@ -216,14 +216,12 @@ class Controller:
         self,
         store: ClusterStore,
         api: ApiServer,
-        idle: Callable[[], Fleet],
         *,
         interval_s: float = 10.0,
         on_ready: Callable[[CheckDecision], None] | None = None,
     ) -> None:
         self.store = store
         self.api = api
-        self.idle = idle
         self.interval_s = interval_s
         self.on_ready = on_ready
         self.written: dict[tuple[str, str, str], tuple[str, str, str]] = {}
@@ -232,7 +230,7 @@ class Controller:
     def pending_writes(self) -> list[CheckDecision]:
         state = self.store.state()
         fresh = []
-        for d in decide(state, self.store.fleet(), self.idle()):
+        for d in decide(state, self.store.fleet(), self.store.idle_fleet()):
             key = (d.namespace, d.workload, d.check)
             if self.written.get(key) != _signature(d):
                 fresh.append(d)

@@ -77,7 +77,7 @@ class Mutator:
             job = read_job(dict(obj))
         except KilterError:
             return Verdict()  # not a job kilter reads, or malformed: the validating webhook speaks to that
-        fleet = self.validator.empty_fleet()
+        fleet = self.store.idle_fleet()
         patch: list[dict[str, Any]] = []
         warnings: list[str] = []
         for gang in job.gangs:

@@ -33,7 +33,6 @@ from kilter.quota.admit import assign_flavors
 from kilter.quota.policy import DECAYED_USAGE, MIN_RUNTIME, USAGE_HALF_LIFE, parse_policy
 from kilter.quota.tree import QuotaTree, build_tree
 from kilter.state.store import ClusterStore
-from kilter.topology.fleet import Fleet, build_fleet
 from kilter.topology.plan import gang_request, plan_gang
 from kilter.webhooks.admission import AdmissionRequest, Verdict
 
@@ -64,7 +63,6 @@ class Validator:
     def __init__(self, store: ClusterStore, *, kilter_users: tuple[str, ...] = ()) -> None:
         self.store = store
         self.kilter_users = kilter_users
-        self._empty: tuple[int, Fleet] | None = None
         self._tree: tuple[int, QuotaTree] | None = None
         self._answers: dict[tuple[Any, ...], str] = {}
 
@@ -145,22 +143,11 @@ class Validator:
             self._answers[full] = judge()
         return self._answers[full]
 
-    def empty_fleet(self) -> Fleet:
-        """The fleet with nothing running: what the cluster could ever offer."""
-        fleet = self.store.fleet()
-        if self._empty is None or self._empty[0] != self.store.generation:
-            state = self.store.state()
-            self._empty = (
-                self.store.generation,
-                build_fleet(state.nodes, (), catalog=fleet.catalog, topologies=state.topologies),
-            )
-        return self._empty[1]
-
     def _never_fits(self, gang: tuple[PodSetSpec, ...]) -> str:
         constrained = [ps for ps in gang if ps.topology.required or ps.topology.slice_level]
         if not constrained:
             return ""
-        fleet = self.empty_fleet()
+        fleet = self.store.idle_fleet()
         try:
             request = gang_request("job", constrained, fleet.catalog)
         except InputError as exc:

@@ -10,7 +10,6 @@ import pytest
 
 from kilter.cli.main import main
 from kilter.state.cluster import from_objects
-from kilter.topology.fleet import build_fleet
 from kilter.webhooks.admissioncheck import RETRY_AFTER_S, active_status, decide
 from tests.extenders.conftest import cluster_objects
 
@@ -110,8 +109,7 @@ def objects() -> list[dict[str, Any]]:
 
 def decisions() -> dict[str, Any]:
     state = from_objects(objects())
-    idle = build_fleet(state.nodes, (), catalog=state.catalog, topologies=state.topologies)
-    return {d.workload: d for d in decide(state, state.fleet(), idle)}
+    return {d.workload: d for d in decide(state, state.fleet(), state.idle_fleet())}
 
 
 def test_each_waiting_workload_gets_ready_retry_or_rejected() -> None:

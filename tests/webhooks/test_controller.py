@@ -17,7 +17,6 @@ from kilter.extenders.gangs import GangBook, GangId
 from kilter.state.api import ApiServer
 from kilter.state.store import ClusterStore
 from kilter.webhooks.admissioncheck import CONTROLLER_NAME, CheckDecision, Controller
-from kilter.webhooks.validate import Validator
 from tests.webhooks.test_admissioncheck import CHECK, objects
 
 
@@ -64,7 +63,7 @@ def controller(api: FakeApi, on_ready: Any = None) -> tuple[Controller, ClusterS
     store = ClusterStore()
     store.replace(objects())
     connection = ApiServer("http", "127.0.0.1", api.server_address[1])
-    return Controller(store, connection, Validator(store).empty_fleet, on_ready=on_ready), store
+    return Controller(store, connection, on_ready=on_ready), store
 
 
 def test_each_decision_is_applied_once_with_only_kilters_entry(api: FakeApi) -> None:
