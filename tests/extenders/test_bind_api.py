@@ -8,9 +8,7 @@ Status when the pod is already bound, 401 without the token.
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -18,74 +16,39 @@ import pytest
 
 from kilter.cli.serve import build_app
 from tests.extenders.conftest import Served, _Server, cluster_objects, names_args, pod_json, serve_args, write_snapshot
+from tests.fakeapi import Answer, Call, FakeApi, running, status
 
 TOKEN = "kilter-test-token"
 
 
-class FakeApiServer(ThreadingHTTPServer):
+class Binder:
+    """Answers the binding call as kube-apiserver does: 201 with the Binding, 409 when the pod is already
+    bound, 401 without the token."""
+
     def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), _Handler)
-        self.calls: list[tuple[str, str, str, dict[str, Any]]] = []
         self.bound: set[str] = set()
 
-
-class _Handler(BaseHTTPRequestHandler):
-    server: FakeApiServer
-
-    def log_message(self, *args: object) -> None:
-        return None
-
-    def _status(self, code: int, reason: str, message: str) -> None:
-        body = json.dumps(
-            {
-                "kind": "Status",
-                "apiVersion": "v1",
-                "metadata": {},
-                "status": "Failure",
-                "message": message,
-                "reason": reason,
-                "code": code,
-            }
-        ).encode()
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def do_POST(self) -> None:
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        self.server.calls.append((self.path, self.headers.get("Authorization", ""), self.headers["Content-Type"], body))
-        if self.headers.get("Authorization") != f"Bearer {TOKEN}":
-            self._status(401, "Unauthorized", "Unauthorized")
-            return
-        parts = self.path.split("/")  # /api/v1/namespaces/NS/pods/NAME/binding
+    def __call__(self, call: Call) -> Answer:
+        if call.authorization != f"Bearer {TOKEN}":
+            return status(401, "Unauthorized", "Unauthorized")
+        parts = call.path.split("/")  # /api/v1/namespaces/NS/pods/NAME/binding
         key = f"{parts[4]}/{parts[6]}"
-        if key in self.server.bound:
-            self._status(
-                409,
-                "Conflict",
-                f'Operation cannot be fulfilled on pods/binding "{parts[6]}": '
-                f'pod {parts[6]} is already assigned to node "x"',
-            )
-            return
-        self.server.bound.add(key)
-        out = json.dumps(body).encode()
-        self.send_response(201)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(out)))
-        self.end_headers()
-        self.wfile.write(out)
+        if key in self.bound:
+            message = f'Operation cannot be fulfilled on pods/binding "{parts[6]}": pod {parts[6]} is already assigned'
+            return status(409, "Conflict", message + ' to node "x"')
+        self.bound.add(key)
+        return 201, call.body
 
 
 @pytest.fixture
-def api() -> Iterator[FakeApiServer]:
-    server = FakeApiServer()
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield server
-    server.shutdown()
-    server.server_close()
+def binder() -> Binder:
+    return Binder()
+
+
+@pytest.fixture
+def api(binder: Binder) -> Iterator[FakeApi]:
+    with running(binder) as server:
+        yield server
 
 
 def kubeconfig(path: Path, port: int, token: str) -> Path:
@@ -105,10 +68,10 @@ def kubeconfig(path: Path, port: int, token: str) -> Path:
 
 
 @pytest.fixture
-def connected(tmp_path: Path, api: FakeApiServer) -> Iterator[Served]:
+def connected(tmp_path: Path, api: FakeApi) -> Iterator[Served]:
     snapshot = tmp_path / "snapshot.json"
     write_snapshot(snapshot, cluster_objects())
-    args = serve_args(snapshot, kubeconfig=kubeconfig(tmp_path / "kubeconfig", api.server_address[1], TOKEN))
+    args = serve_args(snapshot, kubeconfig=kubeconfig(tmp_path / "kubeconfig", api.port, TOKEN))
     app, store = build_app(args)
     with _Server(app, None) as port:
         yield Served(app, store, snapshot, port)
@@ -119,13 +82,14 @@ def bind_body(pod: dict[str, Any], node: str) -> dict[str, str]:
     return {"PodName": meta["name"], "PodNamespace": meta["namespace"], "PodUID": meta["uid"], "Node": node}
 
 
-def test_bind_creates_the_binding_through_the_api(connected: Served, api: FakeApiServer) -> None:
+def test_bind_creates_the_binding_through_the_api(connected: Served, api: FakeApi) -> None:
     pod = pod_json("p", 4)
     connected.post("filter", names_args(pod, ["r1-t00"]))
     status, result = connected.post("bind", bind_body(pod, "r1-t00"))
     assert status == 200 and result == {"Error": ""}
-    path, auth, content_type, body = api.calls[-1]
-    assert path == "/api/v1/namespaces/ml/pods/p/binding"
+    call = api.calls[-1]
+    path, auth, content_type, body = call.path, call.authorization, call.content_type, call.body
+    assert call.method == "POST" and path == "/api/v1/namespaces/ml/pods/p/binding"
     assert auth == f"Bearer {TOKEN}" and content_type == "application/json"
     assert body == {
         "apiVersion": "v1",
@@ -138,10 +102,8 @@ def test_bind_creates_the_binding_through_the_api(connected: Served, api: FakeAp
     assert after["NodeNames"] == []
 
 
-def test_a_refused_binding_is_reported_in_the_error_field_and_books_nothing(
-    connected: Served, api: FakeApiServer
-) -> None:
-    api.bound.add("ml/p")
+def test_a_refused_binding_is_reported_in_the_error_field_and_books_nothing(connected: Served, binder: Binder) -> None:
+    binder.bound.add("ml/p")
     pod = pod_json("p", 4)
     connected.post("filter", names_args(pod, ["r1-t00"]))
     status, result = connected.post("bind", bind_body(pod, "r1-t00"))
@@ -151,10 +113,10 @@ def test_a_refused_binding_is_reported_in_the_error_field_and_books_nothing(
     assert after["NodeNames"] == ["r1-t00"]
 
 
-def test_a_wrong_token_is_a_bind_error(tmp_path: Path, api: FakeApiServer) -> None:
+def test_a_wrong_token_is_a_bind_error(tmp_path: Path, api: FakeApi) -> None:
     snapshot = tmp_path / "snapshot.json"
     write_snapshot(snapshot, cluster_objects())
-    app, store = build_app(serve_args(snapshot, kubeconfig=kubeconfig(tmp_path / "kc", api.server_address[1], "bad")))
+    app, store = build_app(serve_args(snapshot, kubeconfig=kubeconfig(tmp_path / "kc", api.port, "bad")))
     with _Server(app, None) as port:
         served = Served(app, store, snapshot, port)
         _, result = served.post("bind", bind_body(pod_json("p", 4), "r1-t00"))
