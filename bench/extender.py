@@ -19,10 +19,8 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
-import multiprocessing
 import os
 import random
-import socket
 import tempfile
 import threading
 import time
@@ -39,6 +37,7 @@ import numpy as np
 import uvicorn
 
 from bench.common import measure, write
+from bench.server import run_on_ephemeral_port, serve_args, server_process
 from kilter.cli.serve import build_app
 from kilter.extenders import wire
 from kilter.extenders.server import DEFAULT_MAX_BODY_BYTES
@@ -398,63 +397,17 @@ def nodes_body(pod: bytes, items: bytes) -> bytes:
 
 def _serve(snapshot: str, http_impl: str, loop_impl: str, port_out: Connection) -> None:
     """Child process: load the snapshot as ``kilter serve`` does, listen on an ephemeral port, serve."""
-    args = argparse.Namespace(
-        snapshot=Path(snapshot),
-        demo=False,
-        platforms=None,
-        max_body_bytes=DEFAULT_MAX_BODY_BYTES,
-        gang_timeout="5m",
-        reload_interval="1s",
-    )
-    app, _ = build_app(args)
+    app, _ = build_app(serve_args(Path(snapshot)))
     settle()  # as `kilter serve` does once the state is loaded
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(2048)
     config = uvicorn.Config(app, loop=loop_impl, http=http_impl, lifespan="on", access_log=False, log_level="warning")
-    port_out.send(sock.getsockname()[1])
-    port_out.close()
-    uvicorn.Server(config).run(sockets=[sock])
+    run_on_ephemeral_port(config, port_out)
 
 
 @contextmanager
 def serving(snapshot: Path, http_impl: str, loop_impl: str) -> Iterator[tuple[int, float]]:
     """(port, seconds until ready) of a server process over ``snapshot``; stopped (SIGTERM) on exit."""
-    ctx = multiprocessing.get_context("spawn")
-    port_in, port_out = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_serve, args=(str(snapshot), http_impl, loop_impl, port_out), daemon=True)
-    t0 = time.perf_counter()
-    proc.start()
-    port_out.close()
-    try:
-        if not port_in.poll(180):
-            raise RuntimeError("the server process did not report its port")
-        port: int = port_in.recv()
-        deadline = time.monotonic() + 60
-        while True:
-            if not proc.is_alive():
-                raise RuntimeError(f"the server process exited with {proc.exitcode}")
-            try:
-                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
-                conn.request("GET", "/readyz")
-                status = conn.getresponse().status
-                conn.close()
-                if status == 200:
-                    break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError("the server never became ready")
-            time.sleep(0.05)
-        yield port, time.perf_counter() - t0
-    finally:
-        port_in.close()
-        proc.terminate()
-        proc.join(15)
-        if proc.is_alive():
-            proc.kill()
-            proc.join()
+    with server_process(_serve, (str(snapshot), http_impl, loop_impl)) as (port, _, ready_s):
+        yield port, ready_s
 
 
 # ---------------------------------------------------------------------------------------------- client

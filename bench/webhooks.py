@@ -27,7 +27,6 @@ than the load does.
 
 from __future__ import annotations
 
-import argparse
 import base64
 import cProfile
 import datetime
@@ -35,11 +34,9 @@ import gc
 import http.client
 import ipaddress
 import json
-import multiprocessing
 import os
 import pstats
 import random
-import socket
 import ssl
 import tempfile
 import threading
@@ -63,8 +60,8 @@ from cryptography.x509.oid import NameOID
 
 from bench.common import measure, write
 from bench.extender import FLEET, GPU, RACKS, fleet_objects
+from bench.server import run_on_ephemeral_port, serve_args, server_process
 from kilter.cli.serve import build_app, webhook_app
-from kilter.extenders.server import DEFAULT_MAX_BODY_BYTES
 from kilter.state.feed import settle
 from kilter.topology import fleetgen
 from kilter.webhooks.server import WebhookApp
@@ -434,33 +431,16 @@ class ServerTiming:
         await self.app(scope, receive, timed)
 
 
-def _serve_args(snapshot: Path) -> argparse.Namespace:
-    return argparse.Namespace(
-        snapshot=snapshot,
-        demo=False,
-        platforms=None,
-        max_body_bytes=DEFAULT_MAX_BODY_BYTES,
-        gang_timeout="5m",
-        reload_interval="1s",
-    )
-
-
 def _serve(snapshot: str, cert: str, key: str, port_out: Connection) -> None:
     """Child process: load the snapshot, start the webhook listener as ``kilter serve`` does, on an ephemeral port."""
     tls = ReloadingTLS(Path(cert), Path(key))
-    _, store = build_app(_serve_args(Path(snapshot)))
+    _, store = build_app(serve_args(Path(snapshot)))
     settle()  # as `kilter serve` does once the state is loaded
     app = ServerTiming(webhook_app(store, []))
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(2048)
     config = uvicorn.Config(app, loop="uvloop", http="httptools", lifespan="off", access_log=False, log_level="warning")
     config.load()
     config.ssl = tls.context
-    port_out.send(sock.getsockname()[1])
-    port_out.close()
-    uvicorn.Server(config).run(sockets=[sock])
+    run_on_ephemeral_port(config, port_out)
 
 
 @dataclass(frozen=True)
@@ -475,41 +455,8 @@ class Served:
 def serving(snapshot: Path, cert: Path, key: Path, ca: Path) -> Iterator[Served]:
     """The webhook listener in its own process over ``snapshot``, ready; stopped (SIGTERM) on exit."""
     client = ssl.create_default_context(cafile=str(ca))
-    ctx = multiprocessing.get_context("spawn")
-    port_in, port_out = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_serve, args=(str(snapshot), str(cert), str(key), port_out), daemon=True)
-    t0 = time.perf_counter()
-    proc.start()
-    port_out.close()
-    try:
-        if not port_in.poll(180):
-            raise RuntimeError("the server process did not report its port")
-        port: int = port_in.recv()
-        deadline = time.monotonic() + 60
-        while True:
-            if not proc.is_alive():
-                raise RuntimeError(f"the server process exited with {proc.exitcode}")
-            try:
-                conn = http.client.HTTPSConnection("127.0.0.1", port, context=client, timeout=5)
-                conn.request("GET", "/readyz")
-                status = conn.getresponse().status
-                conn.close()
-                if status == 200:
-                    break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError("the server never became ready")
-            time.sleep(0.05)
-        assert proc.pid is not None
-        yield Served(port, proc.pid, time.perf_counter() - t0, client)
-    finally:
-        port_in.close()
-        proc.terminate()
-        proc.join(15)
-        if proc.is_alive():
-            proc.kill()
-            proc.join()
+    with server_process(_serve, (str(snapshot), str(cert), str(key)), tls=client) as (port, pid, ready_s):
+        yield Served(port, pid, ready_s, client)
 
 
 def _cpu_s(pid: int) -> float:
@@ -820,7 +767,7 @@ def in_process(
 ) -> tuple[WebhookApp, dict[str, Any], dict[str, list[bytes]]]:
     """``WebhookApp.review`` called directly: the server's time with no TLS, no HTTP and no event loop."""
     t0 = time.perf_counter()
-    _, store = build_app(_serve_args(snapshot))
+    _, store = build_app(serve_args(snapshot))
     settle()
     app = webhook_app(store, [])
     load_s = time.perf_counter() - t0
