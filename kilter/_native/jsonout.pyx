@@ -54,6 +54,12 @@ cdef class JsonNames:
             raise IndexError(f"node index {i} outside 0..{self.size - 1}")
         return self._start[i + 1] - self._start[i]
 
+    cdef inline int64_t _put_name(self, char* o, int64_t pos, int32_t i) noexcept:
+        """Copy node ``i``'s JSON string to ``o + pos`` (``i`` already checked by ``_len``); the position after it."""
+        cdef int64_t ln = self._start[i + 1] - self._start[i]
+        memcpy(o + pos, PyBytes_AS_STRING(self._buf) + self._start[i], ln)
+        return pos + ln
+
     def name(self, int32_t i):
         """The JSON string of node ``i`` (with its quotes)."""
         self._len(i)
@@ -67,16 +73,13 @@ cdef class JsonNames:
             total += self._len(idx[k])
         out = PyBytes_FromStringAndSize(NULL, total)
         cdef char* o = PyBytes_AS_STRING(out)
-        cdef const char* b = PyBytes_AS_STRING(self._buf)
-        cdef int64_t pos = 1, ln
+        cdef int64_t pos = 1
         o[0] = b'['
         for k in range(n):
             if k:
                 o[pos] = b','
                 pos += 1
-            ln = self._start[idx[k] + 1] - self._start[idx[k]]
-            memcpy(o + pos, b + self._start[idx[k]], ln)
-            pos += ln
+            pos = self._put_name(o, pos, idx[k])
         o[pos] = b']'
         if pos + 1 != total:
             raise SystemError("jsonout: length pass and copy pass disagree")
@@ -101,16 +104,13 @@ cdef class JsonNames:
             total += self._len(idx[k]) + 1 + vlen[v]
         out = PyBytes_FromStringAndSize(NULL, total)
         cdef char* o = PyBytes_AS_STRING(out)
-        cdef const char* b = PyBytes_AS_STRING(self._buf)
-        cdef int64_t pos = 1, ln
+        cdef int64_t pos = 1
         o[0] = b'{'
         for k in range(n):
             if k:
                 o[pos] = b','
                 pos += 1
-            ln = self._start[idx[k] + 1] - self._start[idx[k]]
-            memcpy(o + pos, b + self._start[idx[k]], ln)
-            pos += ln
+            pos = self._put_name(o, pos, idx[k])
             o[pos] = b':'
             pos += 1
             v = value_of[k]
@@ -135,8 +135,7 @@ cdef class JsonNames:
             total += self._len(idx[k]) + 18 + (2 if s > 9 else 1)  # {"Host":  ,"Score":  }
         out = PyBytes_FromStringAndSize(NULL, total)
         cdef char* o = PyBytes_AS_STRING(out)
-        cdef const char* b = PyBytes_AS_STRING(self._buf)
-        cdef int64_t pos = 1, ln
+        cdef int64_t pos = 1
         o[0] = b'['
         for k in range(n):
             if k:
@@ -144,9 +143,7 @@ cdef class JsonNames:
                 pos += 1
             memcpy(o + pos, b'{"Host":', 8)
             pos += 8
-            ln = self._start[idx[k] + 1] - self._start[idx[k]]
-            memcpy(o + pos, b + self._start[idx[k]], ln)
-            pos += ln
+            pos = self._put_name(o, pos, idx[k])
             memcpy(o + pos, b',"Score":', 9)
             pos += 9
             s = scores[k]
