@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from kilter.model.core_v1 import Pod, PodTemplateSpec
 from kilter.model.errors import InputError
@@ -132,7 +132,6 @@ class Slot:
     node: str
     node_index: int
     gpus: int
-    pod_set: str
     uid: str = ""
     reserved: bool = True
 
@@ -144,8 +143,6 @@ class GangPlan:
     slots: list[Slot]
     created: float
     generation: int
-    bound_before: int = 0
-    notes: list[str] = field(default_factory=list)
 
     @property
     def feasible(self) -> bool:
@@ -203,16 +200,16 @@ class GangBook:
         if gang.key in self.plans or not plan.feasible:
             return None
         fleet = self.store.fleet()
-        shapes = _slot_shapes(plan)
+        shapes = list(zip(plan.node_indices, plan.gpus, strict=True))
         need: dict[int, int] = {}
-        for node, g, _ in shapes:
+        for node, g in shapes:
             need[node] = need.get(node, 0) + g
         if any(n >= fleet.n_nodes or fleet.bitmap.node_free_gpus(n) < g for n, g in need.items()):
             return None
         slots = []
-        for node, g, ps_name in shapes:
+        for node, g in shapes:
             fleet.bitmap.allocate(node, g)
-            slots.append(Slot(fleet.node_names[node], node, g, ps_name))
+            slots.append(Slot(fleet.node_names[node], node, g))
         adopted = GangPlan(gang, plan, slots, self.clock(), self.store.generation)
         self.plans[gang.key] = adopted
         self.planned += 1
@@ -239,10 +236,10 @@ class GangBook:
         result = plan_gang(fleet, request)
         slots: list[Slot] = []
         if result.feasible:
-            for node, g, ps_name in _slot_shapes(result):
+            for node, g in zip(result.node_indices, result.gpus, strict=True):
                 fleet.bitmap.allocate(node, g)
-                slots.append(Slot(fleet.node_names[node], node, g, ps_name))
-        return GangPlan(gang, result, slots, self.clock(), self.store.generation, bound)
+                slots.append(Slot(fleet.node_names[node], node, g))
+        return GangPlan(gang, result, slots, self.clock(), self.store.generation)
 
     def _still_valid(self, plan: GangPlan) -> bool:
         """After a fleet rebuild, re-reserve open slots by node name; invalid if a node went away or filled up."""
@@ -301,16 +298,6 @@ class GangBook:
         if slot.reserved and plan.generation == self.store.fleet_generation():
             self.store.fleet().bitmap.release(slot.node_index, slot.gpus)
         slot.reserved = False
-
-
-def _slot_shapes(plan: Plan) -> list[tuple[int, int, str]]:
-    out: list[tuple[int, int, str]] = []
-    pos = 0
-    for ps in plan.pod_sets:
-        for i in range(ps.count):
-            out.append((plan.node_indices[pos + i], ps.gpus_per_pod, ps.name))
-        pos += ps.count
-    return out
 
 
 def _shrink(pod_sets: tuple[PodSetSpec, ...], bound: int) -> tuple[PodSetSpec, ...]:

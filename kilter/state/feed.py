@@ -52,7 +52,6 @@ class SnapshotFeed:
         self.store = store
         self.interval_s = interval_s
         self.last_error: str | None = None
-        self.reloads = 0
         self._stamp: tuple[int, int, int] | None = None
 
     def _current_stamp(self) -> tuple[int, int, int] | None:
@@ -69,7 +68,6 @@ class SnapshotFeed:
         self._stamp = stamp
         events = self.store.replace(objects)
         self.store.fleet()
-        self.reloads += 1
         return events
 
     async def watch(self) -> None:
@@ -91,6 +89,5 @@ class SnapshotFeed:
             self._stamp = stamp
             self.last_error = None
             events = self.store.replace(objects)
-            self.reloads += 1
             settle()
             log.info("snapshot %s reloaded: %d changes", self.path, len(events))

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from kilter.model import codec
-from kilter.model.core_v1 import Node, Pod, pod_request
+from kilter.model.core_v1 import Pod, pod_request
 from kilter.model.errors import InputError
 from kilter.state.cluster import KNOWN_KINDS, KUEUE, ClusterState, from_objects
 from kilter.topology.catalog import BUILTIN, Catalog
@@ -236,9 +236,6 @@ class ClusterStore:
 
     def get(self, group: str, kind: str, namespace: str, name: str) -> Mapping[str, Any] | None:
         return self.objects.get((group, kind, namespace, name))
-
-    def nodes(self) -> list[Node]:
-        return self.state().nodes
 
 
 def _uid(obj: Mapping[str, Any]) -> str:

@@ -38,7 +38,6 @@ class WebhookApp:
         self.mutator = mutator
         self.validator = validator
         self.decoder = msgspec.json.Decoder(AdmissionReview)
-        self.reviews = 0
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -83,7 +82,6 @@ class WebhookApp:
         if review.request is None or not review.request.uid:
             return 400, b"the AdmissionReview has no request uid to answer\n"
         request = review.request
-        self.reviews += 1
         try:
             verdict = (self.mutator if mutating else self.validator).review(request)
         except Exception as exc:  # a bug in a rule must not become a 5xx the apiserver retries
