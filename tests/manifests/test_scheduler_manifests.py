@@ -11,7 +11,6 @@ import argparse
 import ipaddress
 import re
 from pathlib import Path, PurePosixPath
-from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
@@ -20,6 +19,7 @@ import yaml
 from kilter.cli.main import build_parser
 from kilter.extenders.server import VERBS
 from kilter.topology.catalog import BUILTIN, Catalog
+from tests.manifests.yamldocs import Obj, documents, one
 
 MANIFESTS = Path(__file__).resolve().parents[2] / "manifests" / "scheduler"
 CONFIG_FILE = MANIFESTS / "kube-scheduler-config.yaml"
@@ -28,23 +28,8 @@ README_FILE = MANIFESTS / "README.md"
 PROFILE = "kilter-scheduler"
 DEFAULT_EXTENDER_TIMEOUT_S = 5.0  # kube-scheduler's DefaultExtenderTimeout
 
-Obj = dict[str, Any]
-
 
 # ---------------------------------------------------------------------------- helpers
-
-
-def _documents(path: Path) -> list[Obj]:
-    with path.open(encoding="utf-8") as f:
-        docs = [d for d in yaml.safe_load_all(f) if d is not None]
-    assert all(isinstance(d, dict) for d in docs), f"{path.name}: every document must be a mapping"
-    return docs
-
-
-def _one(docs: list[Obj], kind: str, name: str | None = None) -> Obj:
-    found = [d for d in docs if d.get("kind") == kind and (name is None or d["metadata"]["name"] == name)]
-    assert len(found) == 1, f"expected one {kind} {name or ''}, found {len(found)}"
-    return found[0]
 
 
 _DURATION = re.compile(r"(?:(?:\d+(?:\.\d*)?|\.\d+)(?:ns|us|µs|ms|s|m|h))+")
@@ -84,7 +69,7 @@ def _configmap_file(pod_spec: Obj, container: Obj, path: str) -> tuple[str, str]
 
 @pytest.fixture(scope="module")
 def config() -> Obj:
-    docs = _documents(CONFIG_FILE)
+    docs = documents(CONFIG_FILE)
     assert len(docs) == 1, "kube-scheduler-config.yaml holds exactly one document"
     return docs[0]
 
@@ -99,12 +84,12 @@ def extender(config: Obj) -> Obj:
 
 @pytest.fixture(scope="module")
 def deployment_docs() -> list[Obj]:
-    return _documents(DEPLOYMENT_FILE)
+    return documents(DEPLOYMENT_FILE)
 
 
 @pytest.fixture(scope="module")
 def deployment(deployment_docs: list[Obj]) -> Obj:
-    return _one(deployment_docs, "Deployment", "kilter-scheduler")
+    return one(deployment_docs, "Deployment", "kilter-scheduler")
 
 
 @pytest.fixture(scope="module")
@@ -222,7 +207,7 @@ def test_go_duration_rejects(text: str) -> None:
 
 
 def test_configmap_embeds_the_same_scheduler_config(deployment_docs: list[Obj], config: Obj) -> None:
-    data = _one(deployment_docs, "ConfigMap", "kilter-scheduler-config")["data"]
+    data = one(deployment_docs, "ConfigMap", "kilter-scheduler-config")["data"]
     assert len(data) == 1
     (embedded,) = data.values()
     assert yaml.safe_load(embedded) == config
@@ -235,7 +220,7 @@ def test_scheduler_reads_the_mounted_config(deployment_docs: list[Obj], pod_spec
     paths = [a.removeprefix("--config=") for a in argv if a.startswith("--config=")]
     assert len(paths) == 1, "one --config=PATH"
     name, key = _configmap_file(pod_spec, scheduler, paths[0])
-    configmap = _one(deployment_docs, "ConfigMap", name)
+    configmap = one(deployment_docs, "ConfigMap", name)
     assert key in configmap["data"]
 
 
@@ -274,7 +259,7 @@ def test_no_service_exposes_kilter(deployment_docs: list[Obj], kilter_args: argp
 def test_network_policy_selects_the_pod(
     deployment_docs: list[Obj], deployment: Obj, kilter_args: argparse.Namespace
 ) -> None:
-    policy = _one(deployment_docs, "NetworkPolicy")
+    policy = one(deployment_docs, "NetworkPolicy")
     labels = deployment["spec"]["template"]["metadata"]["labels"]
     assert policy["spec"]["podSelector"]["matchLabels"].items() <= labels.items()
     assert policy["spec"]["policyTypes"] == ["Ingress"]
@@ -292,7 +277,7 @@ def test_the_pod_itself_is_placed_by_the_default_scheduler(pod_spec: Obj) -> Non
 def test_service_account_holds_the_scheduler_roles(deployment_docs: list[Obj], deployment: Obj, config: Obj) -> None:
     namespace = deployment["metadata"]["namespace"]
     account = deployment["spec"]["template"]["spec"]["serviceAccountName"]
-    _one(deployment_docs, "ServiceAccount", account)
+    one(deployment_docs, "ServiceAccount", account)
     subject = {"kind": "ServiceAccount", "name": account, "namespace": namespace}
 
     def bound(binding_kind: str, role_kind: str) -> set[str]:

@@ -12,10 +12,8 @@ import argparse
 import json
 import re
 from pathlib import Path, PurePosixPath
-from typing import Any
 
 import pytest
-import yaml
 
 from kilter.cli.main import build_parser
 from kilter.cli.serve import DEFAULT_KILTER_USER, webhook_app
@@ -28,6 +26,8 @@ from kilter.state.store import ClusterStore
 from kilter.webhooks.admissioncheck import CHECKS, CONTROLLER_NAME, WORKLOADS, our_checks
 from kilter.webhooks.validate import QUEUE_KEYS, TOPOLOGY_POLICY, TOPOLOGY_VALUES
 from tests.manifests.test_scheduler_manifests import go_duration_s
+from tests.manifests.yamldocs import Obj, documents, one
+from tests.webhooks.conftest import admission_review
 
 REPO = Path(__file__).resolve().parents[2]
 WEBHOOKS_FILE = REPO / "manifests" / "webhooks" / "webhooks.yaml"
@@ -69,23 +69,8 @@ NOT_MUTATED: dict[tuple[str, str], str] = {
     ),
 }
 
-Obj = dict[str, Any]
-
 
 # ---------------------------------------------------------------------------- helpers
-
-
-def _documents(path: Path) -> list[Obj]:
-    with path.open(encoding="utf-8") as f:
-        docs = [d for d in yaml.safe_load_all(f) if d is not None]
-    assert all(isinstance(d, dict) for d in docs), f"{path.name}: every document must be a mapping"
-    return docs
-
-
-def _one(docs: list[Obj], kind: str, name: str | None = None) -> Obj:
-    found = [d for d in docs if d.get("kind") == kind and (name is None or d["metadata"]["name"] == name)]
-    assert len(found) == 1, f"expected one {kind} {name or ''}, found {len(found)}"
-    return found[0]
 
 
 def _selects(selector: Obj, labels: dict[str, str]) -> bool:
@@ -134,20 +119,7 @@ def _container(pod_spec: Obj, name: str) -> Obj:
 
 def _review(obj: Obj, operation: str = "CREATE", old: Obj | None = None, user: str = "alice") -> Obj:
     """kilter's validating webhook's answer to an AdmissionReview for ``obj``, through its own decoder."""
-    group, _, version = obj["apiVersion"].rpartition("/")
-    review = {
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": "test",
-            "kind": {"group": group, "version": version, "kind": obj["kind"]},
-            "operation": operation,
-            "name": obj["metadata"]["name"],
-            "userInfo": {"username": user},
-            "object": obj,
-            "oldObject": old,
-        },
-    }
+    review = admission_review(obj, operation=operation, old=old, user=user)
     status, body = webhook_app(ClusterStore(), []).review(json.dumps(review).encode(), mutating=False)
     assert status == 200, body
     response: Obj = json.loads(body)["response"]
@@ -159,17 +131,17 @@ def _review(obj: Obj, operation: str = "CREATE", old: Obj | None = None, user: s
 
 @pytest.fixture(scope="module")
 def docs() -> list[Obj]:
-    return _documents(WEBHOOKS_FILE)
+    return documents(WEBHOOKS_FILE)
 
 
 @pytest.fixture(scope="module")
 def mutating(docs: list[Obj]) -> Obj:
-    return _one(docs, "MutatingWebhookConfiguration")
+    return one(docs, "MutatingWebhookConfiguration")
 
 
 @pytest.fixture(scope="module")
 def validating(docs: list[Obj]) -> Obj:
-    return _one(docs, "ValidatingWebhookConfiguration")
+    return one(docs, "ValidatingWebhookConfiguration")
 
 
 @pytest.fixture(scope="module")
@@ -194,12 +166,12 @@ def job_webhook(validating: Obj, queue_webhook: Obj) -> Obj:
 
 @pytest.fixture(scope="module")
 def service(docs: list[Obj]) -> Obj:
-    return _one(docs, "Service", "kilter-webhooks")
+    return one(docs, "Service", "kilter-webhooks")
 
 
 @pytest.fixture(scope="module")
 def certificate(docs: list[Obj]) -> Obj:
-    cert = _one(docs, "Certificate", "kilter-webhooks")
+    cert = one(docs, "Certificate", "kilter-webhooks")
     assert cert["apiVersion"] == "cert-manager.io/v1"
     return cert
 
@@ -212,12 +184,12 @@ def default_webhook_port() -> int:
 
 @pytest.fixture(scope="module")
 def deployment_docs() -> list[Obj]:
-    return _documents(DEPLOYMENT_FILE)
+    return documents(DEPLOYMENT_FILE)
 
 
 @pytest.fixture(scope="module")
 def pod_spec(deployment_docs: list[Obj]) -> Obj:
-    spec: Obj = _one(deployment_docs, "Deployment", "kilter-scheduler")["spec"]["template"]["spec"]
+    spec: Obj = one(deployment_docs, "Deployment", "kilter-scheduler")["spec"]["template"]["spec"]
     return spec
 
 
@@ -231,12 +203,12 @@ def kilter_args(pod_spec: Obj) -> argparse.Namespace:
 
 @pytest.fixture(scope="module")
 def check_docs() -> list[Obj]:
-    return _documents(ADMISSIONCHECK_FILE)
+    return documents(ADMISSIONCHECK_FILE)
 
 
 @pytest.fixture(scope="module")
 def example_queue(check_docs: list[Obj]) -> Obj:
-    return _one(check_docs, "ClusterQueue")
+    return one(check_docs, "ClusterQueue")
 
 
 # ---------------------------------------------------------------------------- the configurations
@@ -359,7 +331,7 @@ def test_job_webhook_match_conditions_keep_creates(job_webhook: Obj) -> None:
 
 
 def test_service_selects_the_kilter_pod(service: Obj, deployment_docs: list[Obj], default_webhook_port: int) -> None:
-    deployment = _one(deployment_docs, "Deployment", "kilter-scheduler")
+    deployment = one(deployment_docs, "Deployment", "kilter-scheduler")
     labels = deployment["spec"]["template"]["metadata"]["labels"]
     assert service["metadata"]["namespace"] == deployment["metadata"]["namespace"]
     assert service["spec"]["selector"].items() <= labels.items()
@@ -384,7 +356,7 @@ def test_certificate_names_the_service(certificate: Obj, service: Obj, webhooks:
 def test_certificate_is_issued_by_the_self_signed_issuer(docs: list[Obj], certificate: Obj) -> None:
     ref = certificate["spec"]["issuerRef"]
     assert ref.get("kind", "Issuer") == "Issuer" and ref.get("group", "cert-manager.io") == "cert-manager.io"
-    issuer = _one(docs, "Issuer", ref["name"])
+    issuer = one(docs, "Issuer", ref["name"])
     assert issuer["apiVersion"] == "cert-manager.io/v1"
     assert issuer["metadata"]["namespace"] == certificate["metadata"]["namespace"]
     assert "selfSigned" in issuer["spec"]
@@ -442,7 +414,7 @@ def test_kilters_service_account_may_write_its_own_annotations(
     kilter_args: argparse.Namespace, deployment_docs: list[Obj], pod_spec: Obj
 ) -> None:
     # The queue webhook lets only kilter's users change kilter.dev/decayed-usage: that must be this pod.
-    namespace = _one(deployment_docs, "Deployment", "kilter-scheduler")["metadata"]["namespace"]
+    namespace = one(deployment_docs, "Deployment", "kilter-scheduler")["metadata"]["namespace"]
     user = f"system:serviceaccount:{namespace}:{pod_spec['serviceAccountName']}"
     assert user in (kilter_args.kilter_user or [DEFAULT_KILTER_USER])
 
@@ -451,7 +423,7 @@ def test_kilters_service_account_may_write_its_own_annotations(
 
 
 def test_admission_check_is_kilters(check_docs: list[Obj]) -> None:
-    check = _one(check_docs, "AdmissionCheck")
+    check = one(check_docs, "AdmissionCheck")
     assert check["apiVersion"] == f"{KUEUE}/v1beta2"
     assert check["spec"]["controllerName"] == CONTROLLER_NAME
     assert "retryDelayMinutes" not in check["spec"], "removed in v1beta2"
@@ -485,7 +457,7 @@ def test_the_controller_may_write_the_status_it_writes(check_docs: list[Obj], po
 
 
 def test_example_queue_uses_the_check_the_v1beta2_way(check_docs: list[Obj], example_queue: Obj) -> None:
-    check = _one(check_docs, "AdmissionCheck")
+    check = one(check_docs, "AdmissionCheck")
     assert example_queue["apiVersion"] == f"{KUEUE}/v1beta2"
     spec = example_queue["spec"]
     assert "admissionChecks" not in spec, "v1beta2 has no spec.admissionChecks"
