@@ -17,13 +17,21 @@ import numpy as np
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
-def measure(fn: Callable[[], object], *, runs: int, warmup: int = 5) -> dict[str, float]:
-    """n, p50, p99, mean and min of ``fn`` in microseconds, after ``warmup`` untimed calls."""
+def measure(fn: Callable[[], object], *, runs: int, warmup: int = 5, pause_s: float = 0.0) -> dict[str, float]:
+    """n, p50, p99, mean and min of ``fn`` in microseconds, after ``warmup`` untimed calls.
+
+    ``pause_s`` puts the thread to sleep before each call, as a server idles
+    between requests: each call then starts with cold caches.
+    """
     for _ in range(warmup):
+        if pause_s:
+            time.sleep(pause_s)
         fn()
     samples = np.empty(runs, dtype=np.float64)
     clock = time.perf_counter_ns
     for i in range(runs):
+        if pause_s:
+            time.sleep(pause_s)
         t0 = clock()
         fn()
         samples[i] = (clock() - t0) / 1000.0
@@ -34,6 +42,11 @@ def measure(fn: Callable[[], object], *, runs: int, warmup: int = 5) -> dict[str
         "mean_us": round(float(samples.mean()), 2),
         "min_us": round(float(samples.min()), 2),
     }
+
+
+def machine_speed() -> float:
+    """p50 microseconds of a fixed pure-Python loop: this shared VM's speed drifts, so each run records it."""
+    return measure(lambda: sum(range(100_000)), runs=200, warmup=10)["p50_us"]
 
 
 def _commit() -> str:

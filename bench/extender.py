@@ -16,7 +16,6 @@ uvicorn protocol/loop pairs.
 
 from __future__ import annotations
 
-import argparse
 import http.client
 import json
 import os
@@ -36,11 +35,10 @@ import msgspec
 import numpy as np
 import uvicorn
 
-from bench.common import measure, write
+from bench.common import machine_speed, measure, write
 from bench.server import run_on_ephemeral_port, serve_args, server_process
 from kilter.cli.serve import build_app
 from kilter.extenders import wire
-from kilter.extenders.server import DEFAULT_MAX_BODY_BYTES
 from kilter.state.feed import settle
 from kilter.topology import fleetgen
 
@@ -584,16 +582,8 @@ def codecs(names: bytes, nodes: bytes) -> dict[str, Any]:
 
 def in_process(snapshot: Path, names: bytes, nodes: bytes) -> dict[str, Any]:
     """The verbs called directly on the app's extender: the server's time with no HTTP and no event loop."""
-    args = argparse.Namespace(
-        snapshot=snapshot,
-        demo=False,
-        platforms=None,
-        max_body_bytes=DEFAULT_MAX_BODY_BYTES,
-        gang_timeout="5m",
-        reload_interval="1s",
-    )
     t0 = time.perf_counter()
-    app, _ = build_app(args)
+    app, _ = build_app(serve_args(snapshot))
     load_s = time.perf_counter() - t0
     ext = app.extender
     filt: Callable[[], object] = partial(ext.filter, names)
@@ -609,15 +599,10 @@ def in_process(snapshot: Path, names: bytes, nodes: bytes) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------- main
 
 
-def _machine_speed() -> float:
-    """p50 microseconds of a fixed pure-Python loop: this shared VM's speed drifts, so the run records it."""
-    return measure(lambda: sum(range(100_000)), runs=200, warmup=10)["p50_us"]
-
-
 def main() -> dict[str, Any]:
     started = time.perf_counter()
     load_before = os.getloadavg()[0]
-    speed_before = _machine_speed()
+    speed_before = machine_speed()
     rng = random.Random(17)
     nodes, bound = fleet_objects()
     names = [n["metadata"]["name"] for n in nodes]
@@ -708,7 +693,7 @@ def main() -> dict[str, Any]:
     results["targets_met"] = {key: measured[key] <= target for key, target in TARGETS_MS.items()}
     # Anything else running on the machine shows in the p99s: the 1-minute load average around the run.
     results["load_average_1m"] = {"before": round(load_before, 2), "after": round(os.getloadavg()[0], 2)}
-    results["reference_loop_us"] = {"before": speed_before, "after": _machine_speed()}
+    results["reference_loop_us"] = {"before": speed_before, "after": machine_speed()}
     results["runtime_s"] = round(time.perf_counter() - started, 1)
     return results
 

@@ -58,7 +58,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from bench.common import measure, write
+from bench.common import machine_speed, measure, write
 from bench.extender import FLEET, GPU, RACKS, fleet_objects
 from bench.server import run_on_ephemeral_port, serve_args, server_process
 from kilter.cli.serve import build_app, webhook_app
@@ -786,29 +786,14 @@ def in_process(
         ),
         "decode_validate_review_only": measure(lambda: app.decoder.decode(next(decode)), runs=IN_PROCESS_RUNS),
         # As in a server at a few hundred reviews/s: the CPU idles between reviews, so each one starts cold.
-        "validate_after_1ms_idle": paced(_cycling(app, bodies["validate"], mutating=False), pause_s=IDLE_S),
-        "mutate_after_1ms_idle": paced(_cycling(app, bodies["mutate"], mutating=True), pause_s=IDLE_S),
+        "validate_after_1ms_idle": measure(
+            _cycling(app, bodies["validate"], mutating=False), runs=PACED_RUNS, warmup=20, pause_s=IDLE_S
+        ),
+        "mutate_after_1ms_idle": measure(
+            _cycling(app, bodies["mutate"], mutating=True), runs=PACED_RUNS, warmup=20, pause_s=IDLE_S
+        ),
     }
     return app, results, bodies
-
-
-def paced(fn: Callable[[], object], *, pause_s: float, runs: int = PACED_RUNS, warmup: int = 20) -> dict[str, float]:
-    """``measure`` with the thread asleep for ``pause_s`` before each call."""
-    samples = np.empty(runs, dtype=np.float64)
-    clock = time.perf_counter_ns
-    for i in range(-warmup, runs):
-        time.sleep(pause_s)
-        t0 = clock()
-        fn()
-        if i >= 0:
-            samples[i] = (clock() - t0) / 1000.0
-    return {
-        "n": runs,
-        "p50_us": round(float(np.percentile(samples, 50)), 2),
-        "p99_us": round(float(np.percentile(samples, 99)), 2),
-        "mean_us": round(float(samples.mean()), 2),
-        "min_us": round(float(samples.min()), 2),
-    }
 
 
 def profile(app: WebhookApp, bodies: Sequence[bytes], *, mutating: bool, top: int = 12) -> dict[str, Any]:
@@ -846,15 +831,10 @@ def profile(app: WebhookApp, bodies: Sequence[bytes], *, mutating: bool, top: in
 # ---------------------------------------------------------------------------------------------- main
 
 
-def _machine_speed() -> float:
-    """p50 microseconds of a fixed pure-Python loop: this shared VM's speed drifts, so the run records it."""
-    return measure(lambda: sum(range(100_000)), runs=200, warmup=10)["p50_us"]
-
-
 def main() -> dict[str, Any]:
     started = time.perf_counter()
     load_before = os.getloadavg()[0]
-    speed_before = _machine_speed()
+    speed_before = machine_speed()
     rng = random.Random(23)
     nodes, bound = fleet_objects()
     kueue = kueue_objects()
@@ -953,7 +933,7 @@ def main() -> dict[str, Any]:
     }
     # Anything else running on the machine shows in the p99s: the 1-minute load average around the run.
     results["load_average_1m"] = {"before": round(load_before, 2), "after": round(os.getloadavg()[0], 2)}
-    results["reference_loop_us"] = {"before": speed_before, "after": _machine_speed()}
+    results["reference_loop_us"] = {"before": speed_before, "after": machine_speed()}
     results["runtime_s"] = round(time.perf_counter() - started, 1)
     return results
 
