@@ -32,17 +32,23 @@ def local_available(node: Node, fr: FR) -> int:
     return max(0, node.local.get(fr, 0) - node.usage.get(fr, 0))
 
 
-def available(node: Node, fr: FR) -> int:
-    """Capacity of ``fr`` the node can use now (``available`` in Kueue); may be negative."""
+_NOTHING: Mapping[int, int] = {}
+
+
+def available(node: Node, fr: FR, *, less: Mapping[int, int] = _NOTHING) -> int:
+    """Capacity of ``fr`` the node can use now (``available`` in Kueue); may be negative.
+
+    ``less`` lowers the usage of nodes (by ``id``) for a what-if without touching the tree.
+    """
     path = []
     n = node
     while n.parent is not None:
         path.append(n)
         n = n.parent
-    avail = amount.sub(n.subtree.get(fr, 0), n.usage.get(fr, 0))
+    avail = amount.sub(n.subtree.get(fr, 0), n.usage.get(fr, 0) - less.get(id(n), 0))
     for n in reversed(path):
         local = n.local.get(fr, 0)
-        used = n.usage.get(fr, 0)
+        used = n.usage.get(fr, 0) - less.get(id(n), 0)
         q = n.quotas.get(fr)
         if q is not None and q.borrowing_limit is not None:
             stored = amount.sub(n.subtree.get(fr, 0), local)

@@ -267,28 +267,8 @@ def _beyond_reach(tree: QuotaTree, cq: Node, usage: Mapping[FR, int], frs: set[F
             if part > 0 and cohort.parent is not None:
                 key = id(cohort.parent)
                 lost[key] = lost.get(key, 0) + part
-        short = short or usage[fr] > _available_less(cq, fr, lost)
+        short = short or usage[fr] > available(cq, fr, less=lost)
     return borrowing and short
-
-
-def _available_less(node: Node, fr: FR, lost: Mapping[int, int]) -> int:
-    """``available`` with each cohort's usage lowered by ``lost[id(cohort)]``."""
-    path = []
-    n = node
-    while n.parent is not None:
-        path.append(n)
-        n = n.parent
-    avail = amount.sub(n.subtree.get(fr, 0), n.usage.get(fr, 0) - lost.get(id(n), 0))
-    for n in reversed(path):
-        local = n.local.get(fr, 0)
-        used = n.usage.get(fr, 0) - lost.get(id(n), 0)
-        q = n.quotas.get(fr)
-        if q is not None and q.borrowing_limit is not None:
-            stored = amount.sub(n.subtree.get(fr, 0), local)
-            avail = min(avail, amount.add(amount.sub(stored, max(0, used - local)), q.borrowing_limit))
-        if used < local:
-            avail = amount.add(local - used, avail)
-    return avail
 
 
 def _total(workloads: Sequence[WorkloadInfo], frs: set[FR]) -> dict[FR, int]:
