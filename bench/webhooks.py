@@ -15,9 +15,11 @@ schedule (open loop): latency runs from the *scheduled* send time to the last
 byte read, so a request that waits behind a slow one counts its wait
 (coordinated-omission safe). The target is judged on all 15,000 reviews sent
 at 500/s (half-and-half, validate only, mutate only: 10 s each); each run's
-p99 is kept too. The bench wraps the app to add a ``server-timing`` header
-(the app's own time, as the extender's app reports it) so the answer's time
-splits into the app and the rest (TLS, HTTP, event loop, kernel, client).
+p99 is kept too. A run during which the hypervisor stole more than 2% of the
+CPU is repeated (up to three runs), and the runs set aside are listed. The
+bench wraps the app to add a ``server-timing`` header (the app's own time,
+as the extender's app reports it) so the answer's time splits into the app
+and the rest (TLS, HTTP, event loop, kernel, client).
 Also measured: one connection, one request at a time; a fresh TLS connection
 per request; the same load above the target; the review called in-process
 (and profiled when the target is missed). The machine's steal time and CPU
@@ -96,6 +98,7 @@ HEADERS = {
 }
 TIMEOUT_QUERY = "?timeout=10s"
 TARGETS_MS = {"open_loop_500_per_s_p99": 5.0}
+QUIET_STEAL, ATTEMPTS = 0.02, 3  # a load run with more steal than this is repeated, up to ATTEMPTS runs in all
 
 
 def _dumps(obj: Any) -> bytes:
@@ -747,6 +750,31 @@ def open_loop(
     return out, latency
 
 
+def quiet_open_loop(
+    served: Served, validate: Sequence[Review], mutate: Sequence[Review], rng: random.Random, *, mutate_share: float
+) -> tuple[dict[str, Any], np.ndarray[Any, np.dtype[np.float64]]]:
+    """The target's load, run again (up to ATTEMPTS times) while the hypervisor steals more than QUIET_STEAL.
+
+    Steal is CPU time the VM wanted and the host gave to another guest: a
+    fact about the neighbours, not about kilter, and a run with 10% steal has
+    a p99 ten times a quiet one's. The run kept is the first quiet one (or, if
+    none was, the one with the least steal); the runs set aside are listed in
+    it with their p99 and steal, so nothing measured is hidden.
+    """
+    attempts: list[tuple[dict[str, Any], np.ndarray[Any, np.dtype[np.float64]]]] = []
+    for _ in range(ATTEMPTS):
+        attempts.append(open_loop(served, validate, mutate, rng, rate=RATE, seconds=LOAD_S, mutate_share=mutate_share))
+        if attempts[-1][0]["steal_fraction"] <= QUIET_STEAL:
+            break
+    kept = min(attempts, key=lambda attempt: attempt[0]["steal_fraction"])
+    kept[0]["set_aside_for_steal"] = [
+        {"p99_ms": run["latency"]["p99_ms"], "steal_fraction": run["steal_fraction"]}
+        for run, _ in attempts
+        if run is not kept[0]
+    ]
+    return kept
+
+
 # ---------------------------------------------------------------------------------------------- in-process
 
 
@@ -886,9 +914,7 @@ def main() -> dict[str, Any]:
             load: dict[str, Any] = {}
             pooled = []
             for name, share in (("mixed", 0.5), ("validate_only", 0.0), ("mutate_only", 1.0)):
-                load[name], latency = open_loop(
-                    served, validate, mutate, rng, rate=RATE, seconds=LOAD_S, mutate_share=share
-                )
+                load[name], latency = quiet_open_loop(served, validate, mutate, rng, mutate_share=share)
                 pooled.append(latency)
             results[f"open_loop_{RATE}_per_s"] = load
             results[f"open_loop_{RATE}_per_s_all_runs"] = latency_stats(np.concatenate(pooled))
@@ -920,6 +946,7 @@ def main() -> dict[str, Any]:
     }
     measured = {"open_loop_500_per_s_p99": results[f"open_loop_{RATE}_per_s_all_runs"]["p99_ms"]}
     results["targets_met"] = {key: measured[key] <= target for key, target in TARGETS_MS.items()}
+    results["targets_judged_on_quiet_host"] = all(run["steal_fraction"] <= QUIET_STEAL for run in at_target.values())
     if not all(results["targets_met"].values()):
         results["profile_in_process"] = {
             "validate": profile(app, bodies["validate"], mutating=False),
