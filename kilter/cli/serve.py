@@ -20,14 +20,20 @@ import uvicorn
 import uvloop
 
 from kilter.cli import sources
+from kilter.extenders.events import PodGroupEvents
 from kilter.extenders.explain import DecisionLog
 from kilter.extenders.gangs import GangBook, GangId
 from kilter.extenders.scheduler import ApiBinder, Binder, SchedulerExtender
 from kilter.extenders.server import DEFAULT_MAX_BODY_BYTES, App
+from kilter.extenders.volcano import VolcanoExtender
 from kilter.model.errors import InputError
+from kilter.model.kueue import ClusterQueue, Cohort, ResourceFlavor
 from kilter.quota.policy import parse_duration
+from kilter.quota.tree import build_tree
 from kilter.state.api import connect
+from kilter.state.cluster import from_objects
 from kilter.state.feed import SnapshotFeed, settle
+from kilter.state.snapshot import load_documents
 from kilter.state.store import ClusterStore
 from kilter.webhooks.admissioncheck import CONTROLLER_NAME, CheckDecision, Controller
 from kilter.webhooks.mutate import Mutator
@@ -43,7 +49,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "serve",
         help="run the kube-scheduler extender and the admission webhooks over a snapshot or the demo fleet",
         description=(
-            "HTTP listener (--http-port): /scheduler/{filter,prioritize,preempt,bind}, /debug/explain, /metrics, "
+            "HTTP listener (--http-port): /scheduler/{filter,prioritize,preempt,bind}, /volcano/<verb> (Volcano's "
+            "extender plugin), /debug/explain, /debug/volcano, /metrics, "
             "/healthz, /readyz. HTTPS listener (--webhook-port, only with --tls-cert-file and --tls-key-file): "
             "/mutate, /validate, /healthz, /readyz; the certificate is re-read when its files change."
         ),
@@ -77,6 +84,11 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     api.add_argument("--kubeconfig", type=Path, help="bind pods through this cluster's API server")
     api.add_argument("--in-cluster", action="store_true", help="bind pods through the API server of this pod's cluster")
     p.add_argument("--context", help="kubeconfig context (default: its current-context)")
+    p.add_argument(
+        "--queues",
+        type=Path,
+        help="ClusterQueue, Cohort and ResourceFlavor objects (YAML) for Volcano queues when Kueue is not installed",
+    )
     p.add_argument("--gang-timeout", default="5m", help="drop a gang's plan if not all pods bind within this")
     p.add_argument("--reload-interval", default="1s", help="how often to check the snapshot file for changes")
     p.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info")
@@ -110,8 +122,26 @@ def build_app(args: argparse.Namespace) -> tuple[App, ClusterStore]:
     binder = Binder()
     if getattr(args, "kubeconfig", None) is not None or getattr(args, "in_cluster", False):
         binder = ApiBinder(connect(getattr(args, "kubeconfig", None), context=getattr(args, "context", None)))
-    app = App(store, extender, binder, max_body_bytes=args.max_body_bytes, startup=startup)
+    events = PodGroupEvents(binder.api) if isinstance(binder, ApiBinder) else None
+    volcano = VolcanoExtender(
+        store, extender.gangs, queues=_queue_objects(getattr(args, "queues", None)), events=events
+    )
+    app = App(store, extender, binder, max_body_bytes=args.max_body_bytes, startup=startup, volcano=volcano)
     return app, store
+
+
+def _queue_objects(path: Path | None) -> list[ClusterQueue | Cohort | ResourceFlavor]:
+    """The quota definitions of ``--queues``: ClusterQueues, Cohorts and ResourceFlavors, checked now."""
+    if path is None:
+        return []
+    state = from_objects(load_documents(path))
+    found: list[ClusterQueue | Cohort | ResourceFlavor] = [*state.cluster_queues, *state.cohorts, *state.flavors]
+    if not found:
+        raise InputError(f"--queues {path}: no ClusterQueue, Cohort or ResourceFlavor in it")
+    problems = build_tree(state.cluster_queues, state.cohorts).problems
+    if problems:
+        raise InputError(f"--queues {path}: {problems[0]}")
+    return found
 
 
 DEFAULT_KILTER_USER = "system:serviceaccount:kube-system:kilter-scheduler"

@@ -1,7 +1,32 @@
-"""The servers' verbs over the shared state: the kube-scheduler extender (Volcano and gRPC come later)."""
+"""The servers' verbs over the shared state: the kube-scheduler extender and Volcano's extender plugin."""
 
-from kilter.extenders import explain, gangs, scheduler, server, wire
+from kilter.extenders import (
+    events,
+    explain,
+    gangs,
+    scheduler,
+    server,
+    volcano,
+    volcano_quota,
+    volcano_wire,
+    wire,
+)
 from kilter.extenders.scheduler import SchedulerExtender
 from kilter.extenders.server import App
+from kilter.extenders.volcano import VOLCANO_VERBS, VolcanoExtender
 
-__all__ = ["App", "SchedulerExtender", "explain", "gangs", "scheduler", "server", "wire"]
+__all__ = [
+    "VOLCANO_VERBS",
+    "App",
+    "SchedulerExtender",
+    "VolcanoExtender",
+    "events",
+    "explain",
+    "gangs",
+    "scheduler",
+    "server",
+    "volcano",
+    "volcano_quota",
+    "volcano_wire",
+    "wire",
+]

@@ -59,6 +59,7 @@ class GangId:
     source: str
     size: int | None
     pod_sets: tuple[PodSetSpec, ...] = ()
+    placed: int | None = None  # pods already placed, when the caller knows (Volcano's session does)
 
 
 def _size(raw: str | None, what: str) -> int | None:
@@ -219,7 +220,7 @@ class GangBook:
         fleet = self.store.fleet()
         same = gang_of(pod)
         members = [p for p in self.store.pods() if same(p) and p.status.phase not in ENDED_PHASES]
-        bound = sum(1 for p in members if p.spec.node_name)
+        bound = gang.placed if gang.placed is not None else sum(1 for p in members if p.spec.node_name)
         size = gang.size if gang.size is not None else max(len(members), 1)
         if gang.size is None and size < 2:
             return None  # a lone pod of a gang whose size nothing tells: placed like any pod
@@ -282,6 +283,21 @@ class GangBook:
                 del self.plans[plan.gang.key]
             return plan
         return None
+
+    def unbound(self, uid: str) -> bool:
+        """A placement was taken back (Volcano discarded an allocation): the slot is free and reserved again."""
+        for plan in self.plans.values():
+            slot = next((s for s in plan.slots if s.uid == uid), None)
+            if slot is None:
+                continue
+            self.store.forget(uid)
+            slot.uid = ""
+            fleet = self.store.fleet()
+            if plan.generation == self.store.generation and fleet.bitmap.node_free_gpus(slot.node_index) >= slot.gpus:
+                fleet.bitmap.allocate(slot.node_index, slot.gpus)
+                slot.reserved = True
+            return True
+        return False
 
     def expire(self) -> None:
         now = self.clock()

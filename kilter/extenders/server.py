@@ -25,6 +25,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from kilter.extenders.gangs import GangBook
 from kilter.extenders.scheduler import Answer, Binder, SchedulerExtender
+from kilter.extenders.volcano import VOLCANO_VERBS, VolcanoExtender
 from kilter.model.errors import KilterError
 from kilter.state.store import ClusterStore
 
@@ -35,7 +36,15 @@ log = logging.getLogger("kilter.serve")
 # Full Node objects of a 5,000-node cluster: ~16 KB each in our samples, up to ~50 KB with managedFields.
 DEFAULT_MAX_BODY_BYTES = 256 * 1024 * 1024
 VERBS = ("filter", "prioritize", "preempt", "bind")
-KNOWN_PATHS = {*(f"/scheduler/{v}" for v in VERBS), "/healthz", "/readyz", "/metrics", "/debug/explain"}
+KNOWN_PATHS = {
+    *(f"/scheduler/{v}" for v in VERBS),
+    *(f"/volcano/{v}" for v in VOLCANO_VERBS),
+    "/healthz",
+    "/readyz",
+    "/metrics",
+    "/debug/explain",
+    "/debug/volcano",
+}
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -81,8 +90,10 @@ class App:
         *,
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
         startup: list[Callable[[], Awaitable[None]]] | None = None,
+        volcano: VolcanoExtender | None = None,
     ) -> None:
         self.store = store
+        self.volcano = volcano
         self.extender = extender
         self.binder = binder
         self.max_body_bytes = max_body_bytes
@@ -106,6 +117,16 @@ class App:
                     await self._reply(send, path, 405, b"POST only\n", "text/plain")
                 else:
                     await self._verb(scope, receive, send, verb)
+            elif path.startswith("/volcano/"):
+                verb = path[len("/volcano/") :]
+                if self.volcano is None:
+                    await self._reply(send, path, 404, b"the Volcano verbs are not served here\n", "text/plain")
+                elif verb not in VOLCANO_VERBS:
+                    await self._reply(send, path, 404, _unknown_volcano_verb(verb), "text/plain")
+                elif method != "POST":
+                    await self._reply(send, path, 405, b"POST only\n", "text/plain")
+                else:
+                    await self._verb(scope, receive, send, verb, volcano=True)
             elif method != "GET":
                 await self._reply(send, path, 405, b"GET only\n", "text/plain")
             elif path == "/healthz":
@@ -119,13 +140,15 @@ class App:
                 await self._reply(send, path, 200, generate_latest(self.metrics.registry), CONTENT_TYPE_LATEST)
             elif path == "/debug/explain":
                 await self._explain(scope, send)
+            elif path == "/debug/volcano" and self.volcano is not None:
+                await self._volcano_notes(scope, send)
             else:
                 await self._reply(send, path, 404, b"not found\n", "text/plain")
         except Exception as exc:  # a bug must cost one request, not the server
             log.exception("request to %s failed", path)
             await self._reply(send, path, 500, f"internal error: {type(exc).__name__}: {exc}\n".encode(), "text/plain")
 
-    async def _verb(self, scope: Scope, receive: Receive, send: Send, verb: str) -> None:
+    async def _verb(self, scope: Scope, receive: Receive, send: Send, verb: str, *, volcano: bool = False) -> None:
         path = scope["path"]
         length = _content_length(scope)
         if length is not None and length > self.max_body_bytes:
@@ -147,7 +170,11 @@ class App:
             more = message.get("more_body", False)
         body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
         started = time.perf_counter()
-        answer = await self._bind(body) if verb == "bind" else self._answer(verb, body)
+        if volcano:
+            assert self.volcano is not None
+            answer = self.volcano.call(verb, body)
+        else:
+            answer = await self._bind(body) if verb == "bind" else self._answer(verb, body)
         elapsed = time.perf_counter() - started
         self.metrics.latency.labels(verb).observe(elapsed)
         self.metrics.decisions.labels(verb, answer.outcome).inc()
@@ -189,6 +216,26 @@ class App:
             return
         body = json.dumps({"namespace": namespace, "pod": pod, "decisions": records}).encode()
         await self._reply(send, scope["path"], 200, body, "application/json")
+
+    async def _volcano_notes(self, scope: Scope, send: Send) -> None:
+        """What kilter last decided about a Volcano job (``?job=namespace/podgroup``) or queue (``?queue=``)."""
+        assert self.volcano is not None
+        query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+        job = (query.get("job") or [""])[0]
+        queue = (query.get("queue") or [""])[0]
+        if bool(job) == bool(queue):
+            message = b"give one of job=namespace/podgroup or queue=name\n"
+            await self._reply(send, scope["path"], 400, message, "text/plain")
+            return
+        notes = self.volcano.notes.get(job or f"queue/{queue}")
+        head: dict[str, Any] = {"job": job} if job else {"queue": queue}
+        if queue:
+            head["clusterQueue"] = self.volcano.view().cluster_queue(queue)
+        if notes is None:
+            doc, status = {**head, "error": "no decision about this yet"}, 404
+        else:
+            doc, status = {**head, "decisions": notes}, 200
+        await self._reply(send, scope["path"], status, json.dumps(doc).encode(), "application/json")
 
     async def _too_large(self, send: Send, path: str) -> None:
         message = f"request body above the limit of {self.max_body_bytes} bytes (--max-body-bytes)\n".encode()
@@ -238,3 +285,9 @@ def _content_length(scope: Scope) -> int | None:
             except ValueError:
                 return None
     return None
+
+
+def _unknown_volcano_verb(verb: str) -> bytes:
+    lowered = {v.lower(): v for v in VOLCANO_VERBS}
+    hint = f" (Volcano's verb is {lowered[verb.lower()]})" if verb.lower() in lowered else ""
+    return f"unknown Volcano extender verb {verb!r}{hint}; kilter serves {', '.join(VOLCANO_VERBS)}\n".encode()

@@ -1,6 +1,6 @@
 """The cluster state the commands and servers read, built from a snapshot.
 
-Holds typed Nodes, Pods and Kueue topology objects and the fleet model built
+Holds typed Nodes, Pods, Kueue and Volcano objects and the fleet model built
 from them. A later feeder (list/watch of a live cluster) produces the same
 objects, so everything downstream is written once.
 """
@@ -23,6 +23,7 @@ from kilter.model.kueue import (
     Workload,
     WorkloadPriorityClass,
 )
+from kilter.model.volcano import HYPERNODE_GROUP, SCHEDULING_GROUP, HyperNode, PodGroup, Queue
 from kilter.state import snapshot
 from kilter.topology.catalog import BUILTIN, Catalog
 from kilter.topology.fleet import Fleet, build_fleet
@@ -60,6 +61,9 @@ class ClusterState:
     local_queues: list[LocalQueue] = field(default_factory=list)
     workloads: list[Workload] = field(default_factory=list)
     priority_classes: list[WorkloadPriorityClass] = field(default_factory=list)
+    hypernodes: list[HyperNode] = field(default_factory=list)
+    volcano_queues: list[Queue] = field(default_factory=list)
+    pod_groups: list[PodGroup] = field(default_factory=list)
     raw: snapshot.RawObjects = field(default_factory=snapshot.RawObjects)
     _fleet: Fleet | None = None
     _idle: Fleet | None = None
@@ -67,13 +71,17 @@ class ClusterState:
     def fleet(self) -> Fleet:
         """The fleet model of the current objects, built on first use."""
         if self._fleet is None:
-            self._fleet = build_fleet(self.nodes, self.pods, catalog=self.catalog, topologies=self.topologies)
+            self._fleet = build_fleet(
+                self.nodes, self.pods, catalog=self.catalog, topologies=self.topologies, hypernodes=self.hypernodes
+            )
         return self._fleet
 
     def idle_fleet(self) -> Fleet:
         """The same fleet with nothing running: what the cluster could ever offer."""
         if self._idle is None:
-            self._idle = build_fleet(self.nodes, (), catalog=self.catalog, topologies=self.topologies)
+            self._idle = build_fleet(
+                self.nodes, (), catalog=self.catalog, topologies=self.topologies, hypernodes=self.hypernodes
+            )
         return self._idle
 
     @property
@@ -105,6 +113,9 @@ def from_objects(docs: Iterable[Any], *, catalog: Catalog | None = None) -> Clus
         local_queues=_typed(raw, KUEUE, "LocalQueue", LocalQueue),
         workloads=_typed(raw, KUEUE, "Workload", Workload),
         priority_classes=_typed(raw, KUEUE, "WorkloadPriorityClass", WorkloadPriorityClass),
+        hypernodes=_typed(raw, HYPERNODE_GROUP, "HyperNode", HyperNode),
+        volcano_queues=_typed(raw, SCHEDULING_GROUP, "Queue", Queue),
+        pod_groups=_typed(raw, SCHEDULING_GROUP, "PodGroup", PodGroup),
         raw=raw,
     )
 

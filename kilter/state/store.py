@@ -37,7 +37,7 @@ MODIFIED: Literal["MODIFIED"] = "MODIFIED"
 DELETED: Literal["DELETED"] = "DELETED"
 EventType = Literal["ADDED", "MODIFIED", "DELETED"]
 ObjectKey = tuple[str, str, str, str]  # (API group, kind, namespace, name)
-_FLEET_KINDS = {("", "Node"), (KUEUE, "Topology")}
+_FLEET_KINDS = {("", "Node"), (KUEUE, "Topology"), ("topology.volcano.sh", "HyperNode")}
 
 
 @dataclass(frozen=True)
@@ -187,6 +187,12 @@ class ClusterStore:
             fleet.bitmap.allocate(node, gpus)
             self._bookings[uid] = Booking(node, gpus, assumed=True)
 
+    def forget(self, uid: str) -> None:
+        """Drop an assumed booking (the placement was taken back); what the feed shows bound stays."""
+        booking = self._bookings.get(uid)
+        if booking is not None and booking.assumed:
+            self._unbook(uid)
+
     def booking(self, uid: str) -> Booking | None:
         return self._bookings.get(uid)
 
@@ -204,7 +210,9 @@ class ClusterStore:
             state = self.state()
             assumed = {uid: b for uid, b in self._bookings.items() if b.assumed}
             old_names = self._fleet.node_names if self._fleet is not None else []
-            self._fleet = build_fleet(state.nodes, (), catalog=self.catalog, topologies=state.topologies)
+            self._fleet = build_fleet(
+                state.nodes, (), catalog=self.catalog, topologies=state.topologies, hypernodes=state.hypernodes
+            )
             self._fleet_dirty = False
             self._bookings = {}
             for uid, pod in self._pods_by_uid.items():

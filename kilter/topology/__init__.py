@@ -1,6 +1,6 @@
 """Topology-aware placement: the platform catalog, the fleet model, gang plans and node scores."""
 
-from kilter.topology import catalog, eligibility, fleet, fleetgen, labels, plan, score
+from kilter.topology import catalog, eligibility, fleet, fleetgen, hypernodes, labels, plan, score
 from kilter.topology.catalog import BUILTIN, Catalog, Platform, load_overrides
 from kilter.topology.fleet import Fleet, build_fleet
 from kilter.topology.plan import (
@@ -30,6 +30,7 @@ __all__ = [
     "fleet",
     "fleetgen",
     "gang_request",
+    "hypernodes",
     "labels",
     "load_overrides",
     "plan",

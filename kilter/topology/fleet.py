@@ -27,7 +27,9 @@ from kilter.model import quantity
 from kilter.model.core_v1 import Node, Pod, Taint, pod_request
 from kilter.model.errors import InputError, UnknownPlatform
 from kilter.model.kueue import Topology
+from kilter.model.volcano import HyperNode
 from kilter.topology.catalog import BUILTIN, Catalog, Platform
+from kilter.topology.hypernodes import with_hypernode_labels
 from kilter.topology.labels import Levels, choose_levels, group_path
 
 __all__ = ["Fleet", "build_fleet", "is_node_usable"]
@@ -153,9 +155,18 @@ def build_fleet(
     *,
     catalog: Catalog | None = None,
     topologies: Iterable[Topology] = (),
+    hypernodes: Sequence[HyperNode] = (),
 ) -> Fleet:
-    """The fleet model of these nodes with the GPUs of these (bound, running) pods booked."""
+    """The fleet model of these nodes with the GPUs of these (bound, running) pods booked.
+
+    Volcano HyperNodes become topology levels (``hypernodes.py``) when no
+    Kueue Topology is given.
+    """
     catalog = catalog or Catalog(BUILTIN)
+    topologies = list(topologies)
+    if hypernodes and not topologies:
+        nodes, hyper = with_hypernode_labels(list(nodes), hypernodes)
+        topologies = [hyper] if hyper is not None else []
     warnings: list[str] = []
     gpu_nodes: list[tuple[Node, Platform, int]] = []
     resources = sorted(catalog.device_resources)

@@ -1,0 +1,623 @@
+"""Volcano's ``extender`` plugin verbs (bytes in, bytes out) on the same engine as the kube-scheduler extender.
+
+What each verb answers (wire facts: ``volcano_wire``):
+
+- ``jobEnqueueable``: Permit when the job fits its bound ClusterQueue now, or
+  once Kueue's preemption would reclaim quota for it; Reject while it must
+  wait, and Reject with an Event on the PodGroup when it can never fit.
+  Abstain for queues bound to no ClusterQueue.
+- ``queueOverused``: true while the ClusterQueue holds more than it may
+  (above nominal plus what its cohort can lend now).
+- ``reclaimable`` / ``preemptable``: the evictees whose jobs Kueue's
+  preemption (fair sharing included) would take quota from, echoed back
+  exactly as received; Reject (no victims) when quota gives no right to
+  evict, Abstain when quota is not the obstacle.
+- ``predicate`` / ``prioritize``: GPUs per node as kilter's fleet model and
+  Volcano's own ``Idle`` both see them; a gang (PodGroup ``minMember`` > 1)
+  is planned whole with the core and held to its plan (planned nodes score
+  100, others fail unresolvably); other tasks are scored best-fit 0..100,
+  the scale of Volcano's own node-order plugins.
+- ``allocateFunc`` / ``deallocateFunc``: book and unbook a task's GPUs (a
+  gang task off its plan is refused, which rolls the allocation back).
+- ``jobReady``: false only for a planned gang with a task allocated off its plan.
+- ``onSessionOpen`` / ``onSessionClose``: the session's jobs and queues are
+  kilter's freshest view while the session lasts; every verb falls back to
+  the cluster state when a session was never opened or its body was lost.
+
+Bad bodies answer in the verb's own error field where it has one
+(predicate ``status`` with code Error, ``errorMessage``), else HTTP 400.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+import msgspec
+import numpy as np
+
+from kilter._native.jsonout import JsonNames
+from kilter.extenders import volcano_wire as vw
+from kilter.extenders.gangs import GangBook, GangId, GangPlan
+from kilter.extenders.scheduler import Answer
+from kilter.extenders.volcano_quota import (
+    QuotaView,
+    VolcanoJob,
+    from_resource,
+    job_from_info,
+    jobs_from_state,
+    queue_annotations,
+)
+from kilter.model.core_v1 import Container, Pod, PodTemplateSpec, ResourceRequirements, pod_request
+from kilter.model.errors import InputError, KilterError
+from kilter.model.jobs import PodSetSpec, TopologyRequest
+from kilter.model.jobs import topology_request as template_topology
+from kilter.model.kueue import ClusterQueue, Cohort, ResourceFlavor
+from kilter.model.volcano import NetworkTopologySpec
+from kilter.quota.config import FairSharingConfig
+from kilter.state.store import ClusterStore
+from kilter.topology.fleet import Fleet
+from kilter.topology.hypernodes import TIER_LABEL_PREFIX, tier_label
+from kilter.topology.score import score_pod
+
+__all__ = ["VOLCANO_VERBS", "EventSink", "VolcanoExtender"]
+
+log = logging.getLogger("kilter.volcano")
+
+VOLCANO_VERBS = (
+    "onSessionOpen",
+    "onSessionClose",
+    "predicate",
+    "prioritize",
+    "preemptable",
+    "reclaimable",
+    "queueOverused",
+    "jobEnqueueable",
+    "jobEnqueued",
+    "jobReady",
+    "allocateFunc",
+    "deallocateFunc",
+)
+MAX_NODE_SCORE = 100  # Volcano adds extender scores to its plugins', which use the framework's 0..100
+GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
+SCORE_TEXT = [str(v).encode() for v in range(MAX_NODE_SCORE + 1)]
+EVENT_EVERY_S = 600.0  # one "never fits" Event per job per reason in this long
+MAX_NOTES = 10_000
+
+EventSink = Callable[[str, str, str, str], object]  # (namespace, PodGroup name, reason, message)
+
+
+@dataclass
+class _Session:
+    jobs: dict[str, vw.JobInfo]
+    queues: dict[str, vw.QueueInfo]
+    serial: int
+
+
+class VolcanoExtender:
+    """Every verb of Volcano's extender plugin; all methods run on the server's event-loop thread."""
+
+    def __init__(
+        self,
+        store: ClusterStore,
+        gangs: GangBook,
+        *,
+        queues: Sequence[ClusterQueue | Cohort | ResourceFlavor] = (),
+        events: EventSink | None = None,
+        config: FairSharingConfig | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.store = store
+        self.gangs = gangs
+        self.queues = list(queues)
+        self.events = events
+        self.config = config or FairSharingConfig()
+        self.clock = clock
+        self.session: _Session | None = None
+        self.notes: OrderedDict[str, dict[str, str]] = OrderedDict()
+        self._serial = 0
+        self._permitted: dict[str, VolcanoJob] = {}
+        self._view: tuple[tuple[int, int, int], QuotaView] | None = None
+        self._changes = 0
+        self._evented: dict[tuple[str, str], float] = {}
+        self._state_jobs: tuple[int, dict[str, VolcanoJob]] | None = None
+        self._gangs_epoch: tuple[int, int, int] = (-1, -1, -1)
+        self._gang_cache: dict[str, tuple[GangId | None, frozenset[str]]] = {}
+        self._names: tuple[int, JsonNames] = (-1, JsonNames([]))
+        self._encoder = msgspec.json.Encoder()
+        self._decoders: dict[type, msgspec.json.Decoder[object]] = {}
+        self._handlers: dict[str, Callable[[bytes], Answer]] = {
+            "onSessionOpen": self.session_open,
+            "onSessionClose": self.session_close,
+            "predicate": self.predicate,
+            "prioritize": self.prioritize,
+            "preemptable": lambda body: self.evict(body, cross_queue=False),
+            "reclaimable": lambda body: self.evict(body, cross_queue=True),
+            "queueOverused": self.queue_overused,
+            "jobEnqueueable": self.job_enqueueable,
+            "jobEnqueued": self.job_enqueued,
+            "jobReady": self.job_ready,
+            "allocateFunc": lambda body: self.allocate(body, allocate=True),
+            "deallocateFunc": lambda body: self.allocate(body, allocate=False),
+        }
+
+    def call(self, verb: str, body: bytes) -> Answer:
+        return self._handlers[verb](body)
+
+    def _decode(self, kind: type[msgspec.Struct], body: bytes) -> msgspec.Struct:
+        decoder = self._decoders.get(kind)
+        if decoder is None:
+            decoder = self._decoders[kind] = msgspec.json.Decoder(kind)
+        try:
+            return decoder.decode(body)  # type: ignore[return-value]
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            raise InputError(f"malformed {kind.__name__}: {exc}") from None
+
+    def _note(self, job: str, what: str, text: str) -> None:
+        notes = self.notes.setdefault(job, {})
+        notes[what] = text
+        self.notes.move_to_end(job)
+        while len(self.notes) > MAX_NOTES:
+            self.notes.popitem(last=False)
+
+    # ------------------------------------------------------------------ session
+
+    def session_open(self, body: bytes) -> Answer:
+        try:
+            args = self._decode(vw.SessionOpenArgs, body)
+        except KilterError as exc:
+            self.session = None  # a session kilter could not read: the state is the view until the next one
+            return Answer(400, str(exc).encode(), "error")
+        assert isinstance(args, vw.SessionOpenArgs)
+        self._serial += 1
+        jobs = {f"{j.namespace}/{j.name}": j for j in (args.jobs or {}).values()}
+        queues = {q.name: q for q in (args.queues or {}).values() if q.name}
+        self.session = _Session(jobs, queues, self._serial)
+        for key in list(self._permitted):
+            info = jobs.get(key)
+            if info is None or (info.pod_group is not None and info.pod_group.status.phase != "Pending"):
+                del self._permitted[key]
+        return Answer(200, b"{}", "opened")
+
+    def session_close(self, body: bytes) -> Answer:
+        self.session = None
+        return Answer(200, b"{}", "closed")
+
+    # ------------------------------------------------------------------ quota
+
+    def view(self) -> QuotaView:
+        key = (self.store.version, self.session.serial if self.session else 0, self._changes)
+        if self._view is None or self._view[0] != key:
+            state = self.store.state()
+            jobs = dict(self._jobs_from_state())
+            if self.session is not None:
+                for k, info in self.session.jobs.items():
+                    jobs[k] = job_from_info(info)
+            annotations = queue_annotations(state, self.session.queues.values() if self.session else ())
+            view = QuotaView.build(state, self.queues, jobs, annotations, self._permitted, config=self.config)
+            self._view = (key, view)
+        return self._view[1]
+
+    def _jobs_from_state(self) -> dict[str, VolcanoJob]:
+        if self._state_jobs is None or self._state_jobs[0] != self.store.version:
+            self._state_jobs = (self.store.version, jobs_from_state(self.store.state()))
+        return self._state_jobs[1]
+
+    def _job(self, info: vw.JobInfo | None) -> VolcanoJob:
+        if info is None:
+            raise InputError("job is null")
+        if not info.name or not info.namespace:
+            raise InputError("job has no Name or Namespace")
+        return job_from_info(info)
+
+    def job_enqueueable(self, body: bytes) -> Answer:
+        try:
+            args = self._decode(vw.JobArgs, body)
+            assert isinstance(args, vw.JobArgs)
+            job = self._job(args.job)
+            answer = self.view().enqueueable(job, self.clock())
+        except KilterError as exc:
+            return Answer(400, str(exc).encode(), "error")
+        self._note(job.key, "enqueue", answer.reason)
+        if answer.status == vw.PERMIT:
+            self._permitted[job.key] = job
+            self._changes += 1
+        if answer.never:
+            self._event(job, "KilterNeverFits", f"kilter refused to enqueue the job: it {answer.reason}")
+        outcome = {vw.PERMIT: "permit", vw.ABSTAIN: "abstain", vw.REJECT: "reject"}[answer.status]
+        return Answer(200, b'{"status":%d}' % answer.status, outcome)
+
+    def job_enqueued(self, body: bytes) -> Answer:
+        try:
+            args = self._decode(vw.JobArgs, body)
+            assert isinstance(args, vw.JobArgs)
+            job = self._job(args.job)
+        except KilterError as exc:
+            return Answer(400, str(exc).encode(), "error")
+        self._note(job.key, "enqueued", "Volcano enqueued the job")
+        return Answer(200, b"{}", "enqueued")
+
+    def queue_overused(self, body: bytes) -> Answer:
+        try:
+            args = self._decode(vw.QueueArgs, body)
+            assert isinstance(args, vw.QueueArgs)
+            if args.queue is None or not (args.queue.name or args.queue.queue):
+                raise InputError("queue is null or has no Name")
+            name = args.queue.name or (args.queue.queue.metadata.name if args.queue.queue else "")
+            overused, reason = self.view().overused(name)
+        except KilterError as exc:
+            return Answer(400, str(exc).encode(), "error")
+        self._note(f"queue/{name}", "overused", reason)
+        return Answer(200, b'{"overused":true}' if overused else b'{"overused":false}', str(overused).lower())
+
+    def evict(self, body: bytes, *, cross_queue: bool) -> Answer:
+        """preemptable (inside the evictor's queue) and reclaimable (from other queues): victims as received."""
+        verb = "reclaimable" if cross_queue else "preemptable"
+        try:
+            args = self._decode(vw.EvictArgs, body)
+            assert isinstance(args, vw.EvictArgs)
+            if args.evictor is None:
+                raise InputError("evictor is null")
+            raw = args.evictees or []
+            evictees = [self._decode(vw.TaskInfo, bytes(r)) for r in raw]
+            job = self._evictor_job(args.evictor)
+            view = self.view()
+            status, keys, reason = view.victims(job, self.clock())
+        except KilterError as exc:
+            return Answer(400, str(exc).encode(), "error")
+        kept = []
+        evictor_cq = view.cluster_queue(job.queue)
+        for task, item in zip(evictees, raw, strict=True):
+            assert isinstance(task, vw.TaskInfo)
+            victim = view.jobs.get(task.job)
+            if task.job not in keys or victim is None:
+                continue
+            same = view.cluster_queue(victim.queue) == evictor_cq
+            if same != (not cross_queue):
+                continue
+            kept.append(bytes(item))
+        if status == vw.PERMIT and not kept:
+            status, reason = vw.REJECT, f"{reason}; none of the offered tasks belongs to those jobs"
+        self._note(job.key, verb, reason)
+        body_out = b'{"status":%d,"victims":[%s]}' % (status, b",".join(kept))
+        return Answer(200, body_out, "victims" if kept else "none")
+
+    def _evictor_job(self, task: vw.TaskInfo) -> VolcanoJob:
+        if not task.job:
+            raise InputError("evictor has no Job")
+        info = self.session.jobs.get(task.job) if self.session else None
+        if info is not None:
+            return job_from_info(info)
+        known = self.view().jobs.get(task.job)
+        if known is not None:
+            return known
+        asks = from_resource(task.resreq)
+        return VolcanoJob(task.job, task.uid, "", task.priority, 0.0, "", {}, asks)
+
+    # ------------------------------------------------------------------ placement
+
+    def _task(self, task: vw.TaskInfo | None, fleet: Fleet) -> tuple[str, int]:
+        """The task's device resource and GPU count (whole GPUs from Volcano's milli-units)."""
+        if task is None:
+            raise InputError("task is null")
+        scalars = task.resreq.scalar_resources if task.resreq is not None else None
+        asked = [(r, v) for r, v in (scalars or {}).items() if r in fleet.catalog.device_resources and v > 0]
+        if len(asked) > 1:
+            raise InputError(f"the task asks for several GPU kinds: {', '.join(sorted(r for r, _ in asked))}")
+        if not asked:
+            return "", 0
+        resource, milli = asked[0]
+        if milli % 1000:
+            raise InputError(f"the task asks for {milli / 1000:g} {resource}; kilter places whole GPUs")
+        return resource, int(milli // 1000)
+
+    def predicate(self, body: bytes) -> Answer:
+        try:
+            args = self._decode(vw.PredicateArgs, body)
+            assert isinstance(args, vw.PredicateArgs)
+            if args.node is None or not args.node.name:
+                raise InputError("node is null or has no Name")
+            fleet = self.store.fleet()
+            resource, gpus = self._task(args.task, fleet)
+            assert args.task is not None
+            code, reason = self._fits(fleet, args.task, args.node, resource, gpus) if gpus else (vw.SUCCESS, "")
+        except KilterError as exc:
+            return self._predicate_answer(vw.ERROR, str(exc))
+        return self._predicate_answer(code, reason)
+
+    def _predicate_answer(self, code: int, reason: str) -> Answer:
+        body = self._encoder.encode({"status": reason, "code": code})
+        return Answer(200, body, "passed" if code == vw.SUCCESS else "failed")
+
+    def _fits(self, fleet: Fleet, task: vw.TaskInfo, node: vw.NodeName, resource: str, gpus: int) -> tuple[int, str]:
+        index = fleet.node_index.get(node.name)
+        if index is None:
+            return vw.UNRESOLVABLE, "not a GPU node in kilter's model of the fleet"
+        if fleet.platform_of_node(index).device_resource != resource:
+            return vw.UNRESOLVABLE, f"the node's GPUs are not {resource}"
+        if not fleet.bitmap.node_usable_flags[index]:
+            return vw.UNRESOLVABLE, "the node is cordoned, not Ready, or its GPUs are unhealthy"
+        total = int(fleet.bitmap.node_gpu_counts[index])
+        if total < gpus:
+            return vw.UNRESOLVABLE, f"the node has {total} {resource}; the task needs {gpus}"
+        idle = _idle(node, resource)
+        plan = self._plan(task, gpus, fleet)
+        if plan is not None:
+            if not plan.feasible:
+                return vw.UNSCHEDULABLE, f"the gang does not fit yet: {plan.plan.reason}"
+            if index not in plan.nodes_for(task.uid, gpus):
+                return vw.UNRESOLVABLE, f"kilter holds this task to its gang's plan ({plan.describe()})"
+            if idle is not None and idle < gpus:
+                return vw.UNSCHEDULABLE, f"Volcano sees {idle} {resource} idle; the task needs {gpus}"
+            return vw.SUCCESS, ""
+        free = int(fleet.bitmap.node_free_gpus(index))
+        if idle is not None:
+            free = min(free, idle)
+        if free < gpus:
+            return vw.UNSCHEDULABLE, f"{free} of {total} {resource} free; the task needs {gpus}"
+        return vw.SUCCESS, ""
+
+    def prioritize(self, body: bytes) -> Answer:
+        try:
+            args = self._decode(vw.PrioritizeArgs, body)
+            assert isinstance(args, vw.PrioritizeArgs)
+            if args.nodes is None:
+                raise InputError("nodes is null")
+            fleet = self.store.fleet()
+            _, gpus = self._task(args.task, fleet)
+            assert args.task is not None
+            names = [n.name for n in args.nodes]
+            if not gpus:
+                return Answer(200, b'{"nodeScore":{},"errorMessage":""}', "not-gpu")
+            plan = self._plan(args.task, gpus, fleet)
+            planned = plan.nodes_for(args.task.uid, gpus) if plan is not None and plan.feasible else []
+            scores, index = score_pod(fleet, names, gpus=gpus, planned=planned)
+        except KilterError as exc:
+            return Answer(200, self._encoder.encode({"nodeScore": {}, "errorMessage": str(exc)}), "error")
+        if plan is not None:
+            scaled = np.where(np.isin(index, np.asarray(planned, dtype=np.int32)), MAX_NODE_SCORE, 0)
+        else:
+            scaled = np.maximum(scores.astype(np.int32), 0) * (MAX_NODE_SCORE // 10)
+        known = np.flatnonzero(index >= 0)
+        if self._names[0] != self.store.generation:
+            self._names = (self.store.generation, JsonNames(fleet.node_names))
+        scores_json = self._names[1].object(index[known], scaled[known].astype(np.int32), SCORE_TEXT)
+        return Answer(200, b'{"nodeScore":' + scores_json + b',"errorMessage":""}', "scored")
+
+    def allocate(self, body: bytes, *, allocate: bool) -> Answer:
+        try:
+            args = self._decode(vw.TaskArgs, body)
+            assert isinstance(args, vw.TaskArgs)
+            fleet = self.store.fleet()
+            _, gpus = self._task(args.task, fleet)
+            task = args.task
+            assert task is not None
+            if allocate and not task.node_name:
+                raise InputError("task has no NodeName")
+        except KilterError as exc:
+            return Answer(200, self._encoder.encode({"errorMessage": str(exc)}), "error")
+        uid = task.uid or f"{task.namespace}/{task.name}"
+        if not gpus:
+            return Answer(200, b'{"errorMessage":""}', "not-gpu")
+        self._changes += 1
+        if not allocate:
+            if not self.gangs.unbound(uid):
+                self.store.forget(uid)
+            return Answer(200, b'{"errorMessage":""}', "deallocated")
+        plan = self.gangs.plans.get(_gang_key(task.job))
+        if plan is not None and plan.feasible:
+            index = fleet.node_index.get(task.node_name)
+            if index is None or index not in plan.nodes_for(uid, gpus):
+                message = f"kilter: {task.node_name} is outside the gang's plan ({plan.describe()})"
+                return Answer(200, self._encoder.encode({"errorMessage": message}), "refused")
+        if task.node_name in fleet.node_index and self.gangs.bound(uid, task.node_name, gpus) is None:
+            self.store.assume(uid, task.node_name, gpus)
+        return Answer(200, b'{"errorMessage":""}', "allocated")
+
+    def job_ready(self, body: bytes) -> Answer:
+        try:
+            args = self._decode(vw.JobArgs, body)
+            assert isinstance(args, vw.JobArgs)
+            job = self._job(args.job)
+            assert args.job is not None
+            fleet = self.store.fleet()
+        except KilterError as exc:
+            return Answer(400, str(exc).encode(), "error")
+        plan = self.gangs.plans.get(_gang_key(job.key))
+        off = []
+        if plan is not None and plan.feasible:
+            planned = {s.node for s in plan.slots}
+            off = [
+                f"{t.name} on {t.node_name}"
+                for t in (args.job.tasks or {}).values()
+                if t.status & vw.HOLDING and t.node_name in fleet.node_index and t.node_name not in planned
+            ]
+        if off:
+            self._note(job.key, "ready", f"not ready: off the gang's plan: {', '.join(off[:5])}")
+            return Answer(200, b'{"status":false}', "off-plan")
+        return Answer(200, b'{"status":true}', "ready")
+
+    # ------------------------------------------------------------------ gangs
+
+    def _plan(self, task: vw.TaskInfo, gpus: int, fleet: Fleet) -> GangPlan | None:
+        """The plan of the task's gang, made on first need; None when the task is placed on its own."""
+        if not task.job:
+            return None
+        key = _gang_key(task.job)
+        gang, members = self._gang(task.job, fleet)
+        if gang is None or (task.uid not in members and key not in self.gangs.plans):
+            return self.gangs.plans.get(key)
+        plan = self.gangs.plan_for(gang, _pod(task), gpus)
+        if plan is not None and plan.feasible and "plan" not in self.notes.get(task.job, {}):
+            self._note(task.job, "plan", plan.describe())
+            self._note(task.job, "hypernode", lowest_hypernode(fleet, plan.plan.node_indices) or "")
+        return plan
+
+    def _gang(self, job: str, fleet: Fleet) -> tuple[GangId | None, frozenset[str]]:
+        """The gang a job's pending tasks form (and their uids), worked out once per session and state version."""
+        epoch = (self.session.serial if self.session else 0, self.store.version, self.store.generation)
+        if self._gangs_epoch != epoch:
+            self._gangs_epoch = epoch
+            self._gang_cache.clear()
+        cached = self._gang_cache.get(job)
+        if cached is None:
+            cached = self._gang_cache[job] = self._make_gang(job, fleet)
+        return cached
+
+    def _make_gang(self, job: str, fleet: Fleet) -> tuple[GangId | None, frozenset[str]]:
+        info = self.session.jobs.get(job) if self.session else None
+        if info is None:
+            info = self._state_job(job)
+        if info is None:
+            return None, frozenset()
+        minimum = info.min_available or (info.pod_group.spec.min_member if info.pod_group else 0)
+        tasks = list((info.tasks or {}).values())
+        need = minimum - sum(1 for t in tasks if t.status & vw.HOLDING)
+        if minimum < 2 or need <= 0:
+            return None, frozenset()
+        pending = sorted(
+            (t for t in tasks if t.status & vw.PENDING and self._task(t, fleet)[1] > 0),
+            key=lambda t: (t.task_role, t.name),
+        )[:need]
+        topology = info.network_topology or (info.pod_group.spec.network_topology if info.pod_group else None)
+        request = _network_request(topology, fleet, self._tier_names())
+        pod_sets = self._pod_sets(pending, request, fleet)
+        if not pod_sets:
+            return None, frozenset()
+        return GangId(_gang_key(job), "volcano", need, pod_sets, placed=0), frozenset(t.uid for t in pending)
+
+    def _state_job(self, job: str) -> vw.JobInfo | None:
+        """The job as the cluster state shows it: its PodGroup, and its pods as tasks."""
+        namespace, _, name = job.partition("/")
+        state = self.store.state()
+        group = next(
+            (g for g in state.pod_groups if g.metadata.namespace == namespace and g.metadata.name == name), None
+        )
+        if group is None:
+            return None
+        fleet = self.store.fleet()
+        tasks: dict[str, vw.TaskInfo] = {}
+        for pod in state.pods:
+            meta = pod.metadata
+            if meta.namespace != namespace or meta.annotations.get(GROUP_ANNOTATION) != name:
+                continue
+            if pod.status.phase in ("Succeeded", "Failed"):
+                continue
+            scalars = {
+                r: float(n * 1000)
+                for r in fleet.catalog.device_resources
+                if (n := pod_request(pod.spec, r, path=f"Pod {namespace}/{meta.name}: spec"))
+            }
+            uid = meta.uid or f"{namespace}/{meta.name}"
+            tasks[uid] = vw.TaskInfo(
+                uid=uid,
+                job=job,
+                name=meta.name,
+                namespace=namespace,
+                resreq=vw.Resource(scalar_resources=scalars),
+                node_name=pod.spec.node_name,
+                status=vw.BOUND if pod.spec.node_name else vw.PENDING,
+                pod=vw.TaskPod(meta, pod.spec),
+            )
+        return vw.JobInfo(
+            uid=group.metadata.uid,
+            name=name,
+            namespace=namespace,
+            queue=group.spec.queue,
+            min_available=group.spec.min_member,
+            network_topology=group.spec.network_topology,
+            tasks=tasks,
+            pod_group=group,
+        )
+
+    def _pod_sets(
+        self, pending: Sequence[vw.TaskInfo], topology: TopologyRequest | None, fleet: Fleet
+    ) -> tuple[PodSetSpec, ...]:
+        """Pending tasks grouped by role and GPU shape, each group one pod set of the gang."""
+        groups: dict[tuple[str, str, int], list[vw.TaskInfo]] = {}
+        for t in pending:
+            resource, gpus = self._task(t, fleet)
+            groups.setdefault((t.task_role or "tasks", resource, gpus), []).append(t)
+        out = []
+        for (role, resource, gpus), tasks in groups.items():
+            pod = tasks[0].pod or vw.TaskPod()
+            spec = pod.spec
+            if pod_request(spec, resource, path="$.Pod.spec") != gpus:
+                asks = ResourceRequirements(requests={resource: gpus}, limits={resource: gpus})
+                spec = msgspec.structs.replace(spec, containers=[Container("task", asks)], init_containers=[])
+            template = PodTemplateSpec(metadata=pod.metadata, spec=spec)
+            request = topology or template_topology(template, len(tasks), path=f"$.task[{tasks[0].name}].Pod")
+            out.append(PodSetSpec(f"{role}-{gpus}", len(tasks), template, request))
+        return tuple(out)
+
+    def _tier_names(self) -> dict[str, int]:
+        return {hn.spec.tier_name: hn.spec.tier for hn in self.store.state().hypernodes if hn.spec.tier_name}
+
+    # ------------------------------------------------------------------ events
+
+    def _event(self, job: VolcanoJob, reason: str, message: str) -> None:
+        now = self.clock()
+        key = (job.key, reason)
+        if now - self._evented.get(key, -EVENT_EVERY_S) < EVENT_EVERY_S:
+            return
+        self._evented[key] = now
+        log.info("PodGroup %s: %s: %s", job.key, reason, message)
+        if self.events is not None:
+            self.events(job.namespace, job.name, reason, message)
+
+
+def _gang_key(job: str) -> str:
+    namespace, _, name = job.partition("/")
+    return f"{namespace}/podgroup/{name}"
+
+
+def _pod(task: vw.TaskInfo) -> Pod:
+    pod = task.pod or vw.TaskPod()
+    return Pod(metadata=pod.metadata, spec=pod.spec)
+
+
+def _idle(node: vw.NodeName, resource: str) -> int | None:
+    scalars = node.idle.scalar_resources if node.idle is not None else None
+    if scalars is None or resource not in scalars:
+        return None
+    return int(scalars[resource] // 1000)
+
+
+def _network_request(
+    spec: NetworkTopologySpec | None, fleet: Fleet, tier_names: Mapping[str, int]
+) -> TopologyRequest | None:
+    """A PodGroup's networkTopology as a topology level: the highest HyperNode tier it allows."""
+    if spec is None or (spec.highest_tier_allowed is None and not spec.highest_tier_name):
+        return None
+    if spec.highest_tier_name:
+        if spec.highest_tier_name not in tier_names:
+            raise InputError(f"networkTopology.highestTierName {spec.highest_tier_name!r} names no HyperNode tier")
+        limit = tier_names[spec.highest_tier_name]
+    else:
+        assert spec.highest_tier_allowed is not None
+        limit = spec.highest_tier_allowed
+    tiers = sorted(int(k[len(TIER_LABEL_PREFIX) :]) for k in fleet.levels.up_keys if k.startswith(TIER_LABEL_PREFIX))
+    allowed = [t for t in tiers if t <= limit]
+    if not allowed:
+        raise InputError(
+            f"networkTopology allows tiers up to {limit}; the fleet's HyperNode tiers are {tiers or 'none'}"
+        )
+    key = tier_label(allowed[-1])
+    return TopologyRequest(required=key) if spec.mode != "soft" else TopologyRequest(preferred=key)
+
+
+def lowest_hypernode(fleet: Fleet, nodes: Sequence[int]) -> str | None:
+    """The lowest-tier HyperNode holding every one of ``nodes`` (Volcano's job-allocated-hypernode)."""
+    if not len(nodes):
+        return None
+    tiers = sorted(
+        (int(k[len(TIER_LABEL_PREFIX) :]), k) for k in fleet.levels.up_keys if k.startswith(TIER_LABEL_PREFIX)
+    )
+    for _, key in tiers:
+        values = {fleet.node_labels[n].get(key) for n in nodes}
+        if len(values) == 1 and None not in values:
+            return values.pop()
+    return None

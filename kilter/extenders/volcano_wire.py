@@ -1,0 +1,142 @@
+"""The Volcano scheduler ``extender`` plugin's wire types (``pkg/scheduler/plugins/extender``).
+
+Request wrappers carry lowercase json tags (``task``, ``node``, ``evictees``);
+the objects inside are Volcano's ``api`` structs, which have no tags and so
+travel under their PascalCase Go field names — except the Kubernetes objects
+inside them (``Pod``, ``Node``, ``PodGroup``, ``Queue``), which keep their own
+camelCase tags. Only the fields kilter reads are declared: the decoder skips
+the rest without building them, which is what keeps a predicate call (a whole
+TaskInfo and NodeInfo per task x node) cheap. Resources are Volcano's
+``Resource``: ``MilliCPU``, ``Memory`` in bytes, and ``ScalarResources`` in
+milli-units (1 GPU = 1000) except ``pods``.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from kilter.model.core_v1 import ObjectMeta, PodSpec
+from kilter.model.volcano import NetworkTopologySpec, PodGroup, Queue
+
+__all__ = [
+    "ABSTAIN",
+    "PERMIT",
+    "REJECT",
+    "EvictArgs",
+    "JobArgs",
+    "JobInfo",
+    "NodeName",
+    "PredicateArgs",
+    "PrioritizeArgs",
+    "QueueArgs",
+    "QueueInfo",
+    "Resource",
+    "SessionOpenArgs",
+    "TaskArgs",
+    "TaskInfo",
+    "TaskPod",
+]
+
+PERMIT, ABSTAIN, REJECT = 1, 0, -1  # Volcano's util.Permit / Abstain / Reject
+
+# api.TaskStatus bits (pkg/scheduler/api/types.go).
+PENDING, ALLOCATED, PIPELINED, BINDING, BOUND, RUNNING, RELEASING, SUCCEEDED, FAILED, UNKNOWN = (
+    1 << i for i in range(10)
+)
+HOLDING = ALLOCATED | PIPELINED | BINDING | BOUND | RUNNING  # a task on a node, holding its resources
+ENDED = RELEASING | SUCCEEDED | FAILED
+
+# framework status codes a predicate answer may carry.
+SUCCESS, ERROR, UNSCHEDULABLE, UNRESOLVABLE = 0, 1, 2, 3
+
+
+class Resource(msgspec.Struct):
+    milli_cpu: float = msgspec.field(name="MilliCPU", default=0.0)
+    memory: float = msgspec.field(name="Memory", default=0.0)
+    scalar_resources: dict[str, float] | None = msgspec.field(name="ScalarResources", default=None)
+
+
+class TaskPod(msgspec.Struct, rename="camel"):
+    """The slice of a task's v1.Pod kilter reads: who it is, and what the planner places it by."""
+
+    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
+    spec: PodSpec = msgspec.field(default_factory=PodSpec)
+
+
+class TaskInfo(msgspec.Struct):
+    uid: str = msgspec.field(name="UID", default="")
+    job: str = msgspec.field(name="Job", default="")
+    name: str = msgspec.field(name="Name", default="")
+    namespace: str = msgspec.field(name="Namespace", default="")
+    task_role: str = msgspec.field(name="TaskRole", default="")
+    resreq: Resource | None = msgspec.field(name="Resreq", default=None)
+    node_name: str = msgspec.field(name="NodeName", default="")
+    status: int = msgspec.field(name="Status", default=0)
+    priority: int = msgspec.field(name="Priority", default=0)
+    pod: TaskPod | None = msgspec.field(name="Pod", default=None)
+
+
+class NodeName(msgspec.Struct):
+    """A NodeInfo read for its name and Volcano's own idea of what is free on it."""
+
+    name: str = msgspec.field(name="Name", default="")
+    idle: Resource | None = msgspec.field(name="Idle", default=None)
+
+
+class JobInfo(msgspec.Struct):
+    uid: str = msgspec.field(name="UID", default="")
+    name: str = msgspec.field(name="Name", default="")
+    namespace: str = msgspec.field(name="Namespace", default="")
+    queue: str = msgspec.field(name="Queue", default="")
+    priority: int = msgspec.field(name="Priority", default=0)
+    min_available: int = msgspec.field(name="MinAvailable", default=0)
+    network_topology: NetworkTopologySpec | None = msgspec.field(name="NetworkTopology", default=None)
+    tasks: dict[str, TaskInfo] | None = msgspec.field(name="Tasks", default=None)
+    allocated: Resource | None = msgspec.field(name="Allocated", default=None)
+    total_request: Resource | None = msgspec.field(name="TotalRequest", default=None)
+    creation_timestamp: str | None = msgspec.field(name="CreationTimestamp", default=None)
+    pod_group: PodGroup | None = msgspec.field(name="PodGroup", default=None)
+
+
+class QueueInfo(msgspec.Struct):
+    uid: str = msgspec.field(name="UID", default="")
+    name: str = msgspec.field(name="Name", default="")
+    weight: int = msgspec.field(name="Weight", default=0)
+    queue: Queue | None = msgspec.field(name="Queue", default=None)
+
+
+class PredicateArgs(msgspec.Struct):
+    task: TaskInfo | None = None
+    node: NodeName | None = None
+
+
+class PrioritizeArgs(msgspec.Struct):
+    task: TaskInfo | None = None
+    nodes: list[NodeName] | None = None
+
+
+class EvictArgs(msgspec.Struct):
+    """preemptable and reclaimable: the evictees stay raw, since victims go back exactly as received."""
+
+    evictor: TaskInfo | None = None
+    evictees: list[msgspec.Raw] | None = None
+
+
+class JobArgs(msgspec.Struct):
+    job: JobInfo | None = None
+
+
+class QueueArgs(msgspec.Struct):
+    queue: QueueInfo | None = None
+
+
+class TaskArgs(msgspec.Struct):
+    task: TaskInfo | None = None
+
+
+class SessionOpenArgs(msgspec.Struct):
+    """onSessionOpen: Go marshals this wrapper without tags, so its keys are PascalCase too."""
+
+    jobs: dict[str, JobInfo] | None = msgspec.field(name="Jobs", default=None)
+    nodes: dict[str, NodeName] | None = msgspec.field(name="Nodes", default=None)
+    queues: dict[str, QueueInfo] | None = msgspec.field(name="Queues", default=None)
