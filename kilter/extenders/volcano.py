@@ -120,8 +120,7 @@ class VolcanoExtender:
         self.notes: OrderedDict[str, dict[str, str]] = OrderedDict()
         self._serial = 0
         self._permitted: dict[str, VolcanoJob] = {}
-        self._view: tuple[tuple[int, int, int], QuotaView] | None = None
-        self._changes = 0
+        self._view: tuple[tuple[int, int], QuotaView] | None = None
         self._evented: dict[tuple[str, str], float] = {}
         self._state_jobs: tuple[int, dict[str, VolcanoJob]] | None = None
         self._gangs_epoch: tuple[int, int, int] = (-1, -1, -1)
@@ -189,7 +188,7 @@ class VolcanoExtender:
     # ------------------------------------------------------------------ quota
 
     def view(self) -> QuotaView:
-        key = (self.store.version, self.session.serial if self.session else 0, self._changes)
+        key = (self.store.version, self.session.serial if self.session else 0)
         if self._view is None or self._view[0] != key:
             state = self.store.state()
             jobs = dict(self._jobs_from_state())
@@ -224,7 +223,7 @@ class VolcanoExtender:
         self._note(job.key, "enqueue", answer.reason)
         if answer.status == vw.PERMIT:
             self._permitted[job.key] = job
-            self._changes += 1
+            self.view().permit(job)
         if answer.never:
             self._event(job, "KilterNeverFits", f"kilter refused to enqueue the job: it {answer.reason}")
         outcome = {vw.PERMIT: "permit", vw.ABSTAIN: "abstain", vw.REJECT: "reject"}[answer.status]
@@ -402,7 +401,6 @@ class VolcanoExtender:
         uid = task.uid or f"{task.namespace}/{task.name}"
         if not gpus:
             return Answer(200, b'{"errorMessage":""}', "not-gpu")
-        self._changes += 1
         if not allocate:
             if not self.gangs.unbound(uid):
                 self.store.forget(uid)

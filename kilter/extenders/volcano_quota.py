@@ -285,6 +285,25 @@ class QuotaView:
         apply_usage(self.tree, per_cq)
         self.admitted = by_cluster_queue(infos)
 
+    def permit(self, job: VolcanoJob) -> None:
+        """Charge a job kilter just let Volcano enqueue, so the next decision of the session counts it."""
+        cq_name = self.cluster_queue(job.queue)
+        if cq_name is None:
+            return
+        self.jobs[job.key] = job
+        usage = self.usage_of(job, cq_name, self._held(job, {job.key: job}))
+        ws = self.admitted.setdefault(cq_name, [])
+        old = next((w for w in ws if w.key == job.key), None)
+        cq = self.tree.cluster_queues[cq_name]
+        if old is not None:
+            ws.remove(old)
+            for fr, v in old.usage.items():
+                cq.usage[fr] = amount.sub(cq.usage.get(fr, 0), v)
+        for fr, v in usage.items():
+            cq.usage[fr] = amount.add(cq.usage.get(fr, 0), v)
+        ws.append(self._info(job, cq_name, reserved=True, usage=usage))
+        self.tree.recompute_under(cq.root())
+
     def _info(self, job: VolcanoJob, cq: str, *, reserved: bool, usage: Mapping[FR, int]) -> WorkloadInfo:
         return WorkloadInfo(
             namespace=job.namespace,
@@ -383,13 +402,13 @@ class _lifted:
         if self.usage:
             for fr, v in self.usage.items():
                 self.cq.usage[fr] = amount.sub(self.cq.usage.get(fr, 0), v)
-            self.view.tree.recompute()
+            self.view.tree.recompute_under(self.cq.root())
 
     def __exit__(self, *exc: object) -> None:
         if self.usage:
             for fr, v in self.usage.items():
                 self.cq.usage[fr] = amount.add(self.cq.usage.get(fr, 0), v)
-            self.view.tree.recompute()
+            self.view.tree.recompute_under(self.cq.root())
 
 
 def _flavors(flavors: Mapping[str, str]) -> str:

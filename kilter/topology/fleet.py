@@ -29,6 +29,7 @@ from kilter.model.errors import InputError, UnknownPlatform
 from kilter.model.kueue import Topology
 from kilter.model.volcano import HyperNode
 from kilter.topology.catalog import BUILTIN, Catalog, Platform
+from kilter.topology.hypernodes import SOURCE as HYPERNODES
 from kilter.topology.hypernodes import with_hypernode_labels
 from kilter.topology.labels import Levels, choose_levels, group_path
 
@@ -164,9 +165,9 @@ def build_fleet(
     """
     catalog = catalog or Catalog(BUILTIN)
     topologies = list(topologies)
+    tier_keys: tuple[str, ...] = ()
     if hypernodes and not topologies:
-        nodes, hyper = with_hypernode_labels(list(nodes), hypernodes)
-        topologies = [hyper] if hyper is not None else []
+        nodes, tier_keys = with_hypernode_labels(list(nodes), hypernodes)
     warnings: list[str] = []
     gpu_nodes: list[tuple[Node, Platform, int]] = []
     resources = sorted(catalog.device_resources)
@@ -197,7 +198,10 @@ def build_fleet(
             continue
         gpu_nodes.append((node, platform, count))
 
-    levels = choose_levels([n.metadata.labels for n, _, _ in gpu_nodes], topologies, catalog)
+    if tier_keys:
+        levels = Levels(up_keys=tier_keys, source=HYPERNODES)
+    else:
+        levels = choose_levels([n.metadata.labels for n, _, _ in gpu_nodes], topologies, catalog)
     platforms = tuple(sorted({p for _, p, _ in gpu_nodes}, key=catalog.index))
     plat_index = {p.name: i for i, p in enumerate(platforms)}
 

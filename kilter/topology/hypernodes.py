@@ -3,8 +3,9 @@
 The planner groups domains by node labels (``labels.py``). A HyperNode tree
 says the same thing another way — tier 1 groups nodes, tier 2 groups tier-1
 HyperNodes — so each node gets one synthetic label per tier,
-``kilter.dev/hypernode-tier-<t>: <HyperNode name>``, and the tiers become the
-levels of a synthetic Topology, coarsest first. Everything downstream
+``kilter.dev/hypernode-tier-<t>: <HyperNode name>``, and those labels become
+the levels above the scale-up domain, finest first (the domain itself stays
+the platform's own label, such as ``nvidia.com/gpu.clique``). Everything downstream
 (plans, slices, required and preferred levels, explain) then works for
 Volcano unchanged. A Kueue Topology, when the cluster has one, still wins:
 HyperNodes are used only without it.
@@ -23,14 +24,13 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import msgspec
 
-from kilter.model.core_v1 import Node, ObjectMeta
-from kilter.model.kueue import Topology, TopologyLevel, TopologySpec
+from kilter.model.core_v1 import Node
 from kilter.model.volcano import HyperNode, LabelSelector
 
-__all__ = ["TIER_LABEL_PREFIX", "hypernode_topology", "selector_matches", "tier_label", "with_hypernode_labels"]
+__all__ = ["SOURCE", "TIER_LABEL_PREFIX", "node_tiers", "selector_matches", "tier_label", "with_hypernode_labels"]
 
 TIER_LABEL_PREFIX = "kilter.dev/hypernode-tier-"
-TOPOLOGY_NAME = "volcano-hypernodes"
+SOURCE = "Volcano HyperNodes"
 
 
 def tier_label(tier: int) -> str:
@@ -106,19 +106,13 @@ def node_tiers(hypernodes: Iterable[HyperNode], nodes: Sequence[Node]) -> dict[s
     return out
 
 
-def hypernode_topology(tiers: Iterable[int]) -> Topology:
-    """The synthetic Topology whose levels are the tiers present, coarsest (highest tier) first."""
-    levels = [TopologyLevel(tier_label(t)) for t in sorted(set(tiers), reverse=True)]
-    return Topology(metadata=ObjectMeta(name=TOPOLOGY_NAME), spec=TopologySpec(levels=levels))
-
-
-def with_hypernode_labels(nodes: Sequence[Node], hypernodes: Sequence[HyperNode]) -> tuple[list[Node], Topology | None]:
-    """The nodes with their tier labels added, and the Topology of those tiers (None without HyperNodes)."""
+def with_hypernode_labels(nodes: Sequence[Node], hypernodes: Sequence[HyperNode]) -> tuple[list[Node], tuple[str, ...]]:
+    """The nodes with their tier labels added, and those labels finest tier first (empty without HyperNodes)."""
     if not hypernodes:
-        return list(nodes), None
+        return list(nodes), ()
     tiers = node_tiers(hypernodes, nodes)
     if not tiers:
-        return list(nodes), None
+        return list(nodes), ()
     out: list[Node] = []
     for node in nodes:
         mine = tiers.get(node.metadata.name)
@@ -128,4 +122,5 @@ def with_hypernode_labels(nodes: Sequence[Node], hypernodes: Sequence[HyperNode]
         labels = {**node.metadata.labels, **{tier_label(t): hn for t, hn in mine.items()}}
         meta = msgspec.structs.replace(node.metadata, labels=labels)
         out.append(msgspec.structs.replace(node, metadata=meta))
-    return out, hypernode_topology(t for mine in tiers.values() for t in mine)
+    present = sorted({t for mine in tiers.values() for t in mine})
+    return out, tuple(tier_label(t) for t in present)
