@@ -120,6 +120,9 @@ class VolcanoExtender:
         self.notes: OrderedDict[str, dict[str, str]] = OrderedDict()
         self._serial = 0
         self._permitted: dict[str, VolcanoJob] = {}
+        self._placed: dict[
+            str, tuple[str, dict[str, int], str]
+        ] = {}  # task uid -> (job, resources, node), this session
         self._view: tuple[tuple[int, int], QuotaView] | None = None
         self._evented: dict[tuple[str, str], float] = {}
         self._state_jobs: tuple[int, dict[str, VolcanoJob]] | None = None
@@ -175,6 +178,7 @@ class VolcanoExtender:
         jobs = {f"{j.namespace}/{j.name}": j for j in (args.jobs or {}).values()}
         queues = {q.name: q for q in (args.queues or {}).values() if q.name}
         self.session = _Session(jobs, queues, self._serial)
+        self._placed.clear()  # the new session's jobs already count what the last one allocated and kept
         for key in list(self._permitted):
             info = jobs.get(key)
             if info is None or (info.pod_group is not None and info.pod_group.status.phase != "Pending"):
@@ -183,6 +187,7 @@ class VolcanoExtender:
 
     def session_close(self, body: bytes) -> Answer:
         self.session = None
+        self._placed.clear()
         return Answer(200, b"{}", "closed")
 
     # ------------------------------------------------------------------ quota
@@ -197,6 +202,8 @@ class VolcanoExtender:
                     jobs[k] = job_from_info(info)
             annotations = queue_annotations(state, self.session.queues.values() if self.session else ())
             view = QuotaView.build(state, self.queues, jobs, annotations, self._permitted, config=self.config)
+            for job_key, asks, node in self._placed.values():
+                view.place(job_key, asks, node, taken=True)
             self._view = (key, view)
         return self._view[1]
 
@@ -399,19 +406,30 @@ class VolcanoExtender:
         except KilterError as exc:
             return Answer(200, self._encoder.encode({"errorMessage": str(exc)}), "error")
         uid = task.uid or f"{task.namespace}/{task.name}"
-        if not gpus:
-            return Answer(200, b'{"errorMessage":""}', "not-gpu")
+        try:
+            asks = from_resource(task.resreq)
+        except KilterError as exc:
+            return Answer(200, self._encoder.encode({"errorMessage": str(exc)}), "error")
         if not allocate:
-            if not self.gangs.unbound(uid):
+            placed = self._placed.pop(uid, None)
+            if placed is not None:
+                self.view().place(placed[0], placed[1], placed[2], taken=False)
+            if gpus and not self.gangs.unbound(uid):
                 self.store.forget(uid)
             return Answer(200, b'{"errorMessage":""}', "deallocated")
-        plan = self.gangs.plans.get(_gang_key(task.job))
+        plan = self.gangs.plans.get(_gang_key(task.job)) if gpus else None
         if plan is not None and plan.feasible:
             index = fleet.node_index.get(task.node_name)
             if index is None or index not in plan.nodes_for(uid, gpus):
                 message = f"kilter: {task.node_name} is outside the gang's plan ({plan.describe()})"
                 return Answer(200, self._encoder.encode({"errorMessage": message}), "refused")
-        if task.node_name in fleet.node_index and self.gangs.bound(uid, task.node_name, gpus) is None:
+        if uid not in self._placed:
+            refused = self.view().place(task.job, asks, task.node_name, taken=True)
+            if refused:
+                self._note(task.job, "allocate", f"{task.name} refused: {refused}")
+                return Answer(200, self._encoder.encode({"errorMessage": f"kilter: {refused}"}), "refused")
+            self._placed[uid] = (task.job, asks, task.node_name)
+        if gpus and task.node_name in fleet.node_index and self.gangs.bound(uid, task.node_name, gpus) is None:
             self.store.assume(uid, task.node_name, gpus)
         return Answer(200, b'{"errorMessage":""}', "allocated")
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from kilter.extenders import volcano_wire as vw
 from kilter.model.core_v1 import Quantity
@@ -65,6 +65,7 @@ class VolcanoJob:
     holding: Mapping[str, int]
     minimum: Mapping[str, int]
     node: str = ""  # a node it runs on, for the flavor its usage is charged to
+    reserves: bool = False  # its PodGroup sets minResources, which Volcano reserves once it is enqueued
 
     @property
     def namespace(self) -> str:
@@ -124,6 +125,7 @@ def job_from_info(info: vw.JobInfo) -> VolcanoJob:
             holding = _plus(holding, from_resource(t.resreq))
     pg = info.pod_group
     minimum = _from_list(pg.spec.min_resources, "$.PodGroup.spec.minResources") if pg is not None else {}
+    reserves = bool(minimum)
     if not minimum:
         minimum = from_resource(info.total_request)
         if not minimum:
@@ -140,6 +142,7 @@ def job_from_info(info: vw.JobInfo) -> VolcanoJob:
         holding=holding,
         minimum=minimum,
         node=next((t.node_name for t in holding_tasks if t.node_name), ""),
+        reserves=reserves,
     )
 
 
@@ -172,7 +175,8 @@ def _job_from_group(pg: PodGroup, pods: Sequence[tuple[dict[str, int], str, bool
         everything = _plus(everything, asks)
         if bound:
             holding = _plus(holding, asks)
-    minimum = _from_list(pg.spec.min_resources, f"PodGroup {_key(pg)}: spec.minResources") or everything
+    reserved = _from_list(pg.spec.min_resources, f"PodGroup {_key(pg)}: spec.minResources")
+    minimum = reserved or everything
     return VolcanoJob(
         key=_key(pg),
         uid=pg.metadata.uid,
@@ -183,6 +187,7 @@ def _job_from_group(pg: PodGroup, pods: Sequence[tuple[dict[str, int], str, bool
         holding=holding,
         minimum=minimum,
         node=next((node for _, node, bound in pods if bound), ""),
+        reserves=bool(reserved),
     )
 
 
@@ -204,6 +209,7 @@ class QuotaView:
     node_labels: Mapping[str, Mapping[str, str]]
     admitted: dict[str, list[WorkloadInfo]] = field(default_factory=dict)
     config: FairSharingConfig = field(default_factory=FairSharingConfig)
+    permitted: dict[str, VolcanoJob] = field(default_factory=dict)
 
     @classmethod
     def build(
@@ -233,10 +239,11 @@ class QuotaView:
                 binding[queue] = named
         view = cls(tree, dict(jobs), binding, flavors, {n.metadata.name: n.metadata.labels for n in state.nodes})
         view.config = config
+        view.permitted = dict(permitted)
         for key, job in permitted.items():
             if key not in view.jobs or view.jobs[key].phase not in ENQUEUED_PHASES:
                 view.jobs[key] = job
-        view._charge(permitted)
+        view._charge()
         return view
 
     def cluster_queue(self, queue: str) -> str | None:
@@ -244,8 +251,9 @@ class QuotaView:
         node = self.tree.cluster_queues.get(cq) if cq else None
         return cq if node is not None and node.active else None
 
-    def _held(self, job: VolcanoJob, permitted: Mapping[str, VolcanoJob]) -> dict[str, int]:
-        if job.phase in ENQUEUED_PHASES or job.key in permitted:
+    def _held(self, job: VolcanoJob) -> dict[str, int]:
+        """What the job holds, or what Volcano reserved for it at enqueue if that is more."""
+        if job.reserves and (job.phase in ENQUEUED_PHASES or job.key in self.permitted):
             return {r: max(job.holding.get(r, 0), job.minimum.get(r, 0)) for r in {*job.holding, *job.minimum}}
         return dict(job.holding)
 
@@ -268,14 +276,14 @@ class QuotaView:
             out[(chosen, resource)] = out.get((chosen, resource), 0) + value
         return out
 
-    def _charge(self, permitted: Mapping[str, VolcanoJob]) -> None:
+    def _charge(self) -> None:
         per_cq: dict[str, dict[FR, int]] = {}
         infos: list[WorkloadInfo] = []
         for job in self.jobs.values():
             cq = self.cluster_queue(job.queue)
             if cq is None:
                 continue
-            usage = self.usage_of(job, cq, self._held(job, permitted))
+            usage = self.usage_of(job, cq, self._held(job))
             if not usage:
                 continue
             bucket = per_cq.setdefault(cq, {})
@@ -287,21 +295,57 @@ class QuotaView:
 
     def permit(self, job: VolcanoJob) -> None:
         """Charge a job kilter just let Volcano enqueue, so the next decision of the session counts it."""
+        self.permitted[job.key] = job
+        self._recharge(job)
+
+    def place(self, job_key: str, asks: Mapping[str, int], node: str, *, taken: bool) -> str:
+        """A task of the job took (or gave back) ``asks`` on ``node``; why it may not take them ("" if it may).
+
+        This is the quota gate for jobs Volcano enqueues without asking (no
+        ``minResources``): a task whose resources would lift its ClusterQueue
+        above what it may hold is refused, which rolls its allocation back.
+        """
+        job = self.jobs.get(job_key)
+        cq_name = self.cluster_queue(job.queue) if job is not None else None
+        if job is None or cq_name is None:
+            return ""
+        holding = dict(job.holding)
+        for r, v in asks.items():
+            holding[r] = max(holding.get(r, 0) + (v if taken else -v), 0)
+        moved = replace(job, holding=holding, node=job.node or node)
+        if taken:
+            cq = self.tree.cluster_queues[cq_name]
+            before = self._charged(job.key, cq_name)
+            after = self.usage_of(moved, cq_name, self._held(moved))
+            short = [fr for fr, v in after.items() if v - before.get(fr, 0) > max(available(cq, fr), 0)]
+            if short:
+                text = ", ".join(f"{f}/{r}" for f, r in short)
+                return f"ClusterQueue {cq_name} has no quota left for this task ({text})"
+        self._recharge(moved)
+        return ""
+
+    def _charged(self, key: str, cq_name: str) -> dict[FR, int]:
+        own = next((w for w in self.admitted.get(cq_name, ()) if w.key == key), None)
+        return dict(own.usage) if own is not None else {}
+
+    def _recharge(self, job: VolcanoJob) -> None:
+        """Replace the job's charge in its ClusterQueue with what it holds now."""
         cq_name = self.cluster_queue(job.queue)
         if cq_name is None:
             return
         self.jobs[job.key] = job
-        usage = self.usage_of(job, cq_name, self._held(job, {job.key: job}))
+        cq = self.tree.cluster_queues[cq_name]
         ws = self.admitted.setdefault(cq_name, [])
         old = next((w for w in ws if w.key == job.key), None)
-        cq = self.tree.cluster_queues[cq_name]
         if old is not None:
             ws.remove(old)
             for fr, v in old.usage.items():
                 cq.usage[fr] = amount.sub(cq.usage.get(fr, 0), v)
+        usage = self.usage_of(job, cq_name, self._held(job))
         for fr, v in usage.items():
             cq.usage[fr] = amount.add(cq.usage.get(fr, 0), v)
-        ws.append(self._info(job, cq_name, reserved=True, usage=usage))
+        if usage:
+            ws.append(self._info(job, cq_name, reserved=True, usage=usage))
         self.tree.recompute_under(cq.root())
 
     def _info(self, job: VolcanoJob, cq: str, *, reserved: bool, usage: Mapping[FR, int]) -> WorkloadInfo:
