@@ -181,7 +181,8 @@ class VolcanoExtender:
         self._placed.clear()  # the new session's jobs already count what the last one allocated and kept
         for key in list(self._permitted):
             info = jobs.get(key)
-            if info is None or (info.pod_group is not None and info.pod_group.status.phase != "Pending"):
+            group = info.pod_group.normalized() if info is not None and info.pod_group is not None else None
+            if info is None or (group is not None and group.status.phase != "Pending"):
                 del self._permitted[key]
         return Answer(200, b"{}", "opened")
 
@@ -250,9 +251,10 @@ class VolcanoExtender:
         try:
             args = self._decode(vw.QueueArgs, body)
             assert isinstance(args, vw.QueueArgs)
-            if args.queue is None or not (args.queue.name or args.queue.queue):
+            queue = args.queue
+            name = (queue.name or (queue.queue.queue_name if queue.queue else "")) if queue is not None else ""
+            if not name:
                 raise InputError("queue is null or has no Name")
-            name = args.queue.name or (args.queue.queue.metadata.name if args.queue.queue else "")
             overused, reason = self.view().overused(name)
         except KilterError as exc:
             return Answer(400, str(exc).encode(), "error")
@@ -489,7 +491,8 @@ class VolcanoExtender:
             info = self._state_job(job)
         if info is None:
             return None, frozenset()
-        minimum = info.min_available or (info.pod_group.spec.min_member if info.pod_group else 0)
+        group = info.pod_group.normalized() if info.pod_group is not None else None
+        minimum = info.min_available or (group.spec.min_member if group is not None else 0)
         tasks = list((info.tasks or {}).values())
         need = minimum - sum(1 for t in tasks if t.status & vw.HOLDING)
         if minimum < 2 or need <= 0:
@@ -498,7 +501,7 @@ class VolcanoExtender:
             (t for t in tasks if t.status & vw.PENDING and self._task(t, fleet)[1] > 0),
             key=lambda t: (t.task_role, t.name),
         )[:need]
-        topology = info.network_topology or (info.pod_group.spec.network_topology if info.pod_group else None)
+        topology = info.network_topology or (group.spec.network_topology if group is not None else None)
         request = _network_request(topology, fleet, self._tier_names())
         pod_sets = self._pod_sets(pending, request, fleet)
         if not pod_sets:
@@ -546,7 +549,7 @@ class VolcanoExtender:
             min_available=group.spec.min_member,
             network_topology=group.spec.network_topology,
             tasks=tasks,
-            pod_group=group,
+            pod_group=vw.WirePodGroup(metadata=group.metadata, spec=group.spec, status=group.status),
         )
 
     def _pod_sets(

@@ -123,7 +123,7 @@ def job_from_info(info: vw.JobInfo) -> VolcanoJob:
         holding = {}
         for t in holding_tasks:
             holding = _plus(holding, from_resource(t.resreq))
-    pg = info.pod_group
+    pg = info.pod_group.normalized() if info.pod_group is not None else None
     minimum = _from_list(pg.spec.min_resources, "$.PodGroup.spec.minResources") if pg is not None else {}
     reserves = bool(minimum)
     if not minimum:
@@ -464,7 +464,7 @@ def queue_annotations(state: ClusterState, session: Iterable[vw.QueueInfo]) -> d
     out = {q.metadata.name: dict(q.metadata.annotations) for q in state.volcano_queues}
     for info in session:
         if info.queue is not None:
-            out[info.name or info.queue.metadata.name] = dict(info.queue.metadata.annotations)
+            out[info.name or info.queue.queue_name] = dict(info.queue.queue_annotations)
         elif info.name:
             out.setdefault(info.name, {})
     return out

@@ -3,8 +3,9 @@
 Request wrappers carry lowercase json tags (``task``, ``node``, ``evictees``);
 the objects inside are Volcano's ``api`` structs, which have no tags and so
 travel under their PascalCase Go field names — except the Kubernetes objects
-inside them (``Pod``, ``Node``, ``PodGroup``, ``Queue``), which keep their own
-camelCase tags. Only the fields kilter reads are declared: the decoder skips
+inside them (``Pod``, ``Node``, and from v1.14 ``PodGroup`` and ``Queue``),
+which keep their own camelCase tags; v1.13 sends PodGroup and Queue untagged
+(``WirePodGroup``, ``WireQueue`` read both). Only the fields kilter reads are declared: the decoder skips
 the rest without building them, which is what keeps a predicate call (a whole
 TaskInfo and NodeInfo per task x node) cheap. Resources are Volcano's
 ``Resource``: ``MilliCPU``, ``Memory`` in bytes, and ``ScalarResources`` in
@@ -15,8 +16,8 @@ from __future__ import annotations
 
 import msgspec
 
-from kilter.model.core_v1 import ObjectMeta, PodSpec
-from kilter.model.volcano import NetworkTopologySpec, PodGroup, Queue
+from kilter.model.core_v1 import ObjectMeta, PodSpec, Quantity
+from kilter.model.volcano import NetworkTopologySpec, PodGroup, PodGroupSpec, PodGroupStatus
 
 __all__ = [
     "ABSTAIN",
@@ -35,6 +36,8 @@ __all__ = [
     "TaskArgs",
     "TaskInfo",
     "TaskPod",
+    "WirePodGroup",
+    "WireQueue",
 ]
 
 PERMIT, ABSTAIN, REJECT = 1, 0, -1  # Volcano's util.Permit / Abstain / Reject
@@ -83,6 +86,86 @@ class NodeName(msgspec.Struct):
     idle: Resource | None = msgspec.field(name="Idle", default=None)
 
 
+class _NetworkTopologyV113(msgspec.Struct):
+    mode: str = msgspec.field(name="Mode", default="hard")
+    highest_tier_allowed: int | None = msgspec.field(name="HighestTierAllowed", default=None)
+
+
+class _PodGroupSpecV113(msgspec.Struct):
+    min_member: int = msgspec.field(name="MinMember", default=0)
+    queue: str = msgspec.field(name="Queue", default="")
+    min_resources: dict[str, Quantity] | None = msgspec.field(name="MinResources", default=None)
+    network_topology: _NetworkTopologyV113 | None = msgspec.field(name="NetworkTopology", default=None)
+
+
+class _PodGroupStatusV113(msgspec.Struct):
+    phase: str = msgspec.field(name="Phase", default="")
+
+
+class WirePodGroup(msgspec.Struct):
+    """``JobInfo.PodGroup`` in either shape Volcano sends.
+
+    From v1.14 it is the v1beta1 object (``metadata``/``spec``/``status``);
+    v1.13 marshals its internal type, which has no json tags: the ObjectMeta
+    fields sit flattened at the top and ``Spec``/``Status`` are PascalCase.
+    """
+
+    metadata: ObjectMeta | None = None
+    spec: PodGroupSpec | None = None
+    status: PodGroupStatus | None = None
+    name: str = ""
+    namespace: str = ""
+    uid: str = ""
+    creation_timestamp: str | None = msgspec.field(name="creationTimestamp", default=None)
+    annotations: dict[str, str] | None = None
+    spec_v113: _PodGroupSpecV113 | None = msgspec.field(name="Spec", default=None)
+    status_v113: _PodGroupStatusV113 | None = msgspec.field(name="Status", default=None)
+
+    def normalized(self) -> PodGroup:
+        if self.metadata is not None or self.spec is not None:
+            return PodGroup(
+                metadata=self.metadata or ObjectMeta(),
+                spec=self.spec or PodGroupSpec(),
+                status=self.status or PodGroupStatus(),
+            )
+        meta = ObjectMeta(
+            name=self.name,
+            namespace=self.namespace,
+            uid=self.uid,
+            creation_timestamp=self.creation_timestamp,
+            annotations=self.annotations or {},
+        )
+        old = self.spec_v113 or _PodGroupSpecV113()
+        topology = None
+        if old.network_topology is not None:
+            topology = NetworkTopologySpec(old.network_topology.mode, old.network_topology.highest_tier_allowed)
+        spec = PodGroupSpec(
+            min_member=old.min_member,
+            queue=old.queue,
+            min_resources=old.min_resources,
+            network_topology=topology,
+        )
+        return PodGroup(
+            metadata=meta, spec=spec, status=PodGroupStatus(phase=(self.status_v113 or _PodGroupStatusV113()).phase)
+        )
+
+
+class WireQueue(msgspec.Struct):
+    """``QueueInfo.Queue``: the v1beta1 object from v1.14, flattened ObjectMeta on v1.13 (as ``WirePodGroup``)."""
+
+    metadata: ObjectMeta | None = None
+    name: str = ""
+    annotations: dict[str, str] | None = None
+
+    @property
+    def queue_name(self) -> str:
+        return self.metadata.name if self.metadata is not None else self.name
+
+    @property
+    def queue_annotations(self) -> dict[str, str]:
+        return self.metadata.annotations if self.metadata is not None else (self.annotations or {})
+
+
 class JobInfo(msgspec.Struct):
     uid: str = msgspec.field(name="UID", default="")
     name: str = msgspec.field(name="Name", default="")
@@ -95,14 +178,14 @@ class JobInfo(msgspec.Struct):
     allocated: Resource | None = msgspec.field(name="Allocated", default=None)
     total_request: Resource | None = msgspec.field(name="TotalRequest", default=None)
     creation_timestamp: str | None = msgspec.field(name="CreationTimestamp", default=None)
-    pod_group: PodGroup | None = msgspec.field(name="PodGroup", default=None)
+    pod_group: WirePodGroup | None = msgspec.field(name="PodGroup", default=None)
 
 
 class QueueInfo(msgspec.Struct):
     uid: str = msgspec.field(name="UID", default="")
     name: str = msgspec.field(name="Name", default="")
     weight: int = msgspec.field(name="Weight", default=0)
-    queue: Queue | None = msgspec.field(name="Queue", default=None)
+    queue: WireQueue | None = msgspec.field(name="Queue", default=None)
 
 
 class PredicateArgs(msgspec.Struct):
