@@ -36,9 +36,11 @@ log = logging.getLogger("kilter.serve")
 # Full Node objects of a 5,000-node cluster: ~16 KB each in our samples, up to ~50 KB with managedFields.
 DEFAULT_MAX_BODY_BYTES = 256 * 1024 * 1024
 VERBS = ("filter", "prioritize", "preempt", "bind")
+LEGACY_PREFIX = "v1.9/"  # /volcano/v1.9/<verb>: Volcano up to v1.9, whose predicate answer was a list
 KNOWN_PATHS = {
     *(f"/scheduler/{v}" for v in VERBS),
     *(f"/volcano/{v}" for v in VOLCANO_VERBS),
+    *(f"/volcano/{LEGACY_PREFIX}{v}" for v in VOLCANO_VERBS),
     "/healthz",
     "/readyz",
     "/metrics",
@@ -119,6 +121,8 @@ class App:
                     await self._verb(scope, receive, send, verb)
             elif path.startswith("/volcano/"):
                 verb = path[len("/volcano/") :]
+                legacy = verb.startswith(LEGACY_PREFIX)
+                verb = verb.removeprefix(LEGACY_PREFIX)
                 if self.volcano is None:
                     await self._reply(send, path, 404, b"the Volcano verbs are not served here\n", "text/plain")
                 elif verb not in VOLCANO_VERBS:
@@ -126,7 +130,7 @@ class App:
                 elif method != "POST":
                     await self._reply(send, path, 405, b"POST only\n", "text/plain")
                 else:
-                    await self._verb(scope, receive, send, verb, volcano=True)
+                    await self._verb(scope, receive, send, verb, volcano="legacy" if legacy else "current")
             elif method != "GET":
                 await self._reply(send, path, 405, b"GET only\n", "text/plain")
             elif path == "/healthz":
@@ -148,7 +152,7 @@ class App:
             log.exception("request to %s failed", path)
             await self._reply(send, path, 500, f"internal error: {type(exc).__name__}: {exc}\n".encode(), "text/plain")
 
-    async def _verb(self, scope: Scope, receive: Receive, send: Send, verb: str, *, volcano: bool = False) -> None:
+    async def _verb(self, scope: Scope, receive: Receive, send: Send, verb: str, *, volcano: str = "") -> None:
         path = scope["path"]
         length = _content_length(scope)
         if length is not None and length > self.max_body_bytes:
@@ -172,7 +176,7 @@ class App:
         started = time.perf_counter()
         if volcano:
             assert self.volcano is not None
-            answer = self.volcano.call(verb, body)
+            answer = self.volcano.call(verb, body, legacy=volcano == "legacy")
         else:
             answer = await self._bind(body) if verb == "bind" else self._answer(verb, body)
         elapsed = time.perf_counter() - started
