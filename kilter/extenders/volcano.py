@@ -146,8 +146,12 @@ class VolcanoExtender:
             "deallocateFunc": lambda body: self.allocate(body, allocate=False),
         }
 
-    def call(self, verb: str, body: bytes) -> Answer:
-        return self._handlers[verb](body)
+    def call(self, verb: str, body: bytes, *, legacy: bool = False) -> Answer:
+        """One verb; ``legacy`` answers predicate in the list form Volcano read up to v1.9."""
+        answer = self._handlers[verb](body)
+        if legacy and verb == "predicate" and answer.status == 200:
+            return _legacy_predicate(answer, self._encoder)
+        return answer
 
     def _decode(self, kind: type[msgspec.Struct], body: bytes) -> msgspec.Struct:
         decoder = self._decoders.get(kind)
@@ -640,3 +644,12 @@ def lowest_hypernode(fleet: Fleet, nodes: Sequence[int]) -> str | None:
         if len(values) == 1 and None not in values:
             return values.pop()
     return None
+
+
+def _legacy_predicate(answer: Answer, encoder: msgspec.json.Encoder) -> Answer:
+    """``{"status":[api.Status…]}``, Volcano v1.9's PredicateResponse: empty when the node fits."""
+    new = msgspec.json.decode(answer.body)
+    if not new["status"]:
+        return Answer(200, b'{"status":[]}', answer.outcome)
+    old = {"status": [{"Code": new["code"], "Reason": new["status"], "Plugin": "kilter"}]}
+    return Answer(200, encoder.encode(old), answer.outcome)

@@ -397,12 +397,20 @@ class QuotaView:
         return EnqueueAnswer(vw.REJECT, f"waits for quota in ClusterQueue {cq_name}: {result.reason}")
 
     def overused(self, queue: str) -> tuple[bool, str]:
-        """Holding more than it may now: some resource above nominal plus what its cohort can lend it."""
+        """Holding more than it may now: above its nominal quota and beyond what its cohort can lend it now.
+
+        A queue within its nominal quota is never overused: Kueue guarantees
+        nominal quota, and the borrower is the one to give back.
+        """
         cq_name = self.cluster_queue(queue)
         if cq_name is None:
             return False, f"queue {queue} is bound to no ClusterQueue kilter knows"
         cq = self.tree.cluster_queues[cq_name]
-        over = [fr for fr in sorted(cq.usage) if cq.usage[fr] > 0 and available(cq, fr) < 0]
+        over = [
+            fr
+            for fr in sorted(cq.usage)
+            if cq.usage[fr] > (cq.quotas[fr].nominal if fr in cq.quotas else 0) and available(cq, fr) < 0
+        ]
         if over:
             text = ", ".join(f"{f}/{r} by {-available(cq, (f, r))}" for f, r in over)
             return True, f"ClusterQueue {cq_name} holds more than it may: {text}"
