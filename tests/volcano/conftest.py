@@ -64,7 +64,6 @@ class Volcano:
 
     app: App
     port: int
-    server: _Server
 
     def post(self, verb: str, body: Any, *, prefix: str = "/volcano/") -> tuple[int, Any]:
         raw = vp.to_go_json(body) if not isinstance(body, bytes) else body
@@ -90,9 +89,8 @@ def serve(tmp_path: Path, extra: list[dict[str, Any]], **overrides: Any) -> Iter
     snapshot = tmp_path / "snapshot.json"
     write_snapshot(snapshot, [*cluster_objects(), *quota_objects(), *extra])
     app, _ = build_app(serve_args(snapshot, **overrides))
-    server = _Server(app, None)
-    with server as port:
-        yield Volcano(app, port, server)
+    with _Server(app, None) as port:
+        yield Volcano(app, port)
 
 
 @pytest.fixture

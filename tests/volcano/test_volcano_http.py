@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from kilter.extenders.volcano import VOLCANO_VERBS
-from tests.extenders.conftest import CLIQUE
+from tests.topology.builders import CLIQUE
 from tests.volcano import payloads as vp
 from tests.volcano.conftest import Volcano, gpu_job, open_session, serve, task_of
 
