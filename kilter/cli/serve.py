@@ -1,10 +1,10 @@
-"""``kilter serve``: the scheduler extender (and later the other listeners) over a snapshot or the demo fleet.
+"""``kilter serve``: the scheduler extender, Volcano's extender verbs and the webhooks over one state.
 
 State comes from ``--snapshot FILE`` (watched and reloaded when it changes)
 or ``--demo``. With ``--kubeconfig``/``--in-cluster`` the bind verb creates
-the Binding through that cluster's API server; without one, a binding is
-recorded in the state only. (List/watch of the connected cluster as the
-state feed comes with the live-cluster feeder.)
+the Binding through that cluster's API server and Volcano refusals become
+Events; without one, a binding is recorded in the state only. (List/watch of
+the connected cluster as the state feed comes with the live-cluster feeder.)
 """
 
 from __future__ import annotations
