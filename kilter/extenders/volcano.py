@@ -201,10 +201,16 @@ class VolcanoExtender:
         key = (self.store.version, self.session.serial if self.session else 0)
         if self._view is None or self._view[0] != key:
             state = self.store.state()
-            jobs = dict(self._jobs_from_state())
+            # A session holds every job whose queue exists, fresher than the state: then the state adds nothing.
             if self.session is not None:
+                jobs = {}
                 for k, info in self.session.jobs.items():
-                    jobs[k] = job_from_info(info)
+                    try:
+                        jobs[k] = job_from_info(info)
+                    except KilterError as exc:  # one unreadable job must not take quota away from all the others
+                        self._note(k, "unreadable", str(exc))
+            else:
+                jobs = dict(self._jobs_from_state())
             annotations = queue_annotations(state, self.session.queues.values() if self.session else ())
             view = QuotaView.build(state, self.queues, jobs, annotations, self._permitted, config=self.config)
             for job_key, asks, node in self._placed.values():

@@ -156,11 +156,17 @@ def jobs_from_state(state: ClusterState) -> dict[str, VolcanoJob]:
         spec = pod.spec
         names = {r for c in spec.containers for r in (*c.resources.requests, *c.resources.limits)}
         path = f"Pod {pod.metadata.namespace}/{pod.metadata.name}: spec"
-        asks = {r: v for r in sorted(names) if (v := pod_amount(spec, r, path)) > 0}
+        try:
+            asks = {r: v for r in sorted(names) if (v := pod_amount(spec, r, path)) > 0}
+        except InputError:
+            continue
         pods.setdefault((pod.metadata.namespace, group), []).append((asks, spec.node_name, bool(spec.node_name)))
     out: dict[str, VolcanoJob] = {}
     for pg in state.pod_groups:
-        out[_key(pg)] = _job_from_group(pg, pods.get((pg.metadata.namespace, pg.metadata.name), []))
+        try:
+            out[_key(pg)] = _job_from_group(pg, pods.get((pg.metadata.namespace, pg.metadata.name), []))
+        except InputError:
+            continue  # a PodGroup with unreadable minResources: Volcano's own webhook refuses those
     return out
 
 

@@ -290,3 +290,13 @@ def test_bad_bodies_get_a_clear_error_never_a_5xx(volcano: Volcano, verb: str) -
 def test_a_predicate_with_a_null_node_names_the_problem(volcano: Volcano) -> None:
     status, body = volcano.post("predicate", {"task": task_of(gpu_job("x", 1, 4)), "node": None})
     assert status == 200 and body["code"] == 1 and "node is null" in body["status"]
+
+
+def test_one_unreadable_job_in_a_session_does_not_silence_the_others(volcano: Volcano) -> None:
+    good = gpu_job("good", 2, 4)
+    bad = gpu_job("bad", 2, 4)
+    bad["PodGroup"]["spec"]["minResources"] = {"nvidia.com/gpu": "lots"}
+    open_session(volcano, [good, bad])
+    assert volcano.post("jobEnqueueable", vp.job_args(good)) == (200, {"status": 1})
+    status, message = volcano.post("jobEnqueueable", vp.job_args(bad))
+    assert status == 400 and "lots" in message
