@@ -11,7 +11,8 @@ strings. Equals ``twin.names.NameIndex``.
 
 import numpy as np
 
-from cpython.unicode cimport PyUnicode_Check
+from cpython.unicode cimport PyUnicode_Check, PyUnicode_DecodeUTF8
+from libc.stdlib cimport free, realloc
 from libc.string cimport memcmp, memcpy
 
 from kilter._native._types cimport int32_t, int64_t, kilter_ctz, kilter_json_special, kilter_prefetch, uint64_t
@@ -21,6 +22,32 @@ DEF BATCH = 32
 
 cdef extern from "Python.h":
     const char* PyUnicode_AsUTF8AndSize(object unicode, Py_ssize_t* size) except NULL
+
+
+cdef extern from *:
+    """
+    #include <string.h>
+    /* glibc and musl declare memmem under _GNU_SOURCE, which pyconfig.h defines on Linux; the BSDs and
+       macOS always do. Elsewhere (MSVC) memchr finds the needle's second byte, rarer in JSON than '"'. */
+    static const char* kilter_memmem(const char* hay, size_t n, const char* needle, size_t m) {
+    #if !defined(KILTER_NO_MEMMEM) && (defined(_GNU_SOURCE) || defined(__APPLE__) || defined(__FreeBSD__) \
+        || defined(__NetBSD__) || defined(__OpenBSD__) || defined(__DragonFly__))
+        return (const char*)memmem(hay, n, needle, m);
+    #else
+        const char* p = hay + 1;
+        const char* end = hay + n;
+        if (m < 2) return m ? (const char*)memchr(hay, needle[0], n) : hay;
+        if (n < m) return NULL;
+        while ((p = (const char*)memchr(p, needle[1], (size_t)(end - p))) != NULL) {
+            if ((size_t)(end - p) < m - 1) return NULL;
+            if (p[-1] == needle[0] && memcmp(p + 1, needle + 2, m - 2) == 0) return p - 1;
+            p++;
+        }
+        return NULL;
+    #endif
+    }
+    """
+    const char* kilter_memmem(const char* hay, size_t n, const char* needle, size_t m) nogil
 
 
 cdef inline uint64_t load8(const char* p) noexcept nogil:
@@ -82,6 +109,58 @@ cdef inline Py_ssize_t scan_string(const unsigned char* p, Py_ssize_t n, Py_ssiz
     while i < n and p[i] != 0x22 and p[i] != 0x5C and p[i] >= 0x20:
         i += 1
     return i
+
+
+# A NodeInfo as Go's encoding/json writes it starts {"Name":"<n>","Node":{"metadata":{"name":"<n>", ...
+# (NodeInfo.Name first, then the v1.Node, whose ObjectMeta writes name first).
+cdef const char* NODE_NEEDLE = b'"Node":{"metadata":{"name":"'
+DEF NODE_NEEDLE_LEN = 28
+cdef const char* NAME_HEAD = b'{"Name":"'
+DEF NAME_HEAD_LEN = 9
+DEF NO_MEMORY = -1
+DEF REJECTED = -2
+
+
+cdef Py_ssize_t scan_nodeinfos(const unsigned char* p, Py_ssize_t n, Py_ssize_t start,
+                               Py_ssize_t** spans,  # OUT: malloc'd [2 * count]: name offset, name length
+                               Py_ssize_t* capacity  # IN/OUT: pairs *spans holds; the caller frees *spans
+                               ) noexcept nogil:
+    """How many verified NodeInfo headers lie in p[start:n]; REJECTED when one fails verification,
+    NO_MEMORY when *spans cannot grow.
+
+    Each occurrence of NODE_NEEDLE is structural (inside a JSON string its quotes would be escaped),
+    so each one must be a NodeInfo element: the name after it ends at a '"' (no escape, no control
+    byte), and right before it sit '[' or ',', then NAME_HEAD, the same name and '",'.
+    """
+    cdef Py_ssize_t i = start, at, s, e, length, head, count = 0
+    cdef const char* hit
+    cdef Py_ssize_t* grown
+    while True:
+        hit = kilter_memmem(<const char*>(p + i), <size_t>(n - i), NODE_NEEDLE, NODE_NEEDLE_LEN)
+        if hit == NULL:
+            return count
+        at = hit - <const char*>p
+        s = at + NODE_NEEDLE_LEN
+        e = scan_string(p, n, s)
+        if e >= n or p[e] != 0x22:  # '"': else an escape, a control byte or the end
+            return REJECTED
+        length = e - s
+        head = at - (NAME_HEAD_LEN + length + 2)
+        if (head - 1 < start or (p[head - 1] != 0x5B and p[head - 1] != 0x2C)  # '[' or ','
+                or memcmp(p + head, NAME_HEAD, NAME_HEAD_LEN) != 0
+                or memcmp(p + head + NAME_HEAD_LEN, p + s, length) != 0
+                or p[at - 2] != 0x22 or p[at - 1] != 0x2C):  # '",'
+            return REJECTED
+        if count == capacity[0]:
+            grown = <Py_ssize_t*>realloc(spans[0], 4 * (count + 64) * sizeof(Py_ssize_t))
+            if grown == NULL:
+                return NO_MEMORY
+            spans[0] = grown
+            capacity[0] = 2 * (count + 64)
+        spans[0][2 * count] = s
+        spans[0][2 * count + 1] = length
+        count += 1
+        i = e + 1
 
 
 cdef class NameIndex:
@@ -227,6 +306,64 @@ cdef class NameIndex:
                 unknown += found < 0
                 count += 1
         return out[:count].copy(), unknown
+
+    def lookup_nodeinfos(self, const unsigned char[::1] data, Py_ssize_t start):
+        """Indices of the nodes in a JSON array of Volcano NodeInfos, found by their headers alone.
+
+        Volcano's prioritize body carries ~15 KB per NodeInfo (a whole v1.Node, its tasks' Pods) of
+        which kilter needs the name. ``data[start:]`` is searched with memmem for
+        ``"Node":{"metadata":{"name":"``, which Go writes once per element right after
+        ``{"Name":"<name>",``; the name must be the same in both places. The GIL is released while
+        scanning and resolving. ``start`` must be at or before the array's '['.
+
+        Returns (indices, unknown names): int32 [elements, in order], -1 for a name not in the index,
+        and the names of those -1 entries as str, in order (a known one is already the index's own
+        name, so no str is built for it). None when no element is found, a name holds an escape, a
+        control byte or invalid UTF-8, or any header fails verification: the caller then decodes the
+        body in full. An element whose ``Node`` is null has no header and is not counted (Volcano
+        never offers such a node: its snapshot keeps Ready nodes only). Equals
+        ``twin.NameIndex.lookup_nodeinfos``.
+        """
+        cdef Py_ssize_t n = data.shape[0], count = 0, i = 0, j, nb
+        cdef const unsigned char* p
+        cdef Py_ssize_t* spans = NULL
+        cdef Py_ssize_t capacity = 0
+        cdef uint64_t hashes[BATCH]
+        cdef int32_t[::1] o
+        if start < 0 or start > n:
+            raise ValueError(f"start {start} is outside the {n} bytes")
+        if n - start < NODE_NEEDLE_LEN:
+            return None
+        p = &data[0]
+        try:
+            with nogil:
+                count = scan_nodeinfos(p, n, start, &spans, &capacity)
+            if count == NO_MEMORY:
+                raise MemoryError()
+            if count == REJECTED or count == 0:
+                return None
+            out = np.empty(count, dtype=np.int32)
+            o = out
+            with nogil:
+                while i < count:
+                    nb = count - i if count - i < BATCH else BATCH
+                    for j in range(nb):
+                        hashes[j] = name_hash(<const char*>(p + spans[2 * (i + j)]), spans[2 * (i + j) + 1])
+                        kilter_prefetch(&self.table[hashes[j] & self.mask])
+                    for j in range(nb):
+                        o[i + j] = self.find_hashed(
+                            <const char*>(p + spans[2 * (i + j)]), spans[2 * (i + j) + 1], hashes[j]
+                        )
+                    i += nb
+            unknown = []
+            for j in range(count):
+                if o[j] < 0:
+                    unknown.append(PyUnicode_DecodeUTF8(<const char*>(p + spans[2 * j]), spans[2 * j + 1], NULL))
+            return out, unknown
+        except UnicodeDecodeError:
+            return None
+        finally:
+            free(spans)
 
     def index(self, str name):
         """Index of one name, or -1."""

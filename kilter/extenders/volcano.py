@@ -38,6 +38,7 @@ from dataclasses import dataclass
 
 import msgspec
 import numpy as np
+import numpy.typing as npt
 
 from kilter._native.jsonout import JsonNames
 from kilter.extenders import volcano_wire as vw
@@ -61,7 +62,7 @@ from kilter.quota.config import FairSharingConfig
 from kilter.state.store import ClusterStore
 from kilter.topology.fleet import Fleet
 from kilter.topology.hypernodes import TIER_LABEL_PREFIX, tier_label
-from kilter.topology.score import score_pod
+from kilter.topology.score import score_indices
 
 __all__ = ["VOLCANO_VERBS", "EventSink", "VolcanoExtender"]
 
@@ -379,31 +380,58 @@ class VolcanoExtender:
         return vw.SUCCESS, ""
 
     def prioritize(self, body: bytes) -> Answer:
+        """Scores for the known nodes among those offered (0..MAX_NODE_SCORE), keyed by name."""
         try:
-            args = self._decode(vw.PrioritizeArgs, body)
-            assert isinstance(args, vw.PrioritizeArgs)
-            if args.nodes is None:
-                raise InputError("nodes is null")
             fleet = self.store.fleet()
-            _, gpus = self._task(args.task, fleet)
-            assert args.task is not None
-            names = [n.name for n in args.nodes]
+            task, index = self._prioritize_args(body, fleet)
+            _, gpus = self._task(task, fleet)
             if not gpus:
                 return Answer(200, b'{"nodeScore":{},"errorMessage":""}', "not-gpu")
-            plan = self._plan(args.task, gpus, fleet)
-            planned = plan.nodes_for(args.task.uid, gpus) if plan is not None and plan.feasible else []
-            scores, index = score_pod(fleet, names, gpus=gpus, planned=planned)
+            plan = self._plan(task, gpus, fleet)
         except KilterError as exc:
             return Answer(200, self._encoder.encode({"nodeScore": {}, "errorMessage": str(exc)}), "error")
         if plan is not None:
+            planned = plan.nodes_for(task.uid, gpus) if plan.feasible else []
             scaled = np.where(np.isin(index, np.asarray(planned, dtype=np.int32)), MAX_NODE_SCORE, 0)
         else:
+            scores = score_indices(fleet, index, gpus=gpus)
             scaled = np.maximum(scores.astype(np.int32), 0) * (MAX_NODE_SCORE // 10)
         known = np.flatnonzero(index >= 0)
         if self._names[0] != self.store.generation:
             self._names = (self.store.generation, JsonNames(fleet.node_names))
         scores_json = self._names[1].object(index[known], scaled[known].astype(np.int32), SCORE_TEXT)
         return Answer(200, b'{"nodeScore":' + scores_json + b',"errorMessage":""}', "scored")
+
+    def _prioritize_args(self, body: bytes, fleet: Fleet) -> tuple[vw.TaskInfo, npt.NDArray[np.int32]]:
+        """The task and the offered nodes' fleet indices (-1: unknown), read without decoding the nodes.
+
+        Go writes ``{"task":…,"nodes":[NodeInfo…]}`` at ~15 KB per NodeInfo, of
+        which only the names matter: the task is decoded alone and the names
+        are read off the elements' headers by ``NameIndex.lookup_nodeinfos``
+        (~5x faster than decoding 5,000 nodes). Anything unexpected
+        (``"nodes"`` null, empty or not right after the task, a header that
+        does not verify) takes the full decode, which also words the errors.
+        """
+        if body.startswith(b'{"task":') and body.endswith(b"]}"):  # json.Marshal's output, not cut short
+            pos = body.find(b',"nodes":[')
+            if pos > 0:
+                try:
+                    task = self._decode(vw.TaskInfo, body[len(b'{"task":') : pos])
+                except InputError:  # "task":null, or the marker was not the top-level key
+                    task = None
+                found = fleet.name_index.lookup_nodeinfos(body, pos) if isinstance(task, vw.TaskInfo) else None
+                if found is not None:
+                    assert isinstance(task, vw.TaskInfo)
+                    return task, found[0]
+        args = self._decode(vw.PrioritizeArgs, body)
+        assert isinstance(args, vw.PrioritizeArgs)
+        if args.task is None:
+            raise InputError("task is null")
+        if args.nodes is None:
+            raise InputError("nodes is null")
+        index = np.empty(len(args.nodes), dtype=np.int32)
+        fleet.name_index.lookup([n.name for n in args.nodes], index)
+        return args.task, index
 
     def allocate(self, body: bytes, *, allocate: bool) -> Answer:
         try:

@@ -17,7 +17,7 @@ from kilter._native import gang
 from kilter.model.errors import InputError
 from kilter.topology.fleet import Fleet
 
-__all__ = ["MAX_SCORE", "score_pod", "score_pod_json"]
+__all__ = ["MAX_SCORE", "score_indices", "score_pod", "score_pod_json"]
 
 MAX_SCORE = int(gang.MAX_SCORE)
 
@@ -28,7 +28,7 @@ def score_pod(
     """Scores aligned with ``names`` (-1 unknown node, 0 does not fit) and the node indices found."""
     idx = np.empty(len(names), dtype=np.int32)
     fleet.name_index.lookup(names, idx)
-    return _score(fleet, idx, gpus=gpus, planned=planned), idx
+    return score_indices(fleet, idx, gpus=gpus, planned=planned), idx
 
 
 def score_pod_json(
@@ -46,10 +46,13 @@ def score_pod_json(
             raise InputError(f"NodeNames: {exc}") from None
         return score_pod(fleet, decoded, gpus=gpus, planned=planned)
     idx = found[0]
-    return _score(fleet, idx, gpus=gpus, planned=planned), idx
+    return score_indices(fleet, idx, gpus=gpus, planned=planned), idx
 
 
-def _score(fleet: Fleet, idx: npt.NDArray[np.int32], *, gpus: int, planned: Sequence[int]) -> npt.NDArray[np.int8]:
+def score_indices(
+    fleet: Fleet, idx: npt.NDArray[np.int32], *, gpus: int, planned: Sequence[int] = ()
+) -> npt.NDArray[np.int8]:
+    """Like ``score_pod`` for node indices already looked up (-1 for a node kilter does not know)."""
     plan = np.unique(np.asarray(planned, dtype=np.int32)) if len(planned) else np.empty(0, dtype=np.int32)
     out = np.empty(len(idx), dtype=np.int8)
     gang.score_nodes(fleet.bitmap, idx, gpus, plan, out)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from random import Random
 
 import numpy as np
 import pytest
@@ -11,6 +12,7 @@ from hypothesis import strategies as st
 
 from kilter._native import names
 from kilter._native.twin import names as twin
+from tests.volcano import payloads as vp
 
 
 def lookup(index: names.NameIndex | twin.NameIndex, wanted: list[str]) -> tuple[list[int], int]:
@@ -87,3 +89,139 @@ def test_json_lookup_agrees_with_the_twin(known: list[str], extra: list[str]) ->
     b = twin.NameIndex(known).lookup_json(data)
     assert a is not None and b is not None
     assert (a[0].tolist(), a[1]) == (b[0].tolist(), b[1])
+
+
+# ------------------------------------------------------------------ NodeInfo headers in a prioritize body
+
+NODES_KEY = b',"nodes":['
+
+
+def nodeinfo(name: str, *, metadata_name: str | None = None) -> dict[str, object]:
+    """A NodeInfo cut down to the fields around its header, in Go's field order."""
+    node = {"metadata": {"name": name if metadata_name is None else metadata_name, "uid": "u"}, "spec": {}}
+    return {"Name": name, "Node": node, "State": {"Phase": 1, "Reason": ""}, "Idle": {"MilliCPU": 1000}}
+
+
+def small_body(nodes: list[dict[str, object]]) -> bytes:
+    return vp.to_go_json({"task": {"UID": "t"}, "nodes": nodes})
+
+
+def both(known: list[str], body: bytes) -> tuple[object, object]:
+    """Core and twin answers, with arrays as lists."""
+
+    def plain(found: tuple[np.ndarray, list[str]] | None) -> object:
+        return None if found is None else (found[0].tolist(), found[1])
+
+    start = body.find(NODES_KEY)
+    return (
+        plain(names.NameIndex(known).lookup_nodeinfos(body, start)),
+        plain(twin.NameIndex(known).lookup_nodeinfos(body, start)),
+    )
+
+
+def test_node_names_are_read_off_a_volcano_prioritize_body() -> None:
+    # The task's Pod and a node's annotation both carry the header text; in a JSON string its quotes
+    # are escaped, so neither is taken for an element.
+    header = '{"Name":"gb-r000-t00","Node":{"metadata":{"name":"gb-r000-t00"'
+    pod = vp.pod("ml", "w-0", "uid-w0", gpus=4, group="pg1", annotations={"note": header})
+    nodes = [vp.node_info(f"gb-r000-t0{i}", gpus=4, used_gpus=i % 2) for i in range(4)]
+    nodes.insert(2, vp.node_info("cpu-1", gpus=0, node_obj=vp.node("cpu-1", gpus=0, annotations={"x": header})))
+    body = vp.to_go_json(vp.prioritize_args(vp.task_info(pod), nodes))
+    assert body.count(header.encode()) == 1  # the real element
+    assert body.count(header.replace('"', '\\"').encode()) == 3  # the task's Pod and PodAnnotations, cpu-1's Node
+    known = ["gb-r000-t03", "gb-r000-t01", "gb-r000-t00"]
+    # gb-r000-t00 -> 2, t01 -> 1, cpu-1 unknown, t02 unknown, t03 -> 0
+    assert both(known, body) == (([2, 1, -1, -1, 0], ["cpu-1", "gb-r000-t02"]),) * 2
+
+
+def test_a_header_whose_names_differ_asks_for_the_full_decoder() -> None:
+    body = small_body([nodeinfo("a"), nodeinfo("b", metadata_name="c")])
+    assert both(["a", "b", "c"], body) == (None, None)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param('no"de', id="a quote"),
+        pytest.param("no\\de", id="a backslash"),
+        pytest.param("a&b", id="an ampersand Go writes as \\u0026"),
+        pytest.param("tab\there", id="a control character"),
+    ],
+)
+def test_an_escaped_node_name_asks_for_the_full_decoder(name: str) -> None:
+    assert both(["a", name], small_body([nodeinfo("a"), nodeinfo(name)])) == (None, None)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        pytest.param(small_body([]), id="an empty nodes list"),
+        pytest.param(b'{"task":{"UID":"t"},"nodes":[{"Name":"a","Node":null}]}', id="a NodeInfo without its Node"),
+        pytest.param(b'{"task":null,"nodes":[{"Name":"a"}]}', id="a NodeInfo without a header"),
+    ],
+)
+def test_no_header_means_no_answer(body: bytes) -> None:
+    assert both(["a"], body) == (None, None)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        pytest.param(b'{"task":{},"nodes":[{"Name":"a","Node":{"metadata":{"name":"a', id="a name cut short"),
+        pytest.param(b'{"task":{},"nodes":[{"Name":"a","Node":{"metadata":{"name":"\xff"}}}]}', id="invalid UTF-8"),
+        pytest.param(
+            b'{"task":{},"nodes":[{"Name":"a","X":{"Name":"a","Node":{"metadata":{"name":"a"}}}}]}',
+            id="a header inside an element",
+        ),
+        pytest.param(
+            b'{"task":{},"nodes":[ {"Name":"a","Node":{"metadata":{"name":"a"}}}]}', id="a space before an element"
+        ),
+        pytest.param(
+            b'{"task":{},"nodes":[{"Name":"a","Node":{"metadata":{"name":"a"}}},"Node":{"metadata":{"name":"a"}}]}',
+            id="a needle without its Name",
+        ),
+    ],
+)
+def test_anything_but_go_layout_asks_for_the_full_decoder(body: bytes) -> None:
+    assert both(["a"], body) == (None, None)
+
+
+def test_non_ascii_names_come_back_as_str() -> None:
+    body = small_body([nodeinfo("nœud-ü"), nodeinfo("ノード")])
+    assert both(["nœud-ü"], body) == (([0, -1], ["ノード"]),) * 2
+
+
+def test_elements_before_start_are_not_read() -> None:
+    body = small_body([nodeinfo("a"), nodeinfo("b")])
+    second = body.find(b',{"Name":"b"')
+    for index in (names.NameIndex(["a", "b"]), twin.NameIndex(["a", "b"])):
+        found = index.lookup_nodeinfos(body, second)
+        assert found is not None and found[0].tolist() == [1]
+        assert index.lookup_nodeinfos(body, len(body)) is None
+        with pytest.raises(ValueError, match="outside"):
+            index.lookup_nodeinfos(body, len(body) + 1)
+        with pytest.raises(ValueError, match="outside"):
+            index.lookup_nodeinfos(body, -1)
+
+
+def test_hundreds_of_elements_outgrow_the_first_buffer() -> None:
+    strangers = [f"stranger-{i}" for i in range(300)]
+    body = small_body([nodeinfo(n) for n in strangers] + [nodeinfo("a")])
+    assert both(["a"], body) == (([-1] * 300 + [0], strangers),) * 2
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.from_regex(r"[a-z0-9ü][a-z0-9.ü-]{0,40}", fullmatch=True), unique=True, min_size=1, max_size=60),
+    st.lists(st.from_regex(r"[a-z0-9.ü-]{0,20}", fullmatch=True), max_size=30),
+    st.randoms(use_true_random=False),
+)
+def test_nodeinfo_lookup_agrees_with_the_twin_and_the_names(known: list[str], extra: list[str], rng: Random) -> None:
+    offered = known[::2] + extra
+    rng.shuffle(offered)
+    body = small_body([nodeinfo(n) for n in offered])
+    expected = None
+    if offered:
+        where = {name: i for i, name in enumerate(known)}
+        expected = ([where.get(n, -1) for n in offered], [n for n in offered if n not in where])
+    assert both(known, body) == (expected, expected)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -300,3 +301,15 @@ def test_one_unreadable_job_in_a_session_does_not_silence_the_others(volcano: Vo
     assert volcano.post("jobEnqueueable", vp.job_args(good)) == (200, {"status": 1})
     status, message = volcano.post("jobEnqueueable", vp.job_args(bad))
     assert status == 400 and "lots" in message
+
+
+def test_prioritize_reads_go_bodies_fast_and_any_other_json_the_same(volcano: Volcano) -> None:
+    solo, gang = gpu_job("solo", 1, 4), gpu_job("gang", 4, 4)
+    open_session(volcano, [solo, gang])
+    nodes = [node(n) for n in (*R1[:8], *R2[:8])] + [vp.node_info("stranger", gpus=4)]
+    for task in (task_of(solo), task_of(gang)):
+        args = vp.prioritize_args(task, nodes)
+        fast = volcano.post("prioritize", vp.to_go_json(args))  # Go's compact bytes: the header scan
+        slow = volcano.post("prioritize", json.dumps(args, indent=1).encode())  # any other JSON: a full decode
+        assert fast == slow
+        assert fast[0] == 200 and "stranger" not in fast[1]["nodeScore"] and len(fast[1]["nodeScore"]) == 16

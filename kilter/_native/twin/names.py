@@ -7,6 +7,9 @@ import json
 import numpy as np
 import numpy.typing as npt
 
+NODE_NEEDLE = b'"Node":{"metadata":{"name":"'
+NAME_HEAD = b'{"Name":"'
+
 
 class NameIndex:
     def __init__(self, names: list[str]) -> None:
@@ -39,6 +42,33 @@ class NameIndex:
             raise ValueError("expected a JSON array of node names")
         out = np.empty(len(names), dtype=np.int32)
         return out, self.lookup(names, out)
+
+    def lookup_nodeinfos(self, data: bytes, start: int) -> tuple[npt.NDArray[np.int32], list[str]] | None:
+        if start < 0 or start > len(data):
+            raise ValueError(f"start {start} is outside the {len(data)} bytes")
+        found: list[str] = []
+        i = start
+        while (at := data.find(NODE_NEEDLE, i)) >= 0:
+            s = at + len(NODE_NEEDLE)
+            e = data.find(b'"', s)
+            if e < 0:
+                return None
+            raw = data[s:e]
+            if b"\\" in raw or any(c < 0x20 for c in raw):
+                return None
+            header = NAME_HEAD + raw + b'",'
+            head = at - len(header)
+            if head - 1 < start or data[head - 1] not in b"[," or data[head:at] != header:
+                return None
+            try:
+                found.append(raw.decode())
+            except UnicodeDecodeError:
+                return None
+            i = e + 1
+        if not found:
+            return None
+        out = np.array([self._index.get(name, -1) for name in found], dtype=np.int32)
+        return out, [name for name, k in zip(found, out.tolist(), strict=True) if k < 0]
 
     def index(self, name: str) -> int:
         return self._index.get(name, -1)
