@@ -70,6 +70,8 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Literal
 
+from kilter.model import quantity
+
 Json = dict[str, Any]
 VolcanoVersion = Literal["v1.13", "v1.14", "v1.15", "head"]
 DEFAULT_VERSION: VolcanoVersion = "head"
@@ -151,35 +153,10 @@ def _rv(*parts: str) -> str:
 
 # --------------------------------------------------------------------------------------------- quantities
 
-_QTY = re.compile(r"^([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+-]?[0-9]+)?$")
-_SUFFIX: dict[str, Decimal] = {
-    "Ki": Decimal(2**10),
-    "Mi": Decimal(2**20),
-    "Gi": Decimal(2**30),
-    "Ti": Decimal(2**40),
-    "Pi": Decimal(2**50),
-    "Ei": Decimal(2**60),
-    "n": Decimal("1e-9"),
-    "u": Decimal("1e-6"),
-    "m": Decimal("1e-3"),
-    "k": Decimal(10**3),
-    "M": Decimal(10**6),
-    "G": Decimal(10**9),
-    "T": Decimal(10**12),
-    "P": Decimal(10**15),
-    "E": Decimal(10**18),
-}
-
 
 def parse_quantity(text: str) -> Decimal:
     """The exact value of a Kubernetes quantity string (``"500m"``, ``"64Gi"``, ``"1e3"``)."""
-    m = _QTY.match(text.strip())
-    if not m:
-        raise ValueError(f"not a quantity: {text!r}")
-    number, suffix = Decimal(m.group(1)), m.group(2) or ""
-    if suffix[:1] in ("e", "E"):
-        return number.scaleb(int(suffix[1:]))
-    return number * _SUFFIX[suffix] if suffix else number
+    return quantity.parse_quantity(text.strip())
 
 
 def _value(text: str) -> int:  # resource.Quantity.Value(): rounded up
