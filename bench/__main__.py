@@ -4,11 +4,17 @@ from __future__ import annotations
 
 import json
 
-from bench import common, extender, quota, topology, webhooks
+from bench import common, extender, quota, topology, volcano, webhooks
 
 
 def run() -> None:
-    for name, module in (("topology", topology), ("quota", quota), ("extender", extender), ("webhooks", webhooks)):
+    for name, module in (
+        ("topology", topology),
+        ("quota", quota),
+        ("extender", extender),
+        ("webhooks", webhooks),
+        ("volcano", volcano),
+    ):
         results = module.main()
         path = common.write(name, results)
         print(json.dumps(results, indent=2))

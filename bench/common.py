@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import platform
 import subprocess
 import sys
@@ -81,3 +82,30 @@ def write(name: str, results: dict[str, Any]) -> Path:
     path = RESULTS / f"{name}.json"
     path.write_text(json.dumps({"benchmark": name, "environment": environment(), "results": results}, indent=2) + "\n")
     return path
+
+
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far (from /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def host_counters() -> tuple[list[int], float]:
+    """The machine's CPU time counters (``/proc/stat``, in ticks) and seconds some task waited for a CPU (PSI)."""
+    ticks = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    try:
+        some = Path("/proc/pressure/cpu").read_text().split("\n", 1)[0]
+        waited = int(some.rpartition("total=")[2]) / 1e6
+    except (OSError, ValueError):
+        waited = float("nan")
+    return ticks, waited
+
+
+def host_share(before: tuple[list[int], float], after: tuple[list[int], float], wall: float) -> dict[str, float]:
+    """Over a run: the CPU time the hypervisor gave elsewhere (steal) and how often a task here waited for a CPU."""
+    delta = [b - a for a, b in zip(before[0], after[0], strict=True)]
+    steal = delta[7] if len(delta) > 7 else 0
+    return {
+        "steal_fraction": round(steal / max(sum(delta), 1), 4),
+        "cpu_pressure_some_fraction": round((after[1] - before[1]) / wall, 3),
+    }

@@ -393,7 +393,7 @@ def nodes_body(pod: bytes, items: bytes) -> bytes:
 # ---------------------------------------------------------------------------------------------- server
 
 
-def _serve(snapshot: str, http_impl: str, loop_impl: str, port_out: Connection) -> None:
+def serve_http(snapshot: str, http_impl: str, loop_impl: str, port_out: Connection) -> None:
     """Child process: load the snapshot as ``kilter serve`` does, listen on an ephemeral port, serve."""
     app, _ = build_app(serve_args(Path(snapshot)))
     settle()  # as `kilter serve` does once the state is loaded
@@ -404,7 +404,7 @@ def _serve(snapshot: str, http_impl: str, loop_impl: str, port_out: Connection) 
 @contextmanager
 def serving(snapshot: Path, http_impl: str, loop_impl: str) -> Iterator[tuple[int, float]]:
     """(port, seconds until ready) of a server process over ``snapshot``; stopped (SIGTERM) on exit."""
-    with server_process(_serve, (str(snapshot), http_impl, loop_impl)) as (port, _, ready_s):
+    with server_process(serve_http, (str(snapshot), http_impl, loop_impl)) as (port, _, ready_s):
         yield port, ready_s
 
 

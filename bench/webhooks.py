@@ -60,7 +60,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from bench.common import machine_speed, measure, write
+from bench.common import host_counters, host_share, machine_speed, measure, process_cpu_s, write
 from bench.extender import FLEET, GPU, RACKS, fleet_objects
 from bench.server import run_on_ephemeral_port, serve_args, server_process
 from kilter.cli.serve import build_app, webhook_app
@@ -462,33 +462,6 @@ def serving(snapshot: Path, cert: Path, key: Path, ca: Path) -> Iterator[Served]
         yield Served(port, pid, ready_s, client)
 
 
-def _cpu_s(pid: int) -> float:
-    """User + system CPU seconds of process ``pid`` so far (from /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def _host() -> tuple[list[int], float]:
-    """The machine's CPU time counters (``/proc/stat``, in ticks) and seconds some task waited for a CPU (PSI)."""
-    ticks = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    try:
-        some = Path("/proc/pressure/cpu").read_text().split("\n", 1)[0]
-        waited = int(some.rpartition("total=")[2]) / 1e6
-    except (OSError, ValueError):
-        waited = float("nan")
-    return ticks, waited
-
-
-def _host_share(before: tuple[list[int], float], after: tuple[list[int], float], wall: float) -> dict[str, float]:
-    """Over a run: the CPU time the hypervisor gave elsewhere (steal) and how often a task here waited for a CPU."""
-    delta = [b - a for a, b in zip(before[0], after[0], strict=True)]
-    steal = delta[7] if len(delta) > 7 else 0
-    return {
-        "steal_fraction": round(steal / max(sum(delta), 1), 4),
-        "cpu_pressure_some_fraction": round((after[1] - before[1]) / wall, 3),
-    }
-
-
 # ---------------------------------------------------------------------------------------------- client
 
 
@@ -701,7 +674,7 @@ def open_loop(
             errors.append(exc)
             barrier.abort()
 
-    host0, cpu0, server_cpu0, wall0 = _host(), time.process_time(), _cpu_s(served.pid), clock()
+    host0, cpu0, server_cpu0, wall0 = host_counters(), time.process_time(), process_cpu_s(served.pid), clock()
     threads = [threading.Thread(target=worker, args=(k,)) for k in range(CONNECTIONS)]
     for th in threads:
         th.start()
@@ -710,8 +683,8 @@ def open_loop(
     if errors:
         raise errors[0]
     wall = clock() - wall0
-    client_cpu, server_cpu = time.process_time() - cpu0, _cpu_s(served.pid) - server_cpu0
-    host = _host_share(host0, _host(), wall)
+    client_cpu, server_cpu = time.process_time() - cpu0, process_cpu_s(served.pid) - server_cpu0
+    host = host_share(host0, host_counters(), wall)
     t0 = start[0]
     due = t0 + np.arange(total, dtype=np.float64) / rate
     latency, service, lag = done - due, done - sent, sent - due
