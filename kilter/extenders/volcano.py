@@ -131,6 +131,10 @@ class VolcanoExtender:
         self._gang_cache: dict[str, tuple[GangId | None, frozenset[str]]] = {}
         self._names: tuple[int, JsonNames] = (-1, JsonNames([]))
         self._encoder = msgspec.json.Encoder()
+        self._jobs_decoder = msgspec.json.Decoder(dict[str, vw.JobInfo] | None)
+        self._task_decoder = msgspec.json.Decoder(vw.TaskInfo | None)
+        self._resource_decoder = msgspec.json.Decoder(vw.Resource | None)
+        self._queues_decoder = msgspec.json.Decoder(dict[str, vw.QueueInfo] | None)
         self._decoders: dict[type, msgspec.json.Decoder[object]] = {}
         self._handlers: dict[str, Callable[[bytes], Answer]] = {
             "onSessionOpen": self.session_open,
@@ -174,11 +178,10 @@ class VolcanoExtender:
 
     def session_open(self, body: bytes) -> Answer:
         try:
-            args = self._decode(vw.SessionOpenArgs, body)
+            args = self._session_args(body)
         except KilterError as exc:
             self.session = None  # a session kilter could not read: the state is the view until the next one
             return Answer(400, str(exc).encode(), "error")
-        assert isinstance(args, vw.SessionOpenArgs)
         self._serial += 1
         jobs = {f"{j.namespace}/{j.name}": j for j in (args.jobs or {}).values()}
         queues = {q.name: q for q in (args.queues or {}).values() if q.name}
@@ -190,6 +193,30 @@ class VolcanoExtender:
             if info is None or (group is not None and group.status.phase != "Pending"):
                 del self._permitted[key]
         return Answer(200, b"{}", "opened")
+
+    def _session_args(self, body: bytes) -> vw.SessionOpenArgs:
+        """Jobs and Queues of the session, without reading its Nodes.
+
+        The Nodes (every NodeInfo of the cluster, ~15 KB each) are most of an
+        onSessionOpen body and kilter does not need them; Go writes the
+        request's fields in order (Jobs, Nodes, Queues, NamespaceInfo, ...), so
+        the Jobs and Queues values are cut out by their keys and decoded alone.
+        Anything that does not decode that way is decoded whole.
+        """
+        head = b'{"Jobs":'
+        nodes = body.find(b',"Nodes":') if body.startswith(head) else -1
+        queues = body.rfind(b',"Queues":') if nodes > 0 else -1
+        after = body.find(b',"NamespaceInfo":', queues) if queues > nodes else -1
+        if after > 0:
+            try:
+                jobs = self._jobs_decoder.decode(body[len(head) : nodes])
+                found = self._queues_decoder.decode(body[queues + len(b',"Queues":') : after])
+                return vw.SessionOpenArgs(jobs=jobs, queues=found)
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                pass
+        args = self._decode(vw.SessionOpenArgs, body)
+        assert isinstance(args, vw.SessionOpenArgs)
+        return args
 
     def session_close(self, body: bytes) -> Answer:
         self.session = None
@@ -335,8 +362,7 @@ class VolcanoExtender:
 
     def predicate(self, body: bytes) -> Answer:
         try:
-            args = self._decode(vw.PredicateArgs, body)
-            assert isinstance(args, vw.PredicateArgs)
+            args = self._predicate_args(body)
             if args.node is None or not args.node.name:
                 raise InputError("node is null or has no Name")
             fleet = self.store.fleet()
@@ -346,6 +372,32 @@ class VolcanoExtender:
         except KilterError as exc:
             return self._predicate_answer(vw.ERROR, str(exc))
         return self._predicate_answer(code, reason)
+
+    def _predicate_args(self, body: bytes) -> vw.PredicateArgs:
+        """The task, and the node's Name and Idle, without reading the node's Node object and Tasks.
+
+        Called once per task x node, with a ~15 KB NodeInfo of which kilter reads
+        two fields: Go writes ``{"task":…,"node":{"Name":…,"Node":{…},…,"Idle":{…},"Used":…``
+        in that order, so those are cut out by their keys and decoded alone.
+        Anything that does not decode that way is decoded whole.
+        """
+        marker = b',"node":{"Name":"'
+        at = body.find(marker) if body.startswith(b'{"task":') and body.endswith(b"}}") else -1
+        if at > 0:
+            name_end = body.find(b'"', at + len(marker))
+            idle = body.find(b',"Idle":', name_end)
+            used = body.find(b',"Used":', idle)
+            name = body[at + len(marker) : name_end]
+            if name_end > 0 and idle > name_end and used > idle and b"\\" not in name:
+                try:
+                    task = self._task_decoder.decode(body[len(b'{"task":') : at])
+                    free = self._resource_decoder.decode(body[idle + len(b',"Idle":') : used])
+                    return vw.PredicateArgs(task, vw.NodeName(name.decode(), free))
+                except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError):
+                    pass
+        args = self._decode(vw.PredicateArgs, body)
+        assert isinstance(args, vw.PredicateArgs)
+        return args
 
     def _predicate_answer(self, code: int, reason: str) -> Answer:
         body = self._encoder.encode({"status": reason, "code": code})
@@ -416,8 +468,8 @@ class VolcanoExtender:
             pos = body.find(b',"nodes":[')
             if pos > 0:
                 try:
-                    task = self._decode(vw.TaskInfo, body[len(b'{"task":') : pos])
-                except InputError:  # "task":null, or the marker was not the top-level key
+                    task = self._task_decoder.decode(body[len(b'{"task":') : pos])
+                except (msgspec.DecodeError, msgspec.ValidationError):  # the marker was not the top-level key
                     task = None
                 found = fleet.name_index.lookup_nodeinfos(body, pos) if isinstance(task, vw.TaskInfo) else None
                 if found is not None:

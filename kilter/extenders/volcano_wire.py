@@ -218,8 +218,7 @@ class TaskArgs(msgspec.Struct):
 
 
 class SessionOpenArgs(msgspec.Struct):
-    """onSessionOpen: Go marshals this wrapper without tags, so its keys are PascalCase too."""
+    """onSessionOpen: Go marshals this wrapper without tags, so its keys are PascalCase too (Nodes unread)."""
 
     jobs: dict[str, JobInfo] | None = msgspec.field(name="Jobs", default=None)
-    nodes: dict[str, NodeName] | None = msgspec.field(name="Nodes", default=None)
     queues: dict[str, QueueInfo] | None = msgspec.field(name="Queues", default=None)

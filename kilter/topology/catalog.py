@@ -210,6 +210,7 @@ class Catalog:
 
     def __init__(self, platforms: Iterable[Platform]) -> None:
         self.platforms: tuple[Platform, ...] = tuple(platforms)
+        self.device_resources: frozenset[str] = frozenset(p.device_resource for p in self.platforms)
         self._by_name: dict[str, Platform] = {}
         for p in self.platforms:
             for key in (p.name, *p.aliases):
@@ -218,10 +219,6 @@ class Catalog:
     @property
     def names(self) -> list[str]:
         return [p.name for p in self.platforms]
-
-    @property
-    def device_resources(self) -> frozenset[str]:
-        return frozenset(p.device_resource for p in self.platforms)
 
     def get(self, name: str) -> Platform:
         try:

@@ -313,3 +313,53 @@ def test_prioritize_reads_go_bodies_fast_and_any_other_json_the_same(volcano: Vo
         slow = volcano.post("prioritize", json.dumps(args, indent=1).encode())  # any other JSON: a full decode
         assert fast == slow
         assert fast[0] == 200 and "stranger" not in fast[1]["nodeScore"] and len(fast[1]["nodeScore"]) == 16
+
+
+@pytest.mark.parametrize("version", ["v1.13", "head"])
+def test_a_session_reads_the_same_from_go_bytes_and_from_any_other_json(
+    volcano: Volcano, version: vp.VolcanoVersion
+) -> None:
+    jobs = [gpu_job(name, 12, 4, version=version) for name in ("a", "b", "c")]
+    queues = [vp.queue_info("ml-training", annotations={"kilter.dev/cluster-queue": "training"}, version=version)]
+    nodes = [vp.node_info(n, gpus=4, version=version) for n in R1[:3]]
+    args = vp.session_open_args(jobs, nodes, queues)
+    answers = []
+    for body in (vp.to_go_json(args), json.dumps(args, indent=1).encode()):
+        assert volcano.post("onSessionOpen", body)[0] == 200
+        answers.append([volcano.post("jobEnqueueable", vp.job_args(j))[1] for j in jobs])
+        volcano.post("onSessionClose", {})
+    assert answers[0] == answers[1] == [{"status": 1}, {"status": 1}, {"status": -1}]
+
+
+def test_predicate_reads_go_bodies_fast_and_any_other_json_the_same(volcano: Volcano) -> None:
+    solo, gang = gpu_job("solo", 1, 4), gpu_job("gang", 4, 4)
+    open_session(volcano, [solo, gang])
+    for task in (task_of(solo), task_of(gang)):
+        for name, used in (("r1-t00", 0), ("r1-t01", 2), ("r2-t00", 0), ("r1-t05", 0), ("cpu-1", 0), ("x", 0)):
+            args = vp.predicate_args(
+                task, node(name, used=used) if name.startswith("r") else vp.node_info(name, gpus=0)
+            )
+            fast = volcano.post("predicate", vp.to_go_json(args))
+            slow = volcano.post("predicate", json.dumps(args, indent=1).encode())
+            assert fast == slow, (task["Name"], name)
+
+
+def test_go_bodies_of_the_hot_verbs_are_read_without_a_whole_decode(
+    volcano: Volcano, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ext = volcano.app.volcano
+    assert ext is not None
+    solo = gpu_job("solo", 1, 4)
+    session = vp.session_open_args([solo], [node("r1-t00")], [vp.queue_info("research")])
+    bodies = {
+        "onSessionOpen": session,
+        "predicate": vp.predicate_args(task_of(solo), node("r1-t00")),
+        "prioritize": vp.prioritize_args(task_of(solo), [node("r1-t00"), node("r1-t01")]),
+    }
+
+    def whole(kind: type, body: bytes) -> None:
+        raise AssertionError(f"{kind.__name__} decoded whole")
+
+    monkeypatch.setattr(ext, "_decode", whole)
+    for verb, args in bodies.items():
+        assert ext.call(verb, vp.to_go_json(args)).status == 200, verb
