@@ -44,13 +44,47 @@ class ApiServer:
         query = urlencode({"fieldManager": field_manager, "force": "true"})
         return self.call("PATCH", f"{path}?{query}", body, content_type="application/apply-patch+yaml")
 
+    def stream(self, path: str, *, timeout_s: float) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
+        """A GET whose answer is read as it arrives (a watch); the caller closes the connection.
+
+        A refusal (any status but 200) raises ApiError with the server's message.
+        """
+        conn = self._connection(timeout_s)
+        try:
+            conn.request("GET", path, None, {**self.headers, "Accept": "application/json"})
+            response = conn.getresponse()
+        except (OSError, http.client.HTTPException) as exc:
+            conn.close()
+            raise ApiError(0, f"GET {path}: {exc}") from None
+        if response.status != 200:
+            raw = response.read()
+            conn.close()
+            raise ApiError(response.status, _message(raw))
+        return conn, response
+
+    def _connection(self, timeout_s: float) -> http.client.HTTPConnection:
+        if self.scheme == "https":
+            return http.client.HTTPSConnection(self.host, self.port, context=self.tls, timeout=timeout_s)
+        return http.client.HTTPConnection(self.host, self.port, timeout=timeout_s)
+
+    def call_raw(self, method: str, path: str) -> bytes:
+        """One bodiless request; the answer's bytes undecoded (large lists are decoded by the caller's types)."""
+        conn = self._connection(self.timeout_s)
+        try:
+            conn.request(method, path, None, {**self.headers, "Accept": "application/json"})
+            response = conn.getresponse()
+            raw = response.read()
+        except (OSError, http.client.HTTPException) as exc:
+            raise ApiError(0, f"{method} {path}: {exc}") from None
+        finally:
+            conn.close()
+        if response.status != 200:
+            raise ApiError(response.status, _message(raw))
+        return raw
+
     def call(self, method: str, path: str, body: Any = None, *, content_type: str = "application/json") -> Any:
         """One request; the decoded JSON answer, or ApiError carrying the server's own message."""
-        conn: http.client.HTTPConnection
-        if self.scheme == "https":
-            conn = http.client.HTTPSConnection(self.host, self.port, context=self.tls, timeout=self.timeout_s)
-        else:
-            conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout_s)
+        conn = self._connection(self.timeout_s)
         data = None if body is None else json.dumps(body).encode()
         headers = {**self.headers, "Accept": "application/json"}
         if data is not None:
@@ -68,9 +102,18 @@ class ApiServer:
         except ValueError:
             answer = None
         if not 200 <= response.status < 300:
-            message = answer.get("message") if isinstance(answer, dict) else None
-            raise ApiError(response.status, str(message or raw[:200].decode("utf-8", "replace")))
+            raise ApiError(response.status, _message(raw))
         return answer
+
+
+def _message(raw: bytes) -> str:
+    """A refusal's message: the Status object's ``message``, else the start of the body."""
+    try:
+        answer = json.loads(raw) if raw else None
+    except ValueError:
+        answer = None
+    message = answer.get("message") if isinstance(answer, dict) else None
+    return str(message or raw[:200].decode("utf-8", "replace"))
 
 
 def connect(kubeconfig: Path | None, *, context: str | None = None) -> ApiServer:

@@ -117,6 +117,21 @@ class ClusterStore:
         self.ready = True
         return events
 
+    def replace_kind(self, group: str, kind: str, objects: Iterable[Mapping[str, Any]]) -> list[Event]:
+        """Make the store hold exactly ``objects`` of one kind (a relist of one resource); the events that did it."""
+        incoming = {object_key(obj): obj for obj in objects}
+        events = [
+            Event(DELETED, old) for key, old in self.objects.items() if key[:2] == (group, kind) and key not in incoming
+        ]
+        for key, obj in incoming.items():
+            old = self.objects.get(key)
+            if old is None:
+                events.append(Event(ADDED, obj))
+            elif old != obj:
+                events.append(Event(MODIFIED, obj))
+        self.apply(events)
+        return events
+
     def _apply_one(self, event: Event) -> bool:
         key = object_key(event.object)
         if key[:2] not in KNOWN_KINDS:

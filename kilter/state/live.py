@@ -1,0 +1,150 @@
+"""The live feed: a reflector per resource kilter reads, their events applied to the store on the event loop.
+
+Reflectors run on their own threads and hand over batches; the first batch
+of a burst schedules one drain on the loop, which applies everything that
+arrived meanwhile in order, so thousands of events a second cost one
+callback per burst, and the store is only ever touched by the loop thread
+(the same thread the verbs run on, so no verb sees a half-applied change).
+The store is ready once every resource has been listed once (a resource the
+server does not serve counts as listed: there is nothing to wait for).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections import deque
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import msgspec
+
+from kilter.model import codec
+from kilter.model.core_v1 import Node, Pod, pod_request
+from kilter.model.errors import InputError
+from kilter.state.api import ApiServer
+from kilter.state.reflector import Batch, Obj, Reflector, Resource
+from kilter.state.store import ClusterStore
+from kilter.topology.catalog import Catalog
+
+__all__ = ["LiveFeed", "default_resources"]
+
+KUEUE = "kueue.x-k8s.io"
+KUEUE_VERSIONS = ("v1beta2", "v1beta1")
+VOLCANO = "scheduling.volcano.sh"
+HYPERNODES = "topology.volcano.sh"
+ENDED = "status.phase!=Succeeded,status.phase!=Failed"
+
+
+def _lean(kind: type[msgspec.Struct]) -> Callable[[Obj], Obj]:
+    """Keep only what kilter's typed view of ``kind`` reads; what it cannot read is kept whole for the store."""
+
+    def trim(obj: Obj) -> Obj:
+        try:
+            typed = codec.convert(obj, kind)
+        except InputError:
+            return obj  # the store's own conversion reports it where it is used
+        out: Obj = msgspec.to_builtins(typed)
+        return out
+
+    return trim
+
+
+def _asks_for_gpus(catalog: Catalog) -> Callable[[Obj], bool]:
+    resources = sorted(catalog.device_resources)
+
+    def keep(obj: Obj) -> bool:
+        try:
+            pod = codec.convert(obj, Pod)
+            return any(pod_request(pod.spec, r) for r in resources)
+        except InputError:
+            return True  # kept, so the store can say what is wrong with it
+
+    return keep
+
+
+def default_resources(catalog: Catalog) -> list[Resource]:
+    """Every resource kilter reads: GPU pods only, objects trimmed to the fields kilter uses."""
+    return [
+        Resource("", ("v1",), "nodes", "Node", trim=_lean(Node)),
+        Resource("", ("v1",), "pods", "Pod", field_selector=ENDED, keep=_asks_for_gpus(catalog), trim=_lean(Pod)),
+        *(
+            Resource(KUEUE, KUEUE_VERSIONS, plural, kind)
+            for plural, kind in (
+                ("topologies", "Topology"),
+                ("resourceflavors", "ResourceFlavor"),
+                ("clusterqueues", "ClusterQueue"),
+                ("cohorts", "Cohort"),
+                ("localqueues", "LocalQueue"),
+                ("workloads", "Workload"),
+                ("admissionchecks", "AdmissionCheck"),
+                ("workloadpriorityclasses", "WorkloadPriorityClass"),
+            )
+        ),
+        Resource(VOLCANO, ("v1beta1",), "queues", "Queue"),
+        Resource(VOLCANO, ("v1beta1",), "podgroups", "PodGroup"),
+        Resource(HYPERNODES, ("v1alpha1",), "hypernodes", "HyperNode"),
+        Resource("scheduling.k8s.io", ("v1",), "priorityclasses", "PriorityClass"),
+    ]
+
+
+class LiveFeed:
+    def __init__(
+        self, api: ApiServer, store: ClusterStore, resources: Iterable[Resource], **reflector_options: Any
+    ) -> None:
+        self.store = store
+        self.reflectors = [Reflector(api, r, self._sink, **reflector_options) for r in resources]
+        self._queue: deque[Batch] = deque()
+        self._lock = threading.Lock()
+        self._scheduled = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.applied = 0
+
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self.store.ready = False
+        for reflector in self.reflectors:
+            reflector.start()
+
+    def stop(self) -> None:
+        for reflector in self.reflectors:
+            reflector.stop()
+
+    def status(self) -> dict[str, dict[str, object]]:
+        """Per resource: where its reflector is, and whether its first list has arrived."""
+        return {
+            r.resource.name: {
+                "state": r.state,
+                "synced": r.synced,
+                "version": r.version,
+                "resourceVersion": r.resource_version,
+                "lists": r.lists,
+                "watches": r.watches,
+                **({"lastError": r.last_error} if r.last_error else {}),
+            }
+            for r in self.reflectors
+        }
+
+    def _sink(self, batch: Batch) -> None:
+        with self._lock:
+            self._queue.append(batch)
+            if self._scheduled or self._loop is None:
+                return
+            self._scheduled = True
+        self._loop.call_soon_threadsafe(self.drain)
+
+    def drain(self) -> None:
+        """Apply every batch that has arrived, in order (on the loop thread)."""
+        with self._lock:
+            batches = list(self._queue)
+            self._queue.clear()
+            self._scheduled = False
+        for batch in batches:
+            r = batch.resource
+            if batch.relist is not None:
+                self.store.replace_kind(r.group, r.kind, batch.relist)
+            else:
+                self.store.apply(batch.events)
+            self.applied += len(batch.events) if batch.relist is None else len(batch.relist)
+        if not self.store.ready and all(r.synced for r in self.reflectors):
+            self.store.ready = True

@@ -1,0 +1,296 @@
+"""List then watch one resource of a live cluster, as client-go's reflector does, and hand over the events.
+
+One reflector per resource, each on its own thread, so a slow list or a
+stalled watch of one resource never holds up another or the event loop:
+
+1. **List** in pages (``limit``/``continue``); a continue token that expired
+   (410) starts the list again. The whole list replaces what the store held of
+   that kind, so nothing is lost or duplicated across a relist.
+2. **Watch** from the list's ``resourceVersion`` with bookmarks, for
+   ``timeoutSeconds``, then again from the last version seen (an event's or a
+   bookmark's). A watch answered 410 Gone — the version is older than the
+   server's history — goes back to 1.
+3. A dropped connection or a refusal waits (exponential backoff with jitter,
+   reset once a watch has worked) and resumes from the last version.
+4. A resource the server does not serve (its CRD is not installed: 404) is
+   *absent*; it is looked for again every ``absent_retry_s``.
+
+Objects are trimmed on arrival by the resource's ``trim`` (kilter keeps only
+the fields it reads) and dropped by its ``keep`` (pods that ask for no GPU
+never reach the store). Batches go to ``sink`` from the reflector's thread;
+the live feed moves them onto the event loop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import random
+import socket
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlencode
+
+import msgspec
+
+from kilter.state.api import ApiError, ApiServer
+from kilter.state.store import ADDED, DELETED, MODIFIED, Event
+
+__all__ = ["Batch", "Reflector", "Resource"]
+
+log = logging.getLogger("kilter.state")
+
+Obj = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Resource:
+    """What to list and watch, and how to cut it down to what kilter reads."""
+
+    group: str
+    versions: tuple[str, ...]  # served versions kilter reads, preferred first
+    plural: str
+    kind: str
+    label_selector: str = ""
+    field_selector: str = ""
+    trim: Callable[[Obj], Obj] | None = None
+    keep: Callable[[Obj], bool] | None = None
+
+    @property
+    def name(self) -> str:
+        return f"{self.plural}.{self.group}" if self.group else self.plural
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Events of one resource; ``relist`` (the whole set after a list) replaces what the store held of it."""
+
+    resource: Resource
+    events: list[Event] = field(default_factory=list)
+    relist: list[Obj] | None = None
+
+
+class _ListPage(msgspec.Struct):
+    metadata: dict[str, Any] = {}
+    items: list[Obj] | None = None
+
+
+class _WatchEvent(msgspec.Struct):
+    type: str = ""
+    object: Obj = {}
+
+
+_page = msgspec.json.Decoder(_ListPage)
+_event = msgspec.json.Decoder(_WatchEvent)
+
+
+class Gone(Exception):
+    """The server no longer has the history asked for (410): list again."""
+
+
+class Reflector:
+    def __init__(
+        self,
+        api: ApiServer,
+        resource: Resource,
+        sink: Callable[[Batch], None],
+        *,
+        page_size: int = 500,
+        watch_timeout_s: int = 300,
+        absent_retry_s: float = 30.0,
+        backoff_s: tuple[float, float] = (0.2, 30.0),
+    ) -> None:
+        self.api = api
+        self.resource = resource
+        self.sink = sink
+        self.page_size = page_size
+        self.watch_timeout_s = watch_timeout_s
+        self.absent_retry_s = absent_retry_s
+        self.backoff_s = backoff_s
+        self.version = ""  # the API version in use, once found
+        self.resource_version = ""
+        self.state = "starting"
+        self.synced = False
+        self.lists = 0
+        self.watches = 0
+        self.last_error = ""
+        self._delay = backoff_s[0]
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._conn: Any = None
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> None:
+        """Run on a new thread (again after ``stop``, from the version it had reached)."""
+        self._stop.clear()
+        self._thread = threading.Thread(target=self.run, name=f"reflector-{self.resource.name}", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        conn = self._conn
+        if conn is not None:
+            with contextlib.suppress(OSError, AttributeError):
+                conn.sock.shutdown(socket.SHUT_RDWR)  # wakes the thread blocked reading the watch
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                if not self.version:
+                    self.version = self._discover()
+                    if not self.version:
+                        self.state = "absent"
+                        if not self.synced:
+                            self.synced = True  # nothing to wait for: kilter reads it once it appears
+                            self.sink(Batch(self.resource))
+                        self._stop.wait(self.absent_retry_s)
+                        continue
+                if not self.resource_version:
+                    self._list()
+                self._watch()
+            except Gone:
+                self.resource_version = ""
+            except ApiError as exc:
+                if exc.code == 404:
+                    self.version, self.resource_version = "", ""
+                    continue
+                self._fail(str(exc))
+            except (OSError, ValueError, msgspec.DecodeError, msgspec.ValidationError) as exc:
+                self._fail(f"{type(exc).__name__}: {exc}")
+
+    def _fail(self, message: str) -> None:
+        if message != self.last_error:
+            log.warning("%s: %s (retrying)", self.resource.name, message)
+        self.last_error = message
+        self.state = "retrying"
+        self._stop.wait(self._delay * (0.5 + random.random()))
+        self._delay = min(self._delay * 2, self.backoff_s[1])
+
+    # ------------------------------------------------------------------ discovery
+
+    def _discover(self) -> str:
+        """The first of the resource's versions the server serves it in, or "" when it serves none."""
+        r = self.resource
+        for version in r.versions:
+            path = f"/apis/{r.group}/{version}" if r.group else f"/api/{version}"
+            try:
+                found = self.api.call("GET", path)
+            except ApiError as exc:
+                if exc.code == 404:
+                    continue
+                raise
+            names = {res.get("name") for res in (found or {}).get("resources", []) if isinstance(res, Mapping)}
+            if r.plural in names:
+                return version
+        return ""
+
+    def _path(self) -> str:
+        r = self.resource
+        prefix = f"/apis/{r.group}/{self.version}" if r.group else f"/api/{self.version}"
+        return f"{prefix}/{r.plural}"
+
+    def _query(self, **extra: str | int) -> str:
+        params: dict[str, str | int] = {}
+        if self.resource.label_selector:
+            params["labelSelector"] = self.resource.label_selector
+        if self.resource.field_selector:
+            params["fieldSelector"] = self.resource.field_selector
+        params.update(extra)
+        return urlencode(params)
+
+    def _api_version(self) -> str:
+        return f"{self.resource.group}/{self.version}" if self.resource.group else self.version
+
+    def _shape(self, obj: Obj) -> Obj | None:
+        """The object as the store keeps it: typed by kind, trimmed, or None when kilter does not keep it."""
+        obj["apiVersion"] = self._api_version()
+        obj["kind"] = self.resource.kind
+        if self.resource.keep is not None and not self.resource.keep(obj):
+            return None
+        return self.resource.trim(obj) if self.resource.trim is not None else obj
+
+    # ------------------------------------------------------------------ list
+
+    def _list(self) -> None:
+        self.state = "listing"
+        objects: list[Obj] = []
+        token = ""
+        while True:
+            query = self._query(limit=self.page_size, **({"continue": token} if token else {}))
+            try:
+                raw = self.api.call_raw("GET", f"{self._path()}?{query}")
+            except ApiError as exc:
+                if exc.code == 410:
+                    log.info("%s: list continue token expired; listing again", self.resource.name)
+                    objects, token = [], ""
+                    continue
+                raise
+            page = _page.decode(raw)
+            for item in page.items or ():
+                shaped = self._shape(item)
+                if shaped is not None:
+                    objects.append(shaped)
+            token = str(page.metadata.get("continue") or "")
+            if not token:
+                self.resource_version = str(page.metadata.get("resourceVersion") or "")
+                break
+        self.lists += 1
+        self.synced = True
+        self.sink(Batch(self.resource, relist=objects))
+
+    # ------------------------------------------------------------------ watch
+
+    def _watch(self) -> None:
+        self.state = "watching"
+        query = self._query(
+            watch=1,
+            resourceVersion=self.resource_version,
+            allowWatchBookmarks="true",
+            timeoutSeconds=self.watch_timeout_s,
+        )
+        conn, response = self.api.stream(f"{self._path()}?{query}", timeout_s=self.watch_timeout_s + 30)
+        self._conn = conn
+        self.watches += 1
+        try:
+            while not self._stop.is_set():
+                line = response.readline()
+                if not line:
+                    break  # the server ended the watch (timeout or restart): resume from the last version
+                if line.strip():
+                    self._delay = self.backoff_s[0]
+                    event = self._on_line(line)
+                    if event is not None:
+                        self.sink(Batch(self.resource, [event]))
+        finally:
+            self._conn = None
+            conn.close()
+
+    def _on_line(self, line: bytes) -> Event | None:
+        """The store's event for one line of the watch (None for a bookmark or an object kilter never kept)."""
+        event = _event.decode(line)
+        obj = event.object
+        if event.type == "ERROR":
+            if obj.get("code") == 410:
+                raise Gone()
+            raise ApiError(int(obj.get("code") or 0), str(obj.get("message") or "watch error"))
+        version = (obj.get("metadata") or {}).get("resourceVersion")
+        if isinstance(version, str) and version:
+            self.resource_version = version
+        if event.type == "BOOKMARK":
+            return None
+        if event.type not in (ADDED, MODIFIED, DELETED):
+            raise ValueError(f"unknown watch event type {event.type!r}")
+        shaped = self._shape(obj)
+        if shaped is not None:
+            return Event(event.type, shaped)
+        if event.type == ADDED:
+            return None
+        # No longer kept (or never was): the store drops it if it holds it.
+        return Event(
+            DELETED, {"apiVersion": obj["apiVersion"], "kind": obj["kind"], "metadata": obj.get("metadata") or {}}
+        )

@@ -1,0 +1,1112 @@
+"""A list/watch stand-in for kube-apiserver on 127.0.0.1, driven by the test through Python calls.
+
+A reflector is only as good as its handling of the server's corner cases: pages
+that must stay consistent while objects change, continue tokens and watches
+that outlive the history (410 Gone), bookmarks, selectors that objects move in
+and out of, streams cut mid-way, a CRD that appears after start-up. A canned
+fake cannot produce those in the right order, so this server keeps the real
+model: one global resourceVersion counter (etcd's revision), the history of
+every change since the last compaction, and the open watches. Answers have
+kube-apiserver's shapes, status codes and messages (read from
+``k8s.io/apiserver`` storage/etcd3, storage/cacher and endpoints; see
+``Choices`` below for what is simplified), so a client that is right here is
+right against a cluster for these calls.
+
+Usage::
+
+    with ListWatchServer([PODS, NODES], token="t") as server:
+        server.add({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "ns"}})
+        ...  # point the client at 127.0.0.1:server.port
+
+Choices where the contract is loose or version-dependent:
+
+* ``resourceVersion=0`` lists are served from the current state and ignore
+  ``limit``, as the classic watch cache does (no continue token).
+* ``delay_s`` takes the list's snapshot first and then sleeps, so changes made
+  during the delay come after the list's resourceVersion and must reach the
+  client through its watch, as with a slow apiserver.
+* Items in lists lack ``kind``/``apiVersion`` for every resource (built-in
+  lists do; real custom-resource lists carry them), the stricter case.
+* A list or exact read at a resourceVersion ahead of the server waits up to
+  ``too_large_wait_s`` (the watch cache's 3 s) and then answers 504
+  "Too large resource version"; a watch from a future resourceVersion just
+  waits for events after it, as the cacher does.
+* BOOKMARK objects carry only kind, apiVersion and metadata.resourceVersion.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import copy
+import json
+import posixpath
+import queue
+import re
+import select
+import socket
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from email.utils import formatdate
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import TracebackType
+from typing import Any, NamedTuple
+from urllib.parse import parse_qs, urlsplit
+
+__all__ = [
+    "NODES",
+    "PODS",
+    "ApiError",
+    "ListWatchServer",
+    "Request",
+    "Resource",
+]
+
+Obj = dict[str, Any]
+
+VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
+CONTINUE_EXPIRED = (
+    "The provided continue parameter is too old to display a consistent list result. You can start a new list "
+    "without the continue parameter, or use the continue token in this response to retrieve the remainder of the "
+    "results. Continuing with the provided token results in an inconsistent list - objects that were created, "
+    "modified, or deleted between the time the first chunk was returned and now may show up in the list."
+)
+LIST_EXPIRED = "The resourceVersion for the provided list is too old."
+NOT_FOUND = "the server could not find the requested resource"
+INITIAL_EVENTS_END = "k8s.io/initial-events-end"
+
+
+@dataclass(frozen=True)
+class Resource:
+    """One served resource: where it lives (``/api/v1`` for the core group) and how discovery describes it."""
+
+    group: str
+    version: str
+    plural: str
+    kind: str
+    namespaced: bool
+    installed: bool = True
+
+    @property
+    def group_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def prefix(self) -> str:
+        return f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+
+    @property
+    def qualified(self) -> str:
+        """``pods`` or ``workloads.kueue.x-k8s.io``, as NotFound messages name a resource."""
+        return f"{self.plural}.{self.group}" if self.group else self.plural
+
+
+PODS = Resource("", "v1", "pods", "Pod", namespaced=True)
+NODES = Resource("", "v1", "nodes", "Node", namespaced=False)
+
+
+class Request(NamedTuple):
+    """One request as the server saw it; ``query`` keeps the last value of each parameter."""
+
+    method: str
+    path: str
+    query: dict[str, str]
+
+
+class ApiError(Exception):
+    """An answer that is a ``metav1.Status``: raised inside the handler, written as JSON with its code."""
+
+    def __init__(
+        self,
+        code: int,
+        reason: str,
+        message: str,
+        *,
+        details: Obj | None = None,
+        list_continue: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.code = code
+        self.reason = reason
+        self.message = message
+        self.details = details
+        self.list_continue = list_continue
+
+    def status(self) -> Obj:
+        """The Status object, keys in the order kube-apiserver writes them."""
+        meta: Obj = {"continue": self.list_continue} if self.list_continue else {}
+        out: Obj = {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": meta,
+            "status": "Failure",
+            "message": self.message,
+            "reason": self.reason,
+        }
+        if self.details is not None:
+            out["details"] = self.details
+        out["code"] = self.code
+        return out
+
+
+def _bad_request(message: str) -> ApiError:
+    return ApiError(400, "BadRequest", message)
+
+
+def _invalid_list_options(path: str, kind: str, detail: str) -> ApiError:
+    """422 as ``errors.NewInvalid(ListOptions.meta.k8s.io)`` for ListOptions that fail validation."""
+    cause_type = {"Forbidden": "FieldValueForbidden", "Unsupported value": "FieldValueNotSupported"}[kind]
+    text = f"{kind}: {detail}"
+    return ApiError(
+        422,
+        "Invalid",
+        f'ListOptions.meta.k8s.io "" is invalid: {path}: {text}',
+        details={
+            "group": "meta.k8s.io",
+            "kind": "ListOptions",
+            "causes": [{"reason": cause_type, "message": text, "field": path}],
+        },
+    )
+
+
+# --- selectors ----------------------------------------------------------------------------------------------------
+
+_LABEL_KEY = re.compile(
+    r"^(?:[a-z0-9]([-a-z0-9]*[a-z0-9])?(?:\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+)
+_LABEL_VALUE = re.compile(r"^(?:[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
+_LABEL_TOKEN = re.compile(r"\s*(==|!=|=|!|\(|\)|,|>|<|[^\s=!(),<>]+)")
+
+
+@dataclass(frozen=True)
+class LabelSelector:
+    """A parsed ``labelSelector``; requirements are ANDed, as ``labels.Parse`` does."""
+
+    requirements: tuple[tuple[str, str, tuple[str, ...]], ...] = ()
+
+    @staticmethod
+    def parse(raw: str) -> LabelSelector:
+        """Equality (``=``, ``==``, ``!=``), sets (``in``, ``notin``), existence (``k``, ``!k``) and ``>``/``<``."""
+        tokens: list[str] = []
+        pos = 0
+        while raw[pos:].strip():
+            m = _LABEL_TOKEN.match(raw, pos)
+            if m is None:
+                raise _bad_request(f"unable to parse requirement: found '{raw[pos:]}'")
+            tokens.append(m.group(1))
+            pos = m.end()
+        reqs: list[tuple[str, str, tuple[str, ...]]] = []
+        i = 0
+
+        def peek() -> str | None:
+            return tokens[i] if i < len(tokens) else None
+
+        def ident(what: str) -> str:
+            nonlocal i
+            tok = peek()
+            if tok is None or tok in ("=", "==", "!=", "!", "(", ")", ",", ">", "<"):
+                raise _bad_request(f"unable to parse requirement: found '{tok or ''}', expected: {what}")
+            i += 1
+            return tok
+
+        def key() -> str:
+            k = ident("identifier")
+            if not _LABEL_KEY.match(k) or len(k.rpartition("/")[2]) > 63:
+                raise _bad_request(f"unable to parse requirement: key: Invalid value: {k!r}")
+            return k
+
+        def value(v: str) -> str:
+            if not _LABEL_VALUE.match(v) or len(v) > 63:
+                raise _bad_request(f"unable to parse requirement: values[0][{v}]: Invalid value: {v!r}")
+            return v
+
+        while tokens:
+            if peek() == "!":
+                i += 1
+                reqs.append(("!", key(), ()))
+            else:
+                k = key()
+                op = peek()
+                if op is None or op == ",":
+                    reqs.append(("exists", k, ()))
+                elif op in ("=", "==", "!="):
+                    i += 1
+                    v = "" if peek() in (None, ",") else ident("identifier")
+                    reqs.append(("=" if op == "==" else op, k, (value(v),)))
+                elif op in ("in", "notin"):
+                    i += 1
+                    if peek() != "(":
+                        raise _bad_request(f"unable to parse requirement: found '{peek() or ''}', expected: '('")
+                    i += 1
+                    values: list[str] = []
+                    while True:
+                        values.append(value("" if peek() in (",", ")") else ident("identifier")))
+                        tok = peek()
+                        i += 1
+                        if tok == ")":
+                            break
+                        if tok != ",":
+                            raise _bad_request(
+                                f"unable to parse requirement: found '{tok or ''}', expected: ',' or ')'"
+                            )
+                    if values == [""]:
+                        raise _bad_request(
+                            "unable to parse requirement: for 'in', 'notin' operators, values set can't be empty"
+                        )
+                    reqs.append((op, k, tuple(values)))
+                elif op in (">", "<"):
+                    i += 1
+                    v = ident("integer")
+                    if not re.fullmatch(r"-?\d+", v):
+                        raise _bad_request(
+                            f"unable to parse requirement: for 'Gt', 'Lt' operators, {v!r} is not an integer"
+                        )
+                    reqs.append((op, k, (v,)))
+                else:
+                    raise _bad_request(
+                        f"unable to parse requirement: found '{op}', expected: '=', '!=', '==', 'in', notin'"
+                    )
+            tok = peek()
+            if tok is None:
+                break
+            if tok != ",":
+                raise _bad_request(f"unable to parse requirement: found '{tok}', expected: ','")
+            i += 1
+        return LabelSelector(tuple(reqs))
+
+    def matches(self, labels: dict[str, str]) -> bool:
+        """``labels.Requirement.Matches``: ``!=`` and ``notin`` also match objects without the label."""
+        for op, k, values in self.requirements:
+            has = k in labels
+            v = labels.get(k, "")
+            if op in ("=", "in"):
+                ok = has and v in values
+            elif op in ("!=", "notin"):
+                ok = not has or v not in values
+            elif op == "exists":
+                ok = has
+            elif op == "!":
+                ok = not has
+            else:
+                try:
+                    n = int(v)
+                except ValueError:
+                    return False
+                ok = has and (n > int(values[0]) if op == ">" else n < int(values[0]))
+            if not ok:
+                return False
+        return True
+
+
+def _split_unescaped(raw: str, sep: str) -> list[str]:
+    out: list[str] = []
+    cur: list[str] = []
+    escaped = False
+    for ch in raw:
+        if escaped:
+            cur.append(ch)
+            escaped = False
+        elif ch == "\\":
+            cur.append(ch)
+            escaped = True
+        elif ch == sep:
+            out.append("".join(cur))
+            cur = []
+        else:
+            cur.append(ch)
+    out.append("".join(cur))
+    return out
+
+
+def _unescape_field_value(raw: str) -> str:
+    out: list[str] = []
+    it = iter(raw)
+    for ch in it:
+        if ch == "\\":
+            nxt = next(it, "")
+            if nxt not in ("\\", ",", "="):
+                raise _bad_request(f"invalid field selector: invalid escape sequence: \\{nxt}")
+            out.append(nxt)
+        elif ch in (",", "="):
+            raise _bad_request(f"invalid field selector: unescaped {ch!r} in value {raw!r}")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+@dataclass(frozen=True)
+class FieldSelector:
+    """A parsed ``fieldSelector`` (``k=v``, ``k==v``, ``k!=v``, comma-ANDed, values backslash-escaped)."""
+
+    requirements: tuple[tuple[str, bool, str], ...] = ()  # (field, equal, value)
+
+    @staticmethod
+    def parse(raw: str) -> FieldSelector:
+        reqs: list[tuple[str, bool, str]] = []
+        for term in _split_unescaped(raw, ","):
+            if not term:
+                continue
+            for i in range(len(term)):
+                op = next((o for o in ("!=", "==", "=") if term.startswith(o, i)), None)
+                if op is not None:
+                    reqs.append((term[:i], op != "!=", _unescape_field_value(term[i + len(op) :])))
+                    break
+            else:
+                raise _bad_request(f"invalid selector: '{raw}'; can't understand '{term}'")
+        return FieldSelector(tuple(reqs))
+
+    def matches(self, fields: dict[str, str]) -> bool:
+        return all((fields.get(f, "") == v) == equal for f, equal, v in self.requirements)
+
+
+def _pod_fields(obj: Obj) -> dict[str, str]:
+    spec = obj.get("spec") or {}
+    status = obj.get("status") or {}
+    return {
+        "spec.nodeName": str(spec.get("nodeName") or ""),
+        "spec.restartPolicy": str(spec.get("restartPolicy") or ""),
+        "spec.schedulerName": str(spec.get("schedulerName") or ""),
+        "spec.serviceAccountName": str(spec.get("serviceAccountName") or ""),
+        "spec.hostNetwork": "true" if spec.get("hostNetwork") else "false",
+        "status.phase": str(status.get("phase") or ""),
+        "status.podIP": str(status.get("podIP") or ""),
+        "status.nominatedNodeName": str(status.get("nominatedNodeName") or ""),
+    }
+
+
+def _node_fields(obj: Obj) -> dict[str, str]:
+    return {"spec.unschedulable": "true" if (obj.get("spec") or {}).get("unschedulable") else "false"}
+
+
+def _selectable_fields(resource: Resource, obj: Obj) -> dict[str, str]:
+    """The fields kube-apiserver lets a fieldSelector use for this resource, with their values for ``obj``."""
+    meta = obj.get("metadata") or {}
+    out = {"metadata.name": str(meta.get("name") or "")}
+    if resource.namespaced or (resource.group == "" and resource.kind not in ("Node",)):
+        out["metadata.namespace"] = str(meta.get("namespace") or "")
+    if resource.group == "" and resource.kind == "Pod":
+        out.update(_pod_fields(obj))
+    elif resource.group == "" and resource.kind == "Node":
+        out.update(_node_fields(obj))
+    return out
+
+
+def _field_selector_for(resource: Resource, raw: str) -> FieldSelector:
+    """Parse and check every label against what the resource supports (400 "field label not supported")."""
+    parsed = FieldSelector.parse(raw)
+    supported = set(_selectable_fields(resource, {}))
+    reqs: list[tuple[str, bool, str]] = []
+    for name, equal, value in parsed.requirements:
+        if name == "spec.host" and resource.group == "" and resource.kind == "Pod":
+            name = "spec.nodeName"  # the pod conversion's backward-compatible alias
+        if name not in supported:
+            raise _bad_request(f"field label not supported: {name}")
+        reqs.append((name, equal, value))
+    return FieldSelector(tuple(reqs))
+
+
+# --- the store ----------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Change:
+    """One etcd revision: the object after it (for DELETED, the last state at the deletion's revision) and before."""
+
+    rv: int
+    resource: Resource
+    key: str
+    type: str
+    obj: Obj
+    prev: Obj | None
+
+
+_END = "end"  # close the stream cleanly (terminating chunk)
+_DROP = "drop"  # cut the connection without the terminating chunk
+
+
+@dataclass(eq=False)
+class _Watch:
+    resource: Resource
+    namespace: str | None
+    labels: LabelSelector
+    fields: FieldSelector
+    bookmarks: bool
+    out: queue.Queue[bytes | str] = field(default_factory=queue.Queue)
+
+    def matches(self, obj: Obj | None) -> bool:
+        if obj is None:
+            return False
+        meta = obj.get("metadata") or {}
+        if self.namespace is not None and meta.get("namespace", "") != self.namespace:
+            return False
+        return self.labels.matches(meta.get("labels") or {}) and self.fields.matches(
+            _selectable_fields(self.resource, obj)
+        )
+
+    def event_for(self, change: _Change) -> tuple[str, Obj] | None:
+        """What this watch sees of a change: the cacher turns leaving the selector into DELETED, entering into ADDED."""
+        now = self.matches(change.obj) if change.type != "DELETED" else False
+        before = self.matches(change.prev)
+        if now and before:
+            return "MODIFIED", change.obj
+        if now:
+            return "ADDED", change.obj
+        if before:
+            # the previous content, stamped with the revision of the change that removed it from view
+            assert change.prev is not None
+            gone = copy.deepcopy(change.prev)
+            gone["metadata"]["resourceVersion"] = str(change.rv)
+            return "DELETED", gone
+        return None
+
+
+def _line(event_type: str, obj: Obj) -> bytes:
+    return json.dumps({"type": event_type, "object": obj}, separators=(",", ":")).encode() + b"\n"
+
+
+def _key(obj: Obj, resource: Resource) -> str:
+    meta = obj["metadata"]
+    return f"{meta.get('namespace', '')}/{meta['name']}" if resource.namespaced else str(meta["name"])
+
+
+def _encode_continue(rv: int, start: str) -> str:
+    raw = json.dumps({"v": "meta.k8s.io/v1", "rv": rv, "start": start}, separators=(",", ":"))
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def _decode_continue(token: str) -> tuple[int, str]:
+    """``storage.DecodeContinue``: the snapshot revision and the (prefix-relative) key to start at."""
+    try:
+        data = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
+    except (ValueError, binascii.Error) as exc:
+        raise _bad_request(f"invalid continue token: continue key is not valid: {exc}") from None
+    if not isinstance(data, dict) or data.get("v") != "meta.k8s.io/v1":
+        version = data.get("v") if isinstance(data, dict) else None
+        raise _bad_request(
+            f"invalid continue token: continue key is not valid: server does not recognize this encoded version "
+            f'"{version}"'
+        )
+    rv, start = data.get("rv"), data.get("start")
+    if not isinstance(rv, int) or rv == 0:
+        raise _bad_request("invalid continue token: continue key is not valid: incorrect encoded start resourceVersion")
+    if not isinstance(start, str) or not start:
+        raise _bad_request("invalid continue token: continue key is not valid: encoded start key empty")
+    if posixpath.normpath("/" + start.rstrip("\x00")) != "/" + start.rstrip("\x00"):
+        raise _bad_request(f"invalid continue token: continue key is not valid: {start}")
+    return rv, start
+
+
+def _flag(query: dict[str, str], name: str) -> bool:
+    """Go's query-to-bool conversion: present and not "0"/"false" means true."""
+    if name not in query:
+        return False
+    return query[name] != "0" and query[name].lower() != "false"
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class ListWatchServer:
+    """The cluster a test drives: objects, the revision counter, history, and the HTTP server that exposes them."""
+
+    host = "127.0.0.1"
+
+    def __init__(self, resources: list[Resource], *, token: str | None = None) -> None:
+        self.resources = list(resources)
+        self.token = token
+        self.delay_s = 0.0
+        self.too_large_wait_s = 3.0
+        self.watch_list = True  # the WatchList feature (sendInitialEvents); off answers 422 as older servers do
+        self.requests: list[Request] = []
+        self._installed = {(r.group, r.version, r.plural) for r in resources if r.installed}
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        self._rv = 1
+        self._compacted = 1
+        self._objects: dict[Resource, dict[str, Obj]] = {r: {} for r in resources}
+        self._history: list[_Change] = []
+        self._watches: list[_Watch] = []
+        self._httpd = _HTTPServer(self)
+        self._thread = threading.Thread(target=self._httpd.serve_forever, args=(0.02,), name="listwatch", daemon=True)
+
+    # --- lifecycle
+
+    def __enter__(self) -> ListWatchServer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """End every watch cleanly (handler threads return), then stop serving."""
+        self._end_watches(_END)
+        if self._thread.is_alive():
+            self._httpd.shutdown()
+        self._httpd.server_close()
+
+    @property
+    def port(self) -> int:
+        return int(self._httpd.server_address[1])
+
+    @property
+    def resource_version(self) -> int:
+        """The current global revision (what a consistent list would answer)."""
+        with self._lock:
+            return self._rv
+
+    # --- driving the cluster
+
+    def add(self, obj: Obj) -> Obj:
+        """Create an object (uid, resourceVersion and creationTimestamp filled in); watches see ADDED."""
+        with self._lock:
+            resource, stored = self._prepare(obj)
+            key = _key(stored, resource)
+            if key in self._objects[resource]:
+                raise KeyError(f"{resource.qualified} {key!r} already exists")
+            meta = stored["metadata"]
+            meta.setdefault("uid", str(uuid.uuid4()))
+            meta.setdefault("creationTimestamp", _now())
+            self._commit(resource, key, "ADDED", stored, None)
+            return copy.deepcopy(stored)
+
+    def update(self, obj: Obj) -> Obj:
+        """Replace an existing object (uid and creationTimestamp kept if absent); watches see MODIFIED."""
+        with self._lock:
+            resource, stored = self._prepare(obj)
+            key = _key(stored, resource)
+            prev = self._objects[resource].get(key)
+            if prev is None:
+                raise KeyError(f"{resource.qualified} {key!r} not found")
+            meta = stored["metadata"]
+            meta.setdefault("uid", prev["metadata"].get("uid"))
+            meta.setdefault("creationTimestamp", prev["metadata"].get("creationTimestamp"))
+            self._commit(resource, key, "MODIFIED", stored, prev)
+            return copy.deepcopy(stored)
+
+    def delete(self, group: str, plural: str, namespace: str | None, name: str) -> Obj:
+        """Delete an object; watches see DELETED with its last state at the deletion's new resourceVersion."""
+        with self._lock:
+            resource = self._resource(group, plural)
+            key = f"{namespace or ''}/{name}" if resource.namespaced else name
+            prev = self._objects[resource].get(key)
+            if prev is None:
+                raise KeyError(f"{resource.qualified} {key!r} not found")
+            gone = copy.deepcopy(prev)
+            gone["metadata"]["resourceVersion"] = str(self._rv + 1)
+            self._commit(resource, key, "DELETED", gone, prev)
+            return copy.deepcopy(gone)
+
+    def install(self, group: str, version: str, plural: str) -> None:
+        """A CRD becomes established: its paths answer and discovery lists it from now on."""
+        with self._lock:
+            if not any((r.group, r.version, r.plural) == (group, version, plural) for r in self.resources):
+                raise KeyError(f"{plural}.{group}/{version} was not declared to the server")
+            self._installed.add((group, version, plural))
+
+    def compact(self, rv: int | None = None) -> None:
+        """etcd compaction at ``rv`` (default: now): older snapshots, continue tokens and watch starts get 410."""
+        with self._lock:
+            at = self._rv if rv is None else min(rv, self._rv)
+            self._compacted = max(self._compacted, at)
+            self._history = [c for c in self._history if c.rv > self._compacted]
+
+    def drop_watches(self, *, graceful: bool = False) -> int:
+        """Close every open watch mid-stream; abrupt (no terminating chunk) unless graceful. Returns how many.
+
+        An abrupt cut is what a load balancer or a crashed apiserver does. Note that http.client's
+        ``readline()`` on a chunked body reports a cut at a chunk boundary as a clean end (``b""``);
+        ``read()`` raises ``IncompleteRead``. A reflector must re-watch either way.
+        """
+        return self._end_watches(_END if graceful else _DROP)
+
+    def bookmark(self) -> int:
+        """Send a BOOKMARK at the current revision to every watch that asked for them. Returns how many got one."""
+        with self._lock:
+            sent = 0
+            for w in self._watches:
+                if w.bookmarks:
+                    w.out.put(_line("BOOKMARK", self._bookmark_object(w.resource)))
+                    sent += 1
+            return sent
+
+    def open_watches(self) -> int:
+        with self._lock:
+            return len(self._watches)
+
+    # --- internals (callers hold the lock unless said otherwise)
+
+    def _resource(self, group: str, plural: str) -> Resource:
+        for r in self.resources:
+            if (r.group, r.plural) == (group, plural):
+                if (r.group, r.version, r.plural) not in self._installed:
+                    raise KeyError(f"{r.qualified} is not installed yet")
+                return r
+        raise KeyError(f"{plural}.{group} is not served")
+
+    def _prepare(self, obj: Obj) -> tuple[Resource, Obj]:
+        api_version, kind = obj.get("apiVersion"), obj.get("kind")
+        for r in self.resources:
+            if (r.group_version, r.kind) == (api_version, kind):
+                resource = self._resource(r.group, r.plural)
+                break
+        else:
+            raise KeyError(f"no served resource for apiVersion={api_version!r} kind={kind!r}")
+        stored = copy.deepcopy(obj)
+        meta = stored.setdefault("metadata", {})
+        if not meta.get("name"):
+            raise ValueError("an object needs metadata.name")
+        if resource.namespaced and not meta.get("namespace"):
+            raise ValueError(f"{kind} is namespaced: metadata.namespace is required")
+        if not resource.namespaced:
+            meta.pop("namespace", None)
+        return resource, stored
+
+    def _commit(self, resource: Resource, key: str, event_type: str, obj: Obj, prev: Obj | None) -> None:
+        self._rv += 1
+        if event_type != "DELETED":
+            obj["metadata"]["resourceVersion"] = str(self._rv)
+            self._objects[resource][key] = obj
+        else:
+            del self._objects[resource][key]
+        change = _Change(self._rv, resource, key, event_type, obj, prev)
+        self._history.append(change)
+        for w in self._watches:
+            if w.resource == resource:
+                seen = w.event_for(change)
+                if seen is not None:
+                    w.out.put(_line(*seen))
+        self._changed.notify_all()
+
+    def _end_watches(self, how: str) -> int:
+        with self._lock:
+            watches, self._watches = self._watches, []
+        for w in watches:
+            w.out.put(how)
+        return len(watches)
+
+    def _bookmark_object(self, resource: Resource) -> Obj:
+        return {
+            "kind": resource.kind,
+            "apiVersion": resource.group_version,
+            "metadata": {"resourceVersion": str(self._rv)},
+        }
+
+    def _snapshot(self, resource: Resource, rv: int) -> dict[str, Obj]:
+        """The resource's objects as of revision ``rv`` (>= the compaction point): undo the newer changes."""
+        state = dict(self._objects[resource])
+        for change in reversed(self._history):
+            if change.rv <= rv:
+                break
+            if change.resource == resource:
+                if change.prev is None:
+                    state.pop(change.key, None)
+                else:
+                    state[change.key] = change.prev
+        return state
+
+    def _wait_for(self, rv: int) -> None:
+        """Block (releasing the lock) until the revision reaches ``rv``, else 504 as the watch cache answers."""
+        if not self._changed.wait_for(lambda: self._rv >= rv, timeout=self.too_large_wait_s):
+            raise ApiError(
+                504,
+                "Timeout",
+                f"Too large resource version: {rv}, current: {self._rv}",
+                details={
+                    "causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
+                    "retryAfterSeconds": 1,
+                },
+            )
+
+    def is_installed(self, resource: Resource) -> bool:
+        return (resource.group, resource.version, resource.plural) in self._installed
+
+    # --- HTTP semantics (called by the handler)
+
+    def discovery(self, parts: list[str]) -> Obj:
+        with self._lock:
+            served = [r for r in self.resources if self.is_installed(r)]
+        if parts == ["api"]:
+            return {
+                "kind": "APIVersions",
+                "versions": ["v1"],
+                "serverAddressByClientCIDRs": [
+                    {"clientCIDR": "0.0.0.0/0", "serverAddress": f"{self.host}:{self.port}"}
+                ],
+            }
+        if parts == ["api", "v1"]:
+            return {"kind": "APIResourceList", "groupVersion": "v1", "resources": _api_resources(served, "", "v1")}
+        groups: dict[str, list[str]] = {}
+        for r in served:
+            if r.group and r.version not in groups.setdefault(r.group, []):
+                groups[r.group].append(r.version)
+        if parts == ["apis"]:
+            return {"kind": "APIGroupList", "apiVersion": "v1", "groups": [_api_group(g, v) for g, v in groups.items()]}
+        if len(parts) == 2 and parts[1] in groups:
+            return {"kind": "APIGroup", "apiVersion": "v1", **_api_group(parts[1], groups[parts[1]])}
+        if len(parts) == 3 and parts[2] in groups.get(parts[1], []):
+            return {
+                "kind": "APIResourceList",
+                "apiVersion": "v1",
+                "groupVersion": f"{parts[1]}/{parts[2]}",
+                "resources": _api_resources(served, parts[1], parts[2]),
+            }
+        raise ApiError(404, "NotFound", NOT_FOUND)
+
+    def route(self, parts: list[str]) -> tuple[Resource, str | None, str | None]:
+        """(resource, namespace, name) for a resource path; 404 for anything not served (yet)."""
+        if parts[:1] == ["api"] and len(parts) >= 2:
+            group, version, rest = "", parts[1], parts[2:]
+        elif parts[:1] == ["apis"] and len(parts) >= 3:
+            group, version, rest = parts[1], parts[2], parts[3:]
+        else:
+            raise ApiError(404, "NotFound", NOT_FOUND)
+        namespace: str | None = None
+        if len(rest) in (3, 4) and rest[0] == "namespaces":
+            namespace, rest = rest[1], rest[2:]
+        if len(rest) not in (1, 2):
+            raise ApiError(404, "NotFound", NOT_FOUND)
+        with self._lock:
+            for r in self.resources:
+                if (r.group, r.version, r.plural) == (group, version, rest[0]) and self.is_installed(r):
+                    if (namespace is not None and not r.namespaced) or (
+                        namespace is None and r.namespaced and len(rest) == 2
+                    ):
+                        break
+                    return r, namespace, rest[1] if len(rest) == 2 else None
+        raise ApiError(404, "NotFound", NOT_FOUND)
+
+    def get_object(self, resource: Resource, namespace: str | None, name: str) -> Obj:
+        with self._lock:
+            key = f"{namespace or ''}/{name}" if resource.namespaced else name
+            obj = self._objects[resource].get(key)
+        if obj is None:
+            details: Obj = {"name": name}
+            if resource.group:
+                details["group"] = resource.group
+            details["kind"] = resource.plural
+            raise ApiError(404, "NotFound", f'{resource.qualified} "{name}" not found', details=details)
+        return copy.deepcopy(obj)
+
+    def list_page(self, resource: Resource, namespace: str | None, query: dict[str, str]) -> Obj:
+        """One LIST page, following etcd3's GetList and the cacher's choice of where a read is served from."""
+        rv_param = query.get("resourceVersion", "")
+        match = query.get("resourceVersionMatch", "")
+        token = query.get("continue", "")
+        if "sendInitialEvents" in query:
+            raise _invalid_list_options("sendInitialEvents", "Forbidden", "sendInitialEvents is forbidden for list")
+        if match:
+            if not rv_param:
+                raise _invalid_list_options(
+                    "resourceVersionMatch",
+                    "Forbidden",
+                    "resourceVersionMatch is forbidden unless resourceVersion is provided",
+                )
+            if token:
+                raise _invalid_list_options(
+                    "resourceVersionMatch", "Forbidden", "resourceVersionMatch is forbidden when continue is provided"
+                )
+            if match not in ("Exact", "NotOlderThan"):
+                raise _invalid_list_options(
+                    "resourceVersionMatch",
+                    "Unsupported value",
+                    f'"{match}": supported values: "Exact", "NotOlderThan", ""',
+                )
+            if match == "Exact" and rv_param == "0":
+                raise _invalid_list_options(
+                    "resourceVersionMatch",
+                    "Forbidden",
+                    'resourceVersionMatch "exact" is forbidden for resourceVersion "0"',
+                )
+        try:
+            limit = int(query.get("limit") or 0)
+        except ValueError:
+            raise _bad_request(f"limit: invalid value {query['limit']!r}") from None
+        labels = LabelSelector.parse(query.get("labelSelector", ""))
+        fields = _field_selector_for(resource, query.get("fieldSelector", ""))
+        start = ""
+        with self._lock:
+            if token:
+                if rv_param not in ("", "0"):
+                    raise _bad_request("specifying resource version is not allowed when using continue")
+                snap, start = _decode_continue(token)
+                if snap < 0:
+                    snap = self._rv  # an inconsistent continuation: the remainder at the latest revision
+                elif snap < self._compacted:
+                    raise ApiError(410, "Expired", CONTINUE_EXPIRED, list_continue=_encode_continue(-1, start))
+            elif rv_param == "":
+                snap = self._rv
+            elif rv_param == "0":
+                snap, limit = self._rv, 0  # served from the watch cache, which ignores limit
+            else:
+                try:
+                    wanted = int(rv_param)
+                    if wanted < 0:
+                        raise ValueError(rv_param)
+                except ValueError:
+                    raise _bad_request(
+                        f'resourceVersion: Invalid value: "{rv_param}": invalid resource version'
+                    ) from None
+                self._wait_for(wanted)
+                exact = match == "Exact" or (match == "" and limit > 0)
+                if exact and wanted < self._compacted:
+                    raise ApiError(410, "Expired", LIST_EXPIRED)
+                snap = wanted if exact else self._rv
+            state = self._snapshot(resource, snap)
+        scoped = sorted(
+            (key[len(namespace) + 1 :] if namespace is not None else key, obj)
+            for key, obj in state.items()
+            if namespace is None or key.startswith(namespace + "/")
+        )
+        items: list[Obj] = []
+        last = ""
+        meta: Obj = {"resourceVersion": str(snap)}
+        filtered = bool(labels.requirements or fields.requirements)
+        for i, (key, obj) in enumerate(scoped):
+            if key < start:
+                continue
+            if limit and len(items) == limit:
+                meta["continue"] = _encode_continue(snap, last + "\x00")
+                if not filtered:
+                    meta["remainingItemCount"] = len(scoped) - i
+                break
+            last = key
+            if labels.matches((obj.get("metadata") or {}).get("labels") or {}) and fields.matches(
+                _selectable_fields(resource, obj)
+            ):
+                items.append({k: v for k, v in obj.items() if k not in ("kind", "apiVersion")})
+        return {
+            "kind": f"{resource.kind}List",
+            "apiVersion": resource.group_version,
+            "metadata": meta,
+            "items": copy.deepcopy(items),
+        }
+
+    def open_watch(self, resource: Resource, namespace: str | None, query: dict[str, str]) -> _Watch:
+        """Register a watch and queue what it replays first; a too-old start queues the 410 ERROR event and the end."""
+        rv_param = query.get("resourceVersion", "")
+        match = query.get("resourceVersionMatch", "")
+        initial_param = query.get("sendInitialEvents")
+        if initial_param is not None:
+            if match != "NotOlderThan":
+                raise _invalid_list_options(
+                    "resourceVersionMatch",
+                    "Forbidden",
+                    "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
+                )
+            if not self.watch_list:
+                raise _invalid_list_options(
+                    "sendInitialEvents",
+                    "Forbidden",
+                    "sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled",
+                )
+        if match:
+            if initial_param is None:
+                raise _invalid_list_options(
+                    "resourceVersionMatch",
+                    "Forbidden",
+                    "resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided",
+                )
+            if match != "NotOlderThan":
+                raise _invalid_list_options(
+                    "resourceVersionMatch", "Unsupported value", f'"{match}": supported values: "NotOlderThan"'
+                )
+        start: int | None = None
+        if rv_param not in ("", "0"):
+            try:
+                start = int(rv_param)
+                if start < 0:
+                    raise ValueError(rv_param)
+            except ValueError:
+                raise _bad_request(f'resourceVersion: Invalid value: "{rv_param}": invalid resource version') from None
+        w = _Watch(
+            resource,
+            namespace,
+            LabelSelector.parse(query.get("labelSelector", "")),
+            _field_selector_for(resource, query.get("fieldSelector", "")),
+            _flag(query, "allowWatchBookmarks"),
+        )
+        send_initial = _flag(query, "sendInitialEvents") if initial_param is not None else start is None
+        with self._lock:
+            if initial_param is not None and start is not None:
+                self._wait_for(start)
+            if send_initial:
+                # synthetic ADDED for the current state, as the watch cache does for RV "" / "0" and watch-lists
+                for key in sorted(self._objects[resource]):
+                    obj = self._objects[resource][key]
+                    if w.matches(obj):
+                        w.out.put(_line("ADDED", obj))
+                if initial_param is not None and w.bookmarks:
+                    mark = self._bookmark_object(resource)
+                    mark["metadata"]["annotations"] = {INITIAL_EVENTS_END: "true"}
+                    w.out.put(_line("BOOKMARK", mark))
+            elif start is not None and initial_param is None:
+                if start < self._compacted:
+                    expired = ApiError(410, "Expired", f"too old resource version: {start} ({self._compacted})")
+                    w.out.put(_line("ERROR", expired.status()))
+                    w.out.put(_END)
+                    return w
+                for change in self._history:
+                    if change.rv > start and change.resource == resource:
+                        seen = w.event_for(change)
+                        if seen is not None:
+                            w.out.put(_line(*seen))
+            self._watches.append(w)
+        return w
+
+    def record(self, request: Request) -> None:
+        with self._lock:
+            self.requests.append(request)
+
+    def forget(self, w: _Watch) -> None:
+        with self._lock:
+            if w in self._watches:
+                self._watches.remove(w)
+
+    def authorized(self, header: str) -> bool:
+        if self.token is None:
+            return True
+        scheme, _, value = header.partition(" ")
+        return scheme.lower() == "bearer" and value.strip() == self.token
+
+
+def _api_resources(served: list[Resource], group: str, version: str) -> list[Obj]:
+    return [
+        {
+            "name": r.plural,
+            "singularName": r.kind.lower(),
+            "namespaced": r.namespaced,
+            "kind": r.kind,
+            "verbs": list(VERBS),
+        }
+        for r in served
+        if (r.group, r.version) == (group, version)
+    ]
+
+
+def _api_group(group: str, versions: list[str]) -> Obj:
+    """The first declared version is the preferred one."""
+    gvs = [{"groupVersion": f"{group}/{v}", "version": v} for v in versions]
+    return {"name": group, "versions": gvs, "preferredVersion": dict(gvs[0])}
+
+
+# --- HTTP ---------------------------------------------------------------------------------------------------------
+
+
+class _HTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, cluster: ListWatchServer) -> None:
+        super().__init__((ListWatchServer.host, 0), _Handler)
+        self.cluster = cluster
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _HTTPServer
+    protocol_version = "HTTP/1.1"  # keep-alive and chunked watch streams, like Go's net/http
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return None
+
+    def _start(self, code: int, headers: dict[str, str]) -> None:
+        """Status line and headers without the ``Server`` header Python adds (kube-apiserver sends none)."""
+        self.send_response_only(code)
+        self.send_header("Date", formatdate(usegmt=True))
+        self.send_header("Audit-Id", str(uuid.uuid4()))
+        self.send_header("Cache-Control", "no-cache, private")
+        self.send_header("Content-Type", "application/json")
+        for name, value in headers.items():
+            self.send_header(name, value)
+        self.end_headers()
+
+    def _json(self, code: int, body: Obj) -> None:
+        data = json.dumps(body, separators=(",", ":")).encode() + b"\n"
+        self._start(code, {"Content-Length": str(len(data))})
+        self.wfile.write(data)
+
+    def _handle(self) -> None:
+        cluster = self.server.cluster
+        url = urlsplit(self.path)
+        query = {k: v[-1] for k, v in parse_qs(url.query, keep_blank_values=True).items()}
+        cluster.record(Request(self.command, url.path, query))
+        length = int(self.headers.get("Content-Length") or 0)
+        if length:
+            self.rfile.read(length)
+        try:
+            if not cluster.authorized(self.headers.get("Authorization", "")):
+                raise ApiError(401, "Unauthorized", "Unauthorized")
+            parts = [p for p in url.path.split("/") if p]
+            if parts in (["api"], ["api", "v1"], ["apis"]) or (parts[:1] == ["apis"] and len(parts) in (2, 3)):
+                self._only_get()
+                self._json(200, cluster.discovery(parts))
+                return
+            resource, namespace, name = cluster.route(parts)
+            self._only_get()
+            if name is not None:
+                self._json(200, cluster.get_object(resource, namespace, name))
+            elif _flag(query, "watch"):
+                self._stream(cluster.open_watch(resource, namespace, query), query)
+            else:
+                page = cluster.list_page(resource, namespace, query)
+                if cluster.delay_s:
+                    time.sleep(cluster.delay_s)
+                self._json(200, page)
+        except ApiError as err:
+            self._json(err.code, err.status())
+
+    def _only_get(self) -> None:
+        if self.command != "GET":
+            raise ApiError(
+                405, "MethodNotAllowed", "the server does not allow this method on the requested resource", details={}
+            )
+
+    def _stream(self, w: _Watch, query: dict[str, str]) -> None:
+        """Write queued events as chunks until the watch ends, times out, is dropped, or the client goes away."""
+        cluster = self.server.cluster
+        try:
+            timeout = int(query.get("timeoutSeconds") or 0)
+        except ValueError:
+            timeout = 0
+        deadline = time.monotonic() + timeout if timeout > 0 else None
+        try:
+            self._start(200, {"Transfer-Encoding": "chunked"})
+            while True:
+                wait = 0.1 if deadline is None else min(0.1, deadline - time.monotonic())
+                if wait <= 0:
+                    break
+                try:
+                    item = w.out.get(timeout=wait)
+                except queue.Empty:
+                    if self._client_gone():
+                        self.close_connection = True
+                        return
+                    continue
+                if item == _END:
+                    break
+                if item == _DROP:
+                    self.close_connection = True
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                    return
+                assert isinstance(item, bytes)
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(item), item))
+            self.wfile.write(b"0\r\n\r\n")
+        except OSError:
+            self.close_connection = True
+        finally:
+            cluster.forget(w)
+
+    def _client_gone(self) -> bool:
+        readable, _, _ = select.select([self.connection], [], [], 0)
+        if not readable:
+            return False
+        try:
+            peeked: bytes = self.connection.recv(1, socket.MSG_PEEK)
+        except OSError:
+            return True
+        return peeked == b""
+
+    do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _handle
