@@ -121,16 +121,21 @@ DEF NO_MEMORY = -1
 DEF REJECTED = -2
 
 
-cdef Py_ssize_t scan_nodeinfos(const unsigned char* p, Py_ssize_t n, Py_ssize_t start,
-                               Py_ssize_t** spans,  # OUT: malloc'd [2 * count]: name offset, name length
-                               Py_ssize_t* capacity  # IN/OUT: pairs *spans holds; the caller frees *spans
-                               ) noexcept nogil:
+cdef Py_ssize_t find_headers(const unsigned char* p, Py_ssize_t n, Py_ssize_t start, Py_ssize_t floor, bint final,
+                             Py_ssize_t** spans,    # OUT: malloc'd [2 * count]: name offset, name length
+                             Py_ssize_t* capacity,  # IN/OUT: pairs *spans holds; the caller frees *spans
+                             Py_ssize_t* resume     # OUT: where a scan of more bytes must start
+                             ) noexcept nogil:
     """How many verified NodeInfo headers lie in p[start:n]; REJECTED when one fails verification,
     NO_MEMORY when *spans cannot grow.
 
     Each occurrence of NODE_NEEDLE is structural (inside a JSON string its quotes would be escaped),
     so each one must be a NodeInfo element: the name after it ends at a '"' (no escape, no control
-    byte), and right before it sit '[' or ',', then NAME_HEAD, the same name and '",'.
+    byte), and right before it sit '[' or ',', then NAME_HEAD, the same name and '",', all at or after
+    ``floor`` (a header reaching below it is rejected). When ``final`` is false, p[:n] is a prefix of
+    more bytes: a needle or name cut off by n is left for the next scan, which starts at *resume
+    (every needle before it counted once, every one from it on not yet); when true, n is the end and
+    a cut-off name is rejected.
     """
     cdef Py_ssize_t i = start, at, s, e, length, head, count = 0
     cdef const char* hit
@@ -138,15 +143,20 @@ cdef Py_ssize_t scan_nodeinfos(const unsigned char* p, Py_ssize_t n, Py_ssize_t 
     while True:
         hit = kilter_memmem(<const char*>(p + i), <size_t>(n - i), NODE_NEEDLE, NODE_NEEDLE_LEN)
         if hit == NULL:
+            # A needle may begin in the last NODE_NEEDLE_LEN - 1 bytes and end in the next ones.
+            resume[0] = n if final else max(i, n - (NODE_NEEDLE_LEN - 1))
             return count
         at = hit - <const char*>p
         s = at + NODE_NEEDLE_LEN
         e = scan_string(p, n, s)
+        if e >= n and not final:
+            resume[0] = at
+            return count
         if e >= n or p[e] != 0x22:  # '"': else an escape, a control byte or the end
             return REJECTED
         length = e - s
         head = at - (NAME_HEAD_LEN + length + 2)
-        if (head - 1 < start or (p[head - 1] != 0x5B and p[head - 1] != 0x2C)  # '[' or ','
+        if (head - 1 < floor or (p[head - 1] != 0x5B and p[head - 1] != 0x2C)  # '[' or ','
                 or memcmp(p + head, NAME_HEAD, NAME_HEAD_LEN) != 0
                 or memcmp(p + head + NAME_HEAD_LEN, p + s, length) != 0
                 or p[at - 2] != 0x22 or p[at - 1] != 0x2C):  # '",'
@@ -322,9 +332,31 @@ cdef class NameIndex:
         control byte or invalid UTF-8, or any header fails verification: the caller then decodes the
         body in full. An element whose ``Node`` is null has no header and is not counted (Volcano
         never offers such a node: its snapshot keeps Ready nodes only). Equals
-        ``twin.NameIndex.lookup_nodeinfos``.
+        ``twin.NameIndex.lookup_nodeinfos``; the same as ``scan_nodeinfos(data, start, floor=start,
+        final=True)`` with no element or a failure read as None.
         """
-        cdef Py_ssize_t n = data.shape[0], count = 0, i = 0, j, nb
+        out, unknown, _, ok = self.scan_nodeinfos(data, start, floor=start, final=True)
+        if not ok or not len(out):
+            return None
+        return out, unknown
+
+    def scan_nodeinfos(self, const unsigned char[::1] data, Py_ssize_t start, *, Py_ssize_t floor, bint final):
+        """``lookup_nodeinfos`` for a body read a piece at a time: what ``data[start:]`` holds, and where to go on.
+
+        Returns (indices, unknown names, resume, ok). Headers are verified as ``lookup_nodeinfos``
+        does, none reaching below ``floor`` (0 <= floor <= start): the array's marker when ``data``
+        holds it, else data's first byte, before which the caller has nothing. When ``final`` is
+        false, ``data`` is a prefix of more bytes: a needle or a name that ``data`` cuts off is not
+        read, and ``resume`` (>= start) is where the next scan, of these bytes and more, must start
+        so that every element is found exactly once. A header found from ``resume`` on begins (with
+        its '[' or ',') no earlier than ``resume`` - 12 - its name's length, so the caller need keep
+        only that many bytes before ``resume``. When ``final`` is true, ``data`` ends the body and
+        ``resume`` is its length. ok is False (and no indices) when a name holds an escape, a
+        control byte or invalid UTF-8, or a header fails verification. A body fed in pieces this way
+        gives the indices ``lookup_nodeinfos(body, start)`` gives, or a failure where that gives
+        None. Equals ``twin.NameIndex.scan_nodeinfos``.
+        """
+        cdef Py_ssize_t n = data.shape[0], count = 0, i = 0, j, nb, resume = start
         cdef const unsigned char* p
         cdef Py_ssize_t* spans = NULL
         cdef Py_ssize_t capacity = 0
@@ -332,16 +364,18 @@ cdef class NameIndex:
         cdef int32_t[::1] o
         if start < 0 or start > n:
             raise ValueError(f"start {start} is outside the {n} bytes")
+        if floor < 0 or floor > start:
+            raise ValueError(f"floor {floor} is not between 0 and start {start}")
         if n - start < NODE_NEEDLE_LEN:
-            return None
+            return np.empty(0, dtype=np.int32), [], n if final else max(start, n - (NODE_NEEDLE_LEN - 1)), True
         p = &data[0]
         try:
             with nogil:
-                count = scan_nodeinfos(p, n, start, &spans, &capacity)
+                count = find_headers(p, n, start, floor, final, &spans, &capacity, &resume)
             if count == NO_MEMORY:
                 raise MemoryError()
-            if count == REJECTED or count == 0:
-                return None
+            if count == REJECTED:
+                return np.empty(0, dtype=np.int32), [], start, False
             out = np.empty(count, dtype=np.int32)
             o = out
             with nogil:
@@ -359,9 +393,9 @@ cdef class NameIndex:
             for j in range(count):
                 if o[j] < 0:
                     unknown.append(PyUnicode_DecodeUTF8(<const char*>(p + spans[2 * j]), spans[2 * j + 1], NULL))
-            return out, unknown
+            return out, unknown, resume, True
         except UnicodeDecodeError:
-            return None
+            return np.empty(0, dtype=np.int32), [], start, False
         finally:
             free(spans)
 

@@ -30,9 +30,10 @@ from kilter.model.errors import InputError
 from kilter.model.kueue import ClusterQueue, Cohort, ResourceFlavor
 from kilter.quota.policy import parse_duration
 from kilter.quota.tree import build_tree
-from kilter.state.api import connect
+from kilter.state.api import ApiServer, connect
 from kilter.state.cluster import from_objects
 from kilter.state.feed import SnapshotFeed, settle
+from kilter.state.live import LiveFeed, default_resources
 from kilter.state.snapshot import load_documents
 from kilter.state.store import ClusterStore
 from kilter.webhooks.admissioncheck import CONTROLLER_NAME, CheckDecision, Controller
@@ -100,6 +101,7 @@ def build_app(args: argparse.Namespace) -> tuple[App, ClusterStore]:
     catalog = sources.load_catalog(args)
     store = ClusterStore(catalog=catalog)
     startup: list[Callable[[], Awaitable[None]]] = []
+    live: LiveFeed | None = None
     if getattr(args, "demo", False):
         store.replace(sources.demo_objects(catalog))
         store.fleet()
@@ -113,21 +115,44 @@ def build_app(args: argparse.Namespace) -> tuple[App, ClusterStore]:
             asyncio.get_running_loop().create_task(feed.watch())
 
         startup.append(start_watch)
+    elif getattr(args, "kubeconfig", None) is not None or getattr(args, "in_cluster", False):
+        live = LiveFeed(_connect(args), store, default_resources(catalog))
+
+        async def start_live() -> None:
+            live.start(asyncio.get_running_loop())
+
+        startup.append(start_live)
     else:
-        raise InputError("no cluster to serve: pass --snapshot FILE (or --demo for the embedded demo fleet)")
+        raise InputError(
+            "no cluster to serve: pass --kubeconfig FILE or --in-cluster, --snapshot FILE, "
+            "or --demo for the embedded demo fleet"
+        )
     timeout = parse_duration(args.gang_timeout, path="--gang-timeout")
     extender = SchedulerExtender(store, GangBook(store, timeout_s=timeout), DecisionLog())
     if args.max_body_bytes < 1024:
         raise InputError("--max-body-bytes must be at least 1024")
     binder = Binder()
     if getattr(args, "kubeconfig", None) is not None or getattr(args, "in_cluster", False):
-        binder = ApiBinder(connect(getattr(args, "kubeconfig", None), context=getattr(args, "context", None)))
+        binder = ApiBinder(_connect(args))
     events = PodGroupEvents(binder.api) if isinstance(binder, ApiBinder) else None
     volcano = VolcanoExtender(
         store, extender.gangs, queues=_queue_objects(getattr(args, "queues", None)), events=events
     )
-    app = App(store, extender, binder, max_body_bytes=args.max_body_bytes, startup=startup, volcano=volcano)
+    app = App(
+        store,
+        extender,
+        binder,
+        max_body_bytes=args.max_body_bytes,
+        startup=startup,
+        volcano=volcano,
+        sync_status=live.status if live is not None else None,
+        shutdown=[live.stop] if live is not None else [],
+    )
     return app, store
+
+
+def _connect(args: argparse.Namespace) -> ApiServer:
+    return connect(getattr(args, "kubeconfig", None), context=getattr(args, "context", None))
 
 
 def _queue_objects(path: Path | None) -> list[ClusterQueue | Cohort | ResourceFlavor]:

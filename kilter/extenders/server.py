@@ -93,9 +93,13 @@ class App:
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
         startup: list[Callable[[], Awaitable[None]]] | None = None,
         volcano: VolcanoExtender | None = None,
+        sync_status: Callable[[], dict[str, dict[str, object]]] | None = None,
+        shutdown: list[Callable[[], None]] | None = None,
     ) -> None:
         self.store = store
         self.volcano = volcano
+        self.sync_status = sync_status
+        self.shutdown = shutdown or []
         self.extender = extender
         self.binder = binder
         self.max_body_bytes = max_body_bytes
@@ -136,10 +140,7 @@ class App:
             elif path == "/healthz":
                 await self._reply(send, path, 200, b"ok\n", "text/plain")
             elif path == "/readyz":
-                ready = self.store.ready
-                await self._reply(
-                    send, path, 200 if ready else 503, b"ok\n" if ready else b"state not loaded\n", "text/plain"
-                )
+                await self._readyz(send, path)
             elif path == "/metrics":
                 await self._reply(send, path, 200, generate_latest(self.metrics.registry), CONTENT_TYPE_LATEST)
             elif path == "/debug/explain":
@@ -152,12 +153,27 @@ class App:
             log.exception("request to %s failed", path)
             await self._reply(send, path, 500, f"internal error: {type(exc).__name__}: {exc}\n".encode(), "text/plain")
 
+    async def _readyz(self, send: Send, path: str) -> None:
+        """200 once the state is loaded (every resource listed once, when live); with a live feed, per resource."""
+        ready = self.store.ready
+        code = 200 if ready else 503
+        if self.sync_status is None:
+            await self._reply(send, path, code, b"ok\n" if ready else b"state not loaded\n", "text/plain")
+            return
+        body = json.dumps({"ready": ready, "resources": self.sync_status()}, sort_keys=True).encode()
+        await self._reply(send, path, code, body, "application/json")
+
     async def _verb(self, scope: Scope, receive: Receive, send: Send, verb: str, *, volcano: str = "") -> None:
         path = scope["path"]
         length = _content_length(scope)
         if length is not None and length > self.max_body_bytes:
             await self._too_large(send, path)
             return
+        # A prioritize body's node names are read piece by piece as it arrives (the last piece once the
+        # clock runs), so that only its tail is left once it is whole, and the pieces need no joining.
+        reader = None
+        if volcano and verb == "prioritize" and self.volcano is not None:
+            reader = self.volcano.prioritize_reader()
         chunks: list[bytes] = []
         size = 0
         more = True
@@ -172,13 +188,23 @@ class App:
                 return
             chunks.append(chunk)
             more = message.get("more_body", False)
-        body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+            if reader is not None and more:
+                reader.feed(chunk)
         started = time.perf_counter()
-        if volcano:
+        answer = None
+        if reader is not None:
             assert self.volcano is not None
-            answer = self.volcano.call(verb, body, legacy=volcano == "legacy")
-        else:
-            answer = await self._bind(body) if verb == "bind" else self._answer(verb, body)
+            reader.feed(chunks[-1])
+            answer = self.volcano.prioritize_streamed(reader.finish())
+        if answer is None:
+            joining = time.perf_counter()
+            body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+            started += time.perf_counter() - joining  # joining the pieces is reading the body, not answering
+            if volcano:
+                assert self.volcano is not None
+                answer = self.volcano.call(verb, body, legacy=volcano == "legacy")
+            else:
+                answer = await self._bind(body) if verb == "bind" else self._answer(verb, body)
         elapsed = time.perf_counter() - started
         self.metrics.latency.labels(verb).observe(elapsed)
         self.metrics.decisions.labels(verb, answer.outcome).inc()
@@ -277,6 +303,8 @@ class App:
                     return
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
+                for stop in self.shutdown:
+                    stop()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 

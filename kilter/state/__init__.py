@@ -1,6 +1,6 @@
-"""The cluster-state cache: objects fed as watch events (a snapshot file now, a live cluster later) and the fleet."""
+"""The cluster-state cache: objects fed as watch events (a snapshot file or a live cluster) and the fleet."""
 
-from kilter.state import api, cluster, feed, snapshot, store
+from kilter.state import api, cluster, feed, live, reflector, snapshot, store
 from kilter.state.cluster import ClusterState, from_objects, load
 from kilter.state.store import ClusterStore, Event
 
@@ -12,7 +12,9 @@ __all__ = [
     "cluster",
     "feed",
     "from_objects",
+    "live",
     "load",
+    "reflector",
     "snapshot",
     "store",
 ]

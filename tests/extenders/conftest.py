@@ -169,7 +169,7 @@ class _Server:
         self.sock.close()
 
 
-def serve_args(snapshot: Path, **overrides: Any) -> argparse.Namespace:
+def serve_args(snapshot: Path | None, **overrides: Any) -> argparse.Namespace:
     values: dict[str, Any] = {
         "snapshot": snapshot,
         "demo": False,

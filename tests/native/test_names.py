@@ -225,3 +225,115 @@ def test_nodeinfo_lookup_agrees_with_the_twin_and_the_names(known: list[str], ex
         where = {name: i for i, name in enumerate(known)}
         expected = ([where.get(n, -1) for n in offered], [n for n in offered if n not in where])
     assert both(known, body) == (expected, expected)
+
+
+# ------------------------------------------------------------------ the same body scanned piece by piece
+
+KEEP = 12 + 253  # bytes a header may begin before its needle: ',{"Name":"' + a 253-byte name + '",'
+
+Index = names.NameIndex | twin.NameIndex
+
+
+def scan_in_pieces(index: Index, body: bytes, cuts: list[int]) -> tuple[list[int], list[str]] | None:
+    """``lookup_nodeinfos(body, marker)`` fed body[marker:] in pieces ending at ``cuts``, keeping KEEP bytes back."""
+    marker = body.find(NODES_KEY)
+    found: list[int] = []
+    unknown: list[str] = []
+    buf, buf_at, resume = b"", marker, marker
+    ends = [c for c in cuts if marker < c < len(body)] + [len(body)]
+    for end in ends:
+        buf += body[buf_at + len(buf) : end]
+        out, strangers, after, ok = index.scan_nodeinfos(
+            buf, resume - buf_at, floor=max(marker - buf_at, 0), final=end == len(body)
+        )
+        if not ok:
+            return None
+        assert resume - buf_at <= after <= len(buf)
+        found += out.tolist()
+        unknown += strangers
+        resume = buf_at + after
+        keep = max(resume - KEEP, buf_at)
+        buf, buf_at = buf[keep - buf_at :], keep
+    return (found, unknown) if found else None
+
+
+def realistic_body() -> bytes:
+    """A task and three NodeInfos (one an 8-byte name, one 253 bytes long, one unknown) as Go writes them."""
+    pod = vp.pod("ml", "w-0", "uid-w0", gpus=4, group="pg1")
+    nodes = [vp.node_info(n, gpus=4, used_gpus=i % 2) for i, n in enumerate(["gb-r0-t0", "n" * 253, "stranger"])]
+    return vp.to_go_json(vp.prioritize_args(vp.task_info(pod), nodes))
+
+
+REALISTIC_KNOWN = ["n" * 253, "gb-r0-t0", "other"]
+
+
+def test_a_body_split_anywhere_in_two_reads_as_the_whole() -> None:
+    body = realistic_body()
+    marker = body.find(NODES_KEY)
+    whole = ([1, 0, -1], ["stranger"])
+    for index in (names.NameIndex(REALISTIC_KNOWN), twin.NameIndex(REALISTIC_KNOWN)):
+        assert scan_in_pieces(index, body, []) == whole
+        for cut in range(marker, len(body) + 1):
+            assert scan_in_pieces(index, body, [cut]) == whole, cut
+
+
+def test_a_body_fed_in_pieces_of_any_size_reads_as_the_whole() -> None:
+    body = realistic_body()
+    index = names.NameIndex(REALISTIC_KNOWN)
+    for size in range(1, len(body) + 1):
+        assert scan_in_pieces(index, body, list(range(0, len(body), size))) == ([1, 0, -1], ["stranger"]), size
+
+
+def test_core_and_twin_stop_at_the_same_place_in_every_prefix() -> None:
+    body = small_body([nodeinfo("a"), nodeinfo("bb"), nodeinfo("a\\b")])  # the third has an escape
+    marker = body.find(NODES_KEY)
+    core, ref = names.NameIndex(["a", "bb"]), twin.NameIndex(["a", "bb"])
+    for end in range(marker, len(body) + 1):
+        for final in (False, True):
+            a = core.scan_nodeinfos(body[:end], marker, floor=marker, final=final)
+            b = ref.scan_nodeinfos(body[:end], marker, floor=marker, final=final)
+            assert (a[0].tolist(), *a[1:]) == (b[0].tolist(), *b[1:]), (end, final)
+
+
+def test_a_needle_or_name_cut_off_is_left_for_the_next_piece() -> None:
+    body = small_body([nodeinfo("abc")])
+    needle = body.find(b'"Node":')
+    name_end = body.find(b'"', needle + 28)
+    for index in (names.NameIndex(["abc"]), twin.NameIndex(["abc"])):
+        for end in range(needle, name_end + 1):  # the needle or the name cut off: resume at the needle
+            whole_needle = end >= needle + 28
+            out, _, resume, ok = index.scan_nodeinfos(body[:end], 0, floor=0, final=False)
+            assert ok and out.tolist() == [] and resume == (needle if whole_needle else end - 27)
+            assert index.scan_nodeinfos(body[:end], 0, floor=0, final=True)[3] is not whole_needle
+        out, _, resume, ok = index.scan_nodeinfos(body[: name_end + 1], 0, floor=0, final=False)
+        assert ok and out.tolist() == [0] and resume == name_end + 1
+
+
+def test_a_header_reaching_below_the_floor_fails() -> None:
+    body = small_body([nodeinfo("a"), nodeinfo("b")])
+    second = body.find(b',{"Name":"b"')
+    for index in (names.NameIndex(["a", "b"]), twin.NameIndex(["a", "b"])):
+        assert index.scan_nodeinfos(body, second, floor=second, final=True)[0].tolist() == [1]
+        assert index.scan_nodeinfos(body, second + 1, floor=second + 1, final=True)[3] is False
+        assert index.scan_nodeinfos(body[second + 1 :], 0, floor=0, final=True)[3] is False
+        with pytest.raises(ValueError, match="floor"):
+            index.scan_nodeinfos(body, second, floor=second + 1, final=True)
+        with pytest.raises(ValueError, match="floor"):
+            index.scan_nodeinfos(body, second, floor=-1, final=True)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.from_regex(r"[a-z0-9ü\\&][a-z0-9.ü-]{0,40}", fullmatch=True), unique=True, min_size=1, max_size=20),
+    st.lists(st.integers(min_value=0, max_value=4000), max_size=12),
+    st.randoms(use_true_random=False),
+)
+def test_pieces_read_as_the_whole_body_in_core_and_twin(known: list[str], cuts: list[int], rng: Random) -> None:
+    offered = list(known)
+    rng.shuffle(offered)
+    body = small_body([nodeinfo(n) for n in offered])
+    cuts = sorted(set(cuts))
+    whole = both(known[1:], body)
+    assert whole[0] == whole[1]
+    for index in (names.NameIndex(known[1:]), twin.NameIndex(known[1:])):
+        assert scan_in_pieces(index, body, cuts) == whole[0]
