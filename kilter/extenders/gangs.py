@@ -218,10 +218,13 @@ class GangBook:
 
     def _make(self, gang: GangId, pod: Pod, gpus: int) -> GangPlan | None:
         fleet = self.store.fleet()
-        same = gang_of(pod)
-        members = [p for p in self.store.pods() if same(p) and p.status.phase not in ENDED_PHASES]
-        bound = gang.placed if gang.placed is not None else sum(1 for p in members if p.spec.node_name)
-        size = gang.size if gang.size is not None else max(len(members), 1)
+        if gang.placed is not None and gang.size is not None:
+            bound, size = gang.placed, gang.size  # the caller knows: no need to look through every pod
+        else:
+            same = gang_of(pod)
+            members = [p for p in self.store.pods() if same(p) and p.status.phase not in ENDED_PHASES]
+            bound = gang.placed if gang.placed is not None else sum(1 for p in members if p.spec.node_name)
+            size = gang.size if gang.size is not None else max(len(members), 1)
         if gang.size is None and size < 2:
             return None  # a lone pod of a gang whose size nothing tells: placed like any pod
         remaining = size - bound

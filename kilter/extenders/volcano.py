@@ -133,7 +133,7 @@ class VolcanoExtender:
         self._names: tuple[int, JsonNames] = (-1, JsonNames([]))
         self._encoder = msgspec.json.Encoder()
         self._jobs_decoder = msgspec.json.Decoder(dict[str, vw.JobInfo] | None)
-        self._task_decoder = msgspec.json.Decoder(vw.TaskInfo | None)
+        self._task_decoder = msgspec.json.Decoder(vw.TaskHead | None)
         self._resource_decoder = msgspec.json.Decoder(vw.Resource | None)
         self._queues_decoder = msgspec.json.Decoder(dict[str, vw.QueueInfo] | None)
         self._decoders: dict[type, msgspec.json.Decoder[object]] = {}
@@ -309,7 +309,7 @@ class VolcanoExtender:
             if args.evictor is None:
                 raise InputError("evictor is null")
             raw = args.evictees or []
-            evictees = [self._decode(vw.TaskInfo, bytes(r)) for r in raw]
+            evictees = [self._decode(vw.TaskHead, bytes(r)) for r in raw]
             job = self._evictor_job(args.evictor)
             view = self.view()
             status, keys, reason = view.victims(job, self.clock())
@@ -318,7 +318,7 @@ class VolcanoExtender:
         kept = []
         evictor_cq = view.cluster_queue(job.queue)
         for task, item in zip(evictees, raw, strict=True):
-            assert isinstance(task, vw.TaskInfo)
+            assert isinstance(task, vw.TaskHead)
             victim = view.jobs.get(task.job)
             if task.job not in keys or victim is None:
                 continue
@@ -332,7 +332,7 @@ class VolcanoExtender:
         body_out = b'{"status":%d,"victims":[%s]}' % (status, b",".join(kept))
         return Answer(200, body_out, "victims" if kept else "none")
 
-    def _evictor_job(self, task: vw.TaskInfo) -> VolcanoJob:
+    def _evictor_job(self, task: vw.TaskHead) -> VolcanoJob:
         if not task.job:
             raise InputError("evictor has no Job")
         info = self.session.jobs.get(task.job) if self.session else None
@@ -346,7 +346,7 @@ class VolcanoExtender:
 
     # ------------------------------------------------------------------ placement
 
-    def _task(self, task: vw.TaskInfo | None, fleet: Fleet) -> tuple[str, int]:
+    def _task(self, task: vw.TaskHead | None, fleet: Fleet) -> tuple[str, int]:
         """The task's device resource and GPU count (whole GPUs from Volcano's milli-units)."""
         if task is None:
             raise InputError("task is null")
@@ -404,7 +404,7 @@ class VolcanoExtender:
         body = self._encoder.encode({"status": reason, "code": code})
         return Answer(200, body, "passed" if code == vw.SUCCESS else "failed")
 
-    def _fits(self, fleet: Fleet, task: vw.TaskInfo, node: vw.NodeName, resource: str, gpus: int) -> tuple[int, str]:
+    def _fits(self, fleet: Fleet, task: vw.TaskHead, node: vw.NodeName, resource: str, gpus: int) -> tuple[int, str]:
         index = fleet.node_index.get(node.name)
         if index is None:
             return vw.UNRESOLVABLE, "not a GPU node in kilter's model of the fleet"
@@ -455,7 +455,7 @@ class VolcanoExtender:
             task = self._task_decoder.decode(streamed.task)
         except (KilterError, msgspec.DecodeError, msgspec.ValidationError):
             return None
-        if streamed.names is not fleet.name_index or not isinstance(task, vw.TaskInfo):
+        if streamed.names is not fleet.name_index or not isinstance(task, vw.TaskHead):
             return None
         return self._prioritize(task, streamed.index, fleet)
 
@@ -468,7 +468,7 @@ class VolcanoExtender:
             return Answer(200, self._encoder.encode({"nodeScore": {}, "errorMessage": str(exc)}), "error")
         return self._prioritize(task, index, fleet)
 
-    def _prioritize(self, task: vw.TaskInfo, index: npt.NDArray[np.int32], fleet: Fleet) -> Answer:
+    def _prioritize(self, task: vw.TaskHead, index: npt.NDArray[np.int32], fleet: Fleet) -> Answer:
         """The answer for ``task`` over the offered nodes, given as fleet indices (-1: unknown)."""
         try:
             _, gpus = self._task(task, fleet)
@@ -489,7 +489,7 @@ class VolcanoExtender:
         scores_json = self._names[1].object(index[known], scaled[known].astype(np.int32), SCORE_TEXT)
         return Answer(200, b'{"nodeScore":' + scores_json + b',"errorMessage":""}', "scored")
 
-    def _prioritize_args(self, body: bytes, fleet: Fleet) -> tuple[vw.TaskInfo, npt.NDArray[np.int32]]:
+    def _prioritize_args(self, body: bytes, fleet: Fleet) -> tuple[vw.TaskHead, npt.NDArray[np.int32]]:
         """The task and the offered nodes' fleet indices (-1: unknown), read without decoding the nodes.
 
         Go writes ``{"task":…,"nodes":[NodeInfo…]}`` at ~15 KB per NodeInfo, of
@@ -508,9 +508,9 @@ class VolcanoExtender:
                     task = self._task_decoder.decode(body[len(b'{"task":') : pos])
                 except (msgspec.DecodeError, msgspec.ValidationError):  # the marker was not the top-level key
                     task = None
-                found = fleet.name_index.lookup_nodeinfos(body, pos) if isinstance(task, vw.TaskInfo) else None
+                found = fleet.name_index.lookup_nodeinfos(body, pos) if isinstance(task, vw.TaskHead) else None
                 if found is not None:
-                    assert isinstance(task, vw.TaskInfo)
+                    assert isinstance(task, vw.TaskHead)
                     return task, found[0]
         args = self._decode(vw.PrioritizeArgs, body)
         assert isinstance(args, vw.PrioritizeArgs)
@@ -587,7 +587,7 @@ class VolcanoExtender:
 
     # ------------------------------------------------------------------ gangs
 
-    def _plan(self, task: vw.TaskInfo, gpus: int, fleet: Fleet) -> GangPlan | None:
+    def _plan(self, task: vw.TaskHead, gpus: int, fleet: Fleet) -> GangPlan | None:
         """The plan of the task's gang, made on first need; None when the task is placed on its own."""
         if not task.job:
             return None
@@ -720,8 +720,8 @@ def _gang_key(job: str) -> str:
     return f"{namespace}/podgroup/{name}"
 
 
-def _pod(task: vw.TaskInfo) -> Pod:
-    pod = task.pod or vw.TaskPod()
+def _pod(task: vw.TaskHead) -> Pod:
+    pod = getattr(task, "pod", None) or vw.TaskPod()
     return Pod(metadata=pod.metadata, spec=pod.spec)
 
 

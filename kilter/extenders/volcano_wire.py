@@ -34,6 +34,7 @@ __all__ = [
     "Resource",
     "SessionOpenArgs",
     "TaskArgs",
+    "TaskHead",
     "TaskInfo",
     "TaskPod",
     "WirePodGroup",
@@ -66,7 +67,9 @@ class TaskPod(msgspec.Struct, rename="camel"):
     spec: PodSpec = msgspec.field(default_factory=PodSpec)
 
 
-class TaskInfo(msgspec.Struct):
+class TaskHead(msgspec.Struct):
+    """A TaskInfo without its Pod: what placing it on a node needs (the Pod is decoded only to plan gangs)."""
+
     uid: str = msgspec.field(name="UID", default="")
     job: str = msgspec.field(name="Job", default="")
     name: str = msgspec.field(name="Name", default="")
@@ -76,6 +79,9 @@ class TaskInfo(msgspec.Struct):
     node_name: str = msgspec.field(name="NodeName", default="")
     status: int = msgspec.field(name="Status", default=0)
     priority: int = msgspec.field(name="Priority", default=0)
+
+
+class TaskInfo(TaskHead):
     pod: TaskPod | None = msgspec.field(name="Pod", default=None)
 
 
@@ -189,19 +195,19 @@ class QueueInfo(msgspec.Struct):
 
 
 class PredicateArgs(msgspec.Struct):
-    task: TaskInfo | None = None
+    task: TaskHead | None = None
     node: NodeName | None = None
 
 
 class PrioritizeArgs(msgspec.Struct):
-    task: TaskInfo | None = None
+    task: TaskHead | None = None
     nodes: list[NodeName] | None = None
 
 
 class EvictArgs(msgspec.Struct):
     """preemptable and reclaimable: the evictees stay raw, since victims go back exactly as received."""
 
-    evictor: TaskInfo | None = None
+    evictor: TaskHead | None = None
     evictees: list[msgspec.Raw] | None = None
 
 
@@ -214,7 +220,7 @@ class QueueArgs(msgspec.Struct):
 
 
 class TaskArgs(msgspec.Struct):
-    task: TaskInfo | None = None
+    task: TaskHead | None = None
 
 
 class SessionOpenArgs(msgspec.Struct):
