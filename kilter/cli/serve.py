@@ -62,7 +62,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
             "-subj /CN=kilter -addext subjectAltName=IP:127.0.0.1 -keyout tls.key -out tls.crt"
         ),
     )
-    sources.add_source_arguments(p)
+    sources.add_source_arguments(p, live=False)
     p.add_argument("--http-port", type=int, default=8888, help="extender listener port (default 8888)")
     p.add_argument("--address", default="0.0.0.0", help="address to listen on (default all)")
     p.add_argument("--webhook-port", type=int, default=9443, help="admission webhook listener port (default 9443)")

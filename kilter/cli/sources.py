@@ -1,4 +1,4 @@
-"""Where a command's cluster state comes from: a snapshot file or the embedded demo fleet."""
+"""Where a command's cluster state comes from: a snapshot file, a live cluster listed once, or the demo fleet."""
 
 from __future__ import annotations
 
@@ -9,7 +9,9 @@ from typing import Any
 
 from kilter.model.errors import InputError
 from kilter.state import cluster, snapshot
+from kilter.state.api import connect
 from kilter.state.cluster import ClusterState
+from kilter.state.live import default_resources, list_cluster
 from kilter.topology import fleetgen
 from kilter.topology.catalog import BUILTIN, Catalog, load_overrides
 
@@ -24,7 +26,8 @@ __all__ = [
 ]
 
 
-def add_source_arguments(p: argparse.ArgumentParser) -> None:
+def add_source_arguments(p: argparse.ArgumentParser, *, live: bool = True) -> None:
+    """--snapshot | --demo, and (``live``) --kubeconfig | --in-cluster to read a running cluster instead."""
     src = p.add_mutually_exclusive_group()
     src.add_argument(
         "--snapshot",
@@ -32,6 +35,10 @@ def add_source_arguments(p: argparse.ArgumentParser) -> None:
         help="read the cluster from this file (kubectl get nodes,pods,topologies,... -A -o yaml)",
     )
     src.add_argument("--demo", action="store_true", help="use the embedded demo fleet")
+    if live:
+        src.add_argument("--kubeconfig", type=Path, help="read the cluster this kubeconfig points at (list once)")
+        src.add_argument("--in-cluster", action="store_true", help="read the cluster kilter's pod runs in")
+        p.add_argument("--context", help="kubeconfig context (default: its current-context)")
     p.add_argument("--platforms", type=Path, help="YAML file adding or overriding catalog platforms")
 
 
@@ -57,8 +64,15 @@ def load_state(args: argparse.Namespace) -> ClusterState:
     catalog = load_catalog(args)
     if getattr(args, "demo", False):
         return demo_state(catalog)
+    kubeconfig = getattr(args, "kubeconfig", None)
+    if kubeconfig is not None or getattr(args, "in_cluster", False):
+        api = connect(kubeconfig, context=getattr(args, "context", None))
+        return cluster.from_objects(list_cluster(api, default_resources(catalog)), catalog=catalog)
     if args.snapshot is None:
-        raise InputError("no cluster to read: pass --snapshot FILE (or --demo for the embedded demo fleet)")
+        raise InputError(
+            "no cluster to read: pass --snapshot FILE, --kubeconfig FILE or --in-cluster "
+            "(or --demo for the embedded demo fleet)"
+        )
     return cluster.load(args.snapshot, catalog=catalog)
 
 

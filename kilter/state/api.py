@@ -26,7 +26,9 @@ class ApiError(KilterError):
     """The API server refused a call; ``code`` is its HTTP status, the message its Status message."""
 
     def __init__(self, code: int, message: str) -> None:
-        super().__init__(f"API server answered {code}: {message}")
+        super().__init__(
+            f"cannot reach the API server: {message}" if code == 0 else f"API server answered {code}: {message}"
+        )
         self.code = code
 
 
@@ -44,6 +46,10 @@ class ApiServer:
         query = urlencode({"fieldManager": field_manager, "force": "true"})
         return self.call("PATCH", f"{path}?{query}", body, content_type="application/apply-patch+yaml")
 
+    @property
+    def url(self) -> str:
+        return f"{self.scheme}://{self.host}:{self.port}"
+
     def stream(self, path: str, *, timeout_s: float) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
         """A GET whose answer is read as it arrives (a watch); the caller closes the connection.
 
@@ -55,7 +61,7 @@ class ApiServer:
             response = conn.getresponse()
         except (OSError, http.client.HTTPException) as exc:
             conn.close()
-            raise ApiError(0, f"GET {path}: {exc}") from None
+            raise ApiError(0, f"GET {self.url}{path}: {exc}") from None
         if response.status != 200:
             raw = response.read()
             conn.close()
@@ -75,7 +81,7 @@ class ApiServer:
             response = conn.getresponse()
             raw = response.read()
         except (OSError, http.client.HTTPException) as exc:
-            raise ApiError(0, f"{method} {path}: {exc}") from None
+            raise ApiError(0, f"{method} {self.url}{path}: {exc}") from None
         finally:
             conn.close()
         if response.status != 200:
@@ -94,7 +100,7 @@ class ApiServer:
             response = conn.getresponse()
             raw = response.read()
         except (OSError, http.client.HTTPException) as exc:
-            raise ApiError(0, f"{method} {path}: {exc}") from None
+            raise ApiError(0, f"{method} {self.url}{path}: {exc}") from None
         finally:
             conn.close()
         try:

@@ -27,7 +27,7 @@ from kilter.state.reflector import Batch, Obj, Reflector, Resource
 from kilter.state.store import ClusterStore
 from kilter.topology.catalog import Catalog
 
-__all__ = ["LiveFeed", "default_resources"]
+__all__ = ["LiveFeed", "default_resources", "list_cluster"]
 
 KUEUE = "kueue.x-k8s.io"
 KUEUE_VERSIONS = ("v1beta2", "v1beta1")
@@ -148,3 +148,11 @@ class LiveFeed:
             self.applied += len(batch.events) if batch.relist is None else len(batch.relist)
         if not self.store.ready and all(r.synced for r in self.reflectors):
             self.store.ready = True
+
+
+def list_cluster(api: ApiServer, resources: Iterable[Resource]) -> list[Obj]:
+    """Every object of these resources, listed once (what a command reads when pointed at a live cluster)."""
+    out: list[Obj] = []
+    for resource in resources:
+        out.extend(Reflector(api, resource, lambda batch: None).list_once())
+    return out

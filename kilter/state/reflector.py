@@ -171,6 +171,19 @@ class Reflector:
         self._stop.wait(self._delay * (0.5 + random.random()))
         self._delay = min(self._delay * 2, self.backoff_s[1])
 
+    def list_once(self) -> list[Obj]:
+        """The resource's objects now (a one-shot read for commands; [] when the server does not serve it)."""
+        self.version = self._discover()
+        if not self.version:
+            return []
+        got: list[Obj] = []
+        sink, self.sink = self.sink, lambda batch: got.extend(batch.relist or ())
+        try:
+            self._list()
+        finally:
+            self.sink = sink
+        return got
+
     # ------------------------------------------------------------------ discovery
 
     def _discover(self) -> str:
