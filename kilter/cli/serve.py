@@ -48,7 +48,7 @@ __all__ = ["add_parser", "build_app", "run", "webhook_app"]
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "serve",
-        help="run the kube-scheduler extender and the admission webhooks over a snapshot or the demo fleet",
+        help="run the kube-scheduler extender, Volcano's extender verbs and the admission webhooks",
         description=(
             "HTTP listener (--http-port): /scheduler/{filter,prioritize,preempt,bind}, /volcano/<verb> (Volcano's "
             "extender plugin), /debug/explain, /debug/volcano, /metrics, "
@@ -82,8 +82,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help=f"largest request body accepted (default {DEFAULT_MAX_BODY_BYTES}: full Nodes of 5,000 nodes)",
     )
     api = p.add_mutually_exclusive_group()
-    api.add_argument("--kubeconfig", type=Path, help="bind pods through this cluster's API server")
-    api.add_argument("--in-cluster", action="store_true", help="bind pods through the API server of this pod's cluster")
+    api.add_argument(
+        "--kubeconfig", type=Path, help="watch this cluster as the state (unless --snapshot) and bind pods through it"
+    )
+    api.add_argument(
+        "--in-cluster", action="store_true", help="the same with the API server of the cluster kilter's pod runs in"
+    )
     p.add_argument("--context", help="kubeconfig context (default: its current-context)")
     p.add_argument(
         "--queues",
