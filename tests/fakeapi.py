@@ -78,7 +78,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    do_POST = do_PATCH = _handle
+    do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _handle
 
 
 @contextmanager

@@ -34,10 +34,13 @@ rounded *up* (client-go truncates, but its durations are whole seconds), so the
 wait a follower reads is never shorter than the one the leader's renew deadline
 was checked against.
 
-Callbacks run on the elector's own thread, one at a time. A caller that needs
-them on its asyncio loop hops there itself (``loop.call_soon_threadsafe``).
-When ``on_stopped_leading`` returns, the work that the Lease guards should have
-stopped: on ``stop(release=True)`` the Lease is released only after it returns.
+Callbacks run on the elector's own thread, one at a time, and renewals wait
+while they run, so they must return promptly (client-go starts
+``OnStartedLeading`` on a goroutine instead). A caller that needs them on its
+asyncio loop hops there itself (``loop.call_soon_threadsafe``). Unlike
+client-go, ``on_stopped_leading`` is called only after leading, never merely
+on exit. When it returns, the work that the Lease guards should have stopped:
+on ``stop(release=True)`` the Lease is released only after it returns.
 """
 
 from __future__ import annotations
@@ -130,6 +133,9 @@ class LeaderElector:
     ``renewTime``/``acquireTime`` and times expiry and the renew deadline, so
     a test can move time by hand.
 
+    ``identity`` must differ between replicas (the pod name): a Lease that
+    names us is renewed, not contested.
+
     ``is_leader`` and ``holder`` are safe to read from any thread.
     ``last_error`` is the latest failure ("" after a successful call).
     """
@@ -213,7 +219,7 @@ class LeaderElector:
         thread = self._thread
         if thread is None or thread is threading.current_thread():
             return
-        thread.join(timeout=RELEASE_ATTEMPTS * 2 * self.renew_deadline_s + 1)
+        thread.join(timeout=4 * self.renew_deadline_s + 1)  # a round in flight (up to 3 calls), then the release
         if thread.is_alive():
             log.warning("lease %s/%s: elector still busy after stop", self.namespace, self.name)
 
@@ -285,7 +291,7 @@ class LeaderElector:
             ours = dataclasses.replace(ours, transitions=record.transitions + 1)
         return self._write("PUT", lease, ours)
 
-    def _write(self, method: str, lease: Obj | None, record: _Record) -> bool:
+    def _write(self, method: str, lease: Obj | None, record: _Record, *, budget_s: float | None = None) -> bool:
         """Create (POST) or replace (PUT, from ``lease`` and its resourceVersion) the Lease with ``record``.
 
         False when another candidate wrote first (409: AlreadyExists for a
@@ -301,10 +307,11 @@ class LeaderElector:
             }
             path = self.path.rsplit("/", 1)[0]
         else:
-            body = {**lease, "spec": {**(lease.get("spec") or {}), **record.spec()}}
+            spec = lease.get("spec")
+            body = {**lease, "spec": {**(spec if isinstance(spec, dict) else {}), **record.spec()}}
             path = self.path
         try:
-            answer = self._call(method, path, body)
+            answer = self._call(method, path, body, budget_s=budget_s)
         except ApiError as exc:
             if exc.code not in (404, 409):
                 raise
@@ -315,9 +322,9 @@ class LeaderElector:
         self._observe(_Record.of(answer), force=True)
         return True
 
-    def _call(self, method: str, path: str, body: Obj | None = None) -> Obj:
-        """One call, with a timeout that lets a leader notice its renew deadline on time."""
-        budget = self.renew_deadline_s
+    def _call(self, method: str, path: str, body: Obj | None = None, *, budget_s: float | None = None) -> Obj:
+        """One call, with a timeout that lets a leader notice its renew deadline on time (or ``budget_s``)."""
+        budget = self.renew_deadline_s if budget_s is None else budget_s
         if self._leading:
             budget = max(self.retry_period_s, self._renewed_at + self.renew_deadline_s - self._clock())
         api = dataclasses.replace(self.api, timeout_s=min(self.api.timeout_s, budget))
@@ -377,17 +384,20 @@ class LeaderElector:
         """Hand the Lease back (client-go's ``tryRelease``): empty holder, 1 s duration, so a follower takes it now.
 
         Only a Lease that still names us is touched; a 409 means a renewal of
-        ours landed meanwhile, so it is read again.
+        ours landed meanwhile, so it is read again. Like client-go, the whole
+        release gets ``renew_deadline_s`` of real time (monotonic: it bounds how
+        long ``stop`` waits, whatever the injected clock says).
         """
+        until = time.monotonic() + self.renew_deadline_s
         for _ in range(RELEASE_ATTEMPTS):
             try:
-                lease = self._call("GET", self.path)
+                lease = self._call("GET", self.path, budget_s=max(0.001, until - time.monotonic()))
                 record = _Record.of(lease)
                 if record.holder != self.identity:
                     return
                 stamp = micro_time(self._clock())
                 released = dataclasses.replace(record, holder="", duration_s=1, acquire_time=stamp, renew_time=stamp)
-                if self._write("PUT", lease, released):
+                if self._write("PUT", lease, released, budget_s=max(0.001, until - time.monotonic())):
                     log.info("lease %s/%s: released by %s", self.namespace, self.name, self.identity)
                     return
             except (ApiError, OSError, ValueError) as exc:
