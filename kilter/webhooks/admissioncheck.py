@@ -219,11 +219,13 @@ class Controller:
         *,
         interval_s: float = 10.0,
         on_ready: Callable[[CheckDecision], None] | None = None,
+        is_writer: Callable[[], bool] = lambda: True,
     ) -> None:
         self.store = store
         self.api = api
         self.interval_s = interval_s
         self.on_ready = on_ready
+        self.is_writer = is_writer
         self.written: dict[tuple[str, str, str], tuple[str, str, str]] = {}
         self.errors = 0
 
@@ -248,11 +250,15 @@ class Controller:
                     self.on_ready(d)
 
     async def run(self) -> None:
+        """A round every ``interval_s`` while this replica is the writer (the leader); idle otherwise."""
         while True:
-            try:
-                await self.run_once()
-            except KilterError as exc:  # a state that cannot be read right now: try again next round
-                log.warning("admission check round failed: %s", exc)
+            if not self.is_writer():
+                self.written.clear()  # on becoming the leader again, judge every workload afresh
+            else:
+                try:
+                    await self.run_once()
+                except KilterError as exc:  # a state that cannot be read right now: try again next round
+                    log.warning("admission check round failed: %s", exc)
             await asyncio.sleep(self.interval_s)
 
     async def _write(self, loop: asyncio.AbstractEventLoop, path: str, body: dict[str, Any]) -> bool:

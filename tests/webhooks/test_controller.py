@@ -97,3 +97,24 @@ def test_ready_plans_are_adopted_by_the_gang_book(api: FakeApi) -> None:
     plan = book.adopt(GangId("ml/workload/fits", CONTROLLER_NAME, 4), fits.plan)
     assert plan is not None and int(fleet.bitmap.domain_free_gpus.sum()) == before - 16
     assert book.adopt(GangId("ml/workload/fits", CONTROLLER_NAME, 4), fits.plan) is None  # already planned
+
+
+def test_only_the_leader_writes(api: FakeApi) -> None:
+    store = ClusterStore()
+    store.replace(objects())
+    leading = [False]
+    ctl = Controller(store, ApiServer("http", "127.0.0.1", api.port), interval_s=0.01, is_writer=lambda: leading[0])
+
+    async def rounds() -> None:
+        task = asyncio.create_task(ctl.run())
+        await asyncio.sleep(0.1)
+        assert api.calls == []  # a follower decides nothing and writes nothing
+        leading[0] = True
+        for _ in range(200):
+            if len(api.calls) >= 5:
+                break
+            await asyncio.sleep(0.01)
+        task.cancel()
+
+    asyncio.run(rounds())
+    assert len(patches(api)) >= 5
