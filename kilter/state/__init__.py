@@ -1,6 +1,6 @@
 """The cluster-state cache: objects fed as watch events (a snapshot file or a live cluster) and the fleet."""
 
-from kilter.state import api, cluster, feed, leader, live, reflector, snapshot, store
+from kilter.state import api, cluster, events, feed, leader, live, reflector, snapshot, store
 from kilter.state.cluster import ClusterState, from_objects, load
 from kilter.state.store import ClusterStore, Event
 
@@ -10,6 +10,7 @@ __all__ = [
     "Event",
     "api",
     "cluster",
+    "events",
     "feed",
     "from_objects",
     "leader",

@@ -34,6 +34,7 @@ from kilter.model.jobs import read_job
 from kilter.model.kueue import KUEUE_GROUP, Workload
 from kilter.state.api import ApiError, ApiServer
 from kilter.state.cluster import ClusterState
+from kilter.state.events import EventRecorder, Involved
 from kilter.state.store import ClusterStore
 from kilter.topology.fleet import Fleet
 from kilter.topology.labels import HOSTNAME_LABEL
@@ -220,12 +221,14 @@ class Controller:
         interval_s: float = 10.0,
         on_ready: Callable[[CheckDecision], None] | None = None,
         is_writer: Callable[[], bool] = lambda: True,
+        events: EventRecorder | None = None,
     ) -> None:
         self.store = store
         self.api = api
         self.interval_s = interval_s
         self.on_ready = on_ready
         self.is_writer = is_writer
+        self.events = events
         self.written: dict[tuple[str, str, str], tuple[str, str, str]] = {}
         self.errors = 0
 
@@ -248,6 +251,7 @@ class Controller:
                 self.written[(d.namespace, d.workload, d.check)] = _signature(d)
                 if d.state == "Ready" and self.on_ready is not None:
                     self.on_ready(d)
+                self._event(d)
 
     async def run(self) -> None:
         """A round every ``interval_s`` while this replica is the writer (the leader); idle otherwise."""
@@ -261,6 +265,14 @@ class Controller:
                     log.warning("admission check round failed: %s", exc)
             await asyncio.sleep(self.interval_s)
 
+    def _event(self, d: CheckDecision) -> None:
+        """What ``kubectl describe workload`` shows: the gang planned, or why the check holds it back."""
+        reason = EVENT_REASONS.get(d.state)
+        if self.events is None or reason is None:
+            return
+        workload = Involved(API, "Workload", d.namespace, d.workload, d.workload_uid)
+        self.events.record(workload, reason, d.message, warning=d.state == "Rejected")
+
     async def _write(self, loop: asyncio.AbstractEventLoop, path: str, body: dict[str, Any]) -> bool:
         try:
             await loop.run_in_executor(None, partial(self.api.apply, path, body, field_manager=CONTROLLER_NAME))
@@ -269,6 +281,9 @@ class Controller:
             log.warning("could not write %s: %s", path, exc)
             return False
         return True
+
+
+EVENT_REASONS = {"Ready": "KilterGangPlanned", "Retry": "KilterCheckRetry", "Rejected": "KilterCheckRejected"}
 
 
 def _signature(d: CheckDecision) -> tuple[str, str, str]:

@@ -200,7 +200,9 @@ def write_requests() -> list[tuple[str, str]]:
     ApiBinder(api).bind("team-a", "trainer-0", "uid-1", "gb200-r001-t00")
     events = PodGroupEvents(api)
     try:
-        events("team-a", "pretrain", "Unschedulable", "does not fit").result()
+        written = events("team-a", "pretrain", "Unschedulable", "does not fit")
+        assert written is not None
+        written.result()
     finally:
         events.close()
     api.apply(WORKLOADS.format(namespace="team-a", name="job-pretrain"), {}, field_manager=CONTROLLER_NAME)

@@ -11,6 +11,7 @@ import pytest
 
 from kilter.extenders.gangs import GangBook, GangId
 from kilter.state.api import ApiServer
+from kilter.state.events import EventRecorder
 from kilter.state.store import ClusterStore
 from kilter.webhooks.admissioncheck import CONTROLLER_NAME, CheckDecision, Controller
 from tests.fakeapi import Answer, Call, FakeApi, running, status
@@ -118,3 +119,18 @@ def test_only_the_leader_writes(api: FakeApi) -> None:
 
     asyncio.run(rounds())
     assert len(patches(api)) >= 5
+
+
+def test_each_written_decision_is_an_event_on_its_workload(api: FakeApi) -> None:
+    store = ClusterStore()
+    store.replace(objects())
+    connection = ApiServer("http", "127.0.0.1", api.port)
+    events = EventRecorder(connection)
+    ctl = Controller(store, connection, events=events)
+    asyncio.run(ctl.run_once())
+    events.close()
+    posted = {c.body["involvedObject"]["name"]: c.body for c in api.calls if c.path.endswith("/events")}
+    assert posted["fits"]["reason"] == "KilterGangPlanned" and posted["fits"]["type"] == "Normal"
+    assert posted["never"]["reason"] == "KilterCheckRejected" and posted["never"]["type"] == "Warning"
+    assert posted["later"]["reason"] == "KilterCheckRetry"
+    assert all(b["involvedObject"]["kind"] == "Workload" for b in posted.values())
