@@ -18,6 +18,10 @@ Usage::
         server.add({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "ns"}})
         ...  # point the client at 127.0.0.1:server.port
 
+Reads are GET (discovery, list, watch, get); the one write over HTTP is PATCH
+of an object with a JSON merge patch (RFC 7386), what kilter's plan records
+use. The test itself writes through ``add``, ``update`` and ``delete``.
+
 Choices where the contract is loose or version-dependent:
 
 * ``resourceVersion=0`` lists are served from the current state and ignore
@@ -32,6 +36,14 @@ Choices where the contract is loose or version-dependent:
   "Too large resource version"; a watch from a future resourceVersion just
   waits for events after it, as the cacher does.
 * BOOKMARK objects carry only kind, apiVersion and metadata.resourceVersion.
+* PATCH takes ``application/merge-patch+json`` only (kube-apiserver also takes
+  JSON patch, strategic merge patch and apply); any other content type is 415
+  with the apiserver's message naming what this server accepts. A patch that is
+  not JSON is 400. A ``metadata.resourceVersion`` in the patch is a
+  precondition (409 Conflict when stale), a changed ``metadata.name`` is 400,
+  and what the server owns (uid, creationTimestamp, kind, apiVersion) is kept.
+  A patch that changes nothing writes nothing: same resourceVersion, no event,
+  as etcd3's GuaranteedUpdate skips an unchanged object.
 """
 
 from __future__ import annotations
@@ -57,12 +69,14 @@ from typing import Any, NamedTuple
 from urllib.parse import parse_qs, urlsplit
 
 __all__ = [
+    "MERGE_PATCH",
     "NODES",
     "PODS",
     "ApiError",
     "ListWatchServer",
     "Request",
     "Resource",
+    "merge_patch",
 ]
 
 Obj = dict[str, Any]
@@ -75,6 +89,7 @@ CONTINUE_EXPIRED = (
     "modified, or deleted between the time the first chunk was returned and now may show up in the list."
 )
 LIST_EXPIRED = "The resourceVersion for the provided list is too old."
+MERGE_PATCH = "application/merge-patch+json"
 NOT_FOUND = "the server could not find the requested resource"
 INITIAL_EVENTS_END = "k8s.io/initial-events-end"
 
@@ -510,6 +525,32 @@ def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def _details(resource: Resource, name: str) -> Obj:
+    """A Status's ``details`` for one object: name, group (if any), kind as the plural."""
+    details: Obj = {"name": name}
+    if resource.group:
+        details["group"] = resource.group
+    details["kind"] = resource.plural
+    return details
+
+
+def _not_found(resource: Resource, name: str) -> ApiError:
+    return ApiError(404, "NotFound", f'{resource.qualified} "{name}" not found', details=_details(resource, name))
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386 MergePatch: objects merge key by key, ``null`` removes a key, anything else replaces."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    out = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = merge_patch(out.get(key), value)
+    return out
+
+
 class ListWatchServer:
     """The cluster a test drives: objects, the revision counter, history, and the HTTP server that exposes them."""
 
@@ -785,12 +826,55 @@ class ListWatchServer:
             key = f"{namespace or ''}/{name}" if resource.namespaced else name
             obj = self._objects[resource].get(key)
         if obj is None:
-            details: Obj = {"name": name}
-            if resource.group:
-                details["group"] = resource.group
-            details["kind"] = resource.plural
-            raise ApiError(404, "NotFound", f'{resource.qualified} "{name}" not found', details=details)
+            raise _not_found(resource, name)
         return copy.deepcopy(obj)
+
+    def patch_object(self, resource: Resource, namespace: str | None, name: str, content_type: str, body: bytes) -> Obj:
+        """PATCH with a JSON merge patch: the stored object merged, a new resourceVersion, MODIFIED to watchers."""
+        media = content_type.split(";", 1)[0].strip().lower()  # parameters (charset) are ignored, as patch.go does
+        if media != MERGE_PATCH:
+            raise ApiError(
+                415,
+                "UnsupportedMediaType",
+                f"the body of the request was in an unknown format - accepted media types include: {MERGE_PATCH}",
+            )
+        with self._lock:
+            key = f"{namespace or ''}/{name}" if resource.namespaced else name
+            prev = self._objects[resource].get(key)
+            if prev is None:
+                raise _not_found(resource, name)
+            try:
+                patch = json.loads(body)
+            except ValueError as exc:
+                raise _bad_request(f"error decoding patch: {exc}") from None
+            patched = merge_patch(copy.deepcopy(prev), patch)
+            meta = patched.get("metadata") if isinstance(patched, dict) else None
+            if not isinstance(patched, dict) or not isinstance(meta, dict):
+                raise _bad_request("the patched object is not an object with metadata")
+            asked = patch.get("metadata") if isinstance(patch, dict) else None
+            wanted_rv = asked.get("resourceVersion") if isinstance(asked, dict) else None
+            if wanted_rv is not None and wanted_rv != prev["metadata"].get("resourceVersion"):
+                raise ApiError(
+                    409,
+                    "Conflict",
+                    f'Operation cannot be fulfilled on {resource.qualified} "{name}": the object has been modified; '
+                    "please apply your changes to the latest version and try again",
+                    details=_details(resource, name),
+                )
+            if meta.get("name") != name:
+                raise _bad_request(
+                    f"the name of the object ({meta.get('name')}) does not match the name on the URL ({name})"
+                )
+            for owned in ("kind", "apiVersion"):
+                if owned in prev:
+                    patched[owned] = prev[owned]
+            for owned in ("uid", "creationTimestamp", "namespace", "resourceVersion"):
+                if owned in prev["metadata"]:
+                    meta[owned] = prev["metadata"][owned]
+            if patched == prev:
+                return copy.deepcopy(prev)
+            self._commit(resource, key, "MODIFIED", patched, prev)
+            return copy.deepcopy(patched)
 
     def list_page(self, resource: Resource, namespace: str | None, query: dict[str, str]) -> Obj:
         """One LIST page, following etcd3's GetList and the cacher's choice of where a read is served from."""
@@ -1034,8 +1118,7 @@ class _Handler(BaseHTTPRequestHandler):
         query = {k: v[-1] for k, v in parse_qs(url.query, keep_blank_values=True).items()}
         cluster.record(Request(self.command, url.path, query))
         length = int(self.headers.get("Content-Length") or 0)
-        if length:
-            self.rfile.read(length)
+        body = self.rfile.read(length) if length else b""
         try:
             if not cluster.authorized(self.headers.get("Authorization", "")):
                 raise ApiError(401, "Unauthorized", "Unauthorized")
@@ -1045,6 +1128,10 @@ class _Handler(BaseHTTPRequestHandler):
                 self._json(200, cluster.discovery(parts))
                 return
             resource, namespace, name = cluster.route(parts)
+            if self.command == "PATCH" and name is not None:
+                content_type = self.headers.get("Content-Type", "")
+                self._json(200, cluster.patch_object(resource, namespace, name, content_type, body))
+                return
             self._only_get()
             if name is not None:
                 self._json(200, cluster.get_object(resource, namespace, name))

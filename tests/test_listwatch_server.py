@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.listwatch import NODES, PODS, ListWatchServer, Request, Resource
+from tests.listwatch import MERGE_PATCH, NODES, PODS, ListWatchServer, Request, Resource
 
 WORKLOADS = Resource("kueue.x-k8s.io", "v1beta2", "workloads", "Workload", namespaced=True, installed=False)
 TOKEN = "s3cret"
@@ -449,3 +449,65 @@ def test_a_watch_list_streams_the_state_then_the_initial_events_end_bookmark(ser
     assert (
         code == 422 and "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan" in invalid["message"]
     )
+
+
+def patch(server: ListWatchServer, path: str, body: Any, *, content_type: str = MERGE_PATCH) -> tuple[int, Any]:
+    conn = http.client.HTTPConnection(server.host, server.port, timeout=2)
+    raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+    try:
+        conn.request("PATCH", path, raw, {"Accept": "application/json", "Content-Type": content_type})
+        resp = conn.getresponse()
+        return resp.status, json.loads(resp.read())
+    finally:
+        conn.close()
+
+
+def test_a_merge_patch_merges_into_the_object_with_a_new_version_and_a_modified_event(
+    server: ListWatchServer,
+) -> None:
+    created = server.add(pod("p", labels={"app": "x", "tier": "gpu"}))
+    start = server.resource_version
+    w = Stream(server, f"/api/v1/namespaces/ns/pods?watch=1&resourceVersion={start}")
+    try:
+        # RFC 7386: objects merge key by key, null removes a key, other values replace.
+        change = {"metadata": {"labels": {"tier": None, "rack": "r1"}, "annotations": {"kilter.dev/plan": "{}"}}}
+        code, patched = patch(
+            server, "/api/v1/namespaces/ns/pods/p", change, content_type=f"{MERGE_PATCH}; charset=utf-8"
+        )
+        assert code == 200
+        meta = patched["metadata"]
+        assert meta["labels"] == {"app": "x", "rack": "r1"} and meta["annotations"] == {"kilter.dev/plan": "{}"}
+        assert meta["uid"] == created["metadata"]["uid"] and patched["spec"] == created["spec"]
+        assert int(meta["resourceVersion"]) == start + 1 == server.resource_version
+        event = w.next()
+        assert event == {"type": "MODIFIED", "object": patched}
+        assert get(server, "/api/v1/namespaces/ns/pods/p") == (200, patched)
+        # The same patch again changes nothing: no write, no new version, no event.
+        assert patch(server, "/api/v1/namespaces/ns/pods/p", change) == (200, patched)
+        assert server.resource_version == start + 1
+        server.add(pod("q"))
+        assert (w.next()["type"], server.resource_version) == ("ADDED", start + 2)
+    finally:
+        w.close()
+
+
+def test_a_patch_is_refused_as_kube_apiserver_refuses_it(server: ListWatchServer) -> None:
+    current = server.add(pod("p"))
+    path = "/api/v1/namespaces/ns/pods/p"
+    code, status = patch(server, "/api/v1/namespaces/ns/pods/nope", {"metadata": {"labels": {"a": "b"}}})
+    assert code == 404 and status["reason"] == "NotFound" and status["message"] == 'pods "nope" not found'
+    code, status = patch(server, path, [{"op": "add"}], content_type="application/json-patch+json")
+    assert code == 415 and status["reason"] == "UnsupportedMediaType" and status["code"] == 415
+    assert status["message"].endswith("accepted media types include: application/merge-patch+json")
+    code, status = patch(server, path, b"{not json")
+    assert code == 400 and status["reason"] == "BadRequest"
+    code, status = patch(server, path, {"metadata": {"resourceVersion": "1", "labels": {"a": "b"}}})
+    assert code == 409 and status["reason"] == "Conflict" and "the object has been modified" in status["message"]
+    code, status = patch(server, path, {"metadata": {"name": "other"}})
+    assert code == 400 and "does not match the name on the URL" in status["message"]
+    code, status = patch(server, "/api/v1/namespaces/ns/pods", {"metadata": {}})
+    assert code == 405 and status["reason"] == "MethodNotAllowed"
+    assert get(server, path) == (200, current)  # none of them wrote anything
+    rv = current["metadata"]["resourceVersion"]
+    code, patched = patch(server, path, {"metadata": {"resourceVersion": rv, "uid": "forged", "labels": {"a": "b"}}})
+    assert code == 200 and patched["metadata"]["uid"] == current["metadata"]["uid"]  # the server owns the uid

@@ -23,11 +23,12 @@ from kilter.cli import sources
 from kilter.extenders.events import PodGroupEvents
 from kilter.extenders.explain import DecisionLog
 from kilter.extenders.gangs import GangBook, GangId
+from kilter.extenders.plans import PlanRecorder
 from kilter.extenders.scheduler import ApiBinder, Binder, SchedulerExtender
 from kilter.extenders.server import DEFAULT_MAX_BODY_BYTES, App
 from kilter.extenders.volcano import VolcanoExtender
 from kilter.model.errors import InputError
-from kilter.model.kueue import ClusterQueue, Cohort, ResourceFlavor
+from kilter.model.kueue import KUEUE_GROUP, ClusterQueue, Cohort, ResourceFlavor
 from kilter.quota.policy import parse_duration
 from kilter.quota.tree import build_tree
 from kilter.state.api import ApiServer, connect
@@ -132,7 +133,9 @@ def build_app(args: argparse.Namespace) -> tuple[App, ClusterStore]:
             "or --demo for the embedded demo fleet"
         )
     timeout = parse_duration(args.gang_timeout, path="--gang-timeout")
-    extender = SchedulerExtender(store, GangBook(store, timeout_s=timeout), DecisionLog())
+    recorder = _plan_recorder(args, live)
+    gangs = GangBook(store, timeout_s=timeout, on_planned=recorder.on_planned if recorder is not None else None)
+    extender = SchedulerExtender(store, gangs, DecisionLog())
     if args.max_body_bytes < 1024:
         raise InputError("--max-body-bytes must be at least 1024")
     binder = Binder()
@@ -150,9 +153,20 @@ def build_app(args: argparse.Namespace) -> tuple[App, ClusterStore]:
         startup=startup,
         volcano=volcano,
         sync_status=live.status if live is not None else None,
-        shutdown=[live.stop] if live is not None else [],
+        shutdown=[*([live.stop] if live is not None else []), *([recorder.close] if recorder is not None else [])],
     )
     return app, store
+
+
+def _plan_recorder(args: argparse.Namespace, live: LiveFeed | None) -> PlanRecorder | None:
+    """With a cluster connected, gang plans are recorded on it (issue #7) so a restart keeps them; else None.
+
+    Leader election is to pass ``is_writer`` (or set ``recorder.is_writer``): until then every replica writes.
+    """
+    if getattr(args, "kubeconfig", None) is None and not getattr(args, "in_cluster", False):
+        return None
+    kueue_version = (lambda: live.served_version(KUEUE_GROUP, "Workload")) if live is not None else None
+    return PlanRecorder(_connect(args), kueue_version=kueue_version)
 
 
 def _connect(args: argparse.Namespace) -> ApiServer:

@@ -18,23 +18,42 @@ group-index labels, ``size`` annotation); a Kueue Workload named by the
 MPIJob pods by their job-name labels. Where the pod does not carry the size,
 it comes from the owning object in the state, else from the number of the
 gang's pods the state holds.
+
+Plans survive a restart through records in the cluster (``plans``): a
+plan made here is handed to ``on_planned`` (which ``kilter serve`` connects
+to ``plans.PlanRecorder``), and before making a new plan the book looks for
+a record of the gang on its owner object or its pods. A record no older
+than ``timeout_s`` is adopted when it still fits: pods of the gang already
+bound take the slots on their nodes, and every other slot's node must still
+exist, be usable, admit the pods and have the GPUs free. Otherwise the gang
+is planned afresh (and that plan recorded).
+
+The module passes the ~400 lines of STYLE.md because a plan's whole life
+(made, taken up from a record, reserved, re-checked after a fleet rebuild,
+bound slot by slot, expired) works on the same reservations in the fleet and
+must change them in step; the record format and fitting a record to the
+fleet are in ``plans``.
 """
 
 from __future__ import annotations
 
+import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from kilter.extenders import plans
 from kilter.model.core_v1 import Pod, PodTemplateSpec
 from kilter.model.errors import InputError
 from kilter.model.jobs import PodSetSpec, read_job
 from kilter.model.jobs import topology_request as _topology_request
 from kilter.state.store import ClusterStore
 from kilter.topology.fleet import ENDED_PHASES
-from kilter.topology.plan import Plan, gang_request, plan_gang
+from kilter.topology.plan import GangRequest, Plan, gang_request, plan_gang
 
-__all__ = ["GANG_LABEL", "GANG_SIZE_LABEL", "GangBook", "GangId", "GangPlan", "identify"]
+__all__ = ["GANG_LABEL", "GANG_SIZE_LABEL", "GangBook", "GangId", "GangPlan", "PlanHook", "identify", "in_gang"]
+
+log = logging.getLogger("kilter.gangs")
 
 GANG_LABEL = "kilter.dev/gang"
 GANG_SIZE_LABEL = "kilter.dev/gang-size"
@@ -128,6 +147,38 @@ def gang_of(pod: Pod) -> Callable[[Pod], bool]:
     return same
 
 
+_KEY_SELECTORS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    # the kind in a gang's key -> (labels, annotations) whose values are the key's name parts, in order
+    "gang": ((GANG_LABEL,), ()),
+    "pod-group": ((KUEUE_POD_GROUP,), ()),
+    "lws": ((LWS_NAME, LWS_GROUP), ()),
+    "workload": ((), (KUEUE_WORKLOAD,)),
+    "podgroup": ((), (VOLCANO_GROUP,)),
+    "jobset": ((JOBSET_NAME,), ()),
+    "kubeflow": ((KUBEFLOW_JOB,), ()),
+}
+
+
+def in_gang(key: str) -> Callable[[Pod], bool]:
+    """A predicate: does a pod belong to the gang with this key (by the labels or annotation ``identify`` read)."""
+    namespace, kind, *names = key.split("/")
+    label_keys, note_keys = _KEY_SELECTORS.get(kind, ((), ()))
+    if len(names) != len(label_keys) + len(note_keys) or not names:
+        return lambda pod: False
+    labels = dict(zip(label_keys, names[: len(label_keys)], strict=True))
+    notes = dict(zip(note_keys, names[len(label_keys) :], strict=True))
+
+    def member(pod: Pod) -> bool:
+        m = pod.metadata
+        return (
+            m.namespace == namespace
+            and all(m.labels.get(k) == v for k, v in labels.items())
+            and all(m.annotations.get(k) == v for k, v in notes.items())
+        )
+
+    return member
+
+
 @dataclass
 class Slot:
     node: str
@@ -144,6 +195,8 @@ class GangPlan:
     slots: list[Slot]
     created: float
     generation: int
+    origin: str = "planned"  # "planned" here, "record" (adopted from the cluster), "admission-check"
+    pods: tuple[str, ...] = ()  # the gang's pods unbound when it was planned: where a record goes without an owner
 
     @property
     def feasible(self) -> bool:
@@ -161,16 +214,34 @@ class GangPlan:
         return f"gang {self.gang.key}: {self.plan.reason}; {taken}/{len(self.slots)} planned pods bound"
 
 
-class GangBook:
-    """Open plans, keyed by gang; every method runs on the server's one event-loop thread."""
+PlanHook = Callable[[GangId, GangPlan], object]  # told of each plan made here (feasible ones), to record it
 
-    def __init__(self, store: ClusterStore, *, timeout_s: float = 300.0, clock: Callable[[], float] = time.monotonic):
+
+class GangBook:
+    """Open plans, keyed by gang; every method runs on the server's one event-loop thread.
+
+    ``clock`` times plans (monotonic seconds); ``wall`` is Unix time, to judge
+    the age of records made by another process.
+    """
+
+    def __init__(
+        self,
+        store: ClusterStore,
+        *,
+        timeout_s: float = 300.0,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+        on_planned: PlanHook | None = None,
+    ):
         self.store = store
         self.timeout_s = timeout_s
         self.clock = clock
+        self.wall = wall
+        self.on_planned = on_planned
         self.plans: dict[str, GangPlan] = {}
         self.planned = 0
         self.replanned = 0
+        self.adopted = 0  # plans taken from records in the cluster
 
     def plan_for(self, gang: GangId, pod: Pod, gpus: int) -> GangPlan | None:
         """The gang's current plan, making one if there is none or the old one no longer holds."""
@@ -189,6 +260,10 @@ class GangBook:
         if made is not None:
             self.plans[gang.key] = made
             self.planned += 1
+            if made.origin == "record":
+                self.adopted += 1
+            elif made.feasible and self.on_planned is not None:
+                self.on_planned(gang, made)
         return made
 
     def adopt(self, gang: GangId, plan: Plan) -> GangPlan | None:
@@ -211,13 +286,16 @@ class GangBook:
         for node, g in shapes:
             fleet.bitmap.allocate(node, g)
             slots.append(Slot(fleet.node_names[node], node, g))
-        adopted = GangPlan(gang, plan, slots, self.clock(), self.store.generation)
+        adopted = GangPlan(gang, plan, slots, self.clock(), self.store.generation, origin="admission-check")
         self.plans[gang.key] = adopted
         self.planned += 1
+        if self.on_planned is not None:
+            self.on_planned(gang, adopted)
         return adopted
 
     def _make(self, gang: GangId, pod: Pod, gpus: int) -> GangPlan | None:
         fleet = self.store.fleet()
+        members: list[Pod] | None = None
         if gang.placed is not None and gang.size is not None:
             bound, size = gang.placed, gang.size  # the caller knows: no need to look through every pod
         else:
@@ -237,13 +315,72 @@ class GangBook:
             topology = _topology_request(template, remaining, path="$.Pod")
             pod_sets = (PodSetSpec("pods", remaining, template, topology),)
         request = gang_request(gang.key, pod_sets, fleet.catalog)
+        adopted = self._from_record(gang, request, members)
+        if adopted is not None:
+            return adopted
         result = plan_gang(fleet, request)
         slots: list[Slot] = []
         if result.feasible:
             for node, g in zip(result.node_indices, result.gpus, strict=True):
                 fleet.bitmap.allocate(node, g)
                 slots.append(Slot(fleet.node_names[node], node, g))
-        return GangPlan(gang, result, slots, self.clock(), self.store.generation)
+        unbound = {p.metadata.name for p in members or () if not p.spec.node_name}
+        if pod.metadata.name and not pod.spec.node_name and pod.metadata.namespace == gang.key.partition("/")[0]:
+            unbound.add(pod.metadata.name)  # the pod asking may not have reached the state yet
+        return GangPlan(gang, result, slots, self.clock(), self.store.generation, pods=tuple(sorted(unbound)))
+
+    # ------------------------------------------------------------------ records
+
+    def _from_record(self, gang: GangId, request: GangRequest, members: list[Pod] | None) -> GangPlan | None:
+        """The gang's recorded plan, taken up again if it still holds; None when there is none or it does not."""
+        owner = plans.owner_of(gang.key)
+        if owner is not None:
+            where = f"{owner[1]} {owner[2]}/{owner[3]}"
+            record = plans.read_object(self.store.get(*owner), where=where)
+        else:
+            where = f"the pods of gang {gang.key}"
+            record = plans.newest(members or ())
+        if record is None:
+            return None
+        if record.gang != gang.key:
+            log.info("%s: the plan record names gang %s, not %s; ignored", where, record.gang, gang.key)
+            return None
+        age = self.wall() - record.at_s
+        if abs(age) > self.timeout_s:
+            log.info("gang %s: the plan recorded at %s is past the gang timeout; planning afresh", gang.key, record.at)
+            return None
+        if members is None:
+            member = in_gang(gang.key)
+            members = [p for p in self.store.pods() if member(p) and p.status.phase not in ENDED_PHASES]
+        adopted, why = self._adopt_record(gang, request, record, members)
+        if adopted is None:
+            log.info("gang %s: the plan recorded at %s no longer fits (%s); planning afresh", gang.key, record.at, why)
+        else:
+            log.info("gang %s: took up the plan recorded at %s", gang.key, record.at)
+        return adopted
+
+    def _adopt_record(
+        self, gang: GangId, request: GangRequest, record: plans.PlanRecord, members: Sequence[Pod]
+    ) -> tuple[GangPlan | None, str]:
+        """The recorded plan with its open slots reserved, or None and why it does not fit the fleet now."""
+        fleet = self.store.fleet()
+        fit = plans.fit(record, request, members, fleet)
+        if isinstance(fit, str):
+            return None, fit
+        taken = [Slot(node, index, g, uid=uid, reserved=False) for node, index, g, uid in fit.taken]
+        slots = []
+        for node, index, g in fit.open:
+            fleet.bitmap.allocate(index, g)
+            slots.append(Slot(node, index, g))
+        indices = tuple(s.node_index for s in slots)
+        domains = tuple(sorted({fleet.domain_of_node(i) for i in indices}))
+        reason = (
+            f"the plan recorded at {record.at}: {len(slots)} pods, {sum(s.gpus for s in slots)} GPUs in "
+            f"{len(domains)} scale-up domain{'s' if len(domains) != 1 else ''}"
+        )
+        platform = fleet.platform_of_node(indices[0]).name if indices else None
+        plan = Plan(True, reason, gang.key, platform, domains=domains, node_indices=indices, gpus=fit.gpus)
+        return GangPlan(gang, plan, [*taken, *slots], self.clock(), self.store.generation, origin="record"), ""
 
     def _still_valid(self, plan: GangPlan) -> bool:
         """After a fleet rebuild, re-reserve open slots by node name; invalid if a node went away or filled up."""

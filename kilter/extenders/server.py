@@ -81,6 +81,10 @@ class Metrics:
         made.set_function(lambda: gangs.planned)
         replanned = Gauge("kilter_gang_replans", "Gang plans dropped and made again", registry=self.registry)
         replanned.set_function(lambda: gangs.replanned)
+        adopted = Gauge(
+            "kilter_gang_plans_adopted", "Gang plans taken up from records in the cluster", registry=self.registry
+        )
+        adopted.set_function(lambda: gangs.adopted)
 
 
 class App:

@@ -125,6 +125,13 @@ class LiveFeed:
             for r in self.reflectors
         }
 
+    def served_version(self, group: str, kind: str) -> str:
+        """The API version the feed found ``kind`` served in ("" until found, or where it is not served)."""
+        for r in self.reflectors:
+            if (r.resource.group, r.resource.kind) == (group, kind) and r.version:
+                return r.version
+        return ""
+
     def _sink(self, batch: Batch) -> None:
         with self._lock:
             self._queue.append(batch)

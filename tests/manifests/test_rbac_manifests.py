@@ -22,11 +22,14 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 from kilter.extenders.events import PodGroupEvents
+from kilter.extenders.gangs import GangId, GangPlan, Slot
+from kilter.extenders.plans import PlanRecorder
 from kilter.extenders.scheduler import ApiBinder
 from kilter.state.api import ApiServer
 from kilter.state.live import default_resources
 from kilter.state.reflector import Batch, Reflector, Resource
 from kilter.topology.catalog import BUILTIN, Catalog
+from kilter.topology.plan import Plan
 from kilter.webhooks.admissioncheck import CHECKS, CONTROLLER_NAME, WORKLOADS
 from tests.manifests.yamldocs import Obj, documents, one
 
@@ -195,7 +198,7 @@ def feed_requests(resources: list[Resource]) -> list[tuple[str, str]]:
 
 @pytest.fixture(scope="module")
 def write_requests() -> list[tuple[str, str]]:
-    """Every write kilter makes today: a Binding, an Event, the AdmissionCheck controller's two applies."""
+    """Every write kilter makes today: a Binding, an Event, the AdmissionCheck controller's applies, plan records."""
     api = _api()
     ApiBinder(api).bind("team-a", "trainer-0", "uid-1", "gb200-r001-t00")
     events = PodGroupEvents(api)
@@ -207,6 +210,20 @@ def write_requests() -> list[tuple[str, str]]:
         events.close()
     api.apply(WORKLOADS.format(namespace="team-a", name="job-pretrain"), {}, field_manager=CONTROLLER_NAME)
     api.apply(CHECKS.format(name="kilter-topology"), {}, field_manager=CONTROLLER_NAME)
+    recorder = PlanRecorder(api)  # plan records: on the PodGroup, the Workload, or the gang's own pods
+    try:
+        for key, pods in (
+            ("team-a/podgroup/pretrain", ()),
+            ("team-a/workload/pretrain", ()),
+            ("team-a/gang/g", ("g-0",)),
+        ):
+            gang = GangId(key, "test", 1)
+            plan = GangPlan(gang, Plan(True, "", key), [Slot("gb200-r001-t00", 0, 4)], 0.0, 0, pods=pods)
+            written = recorder.on_planned(gang, plan)
+            assert written is not None
+            written.result()
+    finally:
+        recorder.close()
     return api.requests
 
 
@@ -319,6 +336,7 @@ def test_every_write_is_allowed(docs: list[Obj], write_requests: list[tuple[str,
         ("", "events", "create"),  # PodGroupEvents: core/v1, never events.k8s.io
         (KUEUE, "workloads/status", "patch"),  # the AdmissionCheck controller's server-side apply
         (KUEUE, "admissionchecks/status", "patch"),
+        *PLAN_RECORDS,  # PlanRecorder's merge patches
     }
 
 
