@@ -12,6 +12,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import socket
+import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Literal
@@ -33,7 +35,9 @@ from kilter.quota.policy import parse_duration
 from kilter.quota.tree import build_tree
 from kilter.state.api import ApiServer, connect
 from kilter.state.cluster import from_objects
+from kilter.state.events import EventRecorder
 from kilter.state.feed import SnapshotFeed, settle
+from kilter.state.leader import LeaderElector
 from kilter.state.live import LiveFeed, default_resources
 from kilter.state.snapshot import load_documents
 from kilter.state.store import ClusterStore
@@ -44,6 +48,8 @@ from kilter.webhooks.tls import ReloadingTLS
 from kilter.webhooks.validate import Validator
 
 __all__ = ["add_parser", "build_app", "run", "webhook_app"]
+
+DEFAULT_LEASE = "kube-system/kilter"
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -91,6 +97,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     p.add_argument("--context", help="kubeconfig context (default: its current-context)")
     p.add_argument(
+        "--leader-elect",
+        action="store_true",
+        help="with several replicas: only the holder of the Lease writes (AdmissionCheck status, plans, Events)",
+    )
+    p.add_argument("--lease", default=DEFAULT_LEASE, help=f"the Lease of --leader-elect (default {DEFAULT_LEASE})")
+    p.add_argument(
         "--queues",
         type=Path,
         help="ClusterQueue, Cohort and ResourceFlavor objects (YAML) for Volcano queues when Kueue is not installed",
@@ -133,7 +145,17 @@ def build_app(args: argparse.Namespace) -> tuple[App, ClusterStore]:
             "or --demo for the embedded demo fleet"
         )
     timeout = parse_duration(args.gang_timeout, path="--gang-timeout")
+    elector = _elector(args)
+    is_writer: Callable[[], bool] = (lambda: elector.is_leader) if elector is not None else (lambda: True)
+    if elector is not None:
+
+        async def campaign() -> None:
+            elector.start()
+
+        startup.append(campaign)
     recorder = _plan_recorder(args, live)
+    if recorder is not None:
+        recorder.is_writer = is_writer
     gangs = GangBook(store, timeout_s=timeout, on_planned=recorder.on_planned if recorder is not None else None)
     extender = SchedulerExtender(store, gangs, DecisionLog())
     if args.max_body_bytes < 1024:
@@ -141,7 +163,7 @@ def build_app(args: argparse.Namespace) -> tuple[App, ClusterStore]:
     binder = Binder()
     if getattr(args, "kubeconfig", None) is not None or getattr(args, "in_cluster", False):
         binder = ApiBinder(_connect(args))
-    events = PodGroupEvents(binder.api) if isinstance(binder, ApiBinder) else None
+    events = PodGroupEvents(binder.api, is_writer=is_writer) if isinstance(binder, ApiBinder) else None
     volcano = VolcanoExtender(
         store, extender.gangs, queues=_queue_objects(getattr(args, "queues", None)), events=events
     )
@@ -153,9 +175,28 @@ def build_app(args: argparse.Namespace) -> tuple[App, ClusterStore]:
         startup=startup,
         volcano=volcano,
         sync_status=live.status if live is not None else None,
-        shutdown=[*([live.stop] if live is not None else []), *([recorder.close] if recorder is not None else [])],
+        # Writers stop before the Lease is released, so the next leader never overlaps with this one.
+        shutdown=[
+            *([recorder.close] if recorder is not None else []),
+            *([elector.stop] if elector is not None else []),
+            *([live.stop] if live is not None else []),
+        ],
     )
+    app.is_writer = is_writer
     return app, store
+
+
+def _elector(args: argparse.Namespace) -> LeaderElector | None:
+    """With --leader-elect and a cluster: a candidate for the Lease; writers act only while it leads."""
+    if not getattr(args, "leader_elect", False):
+        return None
+    if getattr(args, "kubeconfig", None) is None and not getattr(args, "in_cluster", False):
+        raise InputError("--leader-elect needs a cluster: --kubeconfig FILE or --in-cluster")
+    namespace, _, name = str(getattr(args, "lease", DEFAULT_LEASE)).partition("/")
+    if not namespace or not name:
+        raise InputError(f"--lease must be NAMESPACE/NAME, got {args.lease!r}")
+    identity = f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
+    return LeaderElector(_connect(args), namespace, name, identity)
 
 
 def _plan_recorder(args: argparse.Namespace, live: LiveFeed | None) -> PlanRecorder | None:
@@ -264,7 +305,8 @@ def run(args: argparse.Namespace) -> int:
                 key = f"{decision.namespace}/workload/{decision.workload}"
                 gangs.adopt(GangId(key, "kilter.dev/topology", len(decision.plan.node_indices)), decision.plan)
 
-        controller = Controller(store, app.binder.api, on_ready=adopt)
+        recorder = EventRecorder(app.binder.api, is_writer=app.is_writer)
+        controller = Controller(store, app.binder.api, on_ready=adopt, is_writer=app.is_writer, events=recorder)
         log.info("AdmissionCheck controller %s running", CONTROLLER_NAME)
     uvloop.run(_serve_all(servers, controller))
     return 0

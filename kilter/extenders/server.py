@@ -104,6 +104,7 @@ class App:
         self.volcano = volcano
         self.sync_status = sync_status
         self.shutdown = shutdown or []
+        self.is_writer: Callable[[], bool] = lambda: True  # the leader, with --leader-elect
         self.extender = extender
         self.binder = binder
         self.max_body_bytes = max_body_bytes

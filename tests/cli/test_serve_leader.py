@@ -1,0 +1,68 @@
+"""``kilter serve --leader-elect``: two replicas, one Lease; only the holder writes, and a clean stop hands over."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from kilter.cli.main import main
+from kilter.cli.serve import build_app
+from kilter.extenders.server import App
+from tests.extenders.conftest import _Server, cluster_objects, serve_args, write_snapshot
+from tests.extenders.test_bind_api import kubeconfig
+from tests.fakeapi import FakeApi
+from tests.state.test_leader import LeaseStore, serving
+
+
+@pytest.fixture
+def leases() -> Iterator[tuple[LeaseStore, FakeApi]]:
+    store = LeaseStore()
+    with serving(store.respond) as server:
+        yield store, server
+
+
+def replica(tmp_path: Path, port: int, name: str) -> App:
+    snapshot = tmp_path / "snapshot.json"
+    write_snapshot(snapshot, cluster_objects())
+    config = kubeconfig(tmp_path / f"kubeconfig-{name}", port, name)
+    app, _ = build_app(serve_args(snapshot, kubeconfig=config, leader_elect=True, lease="kilter-system/kilter"))
+    return app
+
+
+def until(predicate: object, timeout_s: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():  # type: ignore[operator]
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def test_one_replica_writes_and_hands_over_when_it_stops(tmp_path: Path, leases: tuple[LeaseStore, FakeApi]) -> None:
+    store, api = leases
+    first, second = replica(tmp_path, api.port, "one"), replica(tmp_path, api.port, "two")
+    assert not first.is_writer() and not second.is_writer()  # nobody writes before it has won the Lease
+    first_server = _Server(first, None)
+    first_server.__enter__()
+    try:
+        assert until(first.is_writer)
+        with _Server(second, None):
+            time.sleep(0.3)
+            assert first.is_writer() and not second.is_writer()
+            lease = store.leases["kilter"]
+            assert lease["metadata"]["namespace"] == "kilter-system"
+            assert lease["spec"]["leaseDurationSeconds"] == 15
+            first_server.__exit__(None, None, None)  # a clean stop releases the Lease...
+            assert not first.is_writer()
+            assert until(second.is_writer, timeout_s=5.0)  # ...so the other replica need not wait 15 s
+    finally:
+        if first_server.thread.is_alive():
+            first_server.__exit__(None, None, None)
+
+
+def test_leader_election_without_a_cluster_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["serve", "--demo", "--leader-elect"]) == 2
+    assert "--leader-elect needs a cluster" in capsys.readouterr().err
