@@ -75,41 +75,35 @@ class ApiServer:
 
     def call_raw(self, method: str, path: str) -> bytes:
         """One bodiless request; the answer's bytes undecoded (large lists are decoded by the caller's types)."""
-        conn = self._connection(self.timeout_s)
-        try:
-            conn.request(method, path, None, {**self.headers, "Accept": "application/json"})
-            response = conn.getresponse()
-            raw = response.read()
-        except (OSError, http.client.HTTPException) as exc:
-            raise ApiError(0, f"{method} {self.url}{path}: {exc}") from None
-        finally:
-            conn.close()
-        if response.status != 200:
-            raise ApiError(response.status, _message(raw))
+        status, raw = self._send(method, path, None, "")
+        if status != 200:
+            raise ApiError(status, _message(raw))
         return raw
 
     def call(self, method: str, path: str, body: Any = None, *, content_type: str = "application/json") -> Any:
         """One request; the decoded JSON answer, or ApiError carrying the server's own message."""
+        status, raw = self._send(method, path, None if body is None else json.dumps(body).encode(), content_type)
+        if not 200 <= status < 300:
+            raise ApiError(status, _message(raw))
+        try:
+            return json.loads(raw) if raw else None
+        except ValueError:
+            return None
+
+    def _send(self, method: str, path: str, data: bytes | None, content_type: str) -> tuple[int, bytes]:
+        """One request on its own connection: the status and the whole answer."""
         conn = self._connection(self.timeout_s)
-        data = None if body is None else json.dumps(body).encode()
         headers = {**self.headers, "Accept": "application/json"}
         if data is not None:
             headers["Content-Type"] = content_type
         try:
             conn.request(method, path, data, headers)
             response = conn.getresponse()
-            raw = response.read()
+            return response.status, response.read()
         except (OSError, http.client.HTTPException) as exc:
             raise ApiError(0, f"{method} {self.url}{path}: {exc}") from None
         finally:
             conn.close()
-        try:
-            answer = json.loads(raw) if raw else None
-        except ValueError:
-            answer = None
-        if not 200 <= response.status < 300:
-            raise ApiError(response.status, _message(raw))
-        return answer
 
 
 def _message(raw: bytes) -> str:

@@ -19,7 +19,7 @@ version replaces it, so GPUs are never counted twice.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -105,13 +105,7 @@ class ClusterStore:
                 ignored[f"{obj.get('apiVersion')}/{key[1]}"] = ignored.get(f"{obj.get('apiVersion')}/{key[1]}", 0) + 1
                 continue
             incoming[key] = obj
-        events = [Event(DELETED, old) for key, old in self.objects.items() if key not in incoming]
-        for key, obj in incoming.items():
-            old = self.objects.get(key)
-            if old is None:
-                events.append(Event(ADDED, obj))
-            elif old != obj:
-                events.append(Event(MODIFIED, obj))
+        events = self._difference(incoming, lambda key: True)
         self.ignored = ignored
         self.apply(events)
         self.ready = True
@@ -120,16 +114,21 @@ class ClusterStore:
     def replace_kind(self, group: str, kind: str, objects: Iterable[Mapping[str, Any]]) -> list[Event]:
         """Make the store hold exactly ``objects`` of one kind (a relist of one resource); the events that did it."""
         incoming = {object_key(obj): obj for obj in objects}
-        events = [
-            Event(DELETED, old) for key, old in self.objects.items() if key[:2] == (group, kind) and key not in incoming
-        ]
+        events = self._difference(incoming, lambda key: key[:2] == (group, kind))
+        self.apply(events)
+        return events
+
+    def _difference(
+        self, incoming: Mapping[ObjectKey, Mapping[str, Any]], scope: Callable[[ObjectKey], bool]
+    ) -> list[Event]:
+        """The events that turn what the store holds within ``scope`` into ``incoming``."""
+        events = [Event(DELETED, old) for key, old in self.objects.items() if scope(key) and key not in incoming]
         for key, obj in incoming.items():
             old = self.objects.get(key)
             if old is None:
                 events.append(Event(ADDED, obj))
             elif old != obj:
                 events.append(Event(MODIFIED, obj))
-        self.apply(events)
         return events
 
     def _apply_one(self, event: Event) -> bool:
