@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from bench import common, extender, quota, topology, volcano, webhooks
+from bench import coldstart, common, extender, quota, topology, volcano, webhooks
 
 
 def run() -> None:
@@ -14,6 +14,7 @@ def run() -> None:
         ("extender", extender),
         ("webhooks", webhooks),
         ("volcano", volcano),
+        ("coldstart", coldstart),
     ):
         results = module.main()
         path = common.write(name, results)

@@ -464,11 +464,10 @@ class SchedulerExtender:
         """The binding happened: book the pod where it went now, without waiting for the feed to show it."""
         fleet = self.store.fleet()
         uid = args.pod_uid or f"{args.pod_namespace}/{args.pod_name}"
-        obj = self.store.get("", "Pod", args.pod_namespace, args.pod_name)
-        if obj is not None:
-            spec = dict(obj.get("spec") or {})
-            spec["nodeName"] = args.node
-            self.store.apply([Event(MODIFIED, {**obj, "spec": spec})])
+        pod = self.store.pod_named(args.pod_namespace, args.pod_name)
+        if pod is not None:
+            bound = msgspec.structs.replace(pod, spec=msgspec.structs.replace(pod.spec, node_name=args.node))
+            self.store.apply([Event(MODIFIED, bound)])
         seen = self._seen.get(uid)
         if seen is not None and args.node in fleet.node_index:
             gpus, _ = seen

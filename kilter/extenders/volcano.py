@@ -693,7 +693,7 @@ class VolcanoExtender:
             spec = pod.spec
             if pod_request(spec, resource, path="$.Pod.spec") != gpus:
                 asks = ResourceRequirements(requests={resource: gpus}, limits={resource: gpus})
-                spec = msgspec.structs.replace(spec, containers=[Container("task", asks)], init_containers=[])
+                spec = msgspec.structs.replace(spec, containers=(Container("task", asks),), init_containers=())
             template = PodTemplateSpec(metadata=pod.metadata, spec=spec)
             request = topology or template_topology(template, len(tasks), path=f"$.task[{tasks[0].name}].Pod")
             out.append(PodSetSpec(f"{role}-{gpus}", len(tasks), template, request))

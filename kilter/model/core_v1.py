@@ -3,6 +3,11 @@
 Field names follow the Go json tags of k8s.io/api/core/v1 (camelCase via
 ``rename="camel"``). Unknown fields are ignored, as upstream objects gain
 fields every release.
+
+A live store holds one of these per pod for hundreds of thousands of pods, so
+they are built to cost the cyclic collector nothing: the structs are untracked
+(``gc=False``; they never form cycles) and repeated fields are tuples, which
+the collector stops tracking once it has seen they hold nothing it tracks.
 """
 
 from __future__ import annotations
@@ -39,7 +44,7 @@ __all__ = [
 Quantity = str | int | float
 
 
-class ObjectMeta(msgspec.Struct, rename="camel"):
+class ObjectMeta(msgspec.Struct, rename="camel", gc=False):
     name: str = ""
     namespace: str = ""
     uid: str = ""
@@ -49,29 +54,29 @@ class ObjectMeta(msgspec.Struct, rename="camel"):
     annotations: dict[str, str] = {}
 
 
-class Taint(msgspec.Struct, rename="camel"):
+class Taint(msgspec.Struct, rename="camel", gc=False):
     key: str
     value: str = ""
     effect: str = ""
 
 
-class NodeSpec(msgspec.Struct, rename="camel"):
+class NodeSpec(msgspec.Struct, rename="camel", gc=False):
     unschedulable: bool = False
-    taints: list[Taint] = []
+    taints: tuple[Taint, ...] = ()
 
 
-class NodeCondition(msgspec.Struct, rename="camel"):
+class NodeCondition(msgspec.Struct, rename="camel", gc=False):
     type: str
     status: str = "Unknown"
 
 
-class NodeStatus(msgspec.Struct, rename="camel"):
+class NodeStatus(msgspec.Struct, rename="camel", gc=False):
     capacity: dict[str, Quantity] = {}
     allocatable: dict[str, Quantity] = {}
-    conditions: list[NodeCondition] = []
+    conditions: tuple[NodeCondition, ...] = ()
 
 
-class Node(msgspec.Struct, rename="camel"):
+class Node(msgspec.Struct, rename="camel", gc=False):
     api_version: str = "v1"
     kind: str = "Node"
     metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
@@ -79,17 +84,17 @@ class Node(msgspec.Struct, rename="camel"):
     status: NodeStatus = msgspec.field(default_factory=NodeStatus)
 
 
-class ResourceRequirements(msgspec.Struct, rename="camel"):
+class ResourceRequirements(msgspec.Struct, rename="camel", gc=False):
     requests: dict[str, Quantity] = {}
     limits: dict[str, Quantity] = {}
 
 
-class Container(msgspec.Struct, rename="camel"):
+class Container(msgspec.Struct, rename="camel", gc=False):
     name: str = ""
     resources: ResourceRequirements = msgspec.field(default_factory=ResourceRequirements)
 
 
-class Toleration(msgspec.Struct, rename="camel"):
+class Toleration(msgspec.Struct, rename="camel", gc=False):
     key: str = ""
     operator: str = "Equal"
     value: str = ""
@@ -97,45 +102,45 @@ class Toleration(msgspec.Struct, rename="camel"):
     toleration_seconds: int | None = None
 
 
-class NodeSelectorRequirement(msgspec.Struct, rename="camel"):
+class NodeSelectorRequirement(msgspec.Struct, rename="camel", gc=False):
     key: str
     operator: str
-    values: list[str] = []
+    values: tuple[str, ...] = ()
 
 
-class NodeSelectorTerm(msgspec.Struct, rename="camel"):
-    match_expressions: list[NodeSelectorRequirement] = []
-    match_fields: list[NodeSelectorRequirement] = []
+class NodeSelectorTerm(msgspec.Struct, rename="camel", gc=False):
+    match_expressions: tuple[NodeSelectorRequirement, ...] = ()
+    match_fields: tuple[NodeSelectorRequirement, ...] = ()
 
 
-class NodeSelector(msgspec.Struct, rename="camel"):
-    node_selector_terms: list[NodeSelectorTerm] = []
+class NodeSelector(msgspec.Struct, rename="camel", gc=False):
+    node_selector_terms: tuple[NodeSelectorTerm, ...] = ()
 
 
-class NodeAffinity(msgspec.Struct, rename="camel"):
+class NodeAffinity(msgspec.Struct, rename="camel", gc=False):
     required_during_scheduling_ignored_during_execution: NodeSelector | None = None
 
 
-class Affinity(msgspec.Struct, rename="camel"):
+class Affinity(msgspec.Struct, rename="camel", gc=False):
     node_affinity: NodeAffinity | None = None
 
 
-class PodSpec(msgspec.Struct, rename="camel"):
+class PodSpec(msgspec.Struct, rename="camel", gc=False):
     node_name: str = ""
     scheduler_name: str = ""
-    containers: list[Container] = []
-    init_containers: list[Container] = []
+    containers: tuple[Container, ...] = ()
+    init_containers: tuple[Container, ...] = ()
     node_selector: dict[str, str] = {}
     affinity: Affinity | None = None
-    tolerations: list[Toleration] = []
+    tolerations: tuple[Toleration, ...] = ()
     overhead: dict[str, Quantity] = {}
 
 
-class PodStatus(msgspec.Struct, rename="camel"):
+class PodStatus(msgspec.Struct, rename="camel", gc=False):
     phase: str = ""
 
 
-class Pod(msgspec.Struct, rename="camel"):
+class Pod(msgspec.Struct, rename="camel", gc=False):
     api_version: str = "v1"
     kind: str = "Pod"
     metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
@@ -143,7 +148,7 @@ class Pod(msgspec.Struct, rename="camel"):
     status: PodStatus = msgspec.field(default_factory=PodStatus)
 
 
-class PodTemplateSpec(msgspec.Struct, rename="camel"):
+class PodTemplateSpec(msgspec.Struct, rename="camel", gc=False):
     metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
     spec: PodSpec = msgspec.field(default_factory=PodSpec)
 
@@ -164,11 +169,16 @@ def pod_request(spec: PodSpec, resource: str, *, path: str = "$.spec", convert: 
     device counts by default; the quota engine passes Kueue's canonical units.
     """
 
-    def one(c: Container, where: str) -> int:
-        raw = c.resources.requests.get(resource, c.resources.limits.get(resource))
-        return 0 if raw is None else convert(raw, where)
-
-    app = sum(one(c, f"{path}.containers[{i}].resources") for i, c in enumerate(spec.containers))
-    init = max((one(c, f"{path}.initContainers[{i}].resources") for i, c in enumerate(spec.init_containers)), default=0)
+    app = init = 0
+    for i, c in enumerate(spec.containers):
+        raw = c.resources.requests.get(resource)
+        raw = c.resources.limits.get(resource) if raw is None else raw
+        if raw is not None:
+            app += convert(raw, f"{path}.containers[{i}].resources")
+    for i, c in enumerate(spec.init_containers):
+        raw = c.resources.requests.get(resource)
+        raw = c.resources.limits.get(resource) if raw is None else raw
+        if raw is not None:
+            init = max(init, convert(raw, f"{path}.initContainers[{i}].resources"))
     extra = spec.overhead.get(resource)
     return max(app, init) + (convert(extra, f"{path}.overhead") if extra is not None else 0)

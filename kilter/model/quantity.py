@@ -63,6 +63,10 @@ def parse_quantity(value: str | int | float, *, path: str = "$") -> Decimal:
 
 def to_count(value: str | int | float, *, path: str = "$") -> int:
     """A whole, non-negative device count (extended resources cannot be fractional)."""
+    if type(value) is str and value.isascii() and value.isdigit():
+        return int(value)  # "4": nearly every device quantity, read for every pod of a live cluster
+    if type(value) is int and value >= 0:
+        return value
     q = parse_quantity(value, path=path)
     if q < 0 or q != q.to_integral_value():
         raise InputError(f"device count must be a whole number >= 0, not {value!r}", path=path)

@@ -28,7 +28,7 @@ from kilter.state import snapshot
 from kilter.topology.catalog import BUILTIN, Catalog
 from kilter.topology.fleet import Fleet, build_fleet
 
-__all__ = ["KNOWN_KINDS", "ClusterState", "from_objects", "load"]
+__all__ = ["KNOWN_KINDS", "TYPES", "ClusterState", "from_objects", "load"]
 
 KUEUE = "kueue.x-k8s.io"
 KNOWN_KINDS: set[tuple[str, str]] = {
@@ -48,6 +48,22 @@ KNOWN_KINDS: set[tuple[str, str]] = {
     ("scheduling.k8s.io", "PriorityClass"),
 }
 
+# ClusterState's typed lists: field -> ((API group, kind), typed view)
+TYPES: dict[str, tuple[tuple[str, str], type[Any]]] = {
+    "nodes": (("", "Node"), Node),
+    "pods": (("", "Pod"), Pod),
+    "topologies": ((KUEUE, "Topology"), Topology),
+    "flavors": ((KUEUE, "ResourceFlavor"), ResourceFlavor),
+    "cluster_queues": ((KUEUE, "ClusterQueue"), ClusterQueue),
+    "cohorts": ((KUEUE, "Cohort"), Cohort),
+    "local_queues": ((KUEUE, "LocalQueue"), LocalQueue),
+    "workloads": ((KUEUE, "Workload"), Workload),
+    "priority_classes": ((KUEUE, "WorkloadPriorityClass"), WorkloadPriorityClass),
+    "hypernodes": ((HYPERNODE_GROUP, "HyperNode"), HyperNode),
+    "volcano_queues": ((SCHEDULING_GROUP, "Queue"), Queue),
+    "pod_groups": ((SCHEDULING_GROUP, "PodGroup"), PodGroup),
+}
+
 
 @dataclass
 class ClusterState:
@@ -65,8 +81,8 @@ class ClusterState:
     volcano_queues: list[Queue] = field(default_factory=list)
     pod_groups: list[PodGroup] = field(default_factory=list)
     raw: snapshot.RawObjects = field(default_factory=snapshot.RawObjects)
-    _fleet: Fleet | None = None
-    _idle: Fleet | None = None
+    _fleet: Fleet | None = field(default=None, init=False, repr=False)
+    _idle: Fleet | None = field(default=None, init=False, repr=False)
 
     def fleet(self) -> Fleet:
         """The fleet model of the current objects, built on first use."""
@@ -96,28 +112,17 @@ def _name(obj: dict[str, Any]) -> str:
     return name if isinstance(name, str) else "?"
 
 
-def _typed(raw: snapshot.RawObjects, group: str, kind: str, cls: type[Any]) -> list[Any]:
-    return [codec.convert(obj, cls, path=f"{kind} {_name(obj)}") for obj in raw.of(group, kind)]
-
-
 def from_objects(docs: Iterable[Any], *, catalog: Catalog | None = None) -> ClusterState:
-    raw = snapshot.group_objects(list(docs), KNOWN_KINDS)
-    return ClusterState(
-        nodes=_typed(raw, "", "Node", Node),
-        pods=_typed(raw, "", "Pod", Pod),
-        topologies=_typed(raw, KUEUE, "Topology", Topology),
-        flavors=_typed(raw, KUEUE, "ResourceFlavor", ResourceFlavor),
-        catalog=catalog or Catalog(BUILTIN),
-        cluster_queues=_typed(raw, KUEUE, "ClusterQueue", ClusterQueue),
-        cohorts=_typed(raw, KUEUE, "Cohort", Cohort),
-        local_queues=_typed(raw, KUEUE, "LocalQueue", LocalQueue),
-        workloads=_typed(raw, KUEUE, "Workload", Workload),
-        priority_classes=_typed(raw, KUEUE, "WorkloadPriorityClass", WorkloadPriorityClass),
-        hypernodes=_typed(raw, HYPERNODE_GROUP, "HyperNode", HyperNode),
-        volcano_queues=_typed(raw, SCHEDULING_GROUP, "Queue", Queue),
-        pod_groups=_typed(raw, SCHEDULING_GROUP, "PodGroup", PodGroup),
-        raw=raw,
-    )
+    """The state of these objects: parsed documents, or Nodes and Pods already typed (as a live list gives them)."""
+    docs = list(docs)
+    typed = [d for d in docs if isinstance(d, Node | Pod)]
+    raw = snapshot.group_objects([d for d in docs if not isinstance(d, Node | Pod)], KNOWN_KINDS)
+    lists: dict[str, list[Any]] = {}
+    for name, ((group, kind), cls) in TYPES.items():
+        lists[name] = [o for o in typed if isinstance(o, cls)] + [
+            codec.convert(obj, cls, path=f"{kind} {_name(obj)}") for obj in raw.of(group, kind)
+        ]
+    return ClusterState(catalog=catalog or Catalog(BUILTIN), raw=raw, **lists)
 
 
 def load(path: Path, *, catalog: Catalog | None = None) -> ClusterState:

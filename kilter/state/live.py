@@ -6,7 +6,9 @@ arrived meanwhile in order, so thousands of events a second cost one
 callback per burst, and the store is only ever touched by the loop thread
 (the same thread the verbs run on, so no verb sees a half-applied change).
 The store is ready once every resource has been listed once (a resource the
-server does not serve counts as listed: there is nothing to wait for).
+server does not serve counts as listed: there is nothing to wait for) and the
+fleet model is built; what was listed is then moved out of the cyclic
+collector's sight, as a snapshot load does.
 """
 
 from __future__ import annotations
@@ -17,14 +19,12 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any
 
-import msgspec
-
-from kilter.model import codec
 from kilter.model.core_v1 import Node, Pod, pod_request
 from kilter.model.errors import InputError
 from kilter.state.api import ApiServer
-from kilter.state.reflector import Batch, Obj, Reflector, Resource
-from kilter.state.store import ClusterStore
+from kilter.state.feed import settle
+from kilter.state.reflector import Batch, Reflector, Resource
+from kilter.state.store import ClusterStore, Stored
 from kilter.topology.catalog import Catalog
 
 __all__ = ["LiveFeed", "default_resources", "list_cluster"]
@@ -36,26 +36,11 @@ HYPERNODES = "topology.volcano.sh"
 ENDED = "status.phase!=Succeeded,status.phase!=Failed"
 
 
-def _lean(kind: type[msgspec.Struct]) -> Callable[[Obj], Obj]:
-    """Keep only what kilter's typed view of ``kind`` reads; what it cannot read is kept whole for the store."""
-
-    def trim(obj: Obj) -> Obj:
-        try:
-            typed = codec.convert(obj, kind)
-        except InputError:
-            return obj  # the store's own conversion reports it where it is used
-        out: Obj = msgspec.to_builtins(typed)
-        return out
-
-    return trim
-
-
-def _asks_for_gpus(catalog: Catalog) -> Callable[[Obj], bool]:
+def _asks_for_gpus(catalog: Catalog) -> Callable[[Pod], bool]:
     resources = sorted(catalog.device_resources)
 
-    def keep(obj: Obj) -> bool:
+    def keep(pod: Pod) -> bool:
         try:
-            pod = codec.convert(obj, Pod)
             return any(pod_request(pod.spec, r) for r in resources)
         except InputError:
             return True  # kept, so the store can say what is wrong with it
@@ -64,10 +49,10 @@ def _asks_for_gpus(catalog: Catalog) -> Callable[[Obj], bool]:
 
 
 def default_resources(catalog: Catalog) -> list[Resource]:
-    """Every resource kilter reads: GPU pods only, objects trimmed to the fields kilter uses."""
+    """Every resource kilter reads: GPU pods only; Nodes and Pods decoded straight into kilter's typed views."""
     return [
-        Resource("", ("v1",), "nodes", "Node", trim=_lean(Node)),
-        Resource("", ("v1",), "pods", "Pod", field_selector=ENDED, keep=_asks_for_gpus(catalog), trim=_lean(Pod)),
+        Resource("", ("v1",), "nodes", "Node", typed=Node),
+        Resource("", ("v1",), "pods", "Pod", field_selector=ENDED, typed=Pod, keep=_asks_for_gpus(catalog)),
         *(
             Resource(KUEUE, KUEUE_VERSIONS, plural, kind)
             for plural, kind in (
@@ -154,12 +139,14 @@ class LiveFeed:
                 self.store.apply(batch.events)
             self.applied += len(batch.events) if batch.relist is None else len(batch.relist)
         if not self.store.ready and all(r.synced for r in self.reflectors):
+            self.store.fleet()  # the first verb must not pay for it
+            settle()
             self.store.ready = True
 
 
-def list_cluster(api: ApiServer, resources: Iterable[Resource]) -> list[Obj]:
+def list_cluster(api: ApiServer, resources: Iterable[Resource]) -> list[Stored]:
     """Every object of these resources, listed once (what a command reads when pointed at a live cluster)."""
-    out: list[Obj] = []
+    out: list[Stored] = []
     for resource in resources:
         out.extend(Reflector(api, resource, lambda batch: None).list_once())
     return out

@@ -15,10 +15,13 @@ stalled watch of one resource never holds up another or the event loop:
 4. A resource the server does not serve (its CRD is not installed: 404) is
    *absent*; it is looked for again every ``absent_retry_s``.
 
-Objects are trimmed on arrival by the resource's ``trim`` (kilter keeps only
-the fields it reads) and dropped by its ``keep`` (pods that ask for no GPU
-never reach the store). Batches go to ``sink`` from the reflector's thread;
-the live feed moves them onto the event loop.
+Objects are cut down on arrival to the fields kilter reads: Nodes and Pods
+are decoded straight from the wire into kilter's typed views (``typed``;
+what kilter does not read is skipped by the decoder, never built), other
+kinds are kept as received or cut by ``trim``. ``keep`` drops what kilter
+never needs (pods that ask for no GPU never reach the store). Batches go to
+``sink`` from the reflector's thread; the live feed moves them onto the event
+loop.
 """
 
 from __future__ import annotations
@@ -30,13 +33,14 @@ import socket
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar
 from urllib.parse import urlencode
 
 import msgspec
 
+from kilter.model.core_v1 import Node, Pod
 from kilter.state.api import ApiError, ApiServer
-from kilter.state.store import ADDED, DELETED, MODIFIED, Event
+from kilter.state.store import ADDED, DELETED, MODIFIED, Event, Stored
 
 __all__ = ["Batch", "Reflector", "Resource"]
 
@@ -55,8 +59,9 @@ class Resource:
     kind: str
     label_selector: str = ""
     field_selector: str = ""
+    typed: type[Node] | type[Pod] | None = None
     trim: Callable[[Obj], Obj] | None = None
-    keep: Callable[[Obj], bool] | None = None
+    keep: Callable[[Any], bool] | None = None
 
     @property
     def name(self) -> str:
@@ -69,21 +74,29 @@ class Batch:
 
     resource: Resource
     events: list[Event] = field(default_factory=list)
-    relist: list[Obj] | None = None
+    relist: list[Stored] | None = None
 
 
-class _ListPage(msgspec.Struct):
-    metadata: dict[str, Any] = {}
-    items: list[Obj] | None = None
+T = TypeVar("T")
+
+
+class _ListMeta(msgspec.Struct, rename="camel"):
+    resource_version: str = ""
+    continue_: str = msgspec.field(default="", name="continue")
+
+
+class _ListPage(msgspec.Struct, Generic[T]):
+    metadata: _ListMeta = msgspec.field(default_factory=_ListMeta)
+    items: list[T] | None = None
 
 
 class _WatchEvent(msgspec.Struct):
     type: str = ""
-    object: Obj = {}
+    object: msgspec.Raw = msgspec.Raw(b"{}")
 
 
-_page = msgspec.json.Decoder(_ListPage)
 _event = msgspec.json.Decoder(_WatchEvent)
+_dict = msgspec.json.Decoder(Obj)
 
 
 class Gone(Exception):
@@ -120,6 +133,9 @@ class Reflector:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._conn: Any = None
+        item: Any = resource.typed or Obj
+        self._page: msgspec.json.Decoder[_ListPage[Any]] = msgspec.json.Decoder(_ListPage[item])
+        self._object: msgspec.json.Decoder[Any] = msgspec.json.Decoder(item)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -171,12 +187,12 @@ class Reflector:
         self._stop.wait(self._delay * (0.5 + random.random()))
         self._delay = min(self._delay * 2, self.backoff_s[1])
 
-    def list_once(self) -> list[Obj]:
+    def list_once(self) -> list[Stored]:
         """The resource's objects now (a one-shot read for commands; [] when the server does not serve it)."""
         self.version = self._discover()
         if not self.version:
             return []
-        got: list[Obj] = []
+        got: list[Stored] = []
         sink, self.sink = self.sink, lambda batch: got.extend(batch.relist or ())
         try:
             self._list()
@@ -219,42 +235,73 @@ class Reflector:
     def _api_version(self) -> str:
         return f"{self.resource.group}/{self.version}" if self.resource.group else self.version
 
-    def _shape(self, obj: Obj) -> Obj | None:
-        """The object as the store keeps it: typed by kind, trimmed, or None when kilter does not keep it."""
-        obj["apiVersion"] = self._api_version()
-        obj["kind"] = self.resource.kind
+    def _shape(self, obj: Any) -> Stored | None:
+        """The object as the store keeps it (typed or trimmed), or None when kilter does not keep it."""
+        if isinstance(obj, dict):
+            obj["apiVersion"] = self._api_version()
+            obj["kind"] = self.resource.kind
         if self.resource.keep is not None and not self.resource.keep(obj):
             return None
-        return self.resource.trim(obj) if self.resource.trim is not None else obj
+        return self.resource.trim(obj) if self.resource.trim is not None and isinstance(obj, dict) else obj
+
+    def _items(self, raw: bytes) -> tuple[list[Any], _ListMeta]:
+        """A list page's items and metadata; a typed page that does not decode is read item by item.
+
+        An object kilter cannot read is skipped with a warning rather than
+        holding up every other object of the resource.
+        """
+        try:
+            page = self._page.decode(raw)
+            return page.items or [], page.metadata
+        except msgspec.ValidationError:
+            if self.resource.typed is None:
+                raise
+        loose = msgspec.json.decode(raw, type=_ListPage[msgspec.Raw])
+        items = []
+        for item in loose.items or ():
+            try:
+                items.append(self._object.decode(item))
+            except msgspec.ValidationError as exc:
+                log.warning("%s: an object kilter cannot read was skipped: %s", self.resource.name, exc)
+        return items, loose.metadata
 
     # ------------------------------------------------------------------ list
 
     def _list(self) -> None:
         self.state = "listing"
-        objects: list[Obj] = []
-        token = ""
         while True:
-            query = self._query(limit=self.page_size, **({"continue": token} if token else {}))
             try:
-                raw = self.api.call_raw("GET", f"{self._path()}?{query}")
-            except ApiError as exc:
-                if exc.code == 410:
-                    log.info("%s: list continue token expired; listing again", self.resource.name)
-                    objects, token = [], ""
-                    continue
-                raise
-            page = _page.decode(raw)
-            for item in page.items or ():
-                shaped = self._shape(item)
-                if shaped is not None:
-                    objects.append(shaped)
-            token = str(page.metadata.get("continue") or "")
-            if not token:
-                self.resource_version = str(page.metadata.get("resourceVersion") or "")
+                objects = self._pages()
                 break
+            except Gone:
+                log.info("%s: list continue token expired; listing again", self.resource.name)
         self.lists += 1
         self.synced = True
         self.sink(Batch(self.resource, relist=objects))
+
+    def _pages(self) -> list[Stored]:
+        """Every page of the list, in order, cut down to what kilter keeps."""
+        objects: list[Stored] = []
+        token = ""
+        while True:
+            items, meta = self._items(self._page_at(token))
+            for item in items:
+                shaped = self._shape(item)
+                if shaped is not None:
+                    objects.append(shaped)
+            token = meta.continue_
+            if not token:
+                self.resource_version = meta.resource_version
+                return objects
+
+    def _page_at(self, token: str) -> bytes:
+        query = self._query(limit=self.page_size, **({"continue": token} if token else {}))
+        try:
+            return self.api.call_raw("GET", f"{self._path()}?{query}", large=True)
+        except ApiError as exc:
+            if exc.code == 410:
+                raise Gone() from None
+            raise
 
     # ------------------------------------------------------------------ watch
 
@@ -286,12 +333,17 @@ class Reflector:
     def _on_line(self, line: bytes) -> Event | None:
         """The store's event for one line of the watch (None for a bookmark or an object kilter never kept)."""
         event = _event.decode(line)
-        obj = event.object
         if event.type == "ERROR":
-            if obj.get("code") == 410:
+            status = _dict.decode(event.object)
+            if status.get("code") == 410:
                 raise Gone()
-            raise ApiError(int(obj.get("code") or 0), str(obj.get("message") or "watch error"))
-        version = (obj.get("metadata") or {}).get("resourceVersion")
+            raise ApiError(int(status.get("code") or 0), str(status.get("message") or "watch error"))
+        if event.type == "BOOKMARK" or self.resource.typed is None:
+            obj = _dict.decode(event.object)
+            version = (obj.get("metadata") or {}).get("resourceVersion")
+        else:
+            obj = self._object.decode(event.object)
+            version = obj.metadata.resource_version
         if isinstance(version, str) and version:
             self.resource_version = version
         if event.type == "BOOKMARK":
@@ -304,6 +356,8 @@ class Reflector:
         if event.type == ADDED:
             return None
         # No longer kept (or never was): the store drops it if it holds it.
+        if not isinstance(obj, dict):
+            return Event(DELETED, obj)
         return Event(
             DELETED, {"apiVersion": obj["apiVersion"], "kind": obj["kind"], "metadata": obj.get("metadata") or {}}
         )

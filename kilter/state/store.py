@@ -3,14 +3,19 @@
 Every feeder speaks Kubernetes watch events (``ADDED``, ``MODIFIED``,
 ``DELETED`` with the object): the snapshot feed diffs a file against what
 it last loaded, and a list/watch feed of a live cluster produces the same
-events. The store keeps raw objects by (group, kind, namespace, name) and
-derives what the verbs read:
+events. The store keeps objects by (group, kind, namespace, name) — Nodes
+and Pods typed from the moment they arrive (a live feed decodes them straight
+from the wire; a pod costs a typed view, not a dict of everything the API
+sent), the few objects of the other kinds as received — and derives what
+the verbs read:
 
 * the fleet model, rebuilt only when Nodes or Topologies change (a rebuild
   bumps ``generation``, so holders of plans know to re-check them);
 * GPU bookings per pod UID, moved incrementally on Pod events — a bind or a
   finished pod must not cost a rebuild of the fleet;
-* the typed ``ClusterState`` for everything else, built on demand per version.
+* the typed ``ClusterState``, rebuilt per version from per-kind lists that
+  are themselves rebuilt only when their kind changed, each object converted
+  once — so a pod event costs a list copy, not a conversion of the cluster.
 
 A pod the scheduler has just bound but the feed has not shown yet is booked
 as *assumed* (the scheduler's own assume cache does the same); the feed's
@@ -19,14 +24,18 @@ version replaces it, so GPUs are never counted twice.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple, cast
+
+from msgspec import structs
 
 from kilter.model import codec
-from kilter.model.core_v1 import Pod, pod_request
+from kilter.model.core_v1 import Node, Pod, pod_request
 from kilter.model.errors import InputError
-from kilter.state.cluster import KNOWN_KINDS, KUEUE, ClusterState, from_objects
+from kilter.state.cluster import KNOWN_KINDS, KUEUE, TYPES, ClusterState
+from kilter.state.snapshot import RawObjects
 from kilter.topology.catalog import BUILTIN, Catalog
 from kilter.topology.fleet import ENDED_PHASES, Fleet, build_fleet
 
@@ -37,18 +46,22 @@ MODIFIED: Literal["MODIFIED"] = "MODIFIED"
 DELETED: Literal["DELETED"] = "DELETED"
 EventType = Literal["ADDED", "MODIFIED", "DELETED"]
 ObjectKey = tuple[str, str, str, str]  # (API group, kind, namespace, name)
+Typed = Node | Pod
+Stored = Mapping[str, Any] | Typed
 _FLEET_KINDS = {("", "Node"), (KUEUE, "Topology"), ("topology.volcano.sh", "HyperNode")}
+_TYPED_KINDS: dict[tuple[str, str], type[Typed]] = {("", "Node"): Node, ("", "Pod"): Pod}
 
 
-@dataclass(frozen=True)
-class Event:
-    """One watch event: what happened to which object (the object as the API returns it)."""
+class Event(NamedTuple):
+    """One watch event: what happened to which object (as the API returns it, or already typed for Nodes and Pods)."""
 
     type: EventType
-    object: Mapping[str, Any]
+    object: Stored
 
 
-def object_key(obj: Mapping[str, Any]) -> ObjectKey:
+def object_key(obj: Stored) -> ObjectKey:
+    if isinstance(obj, Node | Pod):
+        return "", obj.kind, obj.metadata.namespace, obj.metadata.name
     api_version = obj.get("apiVersion")
     kind = obj.get("kind")
     meta = obj.get("metadata")
@@ -71,7 +84,7 @@ class Booking:
 class ClusterStore:
     def __init__(self, *, catalog: Catalog | None = None) -> None:
         self.catalog = catalog or Catalog(BUILTIN)
-        self.objects: dict[ObjectKey, Mapping[str, Any]] = {}
+        self.objects: dict[ObjectKey, Stored] = {}
         self.version = 0
         self.generation = 0
         self.ready = False
@@ -80,6 +93,10 @@ class ClusterStore:
         self._fleet_dirty = True
         self._bookings: dict[str, Booking] = {}
         self._pods_by_uid: dict[str, Pod] = {}
+        self._by_kind: dict[tuple[str, str], dict[ObjectKey, Stored]] = {kind: {} for kind in KNOWN_KINDS}
+        self._kind_version: Counter[tuple[str, str]] = Counter()
+        self._typed: dict[ObjectKey, Any] = {}  # the other kinds' typed views, converted once per change
+        self._lists: dict[tuple[str, str], tuple[int, list[Any]]] = {}
         self._state: tuple[int, ClusterState] | None = None
         self._idle: tuple[int, Fleet] | None = None
 
@@ -87,74 +104,104 @@ class ClusterStore:
 
     def apply(self, events: Iterable[Event]) -> int:
         """Apply watch events in order; returns how many changed something."""
+        return self._apply((object_key(event.object), event) for event in events)
+
+    def _apply(self, changes: Iterable[tuple[ObjectKey, Event]]) -> int:
         changed = 0
-        for event in events:
-            if self._apply_one(event):
+        for key, event in changes:
+            if self._apply_one(key, event):
                 changed += 1
         if changed:
             self.version += 1
         return changed
 
-    def replace(self, objects: Iterable[Mapping[str, Any]]) -> list[Event]:
-        """Make the store hold exactly ``objects`` (a relist); returns the events that did it."""
-        incoming: dict[ObjectKey, Mapping[str, Any]] = {}
+    def replace(self, objects: Iterable[Stored]) -> list[Event]:
+        """Make the store hold exactly ``objects`` (a relist); returns the events that did it.
+
+        Nodes and Pods are typed before anything changes, so a malformed one
+        leaves the store as it was.
+        """
+        incoming: dict[ObjectKey, Stored] = {}
         ignored: dict[str, int] = {}
         for obj in objects:
             key = object_key(obj)
             if key[:2] not in KNOWN_KINDS:
-                ignored[f"{obj.get('apiVersion')}/{key[1]}"] = ignored.get(f"{obj.get('apiVersion')}/{key[1]}", 0) + 1
+                name = f"{obj.get('apiVersion') if isinstance(obj, Mapping) else 'v1'}/{key[1]}"
+                ignored[name] = ignored.get(name, 0) + 1
                 continue
-            incoming[key] = obj
-        events = self._difference(incoming, lambda key: True)
+            incoming[key] = _typed(key, obj)
+        changes = self._difference(incoming, self.objects)
         self.ignored = ignored
-        self.apply(events)
+        self._apply(changes)
         self.ready = True
-        return events
+        return [event for _, event in changes]
 
-    def replace_kind(self, group: str, kind: str, objects: Iterable[Mapping[str, Any]]) -> list[Event]:
+    def replace_kind(self, group: str, kind: str, objects: Iterable[Stored]) -> list[Event]:
         """Make the store hold exactly ``objects`` of one kind (a relist of one resource); the events that did it."""
-        incoming = {object_key(obj): obj for obj in objects}
-        events = self._difference(incoming, lambda key: key[:2] == (group, kind))
-        self.apply(events)
-        return events
+        incoming: dict[ObjectKey, Stored] = {}
+        for obj in objects:
+            key = object_key(obj)
+            incoming[key] = _typed(key, obj)
+        held = self._by_kind.get((group, kind))
+        if held is not None and not held and incoming:
+            return self._add_all((group, kind), incoming)
+        changes = self._difference(incoming, held or {})
+        self._apply(changes)
+        return [event for _, event in changes]
+
+    def _add_all(self, kind: tuple[str, str], incoming: dict[ObjectKey, Stored]) -> list[Event]:
+        """A kind's first list: every object is new, so nothing to compare (a cold start's 100k pods)."""
+        self.objects.update(incoming)
+        self._by_kind[kind].update(incoming)
+        self._kind_version[kind] += 1
+        self.version += 1
+        if kind in _FLEET_KINDS:
+            self._fleet_dirty = True
+        if kind == ("", "Pod"):
+            for obj in incoming.values():
+                self._pod_changed(None, obj)  # type: ignore[arg-type]
+        return [Event(ADDED, obj) for obj in incoming.values()]
 
     def _difference(
-        self, incoming: Mapping[ObjectKey, Mapping[str, Any]], scope: Callable[[ObjectKey], bool]
-    ) -> list[Event]:
-        """The events that turn what the store holds within ``scope`` into ``incoming``."""
-        events = [Event(DELETED, old) for key, old in self.objects.items() if scope(key) and key not in incoming]
+        self, incoming: Mapping[ObjectKey, Stored], held: Mapping[ObjectKey, Stored]
+    ) -> list[tuple[ObjectKey, Event]]:
+        """The events that turn ``held`` (what the store holds of the relisted scope) into ``incoming``."""
+        changes = [(key, Event(DELETED, old)) for key, old in held.items() if key not in incoming]
         for key, obj in incoming.items():
             old = self.objects.get(key)
             if old is None:
-                events.append(Event(ADDED, obj))
-            elif old != obj:
-                events.append(Event(MODIFIED, obj))
-        return events
+                changes.append((key, Event(ADDED, obj)))
+            elif not _same(old, obj):
+                changes.append((key, Event(MODIFIED, obj)))
+        return changes
 
-    def _apply_one(self, event: Event) -> bool:
-        key = object_key(event.object)
-        if key[:2] not in KNOWN_KINDS:
+    def _apply_one(self, key: ObjectKey, event: Event) -> bool:
+        kind = key[:2]
+        if kind not in KNOWN_KINDS:
             return False
         old = self.objects.get(key)
         if event.type == DELETED:
             if old is None:
                 return False
             del self.objects[key]
-            obj: Mapping[str, Any] | None = None
+            del self._by_kind[kind][key]
+            obj: Stored | None = None
         else:
-            if old == event.object:
+            obj = _typed(key, event.object)
+            if old is not None and _same(old, obj):
                 return False
-            self.objects[key] = event.object
-            obj = event.object
-        if key[:2] in _FLEET_KINDS:
+            self.objects[key] = self._by_kind[kind][key] = obj
+        self._typed.pop(key, None)
+        self._kind_version[kind] += 1
+        if kind in _FLEET_KINDS:
             self._fleet_dirty = True
-        elif key[:2] == ("", "Pod"):
-            self._pod_changed(old, obj)
+        if kind == ("", "Pod"):
+            self._pod_changed(old, obj)  # type: ignore[arg-type]
         return True
 
     # ------------------------------------------------------------------ pods and bookings
 
-    def _pod_changed(self, old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> None:
+    def _pod_changed(self, old: Pod | None, new: Pod | None) -> None:
         if old is not None:
             uid = _uid(old)
             self._pods_by_uid.pop(uid, None)
@@ -162,12 +209,11 @@ class ClusterStore:
                 self._unbook(uid)
         if new is None:
             return
-        pod = codec.convert(new, Pod, path=f"Pod {_uid(new) or '?'}")
-        uid = pod.metadata.uid or f"{pod.metadata.namespace}/{pod.metadata.name}"
-        self._pods_by_uid[uid] = pod
+        uid = _uid(new)
+        self._pods_by_uid[uid] = new
         if not self._fleet_dirty:
             self._unbook(uid)
-            self._book_pod(uid, pod)
+            self._book_pod(uid, new)
 
     def _book_pod(self, uid: str, pod: Pod) -> None:
         fleet = self._fleet
@@ -252,17 +298,66 @@ class ClusterStore:
     def state(self) -> ClusterState:
         """Typed objects of the current version (for quota and job lookups)."""
         if self._state is None or self._state[0] != self.version:
-            state = from_objects(list(self.objects.values()), catalog=self.catalog)
-            self._state = (self.version, state)
+            lists = {name: self._list(kind, cls) for name, (kind, cls) in TYPES.items()}
+            received = {kind: list(self._by_kind[kind].values()) for kind in KNOWN_KINDS if kind not in _TYPED_KINDS}
+            raw = RawObjects(cast(dict[tuple[str, str], list[dict[str, Any]]], received), Counter(self.ignored))
+            self._state = (self.version, ClusterState(catalog=self.catalog, raw=raw, **lists))
         return self._state[1]
 
+    def _list(self, kind: tuple[str, str], cls: type[Any]) -> list[Any]:
+        """The typed objects of one kind, rebuilt only when that kind changed (each object converted once)."""
+        cached = self._lists.get(kind)
+        version = self._kind_version[kind]
+        if cached is not None and cached[0] == version:
+            return cached[1]
+        out = []
+        for key, obj in self._by_kind[kind].items():
+            if isinstance(obj, cls):
+                out.append(obj)
+                continue
+            typed = self._typed.get(key)
+            if typed is None:
+                typed = self._typed[key] = codec.convert(obj, cls, path=_where(key))
+            out.append(typed)
+        self._lists[kind] = (version, out)
+        return out
+
     def get(self, group: str, kind: str, namespace: str, name: str) -> Mapping[str, Any] | None:
-        return self.objects.get((group, kind, namespace, name))
+        """An object of a kind kept as received (Workloads, PodGroups, ...); see ``pod`` and ``node`` for the typed."""
+        obj = self.objects.get((group, kind, namespace, name))
+        return obj if isinstance(obj, Mapping) else None
+
+    def pod_named(self, namespace: str, name: str) -> Pod | None:
+        obj = self.objects.get(("", "Pod", namespace, name))
+        return obj if isinstance(obj, Pod) else None
+
+    def node_named(self, name: str) -> Node | None:
+        obj = self.objects.get(("", "Node", "", name))
+        return obj if isinstance(obj, Node) else None
 
 
-def _uid(obj: Mapping[str, Any]) -> str:
-    meta = obj.get("metadata") or {}
-    uid = meta.get("uid")
-    if isinstance(uid, str) and uid:
-        return uid
-    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+def _typed(key: ObjectKey, obj: Stored) -> Stored:
+    """Nodes and Pods as the store keeps them (typed); the other kinds as they are."""
+    cls = _TYPED_KINDS.get(key[:2])
+    if cls is None or isinstance(obj, cls):
+        return obj
+    return codec.convert(obj, cls, path=_where(key))
+
+
+def _where(key: ObjectKey) -> str:
+    return f"{key[1]} {key[2]}/{key[3]}" if key[2] else f"{key[1]} {key[3]}"
+
+
+def _same(old: Stored, new: Stored) -> bool:
+    """Nothing kilter reads changed. A typed view holds only what kilter reads, so a new resourceVersion alone
+    (a kubelet's heartbeat, a status condition kilter skips) is no change: no rebuild, no new version."""
+    if old == new:
+        return True
+    if isinstance(new, Node | Pod) and type(old) is type(new):
+        version = new.metadata.resource_version
+        return structs.replace(old, metadata=structs.replace(old.metadata, resource_version=version)) == new
+    return False
+
+
+def _uid(pod: Pod) -> str:
+    return pod.metadata.uid or f"{pod.metadata.namespace}/{pod.metadata.name}"

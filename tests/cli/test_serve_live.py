@@ -45,7 +45,7 @@ def test_the_extender_serves_what_the_cluster_shows_once_every_resource_is_liste
             assert report["resources"]["clusterqueues.kueue.x-k8s.io"]["state"] == "absent"
             cluster.add(node_dict("r1-t4", labels={CLIQUE: "r1"}))
             deadline = time.monotonic() + 10
-            while store.get("", "Node", "", "r1-t4") is None and time.monotonic() < deadline:
+            while store.node_named("r1-t4") is None and time.monotonic() < deadline:
                 time.sleep(0.02)
             conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
             names = [f"r1-t{t}" for t in range(5)]

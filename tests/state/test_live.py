@@ -11,14 +11,17 @@ import asyncio
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 
+from kilter.model.core_v1 import Pod
 from kilter.state.api import ApiServer
 from kilter.state.live import LiveFeed, default_resources
+from kilter.state.reflector import Reflector
 from kilter.state.reflector import Resource as Watched
-from kilter.state.store import ClusterStore
+from kilter.state.store import ClusterStore, object_key
 from kilter.topology.catalog import BUILTIN, Catalog
 from tests.listwatch import NODES, PODS, ListWatchServer, Resource
 from tests.topology.builders import node_dict
@@ -136,12 +139,28 @@ def test_pods_that_ask_for_no_gpu_or_have_ended_never_stay(
     h = harness()
     h.settled(lambda s: s.ready)
     assert h.names("Pod") == {"gpu"}
-    stored = h.on_loop(lambda: h.store.get("", "Pod", "ml", "gpu"))
-    assert "managedFields" not in stored["metadata"] and "env" not in stored["spec"]["containers"][0]
+    stored = h.on_loop(lambda: h.store.pod_named("ml", "gpu"))
+    assert isinstance(stored, Pod) and stored.spec.node_name == "n0"  # typed from the wire: no managedFields, no env
     done = gpu_pod("gpu", node="n0", phase="Succeeded")
     server.update(done)  # leaves the watch's field selector: the server sends DELETED
-    h.settled(lambda s: s.get("", "Pod", "ml", "gpu") is None)
+    h.settled(lambda s: s.pod_named("ml", "gpu") is None)
     h.settled(lambda s: s.fleet().bitmap.node_free_gpus(s.fleet().node_index["n0"]) == 4)
+
+
+def test_a_pod_kilter_cannot_read_is_skipped_without_holding_up_the_others(
+    server: ListWatchServer, harness: Callable[..., Harness], caplog: pytest.LogCaptureFixture
+) -> None:
+    server.add(node_dict("n0"))
+    for name in ("a", "b", "c", "d"):
+        server.add(gpu_pod(name, node="n0", gpus=1))
+    odd = gpu_pod("odd", node="n0", gpus=1)
+    odd["metadata"]["labels"] = ["not", "a", "map"]
+    server.add(odd)
+    h = harness(page_size=10)
+    h.settled(lambda s: s.ready)
+    assert h.names("Pod") == {"a", "b", "c", "d"}
+    assert any("cannot read" in r.getMessage() for r in caplog.records)
+    h.settled(lambda s: s.fleet().bitmap.node_free_gpus(s.fleet().node_index["n0"]) == 0)
 
 
 def test_a_dropped_watch_resumes_from_the_last_version_without_a_relist(
@@ -153,7 +172,7 @@ def test_a_dropped_watch_resumes_from_the_last_version_without_a_relist(
     nodes = next(r for r in h.feed.reflectors if r.resource.plural == "nodes")
     assert server.drop_watches() >= 1
     server.add(node_dict("n1"))
-    h.settled(lambda s: s.get("", "Node", "", "n1") is not None)
+    h.settled(lambda s: s.node_named("n1") is not None)
     assert nodes.lists == 1 and nodes.watches >= 2
     resumed = [r for r in server.requests if r.path == "/api/v1/nodes" and r.query.get("watch") == "1"][-1]
     assert int(resumed.query["resourceVersion"]) >= 1
@@ -175,6 +194,36 @@ def test_a_watch_too_old_for_the_server_relists_without_losing_or_doubling(
         r.start()
     h.settled(lambda s: {k[3] for k in s.objects if k[1] == "Node"} == {"n1", "n2", "n3", "n4", "n9"})
     assert nodes.lists == 2  # 410 on the watch: listed again
+
+
+@dataclass(frozen=True)
+class CompactingApi(ApiServer):
+    """Compacts the server's history after the first list page, as etcd may while a big list is paged."""
+
+    server: ListWatchServer | None = None
+    pages: list[str] = field(default_factory=list)
+
+    def call_raw(self, method: str, path: str, *, large: bool = False) -> bytes:
+        raw = super().call_raw(method, path, large=large)
+        self.pages.append(path)
+        if len(self.pages) == 1 and self.server is not None:
+            self.server.delete("", "nodes", None, "n0")
+            self.server.add(node_dict("n9"))
+            self.server.compact()
+        return raw
+
+
+def test_a_continue_token_that_expires_mid_list_lists_again_without_losing_or_doubling(
+    server: ListWatchServer,
+) -> None:
+    for i in range(7):
+        server.add(node_dict(f"n{i}"))
+    api = CompactingApi("http", "127.0.0.1", server.port, {"Authorization": f"Bearer {TOKEN}"}, server=server)
+    nodes = next(r for r in default_resources(CATALOG) if r.plural == "nodes")
+    got = Reflector(api, nodes, lambda batch: None, page_size=2).list_once()
+    names = [object_key(o)[3] for o in got]
+    assert sorted(names) == ["n1", "n2", "n3", "n4", "n5", "n6", "n9"]  # the world after the change, once each
+    assert sum("continue=" not in p for p in api.pages) == 2  # the first page, then the relist's first page
 
 
 def test_a_crd_installed_later_is_found_and_listed(server: ListWatchServer, harness: Callable[..., Harness]) -> None:

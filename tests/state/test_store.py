@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from kilter.model.core_v1 import Pod
+from kilter.model.errors import InputError
 from kilter.state.feed import SnapshotFeed
-from kilter.state.store import ADDED, DELETED, MODIFIED, ClusterStore, Event
+from kilter.state.store import ADDED, DELETED, MODIFIED, ClusterStore, Event, object_key
 from tests.extenders.conftest import cluster_objects, pod_json, write_snapshot
 from tests.topology.builders import CLIQUE, TIER1, node_dict
 
@@ -28,12 +30,33 @@ def test_a_relist_becomes_the_events_that_turn_the_old_set_into_the_new() -> Non
     objects[0] = {**objects[0], "metadata": {**objects[0]["metadata"], "labels": {"x": "y"}}}
     objects.append(pod_json("new", 1, node="r1-t03"))
     events = store.replace(objects)
-    assert sorted((e.type, e.object["metadata"]["name"]) for e in events) == [
+    assert sorted((e.type, object_key(e.object)[3]) for e in events) == [
         (ADDED, "new"),
         (DELETED, "r1-t17"),
         (MODIFIED, "r1-t00"),
     ]
     assert store.replace(objects) == []  # nothing changed, nothing emitted
+
+
+def test_a_malformed_node_in_a_relist_leaves_the_store_as_it_was() -> None:
+    store = ClusterStore()
+    store.replace(cluster_objects())
+    version, held = store.version, dict(store.objects)
+    broken = [*cluster_objects(), {**node_dict("bad"), "status": {"capacity": ["not", "a", "map"]}}]
+    with pytest.raises(InputError, match="Node bad"):
+        store.replace(broken)
+    assert store.version == version and store.objects == held
+
+
+def test_a_pod_event_rebuilds_the_pod_list_only() -> None:
+    store = ClusterStore()
+    store.replace(cluster_objects())
+    before = store.state()
+    store.apply([Event(ADDED, pod_json("x", 3, node="r1-t02"))])
+    after = store.state()
+    assert after is not before and "x" in {p.metadata.name for p in after.pods}
+    assert after.nodes is before.nodes and after.topologies is before.topologies  # not converted again
+    assert isinstance(store.pod_named("ml", "x"), Pod)
 
 
 def test_pod_events_move_bookings_without_rebuilding_the_fleet() -> None:
