@@ -1175,7 +1175,7 @@ async def cold_start(port: int, server_pid: int, gc_timer: GcTimer) -> tuple[Jso
     while store.ready_at is None:
         if time.perf_counter() - t0 > READY_TIMEOUT_S:
             raise RuntimeError(f"not ready after {READY_TIMEOUT_S} s: {feed.status()}")
-        await asyncio.sleep(0.002)
+        await asyncio.sleep(0.05)  # ready_at is stamped by the store itself
     ready_s = store.ready_at - t0
     gc_to_ready = gc_timer.since(gc0)
     memory_ready = memory_mib()

@@ -642,6 +642,37 @@ class ListWatchServer:
             self._commit(resource, key, "DELETED", gone, prev)
             return copy.deepcopy(gone)
 
+    def bind(self, namespace: str, name: str, body: bytes) -> Obj:
+        """``POST pods/NAME/binding`` as the apiserver's BindingREST: sets ``spec.nodeName`` once, 409 if set."""
+        try:
+            binding = json.loads(body)
+        except ValueError:
+            raise _bad_request("the body is not a Binding: invalid JSON") from None
+        target = binding.get("target") if isinstance(binding, dict) else None
+        if not isinstance(target, dict):
+            target = {}
+        node = target.get("name")
+        if not isinstance(node, str) or not node or target.get("kind", "Node") not in ("Node", ""):
+            raise ApiError(422, "Invalid", f'Binding.core "{name}" is invalid: target: must name a Node')
+        with self._lock:
+            resource = self._resource("", "pods")
+            key = f"{namespace}/{name}"
+            prev = self._objects[resource].get(key)
+            if prev is None:
+                raise _not_found(resource, name)
+            bound = (prev.get("spec") or {}).get("nodeName")
+            if bound:
+                raise ApiError(
+                    409,
+                    "Conflict",
+                    f'Operation cannot be fulfilled on pods/binding "{name}": '
+                    f'pod {name} is already assigned to node "{bound}"',
+                )
+            new = copy.deepcopy(prev)
+            new.setdefault("spec", {})["nodeName"] = node
+            self._commit(resource, key, "MODIFIED", new, prev)
+        return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
+
     def install(self, group: str, version: str, plural: str) -> None:
         """A CRD becomes established: its paths answer and discovery lists it from now on."""
         with self._lock:
@@ -1083,6 +1114,7 @@ def _api_group(group: str, versions: list[str]) -> Obj:
 
 class _HTTPServer(ThreadingHTTPServer):
     daemon_threads = True
+    request_queue_size = 128  # socketserver's 5 drops the SYNs of a feed's dozen reflectors (1 s retransmit)
 
     def __init__(self, cluster: ListWatchServer) -> None:
         super().__init__((ListWatchServer.host, 0), _Handler)
@@ -1126,6 +1158,12 @@ class _Handler(BaseHTTPRequestHandler):
             if parts in (["api"], ["api", "v1"], ["apis"]) or (parts[:1] == ["apis"] and len(parts) in (2, 3)):
                 self._only_get()
                 self._json(200, cluster.discovery(parts))
+                return
+            binding = (
+                len(parts) == 7 and parts[:3] == ["api", "v1", "namespaces"] and parts[4::2] == ["pods", "binding"]
+            )
+            if self.command == "POST" and binding:
+                self._json(201, cluster.bind(parts[3], parts[5], body))
                 return
             resource, namespace, name = cluster.route(parts)
             if self.command == "PATCH" and name is not None:

@@ -33,7 +33,7 @@ from kilter.extenders.explain import DecisionLog, Record
 from kilter.extenders.gangs import GangBook, GangPlan, identify
 from kilter.model.core_v1 import Pod, pod_request
 from kilter.model.errors import InputError, KilterError
-from kilter.state.api import ApiServer
+from kilter.state.api import ApiError, ApiServer
 from kilter.state.store import MODIFIED, ClusterStore, Event
 from kilter.topology import eligibility
 from kilter.topology.fleet import Fleet
@@ -499,7 +499,23 @@ class ApiBinder(Binder):
             "metadata": meta,
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         }
-        self.api.call("POST", f"/api/v1/namespaces/{quote(namespace)}/pods/{quote(name)}/binding", binding)
+        path = f"/api/v1/namespaces/{quote(namespace)}/pods/{quote(name)}"
+        try:
+            self.api.call("POST", f"{path}/binding", binding)
+        except ApiError as exc:
+            if exc.code != 409 or not self._already(path, uid, node):
+                raise
+
+    def _already(self, path: str, uid: str, node: str) -> bool:
+        """The pod is bound to ``node`` already: a retried bind whose first answer was lost is done, not refused."""
+        try:
+            pod = self.api.call("GET", path)
+        except ApiError:
+            return False
+        meta = pod.get("metadata") if isinstance(pod, dict) else None
+        spec = pod.get("spec") if isinstance(pod, dict) else None
+        same_pod = not uid or (isinstance(meta, dict) and meta.get("uid") == uid)
+        return same_pod and isinstance(spec, dict) and spec.get("nodeName") == node
 
 
 class _Reasons:

@@ -21,16 +21,29 @@ import uvicorn
 from kilter.cli.serve import build_app
 from kilter.extenders.server import App
 from kilter.state.store import ClusterStore
+from tests.live_mode import LiveCluster, live_cluster, settled, wait_ready
 from tests.topology.builders import CLIQUE, TIER1, node_dict
 
 
 @dataclass
 class Served:
+    """kilter serve, its state from a snapshot file or (``cluster``) from a live cluster's list/watch."""
+
     app: App
     store: ClusterStore
-    snapshot: Path
+    snapshot: Path | None
     port: int
     tls: ssl.SSLContext | None = None
+    cluster: LiveCluster | None = None
+
+    def replace(self, objects: list[dict[str, Any]]) -> None:
+        """Change the cluster to ``objects``: rewrite the snapshot, or create/update/delete through the API."""
+        if self.cluster is not None:
+            self.cluster.replace(objects)
+            settled(lambda: self.cluster is not None and self.cluster.reached(self.store))
+        else:
+            assert self.snapshot is not None
+            write_snapshot(self.snapshot, objects)
 
     def connect(self) -> http.client.HTTPConnection:
         if self.tls is not None:
@@ -48,6 +61,9 @@ class Served:
             conn.close()
 
     def post(self, verb: str, body: Any) -> tuple[int, Any]:
+        pod = body.get("Pod") if isinstance(body, dict) else None
+        if self.cluster is not None and isinstance(pod, dict) and "metadata" in pod:
+            self.cluster.ensure_pod(pod)  # kube-scheduler asks only about pods the API server holds
         status, data, _ = self.call("POST", f"/scheduler/{verb}", json.dumps(body).encode())
         return status, json.loads(data) if status == 200 else data.decode()
 
@@ -182,8 +198,16 @@ def serve_args(snapshot: Path | None, **overrides: Any) -> argparse.Namespace:
     return argparse.Namespace(**values)
 
 
-@pytest.fixture
-def served(tmp_path: Path) -> Iterator[Served]:
+@pytest.fixture(params=["snapshot", "live"])
+def served(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Served]:
+    """The scenario's cluster as a snapshot file, and again as a live cluster kilter lists and watches."""
+    if request.param == "live":
+        with live_cluster(tmp_path, cluster_objects()) as cluster:
+            app, store = build_app(serve_args(None, kubeconfig=cluster.kubeconfig))
+            with _Server(app, None) as port:
+                wait_ready(store)
+                yield Served(app, store, None, port, cluster=cluster)
+        return
     snapshot = tmp_path / "snapshot.json"
     write_snapshot(snapshot, cluster_objects())
     app, store = build_app(serve_args(snapshot))

@@ -6,12 +6,13 @@ import json
 import time
 from typing import Any
 
+import pytest
+
 from tests.extenders.conftest import (
     Served,
     cluster_objects,
     names_args,
     pod_json,
-    write_snapshot,
 )
 from tests.topology.builders import CLIQUE, TIER1, node_dict
 
@@ -157,7 +158,7 @@ def test_a_plan_whose_node_vanishes_is_made_again(served: Served) -> None:
     planned = first["NodeNames"]
     gone = planned[0]
     objects = [o for o in cluster_objects() if o["metadata"]["name"] != gone]
-    write_snapshot(served.snapshot, objects)
+    served.replace(objects)
     deadline = time.monotonic() + 10
     while gone in served.store.fleet().node_index:
         assert time.monotonic() < deadline, "the snapshot was not reloaded"
@@ -200,7 +201,7 @@ def test_preempt_drops_a_node_where_the_victims_free_too_little(served: Served) 
     }
     objects = cluster_objects()
     objects.append(pod_json("other", 2, node="r2-t01"))
-    write_snapshot(served.snapshot, objects)
+    served.replace(objects)
     deadline = time.monotonic() + 10
     while served.store.pod("uid-other") is None:
         assert time.monotonic() < deadline
@@ -221,6 +222,14 @@ def test_bind_records_the_binding_in_snapshot_mode(served: Served) -> None:
     assert bind(served, pod_json("p", 4), "r1-t00") == {"Error": ""}  # a retried bind books nothing twice
     _, result = served.post("filter", names_args(pod_json("q", 1), ["r1-t00"]))
     assert result["NodeNames"] == []
+
+
+def test_a_bind_to_another_node_than_the_pod_is_bound_to_is_refused_by_the_api(served: Served) -> None:
+    if served.cluster is None:
+        pytest.skip("a snapshot has no API server to refuse the second binding")
+    assert bind(served, pod_json("p", 4), "r1-t00") == {"Error": ""}
+    status, result = served.post("bind", {"PodName": "p", "PodNamespace": "ml", "PodUID": "uid-p", "Node": "r1-t01"})
+    assert status == 200 and "already assigned to node" in result["Error"]
 
 
 def test_explain_shows_each_nodes_verdict_and_reason(served: Served) -> None:

@@ -13,6 +13,7 @@ import pytest
 from kilter.cli.serve import build_app
 from kilter.extenders.server import App
 from tests.extenders.conftest import _Server, cluster_objects, serve_args, write_snapshot
+from tests.live_mode import live_cluster, wait_ready
 from tests.volcano import payloads as vp
 
 GPU = "nvidia.com/gpu"
@@ -85,17 +86,29 @@ class Volcano:
             conn.close()
 
 
-def serve(tmp_path: Path, extra: list[dict[str, Any]], **overrides: Any) -> Iterator[Volcano]:
+def serve(
+    tmp_path: Path, extra: list[dict[str, Any]], *, mode: str = "snapshot", **overrides: Any
+) -> Iterator[Volcano]:
+    """kilter serve over the fleet, the quota objects and ``extra``: from a snapshot, or listed from a live cluster."""
+    objects = [*cluster_objects(), *quota_objects(), *extra]
+    if mode == "live":
+        with live_cluster(tmp_path, objects) as cluster:
+            app, store = build_app(serve_args(None, kubeconfig=cluster.kubeconfig, **overrides))
+            with _Server(app, None) as port:
+                wait_ready(store)
+                yield Volcano(app, port)
+        return
     snapshot = tmp_path / "snapshot.json"
-    write_snapshot(snapshot, [*cluster_objects(), *quota_objects(), *extra])
+    write_snapshot(snapshot, objects)
     app, _ = build_app(serve_args(snapshot, **overrides))
     with _Server(app, None) as port:
         yield Volcano(app, port)
 
 
-@pytest.fixture
-def volcano(tmp_path: Path) -> Iterator[Volcano]:
-    yield from serve(tmp_path, [])
+@pytest.fixture(params=["snapshot", "live"])
+def volcano(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Volcano]:
+    """The scenario's cluster as a snapshot file, and again as a live cluster kilter lists and watches."""
+    yield from serve(tmp_path, [], mode=request.param)
 
 
 def gpu_job(

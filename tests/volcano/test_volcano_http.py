@@ -200,14 +200,15 @@ def test_tasks_without_gpus_pass_untouched(volcano: Volcano) -> None:
     )
 
 
-def test_without_a_session_a_gang_is_read_from_the_podgroup_in_the_state(tmp_path: Path) -> None:
+@pytest.mark.parametrize("mode", ["snapshot", "live"])
+def test_without_a_session_a_gang_is_read_from_the_podgroup_in_the_state(tmp_path: Path, mode: str) -> None:
     group = vp.podgroup("ml", "offline", queue="ml-training", min_member=2, phase="Inqueue")
     group = {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup", **group}
     pods = [
         {"apiVersion": "v1", "kind": "Pod", **vp.pod("ml", f"offline-{i}", f"uid-off-{i}", gpus=4, group="offline")}
         for i in range(2)
     ]
-    for v in serve(tmp_path, [group, *pods]):
+    for v in serve(tmp_path, [group, *pods], mode=mode):
         task = vp.task_info(pods[0])
         verdicts = {name: predicate(v, task, name)[0] for name in R1 + R2}
         assert sum(1 for code in verdicts.values() if code == 0) == 2
@@ -234,15 +235,15 @@ def hypernode(name: str, tier: int, members: list[dict[str, Any]]) -> dict[str, 
     }
 
 
-@pytest.fixture
-def with_hypernodes(tmp_path: Path) -> Iterator[Volcano]:
+@pytest.fixture(params=["snapshot", "live"])
+def with_hypernodes(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Volcano]:
     racks = [
         hypernode(f"hn-{r}", 1, [{"type": "Node", "selector": {"regexMatch": {"pattern": f"^{r}-"}}}])
         for r in ("r1", "r2")
     ]
     spine = hypernode("hn-spine", 2, [{"type": "HyperNode", "selector": {"exactMatch": {"name": "hn-r1"}}}])
     spine["spec"]["members"].append({"type": "HyperNode", "selector": {"exactMatch": {"name": "hn-r2"}}})
-    yield from serve(tmp_path, [*racks, spine])
+    yield from serve(tmp_path, [*racks, spine], mode=request.param)
 
 
 def test_a_hard_network_topology_keeps_the_gang_under_one_hypernode_and_records_it(with_hypernodes: Volcano) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import http.client
 import json
 import ssl
@@ -14,22 +15,36 @@ import pytest
 import uvicorn
 
 from kilter.cli.serve import webhook_app
+from kilter.state.api import connect
+from kilter.state.live import LiveFeed, default_resources
 from kilter.state.store import ClusterStore
 from kilter.webhooks.server import WebhookApp
 from kilter.webhooks.tls import ReloadingTLS
 from tests.extenders.conftest import _Server, cluster_objects, make_certificates
+from tests.live_mode import LiveCluster, live_cluster, settled, wait_ready
 
 KILTER_USER = "system:serviceaccount:kube-system:kilter-scheduler"
 
 
 @dataclass
 class Hooks:
+    """The webhook listener, its state from objects given at once or (``cluster``) from a live cluster."""
+
     app: WebhookApp
     store: ClusterStore
     tls: ReloadingTLS
     port: int
     client: ssl.SSLContext
     certs: Path
+    cluster: LiveCluster | None = None
+
+    def replace(self, objects: list[dict[str, Any]]) -> None:
+        """Change the cluster to ``objects`` and wait until kilter's state shows it."""
+        if self.cluster is None:
+            self.store.replace(objects)
+            return
+        self.cluster.replace(objects)
+        settled(lambda: self.cluster is not None and self.cluster.reached(self.store))
 
     def review(self, path: str, review: dict[str, Any]) -> dict[str, Any]:
         status, data = self.post(path, json.dumps(review).encode())
@@ -83,21 +98,44 @@ def admission_review(
     }
 
 
-def start(tmp_path: Path, objects: list[dict[str, Any]]) -> Iterator[Hooks]:
-    store = ClusterStore()
-    store.replace(objects)
-    store.fleet()
+class _WithFeed:
+    """The webhook app with a live feed started on its loop, as ``kilter serve`` feeds every listener's state."""
+
+    def __init__(self, app: WebhookApp, feed: LiveFeed) -> None:
+        self.app, self.feed = app, feed
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            self.feed.start(asyncio.get_running_loop())
+        await self.app(scope, receive, send)
+
+
+def start(tmp_path: Path, objects: list[dict[str, Any]], *, mode: str = "snapshot") -> Iterator[Hooks]:
     cert, key, ca = make_certificates(tmp_path)
     tls = ReloadingTLS(cert, key, check_every_s=0.0)
-    app = webhook_app(store, [KILTER_USER])
     client = ssl.create_default_context(cafile=str(ca))
+    store = ClusterStore()
+    app = webhook_app(store, [KILTER_USER])
+    if mode == "live":
+        with live_cluster(tmp_path, objects) as cluster:
+            feed = LiveFeed(connect(cluster.kubeconfig), store, default_resources(store.catalog))
+            try:
+                with _Server(_WithFeed(app, feed), None, ssl_context=tls.context) as port:
+                    wait_ready(store)
+                    yield Hooks(app, store, tls, port, client, tmp_path, cluster)
+            finally:
+                feed.stop()
+        return
+    store.replace(objects)
+    store.fleet()
     with _Server(app, None, ssl_context=tls.context) as port:
         yield Hooks(app, store, tls, port, client, tmp_path)
 
 
-@pytest.fixture
-def hooks(tmp_path: Path) -> Iterator[Hooks]:
-    yield from start(tmp_path, cluster_objects())
+@pytest.fixture(params=["snapshot", "live"])
+def hooks(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Hooks]:
+    """The scenario's cluster given at once, and again as a live cluster kilter lists and watches."""
+    yield from start(tmp_path, cluster_objects(), mode=request.param)
 
 
 __all__ = ["KILTER_USER", "Hooks", "admission_review", "start", "uvicorn"]

@@ -46,11 +46,11 @@ def local_queue(name: str, cluster_queue: str) -> dict[str, Any]:
     }
 
 
-@pytest.fixture
-def hooks(tmp_path: Path) -> Iterator[Hooks]:
+@pytest.fixture(params=["snapshot", "live"])
+def hooks(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Hooks]:
     kueue = [cq("small"), local_queue("team", "small"), cq("auto", {"kilter.dev/topology-policy": "auto"}, 4096)]
     kueue.append(local_queue("auto-team", "auto"))
-    yield from start(tmp_path, [*cluster_objects(), *kueue])
+    yield from start(tmp_path, [*cluster_objects(), *kueue], mode=request.param)
 
 
 def job(
@@ -264,5 +264,5 @@ def test_answers_remembered_per_job_shape_follow_the_state(hooks: Hooks) -> None
     assert verdict(hooks, "/validate", admission_review(job(4, queue="team")))["allowed"] is False
     assert verdict(hooks, "/validate", admission_review(job(4, queue="team"), uid="second"))["allowed"] is False
     bigger = [*cluster_objects(), cq("small", gpus=64), local_queue("team", "small")]
-    hooks.store.replace(bigger)  # the queue grew: the same shape is judged again
+    hooks.replace(bigger)  # the queue grew: the same shape is judged again
     assert verdict(hooks, "/validate", admission_review(job(4, queue="team"), uid="third"))["allowed"] is True
