@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.kilter-installed
 NATIVE := $(wildcard kilter/_native/*.pyx kilter/_native/*.pxd kilter/_native/*.h)
 
-.PHONY: all run test lint bench build native-debug clean
+.PHONY: all run test e2e lint bench build native-debug clean
 
 all: $(STAMP)
 
@@ -29,6 +29,11 @@ run: $(STAMP)
 test: $(STAMP)
 	$(VENV)/bin/lint-imports
 	$(PY) -m pytest
+
+# Checks against a real API server: a kind cluster made for the run (Docker and
+# kind needed), or KILTER_E2E_KUBECONFIG. Skipped, saying why, where neither is.
+e2e: $(STAMP)
+	KILTER_E2E=1 $(PY) -m pytest -rs tests/e2e
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check kilter tests bench

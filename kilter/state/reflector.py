@@ -313,7 +313,12 @@ class Reflector:
             allowWatchBookmarks="true",
             timeoutSeconds=self.watch_timeout_s,
         )
-        conn, response = self.api.stream(f"{self._path()}?{query}", timeout_s=self.watch_timeout_s + 30)
+        try:
+            conn, response = self.api.stream(f"{self._path()}?{query}", timeout_s=self.watch_timeout_s + 30)
+        except ApiError as exc:
+            if exc.code == 410:
+                raise Gone() from None  # refused outright rather than as a watch ERROR event: list again all the same
+            raise
         self._conn = conn
         self.watches += 1
         try:

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from kilter.model.core_v1 import Pod
-from kilter.state.api import ApiServer
+from kilter.model.core_v1 import Node, Pod
+from kilter.state.api import ApiError, ApiServer
 from kilter.state.live import LiveFeed, default_resources
 from kilter.state.reflector import Reflector
 from kilter.state.reflector import Resource as Watched
@@ -271,3 +271,32 @@ def test_a_refusing_server_is_retried_with_backoff(server: ListWatchServer) -> N
     status = feed.status()["nodes"]
     assert not status["synced"] and "401" in str(status["lastError"])
     assert 2 <= sum(1 for r in server.requests if r.path.startswith("/api")) < 100
+
+
+@dataclass(frozen=True)
+class RefusingWatchApi(ApiServer):
+    """Answers the first watch with HTTP 410 itself (not as a watch ERROR event), as a proxy in front may."""
+
+    refused: list[str] = field(default_factory=list)
+
+    def stream(self, path: str, *, timeout_s: float) -> Any:
+        if not self.refused:
+            self.refused.append(path)
+            raise ApiError(410, "too old resource version")
+        return super().stream(path, timeout_s=timeout_s)
+
+
+def test_a_watch_refused_with_http_410_lists_again(server: ListWatchServer) -> None:
+    for i in range(3):
+        server.add(node_dict(f"n{i}"))
+    api = RefusingWatchApi("http", "127.0.0.1", server.port, {"Authorization": f"Bearer {TOKEN}"})
+    reflector = Reflector(api, Watched("", ("v1",), "nodes", "Node", typed=Node), lambda batch: None)
+    reflector.start()
+    try:
+        deadline = time.monotonic() + 10
+        while reflector.lists < 2 or reflector.state != "watching":
+            assert time.monotonic() < deadline, reflector.last_error
+            time.sleep(0.02)
+    finally:
+        reflector.stop()
+    assert api.refused and reflector.last_error == ""  # no backoff loop on the same version: listed again
