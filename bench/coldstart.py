@@ -989,9 +989,9 @@ class TimedApi(ApiServer):
 
     calls: list[tuple[str, float, float, int]] = field(default_factory=list, compare=False)  # path, start, s, bytes
 
-    def call_raw(self, method: str, path: str, *, large: bool = False) -> bytes:
+    def call_raw(self, method: str, path: str) -> bytes:
         t0 = time.perf_counter()
-        raw = super().call_raw(method, path, large=large)
+        raw = super().call_raw(method, path)
         self.calls.append((path, t0, time.perf_counter() - t0, len(raw)))
         return raw
 

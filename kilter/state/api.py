@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import socket
 import ssl
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,8 +20,6 @@ from urllib.parse import urlencode, urlsplit
 from kilter.model.errors import InputError, KilterError
 
 __all__ = ["ApiError", "ApiServer", "connect"]
-
-LARGE_RECEIVE_BUFFER = 4 << 20  # bytes; the kernel caps it at net.core.rmem_max
 
 
 class ApiError(KilterError):
@@ -76,15 +73,9 @@ class ApiServer:
             return http.client.HTTPSConnection(self.host, self.port, context=self.tls, timeout=timeout_s)
         return http.client.HTTPConnection(self.host, self.port, timeout=timeout_s)
 
-    def call_raw(self, method: str, path: str, *, large: bool = False) -> bytes:
-        """One bodiless request; the answer's bytes undecoded (large lists are decoded by the caller's types).
-
-        ``large`` answers (list pages of megabytes) are read through a socket
-        buffer big enough to hold one: the server writes the page while the
-        reading thread waits for the GIL, and the page arrives in a few reads
-        instead of a hundred small ones, each waiting for the GIL again.
-        """
-        status, raw = self._send(method, path, None, "", receive_buffer=LARGE_RECEIVE_BUFFER if large else 0)
+    def call_raw(self, method: str, path: str) -> bytes:
+        """One bodiless request; the answer's bytes undecoded (large lists are decoded by the caller's types)."""
+        status, raw = self._send(method, path, None, "")
         if status != 200:
             raise ApiError(status, _message(raw))
         return raw
@@ -99,18 +90,13 @@ class ApiServer:
         except ValueError:
             return None
 
-    def _send(
-        self, method: str, path: str, data: bytes | None, content_type: str, *, receive_buffer: int = 0
-    ) -> tuple[int, bytes]:
+    def _send(self, method: str, path: str, data: bytes | None, content_type: str) -> tuple[int, bytes]:
         """One request on its own connection: the status and the whole answer."""
         conn = self._connection(self.timeout_s)
         headers = {**self.headers, "Accept": "application/json"}
         if data is not None:
             headers["Content-Type"] = content_type
         try:
-            if receive_buffer:
-                conn.connect()
-                conn.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
             conn.request(method, path, data, headers)
             response = conn.getresponse()
             return response.status, response.read()

@@ -297,7 +297,7 @@ class Reflector:
     def _page_at(self, token: str) -> bytes:
         query = self._query(limit=self.page_size, **({"continue": token} if token else {}))
         try:
-            return self.api.call_raw("GET", f"{self._path()}?{query}", large=True)
+            return self.api.call_raw("GET", f"{self._path()}?{query}")
         except ApiError as exc:
             if exc.code == 410:
                 raise Gone() from None

@@ -161,7 +161,7 @@ class RecordingApi(ApiServer):
             return {"resources": [{"name": plural} for plural in self.served]}
         return {}
 
-    def call_raw(self, method: str, path: str, *, large: bool = False) -> bytes:
+    def call_raw(self, method: str, path: str) -> bytes:
         self.requests.append((method, path))
         return b'{"metadata": {"resourceVersion": "1"}, "items": []}'
 

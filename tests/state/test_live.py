@@ -203,8 +203,8 @@ class CompactingApi(ApiServer):
     server: ListWatchServer | None = None
     pages: list[str] = field(default_factory=list)
 
-    def call_raw(self, method: str, path: str, *, large: bool = False) -> bytes:
-        raw = super().call_raw(method, path, large=large)
+    def call_raw(self, method: str, path: str) -> bytes:
+        raw = super().call_raw(method, path)
         self.pages.append(path)
         if len(self.pages) == 1 and self.server is not None:
             self.server.delete("", "nodes", None, "n0")
