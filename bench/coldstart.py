@@ -50,10 +50,8 @@ import contextlib
 import gc
 import multiprocessing
 import os
-import queue
 import random
 import resource
-import socket
 import sys
 import threading
 import time
@@ -69,7 +67,7 @@ import msgspec
 import uvloop
 
 from bench.common import host_counters, host_share, machine_speed, process_cpu_s, write
-from bench.extender import GPU, _images, fleet_objects, full_node
+from bench.extender import GPU, TOKEN, _images, fleet_objects, full_node, token_volume
 from kilter.model.core_v1 import Node, Pod
 from kilter.state.api import ApiServer
 from kilter.state.live import ENDED, LiveFeed, default_resources
@@ -78,8 +76,6 @@ from kilter.state.store import ClusterStore, Event, Stored
 from kilter.topology import fleetgen
 from kilter.topology.catalog import BUILTIN, Catalog
 from tests.listwatch import (
-    _DROP,
-    _END,
     NODES,
     PODS,
     ApiError,
@@ -92,7 +88,6 @@ from tests.listwatch import (
     _Handler,
     _key,
     _selectable_fields,
-    _Watch,
 )
 from tests.listwatch import Resource as Served
 
@@ -117,7 +112,6 @@ READY_TIMEOUT_S = 300
 RATES = (1000, 2500, 5000, 10000)  # watch events/s, STEP_S each
 STEP_S, CATCH_UP_S, KEPT_UP_LAG_S, SAMPLE_S = 5.0, 10.0, 1.0, 0.1
 SERVING_RATE, NODE_UPDATES_PER_S, READ_EVERY_S = 1000, 5004 / 300, 0.1
-COALESCE = 256  # most queued watch events the server writes in one send
 TARGETS_MS = {"coldstart_to_ready": 3000}
 TARGETS_OTHER = {"peak_rss_mib": 1024, "steady_events_per_s": 5000}
 _STARTED = time.perf_counter()
@@ -346,27 +340,6 @@ _TOLERATE_GPU: list[Json] = [
     {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
     {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
 ]
-_TOKEN = "kube-api-access-x2k9d"
-
-
-def _token_volume() -> Json:
-    return {
-        "name": _TOKEN,
-        "projected": {
-            "sources": [
-                {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
-                {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
-                {
-                    "downwardAPI": {
-                        "items": [
-                            {"path": "namespace", "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}
-                        ]
-                    }
-                },
-            ],
-            "defaultMode": 420,
-        },
-    }
 
 
 def _gpu_template(kind: str, k: int, gpus: int, rng: random.Random) -> Template:
@@ -381,11 +354,11 @@ def _gpu_template(kind: str, k: int, gpus: int, rng: random.Random) -> Template:
     ]
     volumes = [
         {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "64Gi"}},
-        _token_volume(),
+        token_volume(),
     ]
     mounts: list[Json] = [
         {"name": "dshm", "mountPath": "/dev/shm"},
-        {"name": _TOKEN, "readOnly": True, "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"},
+        {"name": TOKEN, "readOnly": True, "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"},
     ]
     labels = {
         "app.kubernetes.io/name": name,
@@ -439,12 +412,12 @@ def _daemon_template(name: str, rng: random.Random) -> Template:
         volumes=[
             {"name": "proc", "hostPath": {"path": "/proc", "type": ""}},
             {"name": "sys", "hostPath": {"path": "/sys", "type": ""}},
-            _token_volume(),
+            token_volume(),
         ],
         mounts=[
             {"name": "proc", "mountPath": "/host/proc", "readOnly": True},
             {"name": "sys", "mountPath": "/host/sys", "readOnly": True},
-            {"name": _TOKEN, "readOnly": True, "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"},
+            {"name": TOKEN, "readOnly": True, "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"},
         ],
         tolerations=[{"operator": "Exists"}],
         rng=rng,
@@ -688,60 +661,6 @@ class _FastHandler(_Handler):
             return
         self._start(200, {"Content-Length": str(len(page))})
         self.wfile.write(page)
-
-    def _stream(self, w: _Watch, query: dict[str, str]) -> None:
-        """The stock ``_stream``, writing every event already queued in one send (each still its own chunk).
-
-        kube-apiserver's watch loop flushes only when no further event is
-        waiting, so a backlog reaches the client in large writes there too;
-        the stock server sends each event alone.
-        """
-        cluster = self.server.cluster
-        try:
-            timeout = int(query.get("timeoutSeconds") or 0)
-        except ValueError:
-            timeout = 0
-        deadline = time.monotonic() + timeout if timeout > 0 else None
-        held: bytes | str | None = None
-        try:
-            self._start(200, {"Transfer-Encoding": "chunked"})
-            while True:
-                wait = 0.1 if deadline is None else min(0.1, deadline - time.monotonic())
-                if wait <= 0:
-                    break
-                if held is not None:
-                    item, held = held, None
-                else:
-                    try:
-                        item = w.out.get(timeout=wait)
-                    except queue.Empty:
-                        if self._client_gone():
-                            self.close_connection = True
-                            return
-                        continue
-                if item == _END:
-                    break
-                if item == _DROP:
-                    self.close_connection = True
-                    self.connection.shutdown(socket.SHUT_RDWR)
-                    return
-                assert isinstance(item, bytes)
-                chunks = [b"%x\r\n%s\r\n" % (len(item), item)]
-                while len(chunks) < COALESCE:
-                    try:
-                        more = w.out.get_nowait()
-                    except queue.Empty:
-                        break
-                    if not isinstance(more, bytes):
-                        held = more
-                        break
-                    chunks.append(b"%x\r\n%s\r\n" % (len(more), more))
-                self.wfile.write(b"".join(chunks))
-            self.wfile.write(b"0\r\n\r\n")
-        except OSError:
-            self.close_connection = True
-        finally:
-            cluster.forget(w)
 
 
 class Churn:

@@ -102,11 +102,34 @@ def write_snapshot(path: Path, nodes: list[dict[str, Any]], pods: list[dict[str,
     path.write_bytes(_dumps({"apiVersion": "v1", "kind": "List", "items": items}))
 
 
+TOKEN = "kube-api-access-x2k9d"
+
+
+def token_volume() -> dict[str, Any]:
+    """The projected service-account token volume every pod carries (what the admission plugin adds)."""
+    return {
+        "name": TOKEN,
+        "projected": {
+            "sources": [
+                {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+                {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+                {
+                    "downwardAPI": {
+                        "items": [
+                            {"path": "namespace", "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}
+                        ]
+                    }
+                },
+            ],
+            "defaultMode": 420,
+        },
+    }
+
+
 def pod_object(i: int, rng: random.Random) -> dict[str, Any]:
     """A pending 4-GPU inference pod of a Deployment, as kube-scheduler's informer holds it (no TypeMeta)."""
     replica_set = "llm-serve-6d8f9c7b54"
     resources = {"cpu": "32", "memory": "400Gi", GPU: "4"}
-    token = "kube-api-access-x2k9d"
     return {
         "metadata": {
             "name": f"{replica_set}-{i:05x}",
@@ -141,26 +164,7 @@ def pod_object(i: int, rng: random.Random) -> dict[str, Any]:
             "volumes": [
                 {"name": "model-cache", "persistentVolumeClaim": {"claimName": "llama-3-70b-weights"}},
                 {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "64Gi"}},
-                {
-                    "name": token,
-                    "projected": {
-                        "sources": [
-                            {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
-                            {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
-                            {
-                                "downwardAPI": {
-                                    "items": [
-                                        {
-                                            "path": "namespace",
-                                            "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"},
-                                        }
-                                    ]
-                                }
-                            },
-                        ],
-                        "defaultMode": 420,
-                    },
-                },
+                token_volume(),
             ],
             "containers": [
                 {
@@ -183,7 +187,7 @@ def pod_object(i: int, rng: random.Random) -> dict[str, Any]:
                     "volumeMounts": [
                         {"name": "model-cache", "mountPath": "/models"},
                         {"name": "dshm", "mountPath": "/dev/shm"},
-                        {"name": token, "readOnly": True, "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"},
+                        {"name": TOKEN, "readOnly": True, "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"},
                     ],
                     "readinessProbe": {
                         "httpGet": {"path": "/v1/health/ready", "port": 8000, "scheme": "HTTP"},

@@ -438,6 +438,7 @@ class _Change:
     prev: Obj | None
 
 
+COALESCE = 256  # most queued watch events written in one send
 _END = "end"  # close the stream cleanly (terminating chunk)
 _DROP = "drop"  # cut the connection without the terminating chunk
 
@@ -1197,19 +1198,23 @@ class _Handler(BaseHTTPRequestHandler):
         except ValueError:
             timeout = 0
         deadline = time.monotonic() + timeout if timeout > 0 else None
+        held: bytes | str | None = None
         try:
             self._start(200, {"Transfer-Encoding": "chunked"})
             while True:
                 wait = 0.1 if deadline is None else min(0.1, deadline - time.monotonic())
                 if wait <= 0:
                     break
-                try:
-                    item = w.out.get(timeout=wait)
-                except queue.Empty:
-                    if self._client_gone():
-                        self.close_connection = True
-                        return
-                    continue
+                if held is not None:
+                    item, held = held, None
+                else:
+                    try:
+                        item = w.out.get(timeout=wait)
+                    except queue.Empty:
+                        if self._client_gone():
+                            self.close_connection = True
+                            return
+                        continue
                 if item == _END:
                     break
                 if item == _DROP:
@@ -1217,7 +1222,19 @@ class _Handler(BaseHTTPRequestHandler):
                     self.connection.shutdown(socket.SHUT_RDWR)
                     return
                 assert isinstance(item, bytes)
-                self.wfile.write(b"%x\r\n%s\r\n" % (len(item), item))
+                # Events already queued go out in one send, each still its own chunk: kube-apiserver's watch
+                # loop flushes only when nothing more is waiting, so a backlog reaches clients in large writes.
+                chunks = [b"%x\r\n%s\r\n" % (len(item), item)]
+                while len(chunks) < COALESCE:
+                    try:
+                        more = w.out.get_nowait()
+                    except queue.Empty:
+                        break
+                    if not isinstance(more, bytes):
+                        held = more
+                        break
+                    chunks.append(b"%x\r\n%s\r\n" % (len(more), more))
+                self.wfile.write(b"".join(chunks))
             self.wfile.write(b"0\r\n\r\n")
         except OSError:
             self.close_connection = True

@@ -11,8 +11,8 @@ import yaml
 
 from kilter.cli.main import main
 from tests.conftest import REPO
-from tests.extenders.test_bind_api import kubeconfig
 from tests.listwatch import NODES, PODS, ListWatchServer, Resource
+from tests.live_mode import kubeconfig
 
 QUEUES = REPO / "examples" / "queues" / "ai-platform.yaml"
 KUEUE = [

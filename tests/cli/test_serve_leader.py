@@ -12,8 +12,8 @@ from kilter.cli.main import main
 from kilter.cli.serve import build_app
 from kilter.extenders.server import App
 from tests.extenders.conftest import _Server, cluster_objects, serve_args, write_snapshot
-from tests.extenders.test_bind_api import kubeconfig
 from tests.fakeapi import FakeApi
+from tests.live_mode import kubeconfig
 from tests.state.test_leader import LeaseStore, serving
 
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from kilter.cli.serve import build_app
 from tests.extenders.conftest import _Server, names_args, pod_json, serve_args
-from tests.extenders.test_bind_api import kubeconfig
 from tests.listwatch import NODES, PODS, ListWatchServer
+from tests.live_mode import kubeconfig
 from tests.topology.builders import CLIQUE, node_dict
 
 TOKEN = "serve-live"

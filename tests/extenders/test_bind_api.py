@@ -7,7 +7,6 @@ Status when the pod is already bound, 401 without the token.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ import pytest
 from kilter.cli.serve import build_app
 from tests.extenders.conftest import Served, _Server, cluster_objects, names_args, pod_json, serve_args, write_snapshot
 from tests.fakeapi import Answer, Call, FakeApi, running, status
+from tests.live_mode import kubeconfig
 
 TOKEN = "kilter-test-token"
 
@@ -49,22 +49,6 @@ def binder() -> Binder:
 def api(binder: Binder) -> Iterator[FakeApi]:
     with running(binder) as server:
         yield server
-
-
-def kubeconfig(path: Path, port: int, token: str) -> Path:
-    path.write_text(
-        json.dumps(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [{"name": "test", "cluster": {"server": f"http://127.0.0.1:{port}"}}],
-                "users": [{"name": "kilter", "user": {"token": token}}],
-                "contexts": [{"name": "test", "context": {"cluster": "test", "user": "kilter"}}],
-                "current-context": "test",
-            }
-        )
-    )
-    return path
 
 
 @pytest.fixture

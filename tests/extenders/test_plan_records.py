@@ -30,8 +30,8 @@ from kilter.model.core_v1 import Pod
 from kilter.state.api import ApiServer
 from kilter.state.store import ClusterStore
 from tests.extenders.conftest import _Server, cluster_objects, names_args, pod_json, serve_args
-from tests.extenders.test_bind_api import kubeconfig
 from tests.listwatch import NODES, PODS, ListWatchServer, Resource
+from tests.live_mode import kubeconfig
 from tests.topology.builders import CLIQUE, node_dict
 from tests.volcano import payloads as vp
 

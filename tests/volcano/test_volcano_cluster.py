@@ -13,8 +13,9 @@ import yaml
 from kilter.cli.main import main
 from kilter.cli.serve import build_app
 from tests.extenders.conftest import _Server, cluster_objects, serve_args, write_snapshot
-from tests.extenders.test_bind_api import TOKEN, kubeconfig
+from tests.extenders.test_bind_api import TOKEN
 from tests.fakeapi import Call, FakeApi, running
+from tests.live_mode import kubeconfig
 from tests.volcano import payloads as vp
 from tests.volcano.conftest import Volcano, cluster_queue, gpu_job, open_session, quota_objects, volcano_queue
 
