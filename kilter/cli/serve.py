@@ -37,6 +37,7 @@ from kilter.state.api import ApiServer, connect
 from kilter.state.cluster import from_objects
 from kilter.state.events import EventRecorder
 from kilter.state.feed import SnapshotFeed, settle
+from kilter.state.follower import LeaseFollower
 from kilter.state.leader import LeaderElector
 from kilter.state.live import LiveFeed, default_resources
 from kilter.state.snapshot import load_documents
@@ -102,6 +103,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="with several replicas: only the holder of the Lease writes (AdmissionCheck status, plans, Events)",
     )
     p.add_argument("--lease", default=DEFAULT_LEASE, help=f"the Lease of --leader-elect (default {DEFAULT_LEASE})")
+    p.add_argument(
+        "--follow-lease",
+        metavar="NAMESPACE/NAME",
+        help="as a sidecar of several kube-scheduler replicas: write only while the scheduler in this pod holds "
+        "its Lease (kube-system/kube-scheduler, or a second scheduler's leaderElection.resourceName)",
+    )
     p.add_argument(
         "--queues",
         type=Path,
@@ -186,15 +193,24 @@ def build_app(args: argparse.Namespace) -> tuple[App, ClusterStore]:
     return app, store
 
 
-def _elector(args: argparse.Namespace) -> LeaderElector | None:
-    """With --leader-elect and a cluster: a candidate for the Lease; writers act only while it leads."""
-    if not getattr(args, "leader_elect", False):
+def _elector(args: argparse.Namespace) -> LeaderElector | LeaseFollower | None:
+    """Who decides whether this replica writes: a candidate for kilter's Lease, a follower of kube-scheduler's, or
+    none (every replica writes)."""
+    follow = getattr(args, "follow_lease", None)
+    elect = getattr(args, "leader_elect", False)
+    if not follow and not elect:
         return None
+    flag = "--follow-lease" if follow else "--leader-elect"
+    if follow and elect:
+        raise InputError("--leader-elect and --follow-lease exclude each other: kilter either campaigns or follows")
     if getattr(args, "kubeconfig", None) is None and not getattr(args, "in_cluster", False):
-        raise InputError("--leader-elect needs a cluster: --kubeconfig FILE or --in-cluster")
-    namespace, _, name = str(getattr(args, "lease", DEFAULT_LEASE)).partition("/")
-    if not namespace or not name:
-        raise InputError(f"--lease must be NAMESPACE/NAME, got {args.lease!r}")
+        raise InputError(f"{flag} needs a cluster: --kubeconfig FILE or --in-cluster")
+    lease = str(follow or getattr(args, "lease", DEFAULT_LEASE))
+    namespace, _, name = lease.partition("/")
+    if not namespace or not name or "/" in name:
+        raise InputError(f"{'--follow-lease' if follow else '--lease'} must be NAMESPACE/NAME, got {lease!r}")
+    if follow:
+        return LeaseFollower(_connect(args), namespace, name, socket.gethostname())
     identity = f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
     return LeaderElector(_connect(args), namespace, name, identity)
 

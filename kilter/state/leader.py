@@ -58,7 +58,7 @@ from typing import Any
 from kilter.model.errors import ConfigError
 from kilter.state.api import ApiError, ApiServer
 
-__all__ = ["LeaderElector", "micro_time"]
+__all__ = ["JITTER", "LeaderElector", "LeaseRecord", "micro_time"]
 
 log = logging.getLogger("kilter.state")
 
@@ -82,7 +82,7 @@ def micro_time(t: float) -> str:
 
 
 @dataclasses.dataclass(frozen=True)
-class _Record:
+class LeaseRecord:
     """The fields of a LeaseSpec that leader election reads and writes (client-go's ``LeaderElectionRecord``).
 
     Timestamps stay as the strings the server sent: they are compared for
@@ -96,7 +96,7 @@ class _Record:
     transitions: int = 0
 
     @classmethod
-    def of(cls, lease: Obj) -> _Record:
+    def of(cls, lease: Obj) -> LeaseRecord:
         spec = lease.get("spec")
         if not isinstance(spec, dict):
             spec = {}
@@ -177,7 +177,7 @@ class LeaderElector:
         self._lock = threading.Lock()  # guards the four fields below, which other threads read
         self._leading = False
         self._renewed_at = 0.0  # clock() when the last successful write of ours was sent
-        self._observed = _Record()
+        self._observed = LeaseRecord()
         self._observed_at = 0.0  # clock() when ``_observed`` last changed
         self._lease: Obj | None = None  # the Lease as the server last answered, for the next PUT
         self._release = True
@@ -265,7 +265,7 @@ class LeaderElector:
     def _try_acquire_or_renew(self, now: float) -> bool:
         """Whether we hold the Lease after this round (client-go's ``tryAcquireOrRenew``); a refusal raises."""
         stamp = micro_time(now)
-        ours = _Record(self.identity, math.ceil(self.lease_duration_s), stamp, stamp, 0)
+        ours = LeaseRecord(self.identity, math.ceil(self.lease_duration_s), stamp, stamp, 0)
         if self._leading and self._lease is not None and self._is_valid(now):
             mine = self._observed_record()
             renewal = dataclasses.replace(ours, acquire_time=mine.acquire_time, transitions=mine.transitions)
@@ -281,7 +281,7 @@ class LeaderElector:
                 raise
             return self._write("POST", None, ours)
         self.last_error = ""
-        record = _Record.of(lease)
+        record = LeaseRecord.of(lease)
         self._observe(record)
         if record.holder and record.holder != self.identity and self._is_valid(now):
             return False
@@ -291,7 +291,7 @@ class LeaderElector:
             ours = dataclasses.replace(ours, transitions=record.transitions + 1)
         return self._write("PUT", lease, ours)
 
-    def _write(self, method: str, lease: Obj | None, record: _Record, *, budget_s: float | None = None) -> bool:
+    def _write(self, method: str, lease: Obj | None, record: LeaseRecord, *, budget_s: float | None = None) -> bool:
         """Create (POST) or replace (PUT, from ``lease`` and its resourceVersion) the Lease with ``record``.
 
         False when another candidate wrote first (409: AlreadyExists for a
@@ -319,7 +319,7 @@ class LeaderElector:
             return False
         self.last_error = ""
         self._lease = answer
-        self._observe(_Record.of(answer), force=True)
+        self._observe(LeaseRecord.of(answer), force=True)
         return True
 
     def _call(self, method: str, path: str, body: Obj | None = None, *, budget_s: float | None = None) -> Obj:
@@ -335,11 +335,11 @@ class LeaderElector:
 
     # ------------------------------------------------------------------ bookkeeping
 
-    def _observed_record(self) -> _Record:
+    def _observed_record(self) -> LeaseRecord:
         with self._lock:
             return self._observed
 
-    def _observe(self, record: _Record, *, force: bool = False) -> None:
+    def _observe(self, record: LeaseRecord, *, force: bool = False) -> None:
         """Note the record and, if it changed (or we wrote it), when: expiry counts from that moment."""
         with self._lock:
             if record == self._observed and not force:
@@ -392,7 +392,7 @@ class LeaderElector:
         for _ in range(RELEASE_ATTEMPTS):
             try:
                 lease = self._call("GET", self.path, budget_s=max(0.001, until - time.monotonic()))
-                record = _Record.of(lease)
+                record = LeaseRecord.of(lease)
                 if record.holder != self.identity:
                     return
                 stamp = micro_time(self._clock())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,7 +15,7 @@ from kilter.extenders.server import App
 from tests.extenders.conftest import _Server, cluster_objects, serve_args, write_snapshot
 from tests.fakeapi import FakeApi
 from tests.live_mode import kubeconfig
-from tests.state.test_leader import LeaseStore, serving
+from tests.state.test_leader import NAME, NAMESPACE, LeaseStore, serving
 
 
 @pytest.fixture
@@ -66,3 +67,36 @@ def test_one_replica_writes_and_hands_over_when_it_stops(tmp_path: Path, leases:
 def test_leader_election_without_a_cluster_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["serve", "--demo", "--leader-elect"]) == 2
     assert "--leader-elect needs a cluster" in capsys.readouterr().err
+
+
+def test_following_the_schedulers_lease_writes_while_the_scheduler_in_this_pod_holds_it(
+    tmp_path: Path, leases: tuple[LeaseStore, FakeApi]
+) -> None:
+    store, api = leases
+    snapshot = tmp_path / "snapshot.json"
+    write_snapshot(snapshot, cluster_objects())
+    config = kubeconfig(tmp_path / "kubeconfig", api.port, "kilter")
+    app, _ = build_app(serve_args(snapshot, kubeconfig=config, follow_lease=f"{NAMESPACE}/{NAME}"))
+
+    def held_by(holder: str) -> None:
+        lease = {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {"name": NAME, "namespace": NAMESPACE, "resourceVersion": str(store.version)},
+            "spec": {"holderIdentity": holder, "leaseDurationSeconds": 15, "renewTime": f"{holder}-{time.time()}"},
+        }
+        store.leases[NAME] = lease
+
+    held_by(f"{socket.gethostname()}_1f3a")  # kube-scheduler in this pod (same hostname) leads
+    with _Server(app, None):
+        assert until(app.is_writer)
+        held_by("another-scheduler-pod_77c2")
+        assert until(lambda: not app.is_writer())
+    assert store.count("PUT", "kilter") == store.count("POST", "kilter") == 0
+
+
+def test_campaigning_and_following_at_once_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = kubeconfig(tmp_path / "kubeconfig", 1, "kilter")
+    argv = ["serve", "--demo", "--kubeconfig", str(config), "--leader-elect", "--follow-lease", "kube-system/x"]
+    assert main(argv) == 2
+    assert "exclude each other" in capsys.readouterr().err

@@ -131,6 +131,14 @@ def test_leader_election_uses_its_own_lease(config: Obj) -> None:
     assert election["resourceNamespace"] == "kube-system"
 
 
+def test_kilter_writes_while_the_scheduler_of_its_pod_holds_that_lease(
+    config: Obj, kilter_args: argparse.Namespace
+) -> None:
+    election = config["leaderElection"]
+    assert kilter_args.follow_lease == f"{election['resourceNamespace']}/{election['resourceName']}"
+    assert not kilter_args.leader_elect, "following and campaigning exclude each other"
+
+
 def test_extenders_see_every_feasible_node(config: Obj) -> None:
     assert config["percentageOfNodesToScore"] == 100
 

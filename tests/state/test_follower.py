@@ -1,0 +1,91 @@
+"""Following kube-scheduler's Lease: kilter writes while the scheduler in its own pod holds it, and never writes it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from kilter.state.api import ApiServer
+from kilter.state.follower import LeaseFollower
+from kilter.state.leader import LeaderElector
+from tests.fakeapi import FakeApi
+from tests.state.test_leader import FAST, NAME, NAMESPACE, Clock, LeaseStore, eventually, serving
+
+
+@pytest.fixture
+def store() -> LeaseStore:
+    return LeaseStore()
+
+
+@pytest.fixture
+def server(store: LeaseStore) -> Iterator[FakeApi]:
+    with serving(store.respond) as fake:
+        yield fake
+
+
+def api(server: FakeApi, who: str) -> ApiServer:
+    return ApiServer("http", "127.0.0.1", server.port, {"Authorization": f"Bearer {who}"})
+
+
+def scheduler(server: FakeApi, pod: str) -> LeaderElector:
+    """A kube-scheduler replica of pod ``pod``: it names itself ``<hostname>_<uuid>`` in the Lease."""
+    return LeaderElector(api(server, f"scheduler-{pod}"), NAMESPACE, NAME, f"{pod}_8c0e6b1f", **FAST)
+
+
+def follower(server: FakeApi, pod: str, clock: Clock | None = None) -> LeaseFollower:
+    return LeaseFollower(
+        api(server, f"kilter-{pod}"), NAMESPACE, NAME, pod, retry_period_s=0.02, **({"clock": clock} if clock else {})
+    )
+
+
+def test_the_kilter_beside_the_leading_scheduler_writes_and_the_other_does_not(
+    server: FakeApi, store: LeaseStore
+) -> None:
+    leading, waiting = scheduler(server, "sched-a"), scheduler(server, "sched-b")
+    beside_a, beside_b = follower(server, "sched-a"), follower(server, "sched-b")
+    leading.start()
+    try:
+        assert eventually(lambda: leading.is_leader)
+        waiting.start()
+        beside_a.start()
+        beside_b.start()
+        assert eventually(lambda: beside_a.is_leader)
+        assert eventually(lambda: beside_b.holder == "sched-a_8c0e6b1f") and not beside_b.is_leader
+        leading.stop()  # releases: the other scheduler takes over, and so does the kilter beside it
+        assert eventually(lambda: waiting.is_leader)
+        assert eventually(lambda: beside_b.is_leader) and eventually(lambda: not beside_a.is_leader)
+    finally:
+        for who in (leading, waiting, beside_a, beside_b):
+            who.stop(release=False)
+    for pod in ("sched-a", "sched-b"):
+        assert store.count("GET", f"kilter-{pod}") > 0
+        assert store.count("PUT", f"kilter-{pod}") == store.count("POST", f"kilter-{pod}") == 0  # never writes
+
+
+def test_a_scheduler_that_stops_renewing_stops_kilter_writing_before_others_may_take_over(
+    server: FakeApi, store: LeaseStore
+) -> None:
+    leading = scheduler(server, "sched-a")
+    leading.start()
+    assert eventually(lambda: leading.is_leader)
+    leading.stop(release=False)  # it dies: the Lease stays, no longer renewed
+    clock = Clock()
+    beside = follower(server, "sched-a", clock)
+    beside.poll()
+    assert beside.is_leader
+    duration = store.spec()["leaseDurationSeconds"]  # 2 s (FAST)
+    clock.advance(duration - beside.retry_period_s * 2.2 - 0.01)
+    beside.poll()  # nothing changed: the count goes on from the first sight
+    assert beside.is_leader
+    clock.advance(0.02)
+    assert not beside.is_leader  # a poll interval before anyone else could see the Lease run out
+
+
+def test_no_lease_or_an_unreachable_server_means_no_writes(server: FakeApi, store: LeaseStore) -> None:
+    beside = follower(server, "sched-a")
+    beside.poll()
+    assert not beside.is_leader and beside.last_error == ""  # 404: nobody leads yet
+    store.failing = True
+    beside.poll()
+    assert not beside.is_leader and "500" in beside.last_error
