@@ -1,6 +1,6 @@
 """The cluster-state cache: objects fed as watch events (a snapshot file or a live cluster) and the fleet."""
 
-from kilter.state import api, cluster, events, feed, leader, live, reflector, snapshot, store
+from kilter.state import api, cluster, events, feed, follower, leader, live, reflector, snapshot, store
 from kilter.state.cluster import ClusterState, from_objects, load
 from kilter.state.store import ClusterStore, Event
 
@@ -12,6 +12,7 @@ __all__ = [
     "cluster",
     "events",
     "feed",
+    "follower",
     "from_objects",
     "leader",
     "live",
