@@ -347,7 +347,10 @@ class Reflector:
             obj = _dict.decode(event.object)
             version = (obj.get("metadata") or {}).get("resourceVersion")
         else:
-            obj = self._object.decode(event.object)
+            try:
+                obj = self._object.decode(event.object)
+            except msgspec.ValidationError as exc:
+                return self._unreadable(event.object, exc)
             version = obj.metadata.resource_version
         if isinstance(version, str) and version:
             self.resource_version = version
@@ -366,3 +369,14 @@ class Reflector:
         return Event(
             DELETED, {"apiVersion": obj["apiVersion"], "kind": obj["kind"], "metadata": obj.get("metadata") or {}}
         )
+
+    def _unreadable(self, raw: msgspec.Raw, exc: msgspec.ValidationError) -> Event:
+        """An object kilter cannot read: forgotten (a DELETED for the store), and the watch goes on past it."""
+        meta = _dict.decode(raw).get("metadata")
+        meta = meta if isinstance(meta, dict) else {}
+        version = meta.get("resourceVersion")
+        if isinstance(version, str) and version:
+            self.resource_version = version
+        where = "/".join(str(meta.get(k)) for k in ("namespace", "name") if meta.get(k))
+        log.warning("%s: %s cannot be read, kilter forgets it: %s", self.resource.name, where or "an object", exc)
+        return Event(DELETED, {"apiVersion": self._api_version(), "kind": self.resource.kind, "metadata": meta})

@@ -163,6 +163,24 @@ def test_a_pod_kilter_cannot_read_is_skipped_without_holding_up_the_others(
     h.settled(lambda s: s.fleet().bitmap.node_free_gpus(s.fleet().node_index["n0"]) == 0)
 
 
+def test_a_pod_that_turns_unreadable_on_the_watch_is_forgotten_and_the_watch_goes_on(
+    server: ListWatchServer, harness: Callable[..., Harness], caplog: pytest.LogCaptureFixture
+) -> None:
+    server.add(node_dict("n0"))
+    server.add(gpu_pod("a", node="n0", gpus=1))
+    h = harness()
+    h.settled(lambda s: s.ready and s.pod_named("ml", "a") is not None)
+    odd = gpu_pod("a", node="n0", gpus=1)
+    odd["metadata"]["labels"] = ["not", "a", "map"]
+    server.update(odd)
+    server.add(gpu_pod("b", node="n0", gpus=2))  # after the unreadable event: still arrives
+    h.settled(lambda s: s.pod_named("ml", "a") is None and s.pod_named("ml", "b") is not None)
+    h.settled(lambda s: s.fleet().bitmap.node_free_gpus(s.fleet().node_index["n0"]) == 2)
+    assert any("cannot be read" in r.getMessage() for r in caplog.records)
+    pods = next(r for r in h.feed.reflectors if r.resource.plural == "pods")
+    assert pods.lists == 1 and pods.last_error == ""  # no relist, no retry loop on the bad event
+
+
 def test_a_dropped_watch_resumes_from_the_last_version_without_a_relist(
     server: ListWatchServer, harness: Callable[..., Harness]
 ) -> None:
