@@ -40,7 +40,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from kilter.extenders import plans
 from kilter.model.core_v1 import Pod, PodTemplateSpec
@@ -129,22 +129,35 @@ def _from_object(store: ClusterStore, key: tuple[str, str, str, str], gang: str,
     return GangId(gang, source, sum(ps.count for ps in pod_sets) or None, pod_sets)
 
 
-def gang_of(pod: Pod) -> Callable[[Pod], bool]:
-    """A predicate: does another pod carry the same gang labels as ``pod``."""
+@dataclass(frozen=True)
+class GangSelector:
+    """The pods of one gang: those of ``namespace`` carrying these labels and annotations (what ``identify`` read)."""
+
+    namespace: str
+    labels: dict[str, str] = field(default_factory=dict)
+    annotations: dict[str, str] = field(default_factory=dict)
+    nothing: bool = False  # a key that names no gang: matches no pod
+
+    def members(self, store: ClusterStore) -> list[Pod]:
+        """The gang's pods in the store that have not finished."""
+        if self.nothing:
+            return []
+        found = store.pods_with(self.namespace, self.labels, self.annotations)
+        return [p for p in found if p.status.phase not in ENDED_PHASES]
+
+
+INDEXED_LABELS = (GANG_LABEL, KUEUE_POD_GROUP, LWS_NAME, LWS_GROUP, JOBSET_NAME, KUBEFLOW_JOB)
+INDEXED_ANNOTATIONS = (KUEUE_WORKLOAD, VOLCANO_GROUP)
+
+
+def gang_of(pod: Pod) -> GangSelector:
+    """The pods that carry the same gang labels and annotations as ``pod``."""
     labels, notes = pod.metadata.labels, pod.metadata.annotations
-    keys = [k for k in (GANG_LABEL, KUEUE_POD_GROUP, LWS_NAME, LWS_GROUP, JOBSET_NAME, KUBEFLOW_JOB) if k in labels]
-    notes_keys = [k for k in (KUEUE_WORKLOAD, VOLCANO_GROUP) if k in notes]
-    ns = pod.metadata.namespace
-
-    def same(other: Pod) -> bool:
-        m = other.metadata
-        return (
-            m.namespace == ns
-            and all(m.labels.get(k) == labels[k] for k in keys)
-            and all(m.annotations.get(k) == notes[k] for k in notes_keys)
-        )
-
-    return same
+    return GangSelector(
+        pod.metadata.namespace,
+        {k: labels[k] for k in INDEXED_LABELS if k in labels},
+        {k: notes[k] for k in INDEXED_ANNOTATIONS if k in notes},
+    )
 
 
 _KEY_SELECTORS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
@@ -159,24 +172,15 @@ _KEY_SELECTORS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 }
 
 
-def in_gang(key: str) -> Callable[[Pod], bool]:
-    """A predicate: does a pod belong to the gang with this key (by the labels or annotation ``identify`` read)."""
+def in_gang(key: str) -> GangSelector:
+    """The pods of the gang with this key (by the labels or annotation ``identify`` read)."""
     namespace, kind, *names = key.split("/")
     label_keys, note_keys = _KEY_SELECTORS.get(kind, ((), ()))
     if len(names) != len(label_keys) + len(note_keys) or not names:
-        return lambda pod: False
+        return GangSelector(namespace, nothing=True)
     labels = dict(zip(label_keys, names[: len(label_keys)], strict=True))
     notes = dict(zip(note_keys, names[len(label_keys) :], strict=True))
-
-    def member(pod: Pod) -> bool:
-        m = pod.metadata
-        return (
-            m.namespace == namespace
-            and all(m.labels.get(k) == v for k, v in labels.items())
-            and all(m.annotations.get(k) == v for k, v in notes.items())
-        )
-
-    return member
+    return GangSelector(namespace, labels, notes)
 
 
 @dataclass
@@ -234,6 +238,7 @@ class GangBook:
         on_planned: PlanHook | None = None,
     ):
         self.store = store
+        store.index_pods(INDEXED_LABELS, INDEXED_ANNOTATIONS)
         self.timeout_s = timeout_s
         self.clock = clock
         self.wall = wall
@@ -299,8 +304,7 @@ class GangBook:
         if gang.placed is not None and gang.size is not None:
             bound, size = gang.placed, gang.size  # the caller knows: no need to look through every pod
         else:
-            same = gang_of(pod)
-            members = [p for p in self.store.pods() if same(p) and p.status.phase not in ENDED_PHASES]
+            members = gang_of(pod).members(self.store)
             bound = gang.placed if gang.placed is not None else sum(1 for p in members if p.spec.node_name)
             size = gang.size if gang.size is not None else max(len(members), 1)
         if gang.size is None and size < 2:
@@ -350,8 +354,7 @@ class GangBook:
             log.info("gang %s: the plan recorded at %s is past the gang timeout; planning afresh", gang.key, record.at)
             return None
         if members is None:
-            member = in_gang(gang.key)
-            members = [p for p in self.store.pods() if member(p) and p.status.phase not in ENDED_PHASES]
+            members = in_gang(gang.key).members(self.store)
         adopted, why = self._adopt_record(gang, request, record, members)
         if adopted is None:
             log.info("gang %s: the plan recorded at %s no longer fits (%s); planning afresh", gang.key, record.at, why)

@@ -93,6 +93,8 @@ class ClusterStore:
         self._fleet_dirty = True
         self._bookings: dict[str, Booking] = {}
         self._pods_by_uid: dict[str, Pod] = {}
+        self._index_keys: tuple[frozenset[str], frozenset[str]] = (frozenset(), frozenset())  # labels, annotations
+        self._index: dict[tuple[str, bool, str, str], dict[str, Pod]] | None = None  # built on first use
         self._by_kind: dict[tuple[str, str], dict[ObjectKey, Stored]] = {kind: {} for kind in KNOWN_KINDS}
         self._kind_version: Counter[tuple[str, str]] = Counter()
         self._typed: dict[ObjectKey, Any] = {}  # the other kinds' typed views, converted once per change
@@ -205,12 +207,18 @@ class ClusterStore:
         if old is not None:
             uid = _uid(old)
             self._pods_by_uid.pop(uid, None)
+            if self._index is not None:
+                for entry in self._entries(old):
+                    self._index.get(entry, {}).pop(uid, None)
             if not self._fleet_dirty:
                 self._unbook(uid)
         if new is None:
             return
         uid = _uid(new)
         self._pods_by_uid[uid] = new
+        if self._index is not None:
+            for entry in self._entries(new):
+                self._index.setdefault(entry, {})[uid] = new
         if not self._fleet_dirty:
             self._unbook(uid)
             self._book_pod(uid, new)
@@ -261,6 +269,43 @@ class ClusterStore:
 
     def pods(self) -> Iterator[Pod]:
         return iter(self._pods_by_uid.values())
+
+    def index_pods(self, labels: Iterable[str], annotations: Iterable[str]) -> None:
+        """Make pods findable by these label and annotation keys (``pods_with``); the index is built on first use."""
+        self._index_keys = (frozenset(labels), frozenset(annotations))
+        self._index = None
+
+    def pods_with(self, namespace: str, labels: Mapping[str, str], annotations: Mapping[str, str]) -> list[Pod]:
+        """The pods of ``namespace`` that carry every one of these labels and annotations.
+
+        Through the index when a key is indexed (a gang's pods among 100,000
+        without reading them all), else by reading every pod.
+        """
+        wanted = [(namespace, True, k, v) for k, v in labels.items() if k in self._index_keys[0]]
+        wanted += [(namespace, False, k, v) for k, v in annotations.items() if k in self._index_keys[1]]
+        if wanted:
+            if self._index is None:
+                self._index = {}
+                for uid, pod in self._pods_by_uid.items():
+                    for entry in self._entries(pod):
+                        self._index.setdefault(entry, {})[uid] = pod
+            candidates: Iterable[Pod] = min((self._index.get(e, {}) for e in wanted), key=len).values()
+        else:
+            candidates = self._pods_by_uid.values()
+        return [
+            p
+            for p in candidates
+            if p.metadata.namespace == namespace
+            and all(p.metadata.labels.get(k) == v for k, v in labels.items())
+            and all(p.metadata.annotations.get(k) == v for k, v in annotations.items())
+        ]
+
+    def _entries(self, pod: Pod) -> list[tuple[str, bool, str, str]]:
+        meta = pod.metadata
+        label_keys, note_keys = self._index_keys
+        out = [(meta.namespace, True, k, v) for k, v in meta.labels.items() if k in label_keys]
+        out += [(meta.namespace, False, k, v) for k, v in meta.annotations.items() if k in note_keys]
+        return out
 
     # ------------------------------------------------------------------ reading
 

@@ -128,3 +128,24 @@ async def _until(condition: object, timeout: float = 10.0) -> None:
         if loop.time() > deadline:
             pytest.fail("condition not reached")
         await asyncio.sleep(0.02)
+
+
+def test_pods_are_found_by_indexed_labels_and_the_index_follows_every_change() -> None:
+    store = ClusterStore()
+    store.replace(cluster_objects())
+    store.index_pods(["kilter.dev/gang"], ["kueue.x-k8s.io/workload"])
+
+    def gang(name: str, label: str, node: str = "") -> dict[str, object]:
+        return pod_json(name, 1, labels={"kilter.dev/gang": label, "team": "a"}, node=node)
+
+    store.apply([Event(ADDED, gang("a0", "a")), Event(ADDED, gang("a1", "a")), Event(ADDED, gang("b0", "b"))])
+
+    def names(labels: dict[str, str], namespace: str = "ml") -> set[str]:
+        return {p.metadata.name for p in store.pods_with(namespace, labels, {})}
+
+    assert names({"kilter.dev/gang": "a"}) == {"a0", "a1"}  # builds the index
+    assert names({"kilter.dev/gang": "a"}, namespace="other") == set()
+    store.apply([Event(MODIFIED, gang("a1", "b")), Event(DELETED, gang("a0", "a")), Event(ADDED, gang("a2", "a"))])
+    assert names({"kilter.dev/gang": "a"}) == {"a2"} and names({"kilter.dev/gang": "b"}) == {"a1", "b0"}
+    assert names({"kilter.dev/gang": "b", "team": "a"}) == {"a1", "b0"}  # an unindexed key filters the candidates
+    assert names({"team": "a"}) == {"a1", "a2", "b0"}  # nothing indexed: every pod is read
