@@ -84,8 +84,9 @@ class LiveCluster:
         self.held: dict[Key, Obj] = {}
         self.changed: dict[Key, str | None] = {}  # by the last replace: the version written, None if deleted
 
-    def replace(self, objects: list[Obj]) -> None:
-        """Make the cluster hold exactly ``objects`` (deletes, updates and creates through the server)."""
+    def replace(self, objects: list[Obj], *, seen_by: ClusterStore | None = None) -> None:
+        """Make the cluster hold exactly ``objects`` (deletes, updates and creates through the server); with
+        ``seen_by``, until that store shows it."""
         wanted = {_key(o): o for o in objects}
         self.changed = {}
         for key in [k for k in self.held if k not in wanted]:
@@ -99,6 +100,8 @@ class LiveCluster:
             elif self.held[key] != obj:
                 self.changed[key] = self.server.update(obj)["metadata"]["resourceVersion"]
             self.held[key] = obj
+        if seen_by is not None:
+            settled(lambda: self.reached(seen_by))
 
     def reached(self, store: ClusterStore) -> bool:
         """The store shows the last ``replace``: what it deleted is gone, what it wrote is there at that version."""

@@ -171,14 +171,18 @@ def pod_request(spec: PodSpec, resource: str, *, path: str = "$.spec", convert: 
 
     app = init = 0
     for i, c in enumerate(spec.containers):
-        raw = c.resources.requests.get(resource)
-        raw = c.resources.limits.get(resource) if raw is None else raw
+        raw = _asked(c, resource)
         if raw is not None:
             app += convert(raw, f"{path}.containers[{i}].resources")
     for i, c in enumerate(spec.init_containers):
-        raw = c.resources.requests.get(resource)
-        raw = c.resources.limits.get(resource) if raw is None else raw
+        raw = _asked(c, resource)
         if raw is not None:
             init = max(init, convert(raw, f"{path}.initContainers[{i}].resources"))
     extra = spec.overhead.get(resource)
     return max(app, init) + (convert(extra, f"{path}.overhead") if extra is not None else 0)
+
+
+def _asked(c: Container, resource: str) -> Quantity | None:
+    """The container's request for ``resource``, else its limit (which then counts as the request)."""
+    raw = c.resources.requests.get(resource)
+    return c.resources.limits.get(resource) if raw is None else raw

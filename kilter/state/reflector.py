@@ -18,7 +18,7 @@ stalled watch of one resource never holds up another or the event loop:
 Objects are cut down on arrival to the fields kilter reads: Nodes and Pods
 are decoded straight from the wire into kilter's typed views (``typed``;
 what kilter does not read is skipped by the decoder, never built), other
-kinds are kept as received or cut by ``trim``. ``keep`` drops what kilter
+kinds are kept as received. ``keep`` drops what kilter
 never needs (pods that ask for no GPU never reach the store). Batches go to
 ``sink`` from the reflector's thread; the live feed moves them onto the event
 loop.
@@ -31,7 +31,7 @@ import logging
 import random
 import socket
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 from urllib.parse import urlencode
@@ -60,7 +60,6 @@ class Resource:
     label_selector: str = ""
     field_selector: str = ""
     typed: type[Node] | type[Pod] | None = None
-    trim: Callable[[Obj], Obj] | None = None
     keep: Callable[[Any], bool] | None = None
 
     @property
@@ -101,6 +100,17 @@ _dict = msgspec.json.Decoder(Obj)
 
 class Gone(Exception):
     """The server no longer has the history asked for (410): list again."""
+
+
+@contextlib.contextmanager
+def _gone_on_410() -> Iterator[None]:
+    """A call the server answers 410 Gone raises ``Gone``."""
+    try:
+        yield
+    except ApiError as exc:
+        if exc.code == 410:
+            raise Gone() from None
+        raise
 
 
 class Reflector:
@@ -235,14 +245,14 @@ class Reflector:
     def _api_version(self) -> str:
         return f"{self.resource.group}/{self.version}" if self.resource.group else self.version
 
-    def _shape(self, obj: Any) -> Stored | None:
-        """The object as the store keeps it (typed or trimmed), or None when kilter does not keep it."""
+    def _shape(self, obj: Stored) -> Stored | None:
+        """The object as the store keeps it, or None when kilter does not keep it."""
         if isinstance(obj, dict):
             obj["apiVersion"] = self._api_version()
             obj["kind"] = self.resource.kind
         if self.resource.keep is not None and not self.resource.keep(obj):
             return None
-        return self.resource.trim(obj) if self.resource.trim is not None and isinstance(obj, dict) else obj
+        return obj
 
     def _items(self, raw: bytes) -> tuple[list[Any], _ListMeta]:
         """A list page's items and metadata; a typed page that does not decode is read item by item.
@@ -296,12 +306,8 @@ class Reflector:
 
     def _page_at(self, token: str) -> bytes:
         query = self._query(limit=self.page_size, **({"continue": token} if token else {}))
-        try:
+        with _gone_on_410():  # the continue token expired
             return self.api.call_raw("GET", f"{self._path()}?{query}")
-        except ApiError as exc:
-            if exc.code == 410:
-                raise Gone() from None
-            raise
 
     # ------------------------------------------------------------------ watch
 
@@ -313,12 +319,8 @@ class Reflector:
             allowWatchBookmarks="true",
             timeoutSeconds=self.watch_timeout_s,
         )
-        try:
+        with _gone_on_410():  # refused outright rather than as a watch ERROR event: list again all the same
             conn, response = self.api.stream(f"{self._path()}?{query}", timeout_s=self.watch_timeout_s + 30)
-        except ApiError as exc:
-            if exc.code == 410:
-                raise Gone() from None  # refused outright rather than as a watch ERROR event: list again all the same
-            raise
         self._conn = conn
         self.watches += 1
         try:

@@ -217,8 +217,7 @@ class ClusterStore:
         uid = _uid(new)
         self._pods_by_uid[uid] = new
         if self._index is not None:
-            for entry in self._entries(new):
-                self._index.setdefault(entry, {})[uid] = new
+            self._index_add(uid, new)
         if not self._fleet_dirty:
             self._unbook(uid)
             self._book_pod(uid, new)
@@ -287,8 +286,7 @@ class ClusterStore:
             if self._index is None:
                 self._index = {}
                 for uid, pod in self._pods_by_uid.items():
-                    for entry in self._entries(pod):
-                        self._index.setdefault(entry, {})[uid] = pod
+                    self._index_add(uid, pod)
             candidates: Iterable[Pod] = min((self._index.get(e, {}) for e in wanted), key=len).values()
         else:
             candidates = self._pods_by_uid.values()
@@ -299,6 +297,11 @@ class ClusterStore:
             and all(p.metadata.labels.get(k) == v for k, v in labels.items())
             and all(p.metadata.annotations.get(k) == v for k, v in annotations.items())
         ]
+
+    def _index_add(self, uid: str, pod: Pod) -> None:
+        assert self._index is not None
+        for entry in self._entries(pod):
+            self._index.setdefault(entry, {})[uid] = pod
 
     def _entries(self, pod: Pod) -> list[tuple[str, bool, str, str]]:
         meta = pod.metadata
@@ -368,7 +371,8 @@ class ClusterStore:
         return out
 
     def get(self, group: str, kind: str, namespace: str, name: str) -> Mapping[str, Any] | None:
-        """An object of a kind kept as received (Workloads, PodGroups, ...); see ``pod`` and ``node`` for the typed."""
+        """An object of a kind kept as received (Workloads, PodGroups, ...); Nodes and Pods: ``node_named``,
+        ``pod_named``."""
         obj = self.objects.get((group, kind, namespace, name))
         return obj if isinstance(obj, Mapping) else None
 

@@ -21,7 +21,7 @@ import uvicorn
 from kilter.cli.serve import build_app
 from kilter.extenders.server import App
 from kilter.state.store import ClusterStore
-from tests.live_mode import LiveCluster, live_cluster, settled, wait_ready
+from tests.live_mode import LiveCluster, live_cluster, wait_ready
 from tests.topology.builders import CLIQUE, TIER1, node_dict
 
 
@@ -39,8 +39,7 @@ class Served:
     def replace(self, objects: list[dict[str, Any]]) -> None:
         """Change the cluster to ``objects``: rewrite the snapshot, or create/update/delete through the API."""
         if self.cluster is not None:
-            self.cluster.replace(objects)
-            settled(lambda: self.cluster is not None and self.cluster.reached(self.store))
+            self.cluster.replace(objects, seen_by=self.store)
         else:
             assert self.snapshot is not None
             write_snapshot(self.snapshot, objects)

@@ -21,7 +21,7 @@ from kilter.state.store import ClusterStore
 from kilter.webhooks.server import WebhookApp
 from kilter.webhooks.tls import ReloadingTLS
 from tests.extenders.conftest import _Server, cluster_objects, make_certificates
-from tests.live_mode import LiveCluster, live_cluster, settled, wait_ready
+from tests.live_mode import LiveCluster, live_cluster, wait_ready
 
 KILTER_USER = "system:serviceaccount:kube-system:kilter-scheduler"
 
@@ -43,8 +43,7 @@ class Hooks:
         if self.cluster is None:
             self.store.replace(objects)
             return
-        self.cluster.replace(objects)
-        settled(lambda: self.cluster is not None and self.cluster.reached(self.store))
+        self.cluster.replace(objects, seen_by=self.store)
 
     def review(self, path: str, review: dict[str, Any]) -> dict[str, Any]:
         status, data = self.post(path, json.dumps(review).encode())
