@@ -14,6 +14,7 @@ PACKAGES = [
     "kilter.state",
     "kilter.extenders",
     "kilter.webhooks",
+    "kilter.sim",
     "kilter.cli",
     "kilter._native",
 ]

@@ -1,5 +1,29 @@
 """The ``kilter`` command line: one module per command, output through ``render``."""
 
-from kilter.cli import admissioncheck, demo, main, plan, queues, render, serve, sources
+from kilter.cli import (
+    admissioncheck,
+    demo,
+    demo_compare,
+    demo_scheduler,
+    main,
+    plan,
+    queues,
+    render,
+    serve,
+    simulate,
+    sources,
+)
 
-__all__ = ["admissioncheck", "demo", "main", "plan", "queues", "render", "serve", "sources"]
+__all__ = [
+    "admissioncheck",
+    "demo",
+    "demo_compare",
+    "demo_scheduler",
+    "main",
+    "plan",
+    "queues",
+    "render",
+    "serve",
+    "simulate",
+    "sources",
+]

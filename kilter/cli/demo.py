@@ -1,9 +1,12 @@
-"""``kilter demo``: what kilter decides on the embedded demo fleet (what ``make run`` shows).
+"""``kilter demo``: what kilter buys on the embedded demo fleet (what ``make run`` shows).
 
-Builds the demo fleet (32 GB200 NVL72 racks in 4 leaves, some trays down or
-without their clique label, 45 % busy; 16 MI355X nodes), prints it, then the
-plan each example job in ``examples/jobs`` would get right now, and the
-Kueue queues of ``examples/queues`` with their shares and pending decisions.
+By default, a Philly-like workload replayed under kilter (through a real
+``kilter serve`` over HTTP) and under Kueue TAS and kube-scheduler's
+spreading, side by side (``demo_compare``). With ``--plans``: the demo fleet
+(32 GB200 NVL72 racks in 4 leaves, some trays down or without their clique
+label, 45 % busy; 16 MI355X nodes), the plan each example job in
+``examples/jobs`` would get right now, and the Kueue queues of
+``examples/queues`` with their shares and pending decisions.
 """
 
 from __future__ import annotations
@@ -13,14 +16,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from kilter.cli import demo_compare, render, sources
 from kilter.cli import plan as plan_cmd
 from kilter.cli import queues as queues_cmd
-from kilter.cli import render, sources
 from kilter.model.jobs import read_job
 from kilter.state import cluster, snapshot
 from kilter.topology.fleet import Fleet
 
-__all__ = ["DEMO_JOBS", "add_parser", "run"]
+__all__ = ["DEMO_JOBS", "add_parser", "run", "show_plans"]
 
 DEMO_JOBS = Path(__file__).with_name("demo_jobs.yaml")
 DEMO_NOW = 1_796_122_800.0  # 2026-12-01T11:00:00Z: the demo's clock, so its output never changes
@@ -29,14 +32,18 @@ DEMO_NOW = 1_796_122_800.0  # 2026-12-01T11:00:00Z: the demo's clock, so its out
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "demo",
-        help="plans for example jobs on the embedded demo fleet",
-        description="Show kilter's placement on the embedded demo fleet; no cluster needed.",
+        help="kilter against Kueue TAS and spreading on the embedded demo fleet",
+        description="Replay a Philly-like workload on the embedded demo fleet under kilter (over HTTP, as "
+        "kube-scheduler asks it), Kueue TAS and kube-scheduler's spreading; no cluster needed. "
+        "--plans shows the fleet, example plans and queues instead.",
     )
+    p.add_argument("--plans", action="store_true", help="show the demo fleet, example plans and queues instead")
+    demo_compare.add_arguments(p)
     p.add_argument(
         "--write-snapshot",
         type=Path,
         metavar="FILE",
-        help="also write the demo fleet as a snapshot file for `kilter plan --snapshot`",
+        help="(with --plans) also write the demo fleet as a snapshot file for `kilter plan --snapshot`",
     )
     p.add_argument("-o", "--output", choices=("table", "json", "yaml"), default="table")
     p.set_defaults(func=run)
@@ -62,6 +69,17 @@ def fleet_rows(fleet: Fleet) -> list[tuple[Any, ...]]:
 
 
 def run(args: argparse.Namespace) -> int:
+    if not args.plans and not args.write_snapshot:
+        report = demo_compare.run_comparison(args)
+        if args.output != "table":
+            print(render.dump(report, args.output), end="")
+        else:
+            demo_compare.print_comparison(report)
+        return 0
+    return show_plans(args)
+
+
+def show_plans(args: argparse.Namespace) -> int:
     objects = sources.demo_objects()
     state = cluster.from_objects(objects)
     fleet = state.fleet()

@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 
 from kilter import __version__
-from kilter.cli import admissioncheck, demo, plan, queues, serve
+from kilter.cli import admissioncheck, demo, plan, queues, serve, simulate
 from kilter.model.errors import KilterError
 
 __all__ = ["build_parser", "main"]
@@ -28,6 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_parser(sub)
     queues.add_parser(sub)
     demo.add_parser(sub)
+    simulate.add_parser(sub)
     serve.add_parser(sub)
     admissioncheck.add_parser(sub)
     return parser

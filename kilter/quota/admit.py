@@ -22,7 +22,7 @@ its targets, which are not evicted.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -46,6 +46,7 @@ __all__ = [
     "admission_order",
     "assign_flavors",
     "by_cluster_queue",
+    "nominee_order",
 ]
 
 
@@ -280,6 +281,24 @@ def admission_order(
     finally:
         journal.undo()
     return ordered + [Decision(len(ordered) + i + 1, 0, w, NEVER, reason=why) for i, (w, why) in enumerate(homeless)]
+
+
+def nominee_order(
+    tree: QuotaTree, heads: Mapping[str, WorkloadInfo], *, config: FairSharingConfig, now: float
+) -> Iterator[tuple[WorkloadInfo, Assignment]]:
+    """One scheduling cycle: each ClusterQueue's head, in the order Kueue pops them, with its flavor assignment.
+
+    For callers that decide admission themselves (the simulator also needs a
+    placement). Lazy, as in ``admission_order``: book the popped head's usage
+    in its ClusterQueue before asking for the next, and the next pop sees it.
+    """
+    shares = Shares(tree, now=now)
+    entries = {
+        name: _Entry(w, tree.cluster_queues[name], assign_flavors(tree.cluster_queues[name], w.requests))
+        for name, w in heads.items()
+    }
+    for entry in _cycle_order(entries, shares, config):
+        yield entry.workload, entry.assignment
 
 
 def _cycle_order(entries: dict[str, _Entry], shares: Shares, config: FairSharingConfig) -> Iterable[_Entry]:

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+import numpy.typing as npt
 
 from kilter._native import gang
 from kilter.model.core_v1 import PodSpec, pod_request
@@ -22,8 +23,12 @@ from kilter.topology.fleet import Fleet
 
 MAX_GANG_PODS = 1_000_000
 MAX_POD_GPUS = 65_536
+LEVEL_NONE = int(gang.NONE)
+LEVEL_DOMAIN = int(gang.DOMAIN)
 
 __all__ = [
+    "LEVEL_DOMAIN",
+    "LEVEL_NONE",
     "MAX_GANG_PODS",
     "MAX_POD_GPUS",
     "GangRequest",
@@ -32,6 +37,7 @@ __all__ = [
     "PodSetRequest",
     "commit",
     "gang_request",
+    "place_pods",
     "plan_gang",
 ]
 
@@ -254,6 +260,41 @@ def _plan_from_nodes(fleet: Fleet, request: GangRequest, platform: Platform, out
         tuple(nodes),
         tuple(gpus),
     )
+
+
+def place_pods(
+    fleet: Fleet,
+    platform: int,
+    pod_sets: Sequence[tuple[int, int]],
+    *,
+    required: int = LEVEL_NONE,
+    preferred: int = LEVEL_DOMAIN,
+) -> npt.NDArray[np.int32] | None:
+    """The nodes ``plan_gang`` would choose for pod sets of (count, GPUs per pod) on one platform, or None.
+
+    The same planner call without names, reasons or node selectors: the
+    simulator asks it about every job of a trace, so it skips what only
+    people read. Levels are ``LEVEL_NONE``, ``LEVEL_DOMAIN`` or a level above.
+    """
+    n = len(pod_sets)
+    counts = np.fromiter((c for c, _ in pod_sets), dtype=np.int32, count=n)
+    gpus = np.fromiter((g for _, g in pod_sets), dtype=np.int32, count=n)
+    out = np.empty(int(counts.sum()), dtype=np.int32)
+    info = np.zeros(4, dtype=np.int32)
+    status = gang.plan_gang(
+        fleet.bitmap,
+        counts,
+        gpus,
+        np.full(n, required, dtype=np.int32),
+        np.full(n, preferred, dtype=np.int32),
+        np.ones(n, dtype=np.int32),
+        np.full(n, LEVEL_NONE, dtype=np.int32),
+        platform,
+        None,
+        out,
+        info,
+    )
+    return out if status == gang.OK else None
 
 
 def commit(fleet: Fleet, plan: Plan) -> None:

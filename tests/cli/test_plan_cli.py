@@ -156,8 +156,8 @@ def test_a_broken_snapshot_exits_2_without_a_traceback(tmp_path: Path) -> None:
     assert "whole number" in result.stderr
 
 
-def test_demo_prints_the_fleet_and_every_example_plan(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = run(capsys, "demo")
+def test_demo_plans_prints_the_fleet_and_every_example_plan(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "demo", "--plans")
     assert code == 0
     assert "GB200-NVL72   576     32" in out
     for title in (
@@ -171,8 +171,8 @@ def test_demo_prints_the_fleet_and_every_example_plan(capsys: pytest.CaptureFixt
     assert "train/gpt-prod-v8     prod-training     1000       56.5    preempt   llm/llama-70b-sft" in out
 
 
-def test_demo_json_carries_fleet_plans_and_queues(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = run(capsys, "demo", "-o", "json")
+def test_demo_plans_json_carries_fleet_plans_and_queues(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "demo", "--plans", "-o", "json")
     data = json.loads(out)
     assert code == 0 and set(data) == {"fleet", "levels", "plans", "queues"}
     assert len(data["plans"]) == 5 and len(data["queues"]["pending"]) == 3

@@ -129,3 +129,26 @@ def test_a_workload_needing_preemption_is_reported_with_its_targets() -> None:
     assert decisions[0].outcome == PREEMPT
     assert decisions[0].preemption is not None
     assert [x.workload.name for x in decisions[0].preemption.targets] == ["big"]
+
+
+def test_nominee_order_pops_one_head_per_queue_as_admission_orders_them() -> None:
+    from kilter.quota.admit import nominee_order
+    from kilter.quota.available import add_usage
+
+    # a and b (nominal 10 each) borrow from c (nominal 20, idle): a holds 12, b holds 16.
+    quotas = [cq("a", {A: 10}, cohort="co"), cq("b", {A: 10}, cohort="co"), cq("c", {A: 20}, cohort="co")]
+    heads = {"a": pending("wa", "a", 2, created=5.0), "b": pending("wb", "b", 2, created=1.0)}
+    for fair, first in ((True, "wa"), (False, "wb")):
+        t = tree(quotas, usage={"a": {A: 12}, "b": {A: 16}})
+        # fair: a's share after admission, (14-10)/40, is below b's (18-10)/40; classical: both borrow, b is older.
+        popped = [w.name for w, _ in nominee_order(t, heads, config=FairSharingConfig(enabled=fair), now=0.0)]
+        assert popped[0] == first
+        assert popped == [d for d, _ in order(t, list(heads.values()), enabled=fair)]
+
+    t = tree(quotas, usage={"a": {A: 12}, "b": {A: 16}})
+    three = {**heads, "c": pending("wc", "c", 2, created=9.0)}
+    pops = nominee_order(t, three, config=FairSharingConfig(), now=0.0)
+    w, assignment = next(pops)
+    assert w.name == "wc" and assignment.usage == {A: 2}  # c stays within nominal: it goes first
+    add_usage(t.cluster_queues["c"], A, 2)  # the caller admits wc before asking for the next
+    assert [w.name for w, _ in pops] == ["wa", "wb"]

@@ -1,0 +1,124 @@
+"""``kilter demo``'s main job: the same workload under kilter and under what users run today, side by side.
+
+The embedded demo fleet, idle (32 GB200 NVL72 racks with failed and
+label-less trays, 16 MI355X nodes), the demo cluster's Kueue queues (four
+ClusterQueues in a cohort tree), and a Philly-like workload from kilter's
+generator with gangs four times the size (or ``--trace`` for a real trace).
+The kilter column is not the planner called in-process: a real ``kilter
+serve`` runs on 127.0.0.1 and every pod goes through its HTTP extender
+verbs as kube-scheduler sends them. The baselines run in-process on the same
+simulator. The answer is a table and a PNG.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from kilter.cli import render, simulate
+from kilter.cli.demo_scheduler import ExtenderPlacement, ExtenderServer
+from kilter.cli.sources import DEMO_QUEUES
+from kilter.model.core_v1 import Node
+from kilter.model.kueue import Topology
+from kilter.sim.engine import SimConfig, Simulation
+from kilter.sim.metrics import metrics
+from kilter.sim.placement import Policy
+from kilter.sim.plot import plot_runs
+from kilter.sim.policies import make_policy
+from kilter.sim.queues import queue_setup
+from kilter.sim.trace import TraceJob
+from kilter.state import snapshot
+from kilter.topology import fleetgen
+from kilter.topology.fleet import Fleet, build_fleet
+
+__all__ = ["DEMO_POLICIES", "add_arguments", "demo_objects", "fleet_of", "print_comparison", "run_comparison"]
+
+DEMO_POLICIES = ("kilter", "kueue-tas", "spread")
+DEMO_JOBS = 3000
+DEMO_GPU_SCALE = 4
+IDLE_DEMO_FLEET = dataclasses.replace(
+    fleetgen.DEMO_FLEET, pools=tuple(dataclasses.replace(p, usage=0.0) for p in fleetgen.DEMO_FLEET.pools)
+)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--trace", help="a trace CSV to replay instead of the generated Philly-like workload")
+    p.add_argument("--jobs", type=int, default=DEMO_JOBS, help=f"jobs to replay (default {DEMO_JOBS})")
+    p.add_argument("--gpu-scale", type=int, default=DEMO_GPU_SCALE, help="multiply every job's GPUs by K (default 4)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the generated workload")
+    p.add_argument(
+        "--plot", type=Path, default=Path("kilter-demo.png"), help="where to draw the PNG (default kilter-demo.png)"
+    )
+
+
+def demo_objects() -> list[dict[str, Any]]:
+    """The idle demo fleet as a cluster would list it: Nodes and the Kueue Topology."""
+    nodes, _ = fleetgen.generate(IDLE_DEMO_FLEET)
+    return [*nodes, fleetgen.topology_object()]
+
+
+def fleet_of(objects: list[dict[str, Any]]) -> Fleet:
+    nodes = [msgspec.convert(o, Node) for o in objects if o["kind"] == "Node"]
+    topologies = [msgspec.convert(o, Topology) for o in objects if o["kind"] == "Topology"]
+    return build_fleet(nodes, topologies=topologies)
+
+
+def run_comparison(args: argparse.Namespace) -> dict[str, Any]:
+    """Run every demo policy; print progress; return the report (policies' metrics, the PNG's path)."""
+    jobs: list[TraceJob] = simulate.load_jobs(
+        args.trace or "synthetic:philly", gpu_scale=args.gpu_scale, time_scale=1.0, limit=args.jobs, seed=args.seed
+    )
+    objects = demo_objects()
+    queue_objects = snapshot.load_documents(DEMO_QUEUES)
+    config = SimConfig(fair=True)
+    runs: list[tuple[str, Simulation]] = []
+    report: dict[str, Any] = {
+        "jobs": len(jobs),
+        "trace": args.trace or "synthetic:philly",
+        "gpuScale": args.gpu_scale,
+        "policies": {},
+    }
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "demo-fleet.json"
+        path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}))
+        with ExtenderServer(path) as server:
+            for name in DEMO_POLICIES:
+                fleet = fleet_of(objects)
+                queues = queue_setup(queue_objects, fleet, Counter(j.queue for j in jobs))
+                policy: Policy = ExtenderPlacement(server) if name == "kilter" else make_policy(name, seed=args.seed)
+                sim = Simulation(fleet, jobs, policy, queues, config)
+                started = time.perf_counter()
+                sim.run(simulate.progress_bar(name + (" (HTTP)" if name == "kilter" else "")))
+                m = metrics(sim)
+                m["wallSeconds"] = round(time.perf_counter() - started, 1)
+                if isinstance(policy, ExtenderPlacement):
+                    m["extenderCalls"] = policy.calls
+                    policy.close()
+                report["policies"][name] = m
+                runs.append((name, sim))
+    if args.plot:
+        plot_runs(runs, args.plot, title=f"{len(jobs)} jobs on the demo fleet ({', '.join(DEMO_POLICIES)})")
+        report["plot"] = str(args.plot)
+    report["queueOf"] = runs[0][1].queues.queue_of
+    return report
+
+
+def print_comparison(report: dict[str, Any]) -> None:
+    rows = [(name, *(m[k] for k, _ in simulate.COLUMNS)) for name, m in report["policies"].items()]
+    print(
+        f"{report['jobs']} jobs of {report['trace']} (GPUs x{report['gpuScale']}) on the idle demo fleet, "
+        "the demo cluster's four Kueue queues with fair sharing; kilter answered over HTTP by a real kilter serve\n"
+    )
+    print(render.table(("POLICY", *(h for _, h in simulate.COLUMNS)), rows), end="")
+    if "plot" in report:
+        print(f"\nutilization and per-queue share over time: {report['plot']}")
+    sys.stdout.flush()

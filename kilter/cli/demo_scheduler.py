@@ -1,0 +1,246 @@
+"""kilter's placement reached the way a cluster reaches it: a real ``kilter serve`` asked over HTTP.
+
+``kilter demo`` starts the extender in-process on 127.0.0.1 over the demo
+fleet and plays kube-scheduler to it. When the simulated Kueue admits a job,
+its pods appear in kilter's state (as the job controller creates them,
+labelled as one ``kilter.dev/gang``); then, pod by pod, the stand-in sends
+``filter`` with the names of the nodes its own plugins would pass (free GPUs
+enough, schedulable), ``prioritize`` for the survivors, takes the best score
+and sends ``bind``. A gang kilter cannot place now is withdrawn (Kueue would
+keep the job suspended). When the job ends its pods leave the state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import http.client
+import json
+import socket
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import msgspec
+import numpy as np
+import uvicorn
+import uvloop
+
+from kilter.cli.serve import build_app
+from kilter.extenders.gangs import GANG_LABEL, GANG_SIZE_LABEL
+from kilter.model.core_v1 import Pod
+from kilter.model.jobs import ANNOTATION_REQUIRED, ANNOTATION_UNCONSTRAINED
+from kilter.sim.gangs import Gang
+from kilter.sim.placement import Nodes, free_gpus
+from kilter.state.store import ADDED, DELETED, ClusterStore, Event
+from kilter.topology.fleet import Fleet
+
+__all__ = ["ExtenderPlacement", "ExtenderServer"]
+
+NAMESPACE = "demo"
+KEEP_RELEASED = 256  # released gangs remembered for ``restore``, which follows its release at once
+
+
+class ExtenderServer:
+    """``kilter serve`` over a snapshot file, on its own event loop thread, with a door into its state."""
+
+    def __init__(self, snapshot: Path) -> None:
+        import argparse
+
+        args = argparse.Namespace(
+            snapshot=snapshot,
+            demo=False,
+            platforms=None,
+            max_body_bytes=64 * 1024 * 1024,
+            gang_timeout="1h",
+            reload_interval="1h",
+        )
+        self.app, self.store = build_app(args)
+        # IPPROTO_TCP, not 0: event loops only set TCP_NODELAY on sockets that say they are TCP.
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+        self._sock.bind(("127.0.0.1", 0))
+        self.port: int = self._sock.getsockname()[1]
+        config = uvicorn.Config(self.app, loop="none", http="httptools", access_log=False, log_level="warning")
+        self._server = uvicorn.Server(config)
+        self._loop = uvloop.new_event_loop()  # as kilter serve runs
+        self._thread = threading.Thread(target=self._run, name="kilter-serve", daemon=True)
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        try:
+            self._loop.run_until_complete(self._server.serve(sockets=[self._sock]))
+        finally:
+            rest = asyncio.all_tasks(self._loop)  # the snapshot feed's watch, started with the app
+            for task in rest:
+                task.cancel()
+            self._loop.run_until_complete(asyncio.gather(*rest, return_exceptions=True))
+            self._loop.close()
+
+    def __enter__(self) -> ExtenderServer:
+        self._thread.start()
+        for _ in range(2000):
+            if self._server.started:
+                return self
+            if not self._thread.is_alive():
+                break
+            threading.Event().wait(0.01)
+        raise RuntimeError("the in-process kilter serve did not start")
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self._server.should_exit = True
+        self._thread.join(timeout=10)
+        self._sock.close()
+
+    def change(self, events: Iterable[Event]) -> None:
+        """Apply events to kilter's state on its own loop (the store is only ever touched there)."""
+        batch = list(events)
+
+        async def apply(store: ClusterStore = self.store) -> None:
+            store.apply(batch)
+
+        asyncio.run_coroutine_threadsafe(apply(), self._loop).result(timeout=30)
+
+
+class _NoDelay(http.client.HTTPConnection):
+    """Without Nagle's delay, as Go's net/http dials: http.client writes headers and body separately, and Nagle
+    would hold the body for the server's delayed ACK (40 ms a request)."""
+
+    def connect(self) -> None:
+        super().connect()
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
+class _Client:
+    """An HTTP connection to the extender, kept alive while the server keeps it."""
+
+    def __init__(self, port: int) -> None:
+        self._conn = _NoDelay("127.0.0.1", port, timeout=30)
+        self._encode = msgspec.json.Encoder()
+
+    def post(self, verb: str, body: dict[str, Any]) -> Any:
+        self._conn.request(
+            "POST", f"/scheduler/{verb}", self._encode.encode(body), {"Content-Type": "application/json"}
+        )
+        response = self._conn.getresponse()
+        data = response.read()
+        if response.status != 200:
+            raise RuntimeError(f"{verb} answered {response.status}: {data[:200]!r}")
+        return json.loads(data)
+
+    def close(self) -> None:
+        self._conn.close()
+
+
+def pod_object(gang: Gang, index: int, gpus: int, resource: str, topology: dict[str, str]) -> dict[str, Any]:
+    """A pod of the gang as the API server would hold it before scheduling."""
+    name = f"job-{gang.job}-{index}"
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": NAMESPACE,
+            "uid": f"job-{gang.job}-{index}-uid",
+            "labels": {GANG_LABEL: f"job-{gang.job}", GANG_SIZE_LABEL: str(gang.pods)},
+            "annotations": topology,
+            "creationTimestamp": None,
+        },
+        "spec": {
+            "schedulerName": "kilter-scheduler",
+            "containers": [
+                {"name": "trainer", "resources": {"requests": {resource: str(gpus)}, "limits": {resource: str(gpus)}}}
+            ],
+        },
+        "status": {"phase": "Pending"},
+    }
+
+
+class ExtenderPlacement:
+    """The ``kilter`` policy, every decision made by the extender over HTTP."""
+
+    name = "kilter"
+
+    def __init__(self, server: ExtenderServer, on_call: Callable[[], None] | None = None) -> None:
+        self.server = server
+        self.client = _Client(server.port)
+        self.calls = 0
+        self._pods: dict[int, list[Pod]] = {}
+        self._released: OrderedDict[int, list[Pod]] = OrderedDict()
+        self._on_call = on_call
+
+    def _topology(self, fleet: Fleet, gang: Gang) -> dict[str, str]:
+        if gang.topology == "required":
+            platform = fleet.platforms[gang.platform]
+            keys = fleet.levels.domain_keys(platform)
+            return {ANNOTATION_REQUIRED: keys[0] if keys else "kubernetes.io/hostname"}
+        if gang.topology == "unconstrained":
+            return {ANNOTATION_UNCONSTRAINED: "true"}
+        return {}
+
+    def place(self, fleet: Fleet, gang: Gang) -> Nodes | None:
+        resource = fleet.platforms[gang.platform].device_resource
+        topology = self._topology(fleet, gang)
+        objects = [pod_object(gang, i, g, resource, topology) for i, g in enumerate(gang.pod_gpus())]
+        pods = [msgspec.convert(o, Pod) for o in objects]
+        self.server.change(Event(ADDED, p) for p in pods)
+        self._pods[gang.job] = pods
+        free = free_gpus(fleet)
+        names = fleet.node_names
+        chosen: list[int] = []
+        for obj, gpus in zip(objects, gang.pod_gpus(), strict=True):
+            candidates = [names[i] for i in np.flatnonzero(free >= gpus).tolist()]
+            node = self._schedule(obj, candidates) if candidates else None
+            if node is None:
+                self.release(gang.job)
+                return None
+            index = fleet.node_index[node]
+            free[index] -= gpus
+            chosen.append(index)
+        self._pods[gang.job] = [
+            msgspec.structs.replace(p, spec=msgspec.structs.replace(p.spec, node_name=names[n]))
+            for p, n in zip(pods, chosen, strict=True)
+        ]
+        return np.asarray(chosen, dtype=np.int32)
+
+    def _schedule(self, pod: dict[str, Any], candidates: list[str]) -> str | None:
+        """One pod through filter, prioritize and bind, as kube-scheduler's extender calls go."""
+        self.calls += 3
+        if self._on_call is not None:
+            self._on_call()
+        passed = self.client.post("filter", {"Pod": pod, "Nodes": None, "NodeNames": candidates})
+        if passed.get("Error"):
+            raise RuntimeError(f"filter: {passed['Error']}")
+        survivors = passed.get("NodeNames") or []
+        if not survivors:
+            return None
+        scores = self.client.post("prioritize", {"Pod": pod, "Nodes": None, "NodeNames": survivors})
+        rank = {name: i for i, name in enumerate(survivors)}
+        best = max(scores, key=lambda h: (h["Score"], -rank[h["Host"]]))["Host"] if scores else survivors[0]
+        meta = pod["metadata"]
+        result = self.client.post(
+            "bind", {"PodName": meta["name"], "PodNamespace": meta["namespace"], "PodUID": meta["uid"], "Node": best}
+        )
+        if result.get("Error"):
+            raise RuntimeError(f"bind: {result['Error']}")
+        return str(best)
+
+    def close(self) -> None:
+        self.client.close()
+
+    def release(self, job: int) -> None:
+        """The job's pods are gone (finished, evicted or withdrawn)."""
+        pods = self._pods.pop(job, [])
+        if pods:
+            self.server.change(Event(DELETED, p) for p in pods)
+            self._released[job] = pods
+            while len(self._released) > KEEP_RELEASED:
+                self._released.popitem(last=False)
+
+    def restore(self, job: int) -> None:
+        """The job's pods are back where they were bound (a what-if release is undone)."""
+        pods = self._released.pop(job, [])
+        if pods:
+            self.server.change(Event(ADDED, p) for p in pods)
+            self._pods[job] = pods

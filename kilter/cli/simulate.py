@@ -1,0 +1,185 @@
+"""``kilter simulate``: replay a trace on a fleet under placement and quota policies, and compare them."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from kilter.cli import render
+from kilter.model.errors import InputError
+from kilter.sim import fleetspec, synthetic
+from kilter.sim.engine import Progress, SimConfig
+from kilter.sim.policies import POLICIES
+from kilter.sim.run import Run, simulate
+from kilter.sim.trace import TraceJob, read_trace
+from kilter.state import cluster, snapshot
+from kilter.topology.catalog import Catalog
+from kilter.topology.fleet import Fleet, build_fleet
+
+__all__ = ["add_parser", "load_fleet", "load_jobs", "run"]
+
+COLUMNS = (
+    ("jobs", "JOBS"),
+    ("completed", "DONE"),
+    ("neverFit", "NEVER FIT"),
+    ("meanWaitSeconds", "MEAN WAIT s"),
+    ("p95WaitSeconds", "P95 WAIT s"),
+    ("meanJctSeconds", "MEAN JCT s"),
+    ("utilization", "UTIL"),
+    ("singleDomainFraction", "1-DOMAIN"),
+    ("meanDomainsPerGang", "DOMAINS/MIN"),
+    ("fragmentation", "FRAG"),
+    ("jainFairness", "JAIN"),
+    ("preemptions", "PREEMPT"),
+)
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "simulate",
+        help="replay a job trace on a fleet under placement and quota policies",
+        description="Replay a trace on a simulated fleet with kilter's own placement and quota code, "
+        "and compare it with the placement users run today.",
+    )
+    p.add_argument("--fleet", type=Path, required=True, help="fleet YAML ({platforms: [...]}) or a snapshot file")
+    p.add_argument(
+        "--trace",
+        required=True,
+        help="trace CSV (Philly: timestamp,duration,num_gpus,gpu_time,cluster; or submit_time,duration,gpus[,queue])"
+        f", or synthetic:PROFILE ({', '.join(sorted(synthetic.PROFILES))})",
+    )
+    p.add_argument("--queues", type=Path, help="Kueue ClusterQueue/Cohort/ResourceFlavor YAML (default: one queue)")
+    p.add_argument(
+        "--policy",
+        default="kilter",
+        help=f"placement policy, or several separated by commas, or 'all' ({', '.join(POLICIES)})",
+    )
+    p.add_argument("--quota", choices=("fifo", "fair"), default="fifo", help="Kueue's classical order or fair sharing")
+    p.add_argument(
+        "--topology-request",
+        choices=("required", "preferred", "unconstrained"),
+        default="preferred",
+        help="what every job asks of the scale-up domain (default: preferred)",
+    )
+    p.add_argument("--split-slowdown", type=float, default=0.2, help="run-time cost per extra scale-up domain")
+    p.add_argument("--block-slowdown", type=float, default=0.1, help="run-time cost of an avoidable block crossing")
+    p.add_argument("--gpu-scale", type=int, default=1, help="multiply every job's GPUs by K")
+    p.add_argument("--time-scale", type=float, default=1.0, help="multiply submit times and durations by this")
+    p.add_argument("--limit", type=int, help="only the first N jobs")
+    p.add_argument("--seed", type=int, default=0, help="seed of the fleet's failures, the synthetic trace and ties")
+    p.add_argument("-o", "--output", choices=("table", "json", "yaml"), default="table")
+    p.set_defaults(func=run)
+
+
+def load_jobs(spec: str, *, gpu_scale: int, time_scale: float, limit: int | None, seed: int) -> list[TraceJob]:
+    if gpu_scale < 1:
+        raise InputError("--gpu-scale must be at least 1")
+    if not time_scale > 0:
+        raise InputError("--time-scale must be above 0")
+    if limit is not None and limit < 1:
+        raise InputError("--limit must be at least 1")
+    if spec.startswith("synthetic:"):
+        profile = spec.removeprefix("synthetic:")
+        if profile not in synthetic.PROFILES:
+            raise InputError(f"unknown synthetic profile {profile!r} (known: {', '.join(sorted(synthetic.PROFILES))})")
+        return synthetic.generate(profile, jobs=limit, seed=seed, gpu_scale=gpu_scale, time_scale=time_scale)
+    return read_trace(Path(spec), gpu_scale=gpu_scale, time_scale=time_scale, limit=limit)
+
+
+def load_fleet(path: Path, *, seed: int, catalog: Catalog | None = None) -> Callable[[], Fleet]:
+    """A maker of fresh idle fleets from a fleet spec or a snapshot (whose bound pods are left out)."""
+    docs = snapshot.load_documents(path)
+    if len(docs) == 1 and isinstance(docs[0], dict) and "kind" not in docs[0]:
+        spec = fleetspec.parse_spec(docs[0], seed=seed, catalog=catalog)
+        return lambda: fleetspec.fleet_from_spec(spec, catalog)
+    state = cluster.load(path, catalog=catalog)
+    if not state.nodes:
+        raise InputError(f"{path}: neither a fleet spec ({{platforms: [...]}}) nor a snapshot with Nodes")
+    return lambda: build_fleet(state.nodes, catalog=catalog, topologies=state.topologies, hypernodes=state.hypernodes)
+
+
+def policies(text: str) -> list[str]:
+    names = list(POLICIES) if text == "all" else [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in POLICIES]
+    if unknown or not names:
+        raise InputError(f"unknown policy {unknown[0] if unknown else text!r} (known: {', '.join(POLICIES)}, all)")
+    return names
+
+
+def progress_bar(label: str) -> Progress | None:
+    if not sys.stderr.isatty():
+        return None
+    last = [0.0]
+
+    def show(done: int, total: int) -> None:
+        now = time.monotonic()
+        if now - last[0] < 0.2 and done < total:
+            return
+        last[0] = now
+        width = 30
+        filled = width * done // max(total, 1)
+        print(f"\r{label:<16} [{'#' * filled}{'.' * (width - filled)}] {done}/{total}", end="", file=sys.stderr)
+        if done >= total:
+            print(file=sys.stderr)
+
+    return show
+
+
+def run(args: argparse.Namespace) -> int:
+    names = policies(args.policy)
+    jobs = load_jobs(args.trace, gpu_scale=args.gpu_scale, time_scale=args.time_scale, limit=args.limit, seed=args.seed)
+    if not jobs:
+        raise InputError("the trace has no jobs")
+    make_fleet = load_fleet(args.fleet, seed=args.seed)
+    queue_objects = snapshot.load_documents(args.queues) if args.queues else []
+    config = SimConfig(
+        topology=args.topology_request,
+        fair=args.quota == "fair",
+        split_slowdown=args.split_slowdown,
+        block_slowdown=args.block_slowdown,
+    )
+    runs: list[Run] = []
+    for name in names:
+        started = time.perf_counter()
+        r = simulate(
+            make_fleet,
+            jobs,
+            name,
+            queue_objects=queue_objects,
+            config=config,
+            seed=args.seed,
+            progress=progress_bar(name),
+        )
+        r.metrics["wallSeconds"] = round(time.perf_counter() - started, 2)
+        runs.append(r)
+    if args.output != "table":
+        print(render.dump(report(runs, args), args.output), end="")
+        return 0
+    print(
+        render.table(
+            ("POLICY", *(h for _, h in COLUMNS)), [(r.policy, *(r.metrics[k] for k, _ in COLUMNS)) for r in runs]
+        )
+    )
+    never = runs[0].simulation.outcome.never
+    if never:
+        j, why = next(iter(never.items()))
+        print(f"{len(never)} jobs can never fit (e.g. job {j}: {why})")
+    return 0
+
+
+def report(runs: list[Run], args: argparse.Namespace) -> dict[str, Any]:
+    first = runs[0].simulation
+    return {
+        "trace": args.trace,
+        "fleet": str(args.fleet),
+        "quota": args.quota,
+        "topologyRequest": args.topology_request,
+        "splitSlowdown": args.split_slowdown,
+        "blockSlowdown": args.block_slowdown,
+        "queueOf": first.queues.queue_of,
+        "policies": {r.policy: r.metrics for r in runs},
+    }

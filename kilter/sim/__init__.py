@@ -1,0 +1,55 @@
+"""Trace-driven simulation of placement and quota policies over kilter's own topology and quota code."""
+
+from kilter.sim import (
+    engine,
+    fleetspec,
+    gangs,
+    kueue_tas,
+    metrics,
+    placement,
+    plot,
+    policies,
+    queues,
+    run,
+    simple,
+    synthetic,
+    trace,
+    volcano_binpack,
+)
+from kilter.sim.engine import Outcome, SimConfig, Simulation, Timeline
+from kilter.sim.gangs import Gang, gang_for
+from kilter.sim.placement import Policy, Releasing
+from kilter.sim.policies import POLICIES, make_policy
+from kilter.sim.run import Run, simulate
+from kilter.sim.trace import TraceJob, read_trace
+
+__all__ = [
+    "POLICIES",
+    "Gang",
+    "Outcome",
+    "Policy",
+    "Releasing",
+    "Run",
+    "SimConfig",
+    "Simulation",
+    "Timeline",
+    "TraceJob",
+    "engine",
+    "fleetspec",
+    "gang_for",
+    "gangs",
+    "kueue_tas",
+    "make_policy",
+    "metrics",
+    "placement",
+    "plot",
+    "policies",
+    "queues",
+    "read_trace",
+    "run",
+    "simple",
+    "simulate",
+    "synthetic",
+    "trace",
+    "volcano_binpack",
+]

@@ -1,0 +1,396 @@
+"""The discrete-event simulation: jobs arrive, queue in Kueue's order, start as whole gangs, finish.
+
+Time moves from event to event (an arrival or a finish). After each, one
+scheduling pass runs Kueue's cycles: every ClusterQueue nominates its head,
+the quota engine orders the nominees (classical order, or the fair-sharing
+tournament) and each one is admitted when a flavor has quota *and* the
+placement policy finds nodes for every pod on that flavor's platform, as
+Kueue's flavor assignment with TAS does. A nominee that cannot start is
+left waiting (BestEffortFIFO) and the queue's next job is nominated.
+
+A nominee short of quota may preempt, as its ClusterQueue's ``preemption``
+allows: the quota engine picks the targets (fair-sharing or classical
+rules); when the gang places on what they free, they are evicted and queued
+again from the start (their work is lost, as with Kueue without
+checkpoints) and the gang starts.
+
+Until a gang ends, capacity and quota only shrink, so a job that did not fit
+means no job of its queue at least as large fits either until then; queues
+keep one FIFO per job size, and a pass touches the heads of those FIFOs that
+are still below their queue's bound, never the whole backlog.
+
+Placement has a price: a gang spread over more scale-up domains than it
+needs runs ``1 + split_slowdown × extra domains`` times longer, plus
+``block_slowdown`` when it crosses a block boundary it could have avoided.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from kilter.quota.admit import nominee_order
+from kilter.quota.available import add_usage, available, potential_available, remove_usage
+from kilter.quota.config import FairSharingConfig
+from kilter.quota.preempt import find_targets
+from kilter.quota.shares import Shares
+from kilter.quota.usage import WorkloadInfo
+from kilter.sim.gangs import Gang, TopologyMode, gang_for, min_domains
+from kilter.sim.placement import Nodes, Policy, Releasing
+from kilter.sim.queues import QueueSetup
+from kilter.sim.trace import TraceJob
+from kilter.topology.fleet import Fleet
+
+__all__ = ["Outcome", "SimConfig", "Simulation", "Timeline"]
+
+Progress = Callable[[int, int], None]
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    topology: TopologyMode = "preferred"
+    fair: bool = False
+    split_slowdown: float = 0.2
+    block_slowdown: float = 0.1
+
+
+@dataclass
+class Outcome:
+    """Per job, in trace order: when it started and ended (NaN if never), and how it was placed."""
+
+    start: npt.NDArray[np.float64]
+    end: npt.NDArray[np.float64]
+    run: npt.NDArray[np.float64]
+    domains: npt.NDArray[np.int32]
+    min_domains: npt.NDArray[np.int32]
+    crossed_block: npt.NDArray[np.bool_]
+    never: dict[int, str] = field(default_factory=dict)
+
+
+@dataclass
+class Timeline:
+    """Time-weighted sums over the time jobs were present, and a sampled series for plots."""
+
+    present_s: float = 0.0
+    busy_gpu_s: float = 0.0
+    available_gpu_s: float = 0.0
+    stranded_share_s: float = 0.0
+    times: list[float] = field(default_factory=list)
+    used: list[int] = field(default_factory=list)
+    queue_used: list[list[int]] = field(default_factory=list)
+
+
+class Simulation:
+    def __init__(
+        self,
+        fleet: Fleet,
+        jobs: Sequence[TraceJob],
+        policy: Policy,
+        queues: QueueSetup,
+        config: SimConfig,
+        *,
+        samples: int = 2000,
+    ) -> None:
+        if int(fleet.bitmap.node_used_gpus.sum()):
+            raise ValueError("the simulation starts from an idle fleet")
+        self.fleet = fleet
+        self.jobs = jobs
+        self.policy = policy
+        self._release = policy.release if isinstance(policy, Releasing) else None
+        self._restore = policy.restore if isinstance(policy, Releasing) else None
+        self.queues = queues
+        self.config = config
+        self.fair = FairSharingConfig(enabled=config.fair)
+        n = len(jobs)
+        nan = np.full(n, np.nan)
+        self.outcome = Outcome(
+            nan.copy(), nan.copy(), nan.copy(), np.zeros(n, np.int32), np.zeros(n, np.int32), np.zeros(n, np.bool_)
+        )
+        self.timeline = Timeline()
+        self.cq_of = [queues.queue_of[j.queue] for j in jobs]
+        self.cq_names = queues.cluster_queues
+        self._cq_index = {name: i for i, name in enumerate(self.cq_names)}
+        self._pending: dict[str, dict[int, deque[int]]] = {name: {} for name in self.cq_names}
+        self._waiting = 0
+        self._running: list[tuple[float, int]] = []
+        self._booked: dict[int, tuple[Gang, Nodes, tuple[str, str]]] = {}
+        self._admitted: dict[str, dict[int, WorkloadInfo]] = {name: {} for name in self.cq_names}
+        self._finish_at: dict[int, float] = {}
+        self.preemptions = 0
+        # What failed since capacity last grew: no larger job can start until a gang ends.
+        self._place_bound: dict[int, int] = {}
+        self._cq_bound: dict[str, float] = dict.fromkeys(self.cq_names, math.inf)
+        self._used = 0
+        self._queue_used = [0] * len(self.cq_names)
+        bm = fleet.bitmap
+        self._usable_gpus = int(bm.domain_usable_gpus.sum())
+        self._blocks = self._domains_per_block()
+        span = jobs[-1].submit_s if jobs else 0.0
+        self._sample_every = max(span, 1.0) / max(samples, 1)
+        self._next_sample = 0.0
+
+    # ------------------------------------------------------------------ the run
+
+    def run(self, progress: Progress | None = None) -> Outcome:
+        jobs = self.jobs
+        self._find_never()
+        next_job = 0
+        done = 0
+        now = 0.0
+        while next_job < len(jobs) or self._running:
+            t_arrive = jobs[next_job].submit_s if next_job < len(jobs) else math.inf
+            t_finish = self._running[0][0] if self._running else math.inf
+            t = min(t_arrive, t_finish)
+            self._account(now, t)
+            now = t
+            while self._running and self._running[0][0] <= now:
+                end, j = heapq.heappop(self._running)
+                if self._finish_at.get(j) != end:
+                    continue  # evicted before this end; it ends again later
+                self._finish(j)
+                done += 1
+            while next_job < len(jobs) and jobs[next_job].submit_s <= now:
+                if next_job not in self.outcome.never:
+                    self._enqueue(next_job)
+                else:
+                    done += 1
+                next_job += 1
+            self._schedule(now)
+            if progress is not None:
+                progress(done, len(jobs))
+        return self.outcome
+
+    # ------------------------------------------------------------------ queues
+
+    def _enqueue(self, j: int) -> None:
+        fifo = self._pending[self.cq_of[j]].setdefault(self.jobs[j].gpus, deque())
+        if fifo and fifo[-1] > j:  # an evicted job goes back to its place by submit order
+            at = next(i for i, other in enumerate(fifo) if other > j)
+            fifo.insert(at, j)
+        else:
+            fifo.append(j)
+        self._waiting += 1
+
+    def _head(self, cq: str, below: int) -> int | None:
+        best: int | None = None
+        for size, fifo in self._pending[cq].items():
+            if fifo and size < below and (best is None or fifo[0] < best):
+                best = fifo[0]
+        return best
+
+    def _info(self, j: int) -> WorkloadInfo:
+        job = self.jobs[j]
+        cq = self.cq_of[j]
+        pairs = self.queues.flavors[cq]
+        resource = self.fleet.platforms[pairs[0][0]].device_resource if pairs else "gpu"
+        return WorkloadInfo(
+            "sim", f"job-{j}", f"{j:09d}", cq, job.queue, 0, job.submit_s, False, requests={resource: job.gpus}
+        )
+
+    def _schedule(self, now: float) -> None:
+        """One pass of Kueue cycles until no queue has a head left below its bound."""
+        cq_bound = self._cq_bound
+        tree = self.queues.tree
+        while self._waiting:
+            heads = {}
+            for cq in self.cq_names:
+                j = self._head(cq, int(min(cq_bound[cq], 1 << 62)))
+                if j is not None:
+                    heads[cq] = self._info(j)
+            if not heads:
+                return
+            for info, _ in nominee_order(tree, heads, config=self.fair, now=now):
+                j = int(info.uid)
+                if self._admit(j, now):
+                    fifo = self._pending[info.cluster_queue][self.jobs[j].gpus]
+                    if fifo[0] == j:
+                        fifo.popleft()
+                    else:  # a job it preempted went back in ahead of it
+                        fifo.remove(j)
+                    self._waiting -= 1
+                else:
+                    cq_bound[info.cluster_queue] = min(cq_bound[info.cluster_queue], self.jobs[j].gpus)
+
+    def _admit(self, j: int, now: float) -> bool:
+        job = self.jobs[j]
+        cq = self.queues.tree.cluster_queues[self.cq_of[j]]
+        place_bound = self._place_bound
+        for platform, flavor in self.queues.flavors[cq.name]:
+            if job.gpus >= place_bound.get(platform, 1 << 62):
+                continue
+            p = self.fleet.platforms[platform]
+            fr = (flavor, p.device_resource)
+            gang = gang_for(j, job.gpus, p, platform, self.config.topology)
+            if available(cq, fr) < job.gpus:
+                nodes = self._preempt(j, gang, cq.name, fr, now) if cq.preemption is not None else None
+            else:
+                nodes = self.policy.place(self.fleet, gang)
+                if nodes is None:
+                    place_bound[platform] = min(place_bound.get(platform, 1 << 62), job.gpus)
+            if nodes is not None:
+                self._start(j, gang, nodes, cq.name, fr, now)
+                return True
+        return False
+
+    def _preempt(self, j: int, gang: Gang, cq: str, fr: tuple[str, str], now: float) -> Nodes | None:
+        """Where job ``j`` goes after evicting what the quota engine picks, or None (and nothing evicted).
+
+        Targets are evicted only when the gang then places on what they free,
+        as Kueue's TAS checks the topology of a preemption's outcome; an
+        eviction that would not let the gang start would only waste work.
+        """
+        tree = self.queues.tree
+        admitted = {name: list(infos.values()) for name, infos in self._admitted.items()}
+        result = find_targets(
+            tree,
+            admitted,
+            tree.cluster_queues[cq],
+            self._info(j),
+            {fr: gang.gpus},
+            config=self.fair,
+            shares=Shares(tree, now=now),
+            now=now,
+        )
+        victims = [int(t.workload.uid) for t in result.targets]
+        if not victims:
+            return None
+        bm = self.fleet.bitmap
+        for v in victims:
+            self._book_nodes(v, bm.release)
+            if self._release is not None:
+                self._release(v)
+        nodes = self.policy.place(self.fleet, gang)
+        for v in victims:
+            self._book_nodes(v, bm.allocate)
+            if nodes is None and self._restore is not None:
+                self._restore(v)
+        if nodes is None:
+            return None
+        o = self.outcome
+        for v in victims:
+            self._finish(v)
+            o.start[v] = o.end[v] = o.run[v] = np.nan
+            self._enqueue(v)
+            self.preemptions += 1
+        return nodes
+
+    def _book_nodes(self, j: int, book: Callable[[int, int], None]) -> None:
+        gang, nodes, _ = self._booked[j]
+        for node, gpus in zip(nodes.tolist(), gang.pod_gpus(), strict=True):
+            book(node, gpus)
+
+    # ------------------------------------------------------------------ gangs on nodes
+
+    def _start(self, j: int, gang: Gang, nodes: Nodes, cq: str, fr: tuple[str, str], now: float) -> None:
+        self._booked[j] = (gang, nodes, fr)
+        self._book_nodes(j, self.fleet.bitmap.allocate)
+        add_usage(self.queues.tree.cluster_queues[cq], fr, gang.gpus)
+        platform = self.fleet.platforms[gang.platform]
+        doms = np.unique(self.fleet.node_domain[nodes])
+        least = min_domains(gang, platform)
+        crossed = False
+        if self._blocks and len(doms) > 1:
+            blocks = len(np.unique(self.fleet.domain_group[0, doms]))
+            crossed = blocks > -(-least // self._blocks[gang.platform])
+        extra = max(0, len(doms) - least)
+        factor = 1.0 + self.config.split_slowdown * extra + (self.config.block_slowdown if crossed else 0.0)
+        o = self.outcome
+        o.start[j] = now
+        o.run[j] = self.jobs[j].duration_s * factor
+        o.end[j] = now + o.run[j]
+        o.domains[j] = len(doms)
+        o.min_domains[j] = least
+        o.crossed_block[j] = crossed
+        self._finish_at[j] = float(o.end[j])
+        job = self.jobs[j]
+        self._admitted[cq][j] = WorkloadInfo(
+            "sim", f"job-{j}", f"{j:09d}", cq, job.queue, 0, job.submit_s, True, now, usage={fr: gang.gpus}
+        )
+        self._used += gang.gpus
+        self._queue_used[self._cq_index[cq]] += gang.gpus
+        heapq.heappush(self._running, (float(o.end[j]), j))
+
+    def _finish(self, j: int) -> None:
+        self._book_nodes(j, self.fleet.bitmap.release)
+        gang, _, fr = self._booked.pop(j)
+        del self._finish_at[j]
+        del self._admitted[self.cq_of[j]][j]
+        cq = self.cq_of[j]
+        remove_usage(self.queues.tree.cluster_queues[cq], fr, gang.gpus)
+        self._place_bound.clear()
+        self._cq_bound.update(dict.fromkeys(self.cq_names, math.inf))
+        if self._release is not None:
+            self._release(j)
+        self._used -= gang.gpus
+        self._queue_used[self._cq_index[cq]] -= gang.gpus
+
+    def _domains_per_block(self) -> list[int]:
+        """Per platform, the most domains one block holds (empty when the fleet has no block level)."""
+        f = self.fleet
+        if not f.domain_group.shape[0]:
+            return []
+        out = []
+        plats = f.bitmap.domain_platforms
+        for i in range(len(f.platforms)):
+            groups = f.domain_group[0, plats == i]
+            groups = groups[groups >= 0]
+            out.append(int(np.bincount(groups).max()) if len(groups) else 1)
+        return out
+
+    def _find_never(self) -> None:
+        """Jobs that could not start even on the idle fleet with their queue's whole reach: reported, not queued."""
+        seen: dict[tuple[str, int], str] = {}
+        for j, job in enumerate(self.jobs):
+            key = (self.cq_of[j], job.gpus)
+            if key not in seen:
+                seen[key] = self._why_never(j)
+            if seen[key]:
+                self.outcome.never[j] = seen[key]
+
+    def _why_never(self, j: int) -> str:
+        job = self.jobs[j]
+        cq = self.queues.tree.cluster_queues[self.cq_of[j]]
+        reasons = []
+        for platform, flavor in self.queues.flavors[cq.name]:
+            p = self.fleet.platforms[platform]
+            most = potential_available(cq, (flavor, p.device_resource))
+            if most < job.gpus:
+                reasons.append(f"{flavor}: ClusterQueue {cq.name} can never hold {job.gpus} GPUs ({most})")
+                continue
+            placed = self.policy.place(self.fleet, gang_for(j, job.gpus, p, platform, self.config.topology))
+            if placed is None:
+                reasons.append(f"{p.name}: {job.gpus} GPUs do not fit the idle fleet as {self.policy.name} places")
+                continue
+            if self._release is not None:
+                self._release(j)
+            return ""
+        return "; ".join(reasons) or f"ClusterQueue {cq.name} has no flavor on this fleet"
+
+    # ------------------------------------------------------------------ accounting
+
+    def _account(self, t0: float, t1: float) -> None:
+        dt = t1 - t0
+        if dt <= 0 or not (self._waiting or self._running):
+            return
+        tl = self.timeline
+        tl.present_s += dt
+        tl.busy_gpu_s += self._used * dt
+        tl.available_gpu_s += self._usable_gpus * dt
+        bm = self.fleet.bitmap
+        free = bm.domain_free_gpus
+        total_free = int(free.sum())
+        if total_free:
+            usable = bm.domain_usable_gpus
+            stranded = int(free[(free > 0) & (free < usable)].sum())
+            tl.stranded_share_s += stranded / total_free * dt
+        if t0 >= self._next_sample:
+            tl.times.append(t0)
+            tl.used.append(self._used)
+            tl.queue_used.append(list(self._queue_used))
+            self._next_sample = t0 + self._sample_every

@@ -1,0 +1,56 @@
+"""A trace job as the pods it runs: one node's GPUs per pod, all started together.
+
+Trace jobs only say how many GPUs they held. On a platform with ``g`` GPUs
+per node a job of ``G`` GPUs becomes ``G // g`` pods of ``g`` GPUs plus one
+pod of the rest, so a small job is one pod and a big one fills whole nodes,
+as a training job's launcher would lay it out. The same job has a different
+shape on each platform, which is why a gang names its platform.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from kilter.topology.catalog import Platform
+
+__all__ = ["Gang", "TopologyMode", "gang_for", "min_domains"]
+
+TopologyMode = Literal["required", "preferred", "unconstrained"]
+
+
+@dataclass(frozen=True, slots=True)
+class Gang:
+    """Pods that start together on one platform of the fleet: pod sets of (count, GPUs per pod)."""
+
+    job: int
+    platform: int  # index into Fleet.platforms
+    pod_sets: tuple[tuple[int, int], ...]
+    topology: TopologyMode
+
+    @property
+    def pods(self) -> int:
+        return sum(count for count, _ in self.pod_sets)
+
+    @property
+    def gpus(self) -> int:
+        return sum(count * gpus for count, gpus in self.pod_sets)
+
+    def pod_gpus(self) -> list[int]:
+        """GPUs of each pod, pod sets in order (the order a placement lists nodes in)."""
+        return [gpus for count, gpus in self.pod_sets for _ in range(count)]
+
+
+def gang_for(job: int, gpus: int, platform: Platform, platform_index: int, topology: TopologyMode) -> Gang:
+    per_node = platform.gpus_per_node
+    full, rest = divmod(gpus, per_node)
+    sets = [(full, per_node)] if full else []
+    if rest:
+        sets.append((1, rest))
+    return Gang(job, platform_index, tuple(sets), topology)
+
+
+def min_domains(gang: Gang, platform: Platform) -> int:
+    """The fewest scale-up domains the gang could ever use: one node per pod, whole domains."""
+    per_domain = platform.nodes_per_domain if platform.is_multi_node else 1
+    return max(1, -(-gang.pods // per_domain))

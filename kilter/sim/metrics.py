@@ -1,0 +1,82 @@
+"""What a simulation is judged on: the numbers ``kilter simulate`` prints and writes as JSON.
+
+- ``meanWaitSeconds``/``p95WaitSeconds``: start minus submit, over jobs that ran.
+- ``meanJctSeconds``: finish minus submit, over jobs that ran.
+- ``utilization``: busy GPU-seconds over usable GPU-seconds, counted only
+  while some job was waiting or running (an idle night does not dilute it).
+- ``singleDomainFraction``: of gangs small enough for one scale-up domain,
+  the share placed in one.
+- ``meanDomainsPerGang``: over gangs that need several domains, domains used
+  over the fewest possible (1.0 is perfect).
+- ``fragmentation``: the time-averaged share of free GPUs that sit in partly
+  used domains, where a gang wanting a whole domain cannot use them.
+- ``jainFairness``: Jain's index over ClusterQueues of each queue's service
+  ratio (run time over time in the system, summed over its jobs): 1.0 when
+  every queue's jobs wait in proportion to their length.
+- ``preemptions``: gangs evicted to make room for others.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from kilter.sim.engine import Outcome, Simulation, Timeline
+
+__all__ = ["metrics"]
+
+
+def _mean(values: np.ndarray[Any, Any]) -> float:
+    return float(values.mean()) if len(values) else 0.0
+
+
+def jain(values: list[float]) -> float:
+    """Jain's fairness index: (Σx)² / (n·Σx²); 1.0 for equal values, 1/n when one takes all."""
+    if not values:
+        return 1.0
+    x = np.asarray(values, dtype=np.float64)
+    square = float((x * x).sum())
+    return float(x.sum() ** 2 / (len(x) * square)) if square else 1.0
+
+
+def metrics(sim: Simulation) -> dict[str, Any]:
+    o: Outcome = sim.outcome
+    tl: Timeline = sim.timeline
+    submit = np.fromiter((j.submit_s for j in sim.jobs), dtype=np.float64, count=len(sim.jobs))
+    ran = ~np.isnan(o.end)
+    wait = (o.start - submit)[ran]
+    jct = (o.end - submit)[ran]
+    single = ran & (o.min_domains == 1)
+    multi = ran & (o.min_domains > 1)
+    ratios = []
+    queues = np.asarray([sim.cq_names.index(cq) for cq in sim.cq_of], dtype=np.int32)
+    per_queue: dict[str, dict[str, float | int]] = {}
+    for i, name in enumerate(sim.cq_names):
+        mine = ran & (queues == i)
+        if not mine.any():
+            continue
+        ratio = float(o.run[mine].sum() / (o.end[mine] - submit[mine]).sum())
+        ratios.append(ratio)
+        per_queue[name] = {
+            "jobs": int((queues == i).sum()),
+            "completed": int(mine.sum()),
+            "meanWaitSeconds": round(_mean((o.start - submit)[mine]), 1),
+            "serviceRatio": round(ratio, 4),
+        }
+    return {
+        "jobs": len(sim.jobs),
+        "completed": int(ran.sum()),
+        "neverFit": len(o.never),
+        "meanWaitSeconds": round(_mean(wait), 1),
+        "p95WaitSeconds": round(float(np.percentile(wait, 95)) if len(wait) else 0.0, 1),
+        "meanJctSeconds": round(_mean(jct), 1),
+        "utilization": round(tl.busy_gpu_s / tl.available_gpu_s, 4) if tl.available_gpu_s else 0.0,
+        "singleDomainFraction": round(float((o.domains[single] == 1).mean()), 4) if single.any() else 1.0,
+        "meanDomainsPerGang": round(float((o.domains[multi] / o.min_domains[multi]).mean()), 4) if multi.any() else 1.0,
+        "fragmentation": round(tl.stranded_share_s / tl.present_s, 4) if tl.present_s else 0.0,
+        "jainFairness": round(jain(ratios), 4),
+        "preemptions": sim.preemptions,
+        "crossedBlockFraction": round(float(o.crossed_block[ran].mean()), 4) if ran.any() else 0.0,
+        "queues": per_queue,
+    }

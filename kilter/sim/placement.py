@@ -1,0 +1,46 @@
+"""The seam between the simulator and a placement policy, and what every policy may read.
+
+A policy answers one question: on which nodes would this gang's pods go
+right now? It reads the fleet (never changes it; the simulator books the
+answer) and returns one node index per pod, pod sets in order, or None when
+the gang does not fit as the policy places. The gang's ``topology`` is the
+request every policy sees; a policy that cannot honour a ``required``
+request returns None rather than breaking it.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+import numpy.typing as npt
+
+from kilter.sim.gangs import Gang
+from kilter.topology.fleet import Fleet
+
+__all__ = ["Nodes", "Policy", "Releasing", "free_gpus"]
+
+Nodes = npt.NDArray[np.int32]
+
+
+class Policy(Protocol):
+    name: str
+
+    def place(self, fleet: Fleet, gang: Gang) -> Nodes | None: ...
+
+
+@runtime_checkable
+class Releasing(Protocol):
+    """A policy that keeps state of its own about placed gangs (a real extender does): told when a job's pods go,
+    and, after a what-if release (a preemption that would not let its preemptor start), that they are back."""
+
+    def release(self, job: int) -> None: ...
+
+    def restore(self, job: int) -> None: ...
+
+
+def free_gpus(fleet: Fleet) -> npt.NDArray[np.int32]:
+    """Free GPUs per node; 0 on nodes that are cordoned, NotReady or otherwise unusable."""
+    bm = fleet.bitmap
+    free = bm.node_gpu_counts - bm.node_used_gpus
+    return np.where(bm.node_usable_flags != 0, free, 0).astype(np.int32)

@@ -1,0 +1,69 @@
+"""``kilter demo``: kilter over a real HTTP extender against the baselines, and the same answers as in-process."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kilter.cli import demo_compare
+from kilter.cli.demo_scheduler import ExtenderPlacement, ExtenderServer
+from kilter.cli.main import main
+from kilter.cli.sources import DEMO_QUEUES
+from kilter.sim import synthetic
+from kilter.sim.engine import SimConfig, Simulation
+from kilter.sim.placement import Policy
+from kilter.sim.queues import queue_setup
+from kilter.sim.simple import KilterPlacement
+from kilter.state import snapshot
+
+
+def test_demo_compares_kilter_over_http_with_kueue_tas_and_spread(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    png = tmp_path / "demo.png"
+    assert main(["demo", "--jobs", "150", "--plot", str(png), "-o", "json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert list(report["policies"]) == ["kilter", "kueue-tas", "spread"]
+    assert all(m["jobs"] == 150 for m in report["policies"].values())
+    assert report["policies"]["kilter"]["extenderCalls"] >= 3 * 150  # filter, prioritize and bind per pod
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert report["plot"] == str(png)
+    assert len(set(report["queueOf"].values())) >= 3  # the tenants are dealt to the demo's ClusterQueues
+
+
+def test_demo_table_names_the_policies(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo", "--jobs", "60", "--plot", str(tmp_path / "d.png")]) == 0
+    out = capsys.readouterr().out
+    rows = [
+        line.split()[0] for line in out.splitlines() if line.split() and line.split()[0] in demo_compare.DEMO_POLICIES
+    ]
+    assert rows == list(demo_compare.DEMO_POLICIES)
+
+
+def test_kilter_over_http_places_every_gang_as_the_planner_does_in_process(tmp_path: Path) -> None:
+    jobs = synthetic.generate("philly", jobs=400, seed=3, gpu_scale=4)
+    objects = demo_compare.demo_objects()
+    path = tmp_path / "fleet.json"
+    path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}))
+    queue_objects = snapshot.load_documents(DEMO_QUEUES)
+    outcomes = []
+    with ExtenderServer(path) as server:
+        policies: list[Policy] = [KilterPlacement(), ExtenderPlacement(server)]
+        for policy in policies:
+            fleet = demo_compare.fleet_of(objects)
+            queues = queue_setup(queue_objects, fleet, Counter(j.queue for j in jobs))
+            sim = Simulation(fleet, jobs, policy, queues, SimConfig(fair=True))
+            sim.run()
+            outcomes.append(sim.outcome)
+            if isinstance(policy, ExtenderPlacement):
+                policy.close()
+        # Every pod the extender bound has left kilter's state again once its job ended.
+        assert not [p for p in server.store.state().pods if p.metadata.namespace == "demo"]
+    direct, http = outcomes
+    assert np.array_equal(direct.start, http.start, equal_nan=True)
+    assert np.array_equal(direct.domains, http.domains)
+    assert int((direct.domains > 0).sum()) > 300
