@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from bench import coldstart, common, extender, quota, topology, volcano, webhooks
+from bench import coldstart, common, extender, quota, simulate, topology, volcano, webhooks
 
 
 def run() -> None:
@@ -15,6 +15,7 @@ def run() -> None:
         ("webhooks", webhooks),
         ("volcano", volcano),
         ("coldstart", coldstart),
+        ("simulate", simulate),
     ):
         results = module.main()
         path = common.write(name, results)

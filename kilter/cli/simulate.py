@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import time
 from collections.abc import Callable
@@ -13,6 +14,7 @@ from kilter.cli import render
 from kilter.model.errors import InputError
 from kilter.sim import fleetspec, synthetic
 from kilter.sim.engine import Progress, SimConfig
+from kilter.sim.plot import plot_runs
 from kilter.sim.policies import POLICIES
 from kilter.sim.run import Run, simulate
 from kilter.sim.trace import TraceJob, read_trace
@@ -30,6 +32,7 @@ COLUMNS = (
     ("p95WaitSeconds", "P95 WAIT s"),
     ("meanJctSeconds", "MEAN JCT s"),
     ("utilization", "UTIL"),
+    ("usefulUtilization", "USEFUL"),
     ("singleDomainFraction", "1-DOMAIN"),
     ("meanDomainsPerGang", "DOMAINS/MIN"),
     ("fragmentation", "FRAG"),
@@ -71,6 +74,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--time-scale", type=float, default=1.0, help="multiply submit times and durations by this")
     p.add_argument("--limit", type=int, help="only the first N jobs")
     p.add_argument("--seed", type=int, default=0, help="seed of the fleet's failures, the synthetic trace and ties")
+    p.add_argument("--plot", type=Path, metavar="FILE.png", help="draw utilization and per-queue share over time")
+    p.add_argument(
+        "--sweep",
+        metavar="LIST",
+        help="also rank the policies by mean JCT with both slowdowns set to each of these values (e.g. 0,0.1,0.3,1)",
+    )
     p.add_argument("-o", "--output", choices=("table", "json", "yaml"), default="table")
     p.set_defaults(func=run)
 
@@ -129,8 +138,24 @@ def progress_bar(label: str) -> Progress | None:
     return show
 
 
+def sweep_values(text: str | None) -> list[float]:
+    if not text:
+        return []
+    try:
+        values = [float(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise InputError(f"--sweep: expected numbers separated by commas, got {text!r}") from None
+    if not values or any(not 0 <= v <= 100 for v in values):
+        raise InputError("--sweep: every slowdown must be between 0 and 100")
+    return values
+
+
 def run(args: argparse.Namespace) -> int:
     names = policies(args.policy)
+    sweep = sweep_values(args.sweep)
+    for flag in ("split_slowdown", "block_slowdown"):
+        if not 0 <= getattr(args, flag) <= 100:
+            raise InputError(f"--{flag.replace('_', '-')} must be between 0 and 100")
     jobs = load_jobs(args.trace, gpu_scale=args.gpu_scale, time_scale=args.time_scale, limit=args.limit, seed=args.seed)
     if not jobs:
         raise InputError("the trace has no jobs")
@@ -156,19 +181,66 @@ def run(args: argparse.Namespace) -> int:
         )
         r.metrics["wallSeconds"] = round(time.perf_counter() - started, 2)
         runs.append(r)
+    ranking = rank_by_slowdown(make_fleet, jobs, names, queue_objects, config, sweep, seed=args.seed)
+    if args.plot:
+        plot_runs([(r.policy, r.simulation) for r in runs], args.plot, title=f"{len(jobs)} jobs of {args.trace}")
     if args.output != "table":
-        print(render.dump(report(runs, args), args.output), end="")
+        data = report(runs, args)
+        if ranking:
+            data["rankingBySlowdown"] = ranking
+        if args.plot:
+            data["plot"] = str(args.plot)
+        print(render.dump(data, args.output), end="")
         return 0
     print(
         render.table(
             ("POLICY", *(h for _, h in COLUMNS)), [(r.policy, *(r.metrics[k] for k, _ in COLUMNS)) for r in runs]
-        )
+        ),
+        end="",
     )
     never = runs[0].simulation.outcome.never
     if never:
         j, why = next(iter(never.items()))
-        print(f"{len(never)} jobs can never fit (e.g. job {j}: {why})")
+        print(f"\n{len(never)} jobs can never fit (e.g. job {j}: {why})")
+    if ranking:
+        print("\nPolicies by mean JCT (best first) with both slowdowns set to:")
+        print(render.table(("SLOWDOWN", "RANKING (mean JCT s)"), [(v["slowdown"], v["text"]) for v in ranking]), end="")
+    if args.plot:
+        print(f"\nplot: {args.plot}")
     return 0
+
+
+def rank_by_slowdown(
+    make_fleet: Callable[[], Fleet],
+    jobs: list[TraceJob],
+    names: list[str],
+    queue_objects: list[Any],
+    config: SimConfig,
+    values: list[float],
+    *,
+    seed: int,
+) -> list[dict[str, Any]]:
+    """For each slowdown value, the policies ordered by mean JCT when splits and block crossings cost that much."""
+    out = []
+    for value in values:
+        swept = dataclasses.replace(config, split_slowdown=value, block_slowdown=value)
+        jct = {}
+        for name in names:
+            r = simulate(
+                make_fleet, jobs, name, queue_objects=queue_objects, config=swept, seed=seed,
+                progress=progress_bar(f"{name} @{value:g}"),
+            )  # fmt: skip
+            jct[name] = r.metrics["meanJctSeconds"]
+        order = sorted(names, key=lambda n: (jct[n], names.index(n)))
+        out.append(
+            {
+                "slowdown": value,
+                "order": order,
+                "meanJctSeconds": jct,
+                "text": " < ".join(f"{n} ({jct[n]:.0f})" for n in order),
+            }
+        )
+    return out
 
 
 def report(runs: list[Run], args: argparse.Namespace) -> dict[str, Any]:

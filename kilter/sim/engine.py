@@ -79,6 +79,7 @@ class Timeline:
 
     present_s: float = 0.0
     busy_gpu_s: float = 0.0
+    useful_gpu_s: float = 0.0  # what the busy GPUs would have needed unslowed: busy x duration / run time
     available_gpu_s: float = 0.0
     stranded_share_s: float = 0.0
     times: list[float] = field(default_factory=list)
@@ -127,6 +128,8 @@ class Simulation:
         self._place_bound: dict[int, int] = {}
         self._cq_bound: dict[str, float] = dict.fromkeys(self.cq_names, math.inf)
         self._used = 0
+        self._useful = 0.0  # GPUs of running gangs, each weighed by duration over run time (1 when unslowed)
+        self._weight: dict[int, float] = {}
         self._queue_used = [0] * len(self.cq_names)
         bm = fleet.bitmap
         self._usable_gpus = int(bm.domain_usable_gpus.sum())
@@ -313,6 +316,8 @@ class Simulation:
             "sim", f"job-{j}", f"{j:09d}", cq, job.queue, 0, job.submit_s, True, now, usage={fr: gang.gpus}
         )
         self._used += gang.gpus
+        self._weight[j] = gang.gpus / factor
+        self._useful += self._weight[j]
         self._queue_used[self._cq_index[cq]] += gang.gpus
         heapq.heappush(self._running, (float(o.end[j]), j))
 
@@ -328,6 +333,7 @@ class Simulation:
         if self._release is not None:
             self._release(j)
         self._used -= gang.gpus
+        self._useful -= self._weight.pop(j)
         self._queue_used[self._cq_index[cq]] -= gang.gpus
 
     def _domains_per_block(self) -> list[int]:
@@ -381,6 +387,7 @@ class Simulation:
         tl = self.timeline
         tl.present_s += dt
         tl.busy_gpu_s += self._used * dt
+        tl.useful_gpu_s += self._useful * dt
         tl.available_gpu_s += self._usable_gpus * dt
         bm = self.fleet.bitmap
         free = bm.domain_free_gpus

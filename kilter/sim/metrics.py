@@ -4,6 +4,9 @@
 - ``meanJctSeconds``: finish minus submit, over jobs that ran.
 - ``utilization``: busy GPU-seconds over usable GPU-seconds, counted only
   while some job was waiting or running (an idle night does not dilute it).
+- ``usefulUtilization``: the same with each gang's GPU-seconds cut to what
+  it would have needed unslowed, so time lost to a bad placement is not
+  counted as work.
 - ``singleDomainFraction``: of gangs small enough for one scale-up domain,
   the share placed in one.
 - ``meanDomainsPerGang``: over gangs that need several domains, domains used
@@ -72,6 +75,7 @@ def metrics(sim: Simulation) -> dict[str, Any]:
         "p95WaitSeconds": round(float(np.percentile(wait, 95)) if len(wait) else 0.0, 1),
         "meanJctSeconds": round(_mean(jct), 1),
         "utilization": round(tl.busy_gpu_s / tl.available_gpu_s, 4) if tl.available_gpu_s else 0.0,
+        "usefulUtilization": round(tl.useful_gpu_s / tl.available_gpu_s, 4) if tl.available_gpu_s else 0.0,
         "singleDomainFraction": round(float((o.domains[single] == 1).mean()), 4) if single.any() else 1.0,
         "meanDomainsPerGang": round(float((o.domains[multi] / o.min_domains[multi]).mean()), 4) if multi.any() else 1.0,
         "fragmentation": round(tl.stranded_share_s / tl.present_s, 4) if tl.present_s else 0.0,

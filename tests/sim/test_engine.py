@@ -130,12 +130,16 @@ def test_a_gang_split_over_more_domains_than_it_needs_runs_longer() -> None:
     assert o.domains[2] == 2 and o.min_domains[2] == 1 and o.crossed_block[2]
     assert o.run[2] == pytest.approx(130.0)
     assert o.end[2] == pytest.approx(1 + 130.0)
+    m = metrics(sim)
+    assert m["usefulUtilization"] < m["utilization"]  # the 30 s lost to the split count as busy, not useful
 
 
 def test_no_slowdown_when_the_price_is_zero() -> None:
     fleet = nvl72(2, per_block=1)
     sim = simulate(fleet, jobs((0, 1000, 40), (0, 1000, 40), (1, 100, 64)), split_slowdown=0.0, block_slowdown=0.0)
     assert sim.outcome.run[2] == pytest.approx(100.0)
+    m = metrics(sim)
+    assert m["usefulUtilization"] == m["utilization"]
 
 
 def test_kilter_keeps_a_gang_in_one_domain_where_first_fit_splits_it() -> None:
