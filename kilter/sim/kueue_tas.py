@@ -39,7 +39,7 @@ import numpy as np
 import numpy.typing as npt
 
 from kilter.sim.gangs import Gang, TopologyMode
-from kilter.sim.placement import Nodes, free_gpus
+from kilter.sim.placement import Nodes, PerPlatform, free_gpus
 from kilter.topology.fleet import Fleet
 
 __all__ = ["KueueTas", "labelled_domains"]
@@ -177,20 +177,10 @@ class KueueTas:
     name = "kueue-tas"
 
     def __init__(self) -> None:
-        self._fleet: Fleet | None = None
-        self._trees: dict[int, _Tree] = {}
-
-    def _tree(self, fleet: Fleet, platform: int) -> _Tree:
-        """The tree of a platform, built once per fleet: the fleet's structure never changes, only its usage."""
-        if fleet is not self._fleet:
-            self._fleet, self._trees = fleet, {}
-        tree = self._trees.get(platform)
-        if tree is None:
-            tree = self._trees[platform] = _build_tree(fleet, platform)
-        return tree
+        self._trees = PerPlatform(_build_tree)
 
     def place(self, fleet: Fleet, gang: Gang) -> Nodes | None:
-        tree = self._tree(fleet, gang.platform)
+        tree = self._trees.of(fleet, gang.platform)
         free = free_gpus(fleet).astype(np.int64)
         out: list[npt.NDArray[np.int32]] = []
         for count, gpus in gang.pod_sets:

@@ -10,7 +10,8 @@ request returns None rather than breaking it.
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from collections.abc import Callable
+from typing import Generic, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
@@ -18,9 +19,10 @@ import numpy.typing as npt
 from kilter.sim.gangs import Gang
 from kilter.topology.fleet import Fleet
 
-__all__ = ["Nodes", "Policy", "Releasing", "free_gpus"]
+__all__ = ["Nodes", "PerPlatform", "Policy", "Releasing", "free_gpus"]
 
 Nodes = npt.NDArray[np.int32]
+T = TypeVar("T")
 
 
 class Policy(Protocol):
@@ -44,3 +46,21 @@ def free_gpus(fleet: Fleet) -> npt.NDArray[np.int32]:
     bm = fleet.bitmap
     free = bm.node_gpu_counts - bm.node_used_gpus
     return np.where(bm.node_usable_flags != 0, free, 0).astype(np.int32)
+
+
+class PerPlatform(Generic[T]):
+    """What a policy derives from a platform's structure, built once per fleet: the structure never changes, only
+    its usage does."""
+
+    def __init__(self, build: Callable[[Fleet, int], T]) -> None:
+        self._build = build
+        self._fleet: Fleet | None = None
+        self._made: dict[int, T] = {}
+
+    def of(self, fleet: Fleet, platform: int) -> T:
+        if fleet is not self._fleet:
+            self._fleet, self._made = fleet, {}
+        made = self._made.get(platform)
+        if made is None:
+            made = self._made[platform] = self._build(fleet, platform)
+        return made

@@ -43,7 +43,7 @@ import numpy.typing as npt
 
 from kilter.sim.gangs import Gang
 from kilter.sim.kueue_tas import labelled_domains
-from kilter.sim.placement import Nodes, free_gpus
+from kilter.sim.placement import Nodes, PerPlatform, free_gpus
 from kilter.topology.fleet import Fleet
 
 __all__ = ["VolcanoBinpack"]
@@ -101,20 +101,10 @@ class VolcanoBinpack:
     name = "volcano-binpack"
 
     def __init__(self) -> None:
-        self._fleet: Fleet | None = None
-        self._tiers: dict[int, _Tiers] = {}
-
-    def _platform(self, fleet: Fleet, platform: int) -> _Tiers:
-        """The HyperNode tiers of a platform, built once per fleet: its structure never changes, only its usage."""
-        if fleet is not self._fleet:
-            self._fleet, self._tiers = fleet, {}
-        tiers = self._tiers.get(platform)
-        if tiers is None:
-            tiers = self._tiers[platform] = _build_tiers(fleet, platform)
-        return tiers
+        self._tiers = PerPlatform(_build_tiers)
 
     def place(self, fleet: Fleet, gang: Gang) -> Nodes | None:
-        t = self._platform(fleet, gang.platform)
+        t = self._tiers.of(fleet, gang.platform)
         bm = fleet.bitmap
         free = free_gpus(fleet)[t.nodes].astype(np.int64)
         allocatable = bm.node_gpu_counts[t.nodes].astype(np.int64)

@@ -7,45 +7,26 @@ below are shaped by filling all but ``k`` trays of a domain.
 
 from __future__ import annotations
 
-import functools
-from collections import Counter
-
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from kilter._native import domains
-from kilter.sim import fleetspec
-from kilter.sim.gangs import Gang, TopologyMode
+from kilter.sim.gangs import TopologyMode
 from kilter.sim.kueue_tas import KueueTas
-from kilter.sim.placement import Nodes, free_gpus
-from kilter.topology import fleetgen
 from kilter.topology.fleet import Fleet
-
-
-def fleet_of(n_domains: int, *, per_block: int = 8, per_spine: int = 4, unlabeled: int = 0, seed: int = 0) -> Fleet:
-    pool = fleetgen.PoolSpec(
-        "GB200-NVL72",
-        domains=n_domains,
-        domains_per_block=per_block,
-        blocks_per_spine=per_spine,
-        unlabeled_nodes=unlabeled,
-        prefix="gb",
-    )
-    return fleetspec.fleet_from_spec(fleetgen.FleetSpec((pool,), seed=seed))
-
-
-def trays(fleet: Fleet, d: int) -> list[int]:
-    start = fleet.bitmap.domain_node_start
-    return list(range(int(start[d]), int(start[d + 1])))
-
-
-def leave_idle(fleet: Fleet, d: int, k: int) -> list[int]:
-    """Fill every tray of domain ``d`` but the first ``k``; returns the idle ones."""
-    for node in trays(fleet, d)[k:]:
-        fleet.bitmap.allocate(node, 4)
-    return trays(fleet, d)[:k]
+from tests.sim.builders import (
+    PLACEMENT_CASES,
+    assert_bookable,
+    blocks,
+    busy_mixed_fleet,
+    case_gang,
+    fleet_of,
+    gang,
+    leave_idle,
+    pods_per_domain,
+    trays,
+)
 
 
 def shaped(capacities: list[int], *, per_block: int = 8) -> Fleet:
@@ -53,23 +34,6 @@ def shaped(capacities: list[int], *, per_block: int = 8) -> Fleet:
     for d, k in enumerate(capacities):
         leave_idle(fleet, d, k)
     return fleet
-
-
-def gang(*pod_sets: tuple[int, int], topology: TopologyMode) -> Gang:
-    return Gang(0, 0, pod_sets, topology)
-
-
-def pods_per_domain(fleet: Fleet, nodes: Nodes) -> dict[int, int]:
-    return dict(Counter(fleet.node_domain[nodes].tolist()))
-
-
-def assert_bookable(fleet: Fleet, g: Gang, nodes: Nodes) -> None:
-    """One usable node of the gang's platform per pod, and no node asked for more GPUs than it has idle."""
-    assert nodes.dtype == np.int32 and len(nodes) == g.pods
-    assert (fleet.bitmap.domain_platforms[fleet.node_domain[nodes]] == g.platform).all()
-    assert (fleet.bitmap.node_usable_flags[nodes] != 0).all()
-    asked = np.bincount(nodes, weights=g.pod_gpus(), minlength=fleet.n_nodes)
-    assert (asked <= free_gpus(fleet)).all()
 
 
 @pytest.mark.parametrize(
@@ -114,11 +78,6 @@ def test_below_the_fit_level_kueue_pools_the_chosen_domains_trays_in_level_value
     # Domain level: 10 (domain 1) first, then 5 (domain 0) for the last 2. At the tray level Kueue
     # sorts the 15 trays of both together (all hold 1 pod, so by hostname) and takes 12: 5 + 7.
     assert pods_per_domain(fleet, nodes) == {0: 5, 1: 7}
-
-
-def blocks(fleet: Fleet) -> list[list[int]]:
-    level0 = fleet.domain_group[0]
-    return [np.flatnonzero(level0 == b).tolist() for b in range(int(level0.max()) + 1)]
 
 
 @pytest.mark.parametrize(
@@ -218,34 +177,14 @@ def test_trays_without_their_clique_label_are_never_used() -> None:
     assert KueueTas().place(fleet, gang((1, 4), topology="preferred")) is None
 
 
-@functools.cache
-def mixed_fleet() -> Fleet:
-    pools = (
-        fleetgen.PoolSpec("GB200-NVL72", domains=4, domains_per_block=2, blocks_per_spine=2, unlabeled_nodes=2),
-        fleetgen.PoolSpec("MI355X-8", nodes=8, domains_per_block=4, blocks_per_spine=2),
-    )
-    return fleetspec.fleet_from_spec(fleetgen.FleetSpec(pools, seed=5))
-
-
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(
-    busy=st.lists(st.integers(0, 8), min_size=80, max_size=80),
-    count=st.integers(1, 40),
-    rest=st.integers(0, 3),
-    platform=st.integers(0, 1),
-    topology=st.sampled_from(["required", "preferred", "unconstrained"]),
-)
+@given(**PLACEMENT_CASES)
 def test_placements_are_bookable_and_required_ones_use_the_tightest_fitting_domain(
     busy: list[int], count: int, rest: int, platform: int, topology: TopologyMode
 ) -> None:
-    fleet = mixed_fleet()
-    bm = fleet.bitmap
-    booked = [(n, min(b, int(bm.node_gpu_counts[n]))) for n, b in enumerate(busy[: fleet.n_nodes])]
-    for node, gpus in booked:
-        bm.allocate(node, gpus)
-    try:
-        per_node = fleet.platforms[platform].gpus_per_node
-        g = Gang(0, platform, ((count, per_node), *([(1, rest)] if rest else [])), topology)
+    with busy_mixed_fleet(busy) as fleet:
+        bm = fleet.bitmap
+        g = case_gang(fleet, count, rest, platform, topology)
         nodes = KueueTas().place(fleet, g)
         if nodes is None:
             return
@@ -255,8 +194,5 @@ def test_placements_are_bookable_and_required_ones_use_the_tightest_fitting_doma
             first = fleet.node_domain[nodes[:count]]
             assert len(set(first.tolist())) == 1
             attached = (bm.domain_platforms == platform) & ((bm.domain_flags & domains.DETACHED) == 0)
-            capacity = bm.capacity(per_node)
+            capacity = bm.capacity(fleet.platforms[platform].gpus_per_node)
             assert capacity[first[0]] == capacity[attached & (capacity >= count)].min()
-    finally:
-        for node, gpus in booked:
-            bm.release(node, gpus)

@@ -7,62 +7,25 @@ allocatable; a tray's score for a pod is (used + pod GPUs) / 4.
 
 from __future__ import annotations
 
-import functools
-from collections import Counter
-
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from kilter._native import domains
-from kilter.sim import fleetspec
-from kilter.sim.gangs import Gang, TopologyMode
-from kilter.sim.placement import Nodes, free_gpus
+from kilter.sim.gangs import TopologyMode
 from kilter.sim.volcano_binpack import VolcanoBinpack
-from kilter.topology import fleetgen
-from kilter.topology.fleet import Fleet
-
-
-def fleet_of(n_domains: int, *, per_block: int = 8, unlabeled: int = 0, seed: int = 0) -> Fleet:
-    pool = fleetgen.PoolSpec(
-        "GB200-NVL72",
-        domains=n_domains,
-        domains_per_block=per_block,
-        blocks_per_spine=4,
-        unlabeled_nodes=unlabeled,
-        prefix="gb",
-    )
-    return fleetspec.fleet_from_spec(fleetgen.FleetSpec((pool,), seed=seed))
-
-
-def trays(fleet: Fleet, d: int) -> list[int]:
-    start = fleet.bitmap.domain_node_start
-    return list(range(int(start[d]), int(start[d + 1])))
-
-
-def leave_idle(fleet: Fleet, d: int, k: int) -> list[int]:
-    """Fill every tray of domain ``d`` but the first ``k``; returns the idle ones."""
-    for node in trays(fleet, d)[k:]:
-        fleet.bitmap.allocate(node, 4)
-    return trays(fleet, d)[:k]
-
-
-def gang(*pod_sets: tuple[int, int], topology: TopologyMode) -> Gang:
-    return Gang(0, 0, pod_sets, topology)
-
-
-def pods_per_domain(fleet: Fleet, nodes: Nodes) -> dict[int, int]:
-    return dict(Counter(fleet.node_domain[nodes].tolist()))
-
-
-def assert_bookable(fleet: Fleet, g: Gang, nodes: Nodes) -> None:
-    """One usable node of the gang's platform per pod, and no node asked for more GPUs than it has idle."""
-    assert nodes.dtype == np.int32 and len(nodes) == g.pods
-    assert (fleet.bitmap.domain_platforms[fleet.node_domain[nodes]] == g.platform).all()
-    assert (fleet.bitmap.node_usable_flags[nodes] != 0).all()
-    asked = np.bincount(nodes, weights=g.pod_gpus(), minlength=fleet.n_nodes)
-    assert (asked <= free_gpus(fleet)).all()
+from tests.sim.builders import (
+    PLACEMENT_CASES,
+    assert_bookable,
+    blocks,
+    busy_mixed_fleet,
+    case_gang,
+    fleet_of,
+    gang,
+    leave_idle,
+    pods_per_domain,
+    trays,
+)
 
 
 @pytest.mark.parametrize(
@@ -118,11 +81,6 @@ def test_busy_domains_fill_first_so_idle_domains_stay_whole() -> None:
         for node in nodes.tolist():
             fleet.bitmap.allocate(node, 4)
     assert fleet.bitmap.domain_free_gpus.tolist() == [72, 0, 72]
-
-
-def blocks(fleet: Fleet) -> list[list[int]]:
-    level0 = fleet.domain_group[0]
-    return [np.flatnonzero(level0 == b).tolist() for b in range(int(level0.max()) + 1)]
 
 
 def test_a_preferred_gang_takes_the_busiest_block_that_holds_it_when_no_domain_does() -> None:
@@ -210,34 +168,14 @@ def test_a_tray_without_its_clique_label_takes_one_pod_gangs_only() -> None:
     assert VolcanoBinpack().place(fleet, gang((1, 4), topology="required")) is None
 
 
-@functools.cache
-def mixed_fleet() -> Fleet:
-    pools = (
-        fleetgen.PoolSpec("GB200-NVL72", domains=4, domains_per_block=2, blocks_per_spine=2, unlabeled_nodes=2),
-        fleetgen.PoolSpec("MI355X-8", nodes=8, domains_per_block=4, blocks_per_spine=2),
-    )
-    return fleetspec.fleet_from_spec(fleetgen.FleetSpec(pools, seed=5))
-
-
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(
-    busy=st.lists(st.integers(0, 8), min_size=80, max_size=80),
-    count=st.integers(1, 40),
-    rest=st.integers(0, 3),
-    platform=st.integers(0, 1),
-    topology=st.sampled_from(["required", "preferred", "unconstrained"]),
-)
+@given(**PLACEMENT_CASES)
 def test_placements_are_bookable_and_required_ones_stay_in_one_domain(
     busy: list[int], count: int, rest: int, platform: int, topology: TopologyMode
 ) -> None:
-    fleet = mixed_fleet()
-    bm = fleet.bitmap
-    booked = [(n, min(b, int(bm.node_gpu_counts[n]))) for n, b in enumerate(busy[: fleet.n_nodes])]
-    for node, gpus in booked:
-        bm.allocate(node, gpus)
-    try:
-        per_node = fleet.platforms[platform].gpus_per_node
-        g = Gang(0, platform, ((count, per_node), *([(1, rest)] if rest else [])), topology)
+    with busy_mixed_fleet(busy) as fleet:
+        bm = fleet.bitmap
+        g = case_gang(fleet, count, rest, platform, topology)
         nodes = VolcanoBinpack().place(fleet, g)
         if nodes is None:
             return
@@ -246,6 +184,3 @@ def test_placements_are_bookable_and_required_ones_stay_in_one_domain(
         assert g.pods == 1 or not on_detached.any()
         if topology == "required":
             assert len(set(fleet.node_domain[nodes].tolist())) == 1
-    finally:
-        for node, gpus in booked:
-            bm.release(node, gpus)
