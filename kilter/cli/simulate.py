@@ -183,7 +183,9 @@ def run(args: argparse.Namespace) -> int:
         runs.append(r)
     ranking = rank_by_slowdown(make_fleet, jobs, names, queue_objects, config, sweep, seed=args.seed)
     if args.plot:
-        plot_runs([(r.policy, r.simulation) for r in runs], args.plot, title=f"{len(jobs)} jobs of {args.trace}")
+        trace_name = args.trace if args.trace.startswith("synthetic:") else Path(args.trace).name
+        title = f"{len(jobs)} jobs of {trace_name} (GPUs x{args.gpu_scale}) on {args.fleet.name}"
+        plot_runs([(r.policy, r.simulation) for r in runs], args.plot, title=title)
     if args.output != "table":
         data = report(runs, args)
         if ranking:

@@ -67,3 +67,32 @@ def test_kilter_over_http_places_every_gang_as_the_planner_does_in_process(tmp_p
     assert np.array_equal(direct.start, http.start, equal_nan=True)
     assert np.array_equal(direct.domains, http.domains)
     assert int((direct.domains > 0).sum()) > 300
+
+
+def test_a_released_gang_can_be_restored_where_it_was_bound(tmp_path: Path) -> None:
+    from kilter.sim.gangs import gang_for
+
+    objects = demo_compare.demo_objects()
+    path = tmp_path / "fleet.json"
+    path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}))
+    fleet = demo_compare.fleet_of(objects)
+    with ExtenderServer(path) as server:
+        policy = ExtenderPlacement(server)
+        try:
+            nodes = policy.place(fleet, gang_for(7, 32, fleet.platforms[0], 0, "preferred"))
+            assert nodes is not None and len(nodes) == 8
+
+            def bound() -> dict[str, str]:
+                pods = server.store.state().pods
+                return {p.metadata.name: p.spec.node_name for p in pods if p.metadata.namespace == "demo"}
+
+            where = {f"job-7-{i}": fleet.node_names[n] for i, n in enumerate(nodes.tolist())}
+            assert bound() == where
+            policy.release(7)
+            assert bound() == {}
+            policy.restore(7)  # a what-if eviction undone: the pods are back on their nodes
+            assert bound() == where
+            policy.release(7)
+            assert bound() == {}
+        finally:
+            policy.close()

@@ -238,3 +238,39 @@ def test_under_preemption_every_job_still_runs_to_the_end_exactly_once() -> None
     assert (sim.outcome.end >= sim.outcome.start).all()
     assert int(fleet.bitmap.node_used_gpus.sum()) == 0  # everything booked was given back
     assert all(not n.usage.get(fr) for n in queues.tree.cluster_queues.values() for fr in n.quotas)
+
+
+class Refusing:
+    """kilter's placement, refusing the jobs in ``refuse`` on a busy fleet; remembers what it was told of releases."""
+
+    name = "refusing"
+
+    def __init__(self, refuse: set[int]) -> None:
+        self.inner = make_policy("kilter")
+        self.refuse = refuse
+        self.released: list[int] = []
+        self.restored: list[int] = []
+
+    def place(self, fleet: Fleet, gang: Gang) -> Nodes | None:
+        busy = int(fleet.bitmap.node_used_gpus.sum()) > 0
+        return None if gang.job in self.refuse and busy else self.inner.place(fleet, gang)
+
+    def release(self, job: int) -> None:
+        self.released.append(job)
+
+    def restore(self, job: int) -> None:
+        self.restored.append(job)
+
+
+def test_a_preemption_whose_gang_would_not_place_evicts_nothing_and_restores_what_it_tried() -> None:
+    trace = jobs(*[(0, 1000, 4, "a")] * 18, (10, 100, 4, "b"))
+    fleet = nvl72(1)
+    policy = Refusing({18})  # b's job never places, even on what a's jobs would free
+    objects = two_teams({"reclaimWithinCohort": "Any", "withinClusterQueue": "Never"})
+    sim = Simulation(fleet, trace, policy, queue_setup(objects, fleet, Counter(j.queue for j in trace)), SimConfig())
+    sim.run()
+    assert sim.preemptions == 0
+    assert sim.outcome.start[:18].tolist() == [0.0] * 18  # a's jobs ran undisturbed
+    # The what-if released a job of a's, found b's gang still would not place, and put it back.
+    assert policy.restored and all(j < 18 for j in policy.restored)
+    assert sim.outcome.start[18] == 1000.0  # b's job starts once a's jobs end and the fleet is idle
