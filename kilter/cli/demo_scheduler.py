@@ -2,8 +2,9 @@
 
 ``kilter demo`` starts the extender in-process on 127.0.0.1 over the demo
 fleet and plays kube-scheduler to it. When the simulated Kueue admits a job,
-its pods appear in kilter's state (as the job controller creates them,
-labelled as one ``kilter.dev/gang``); then, pod by pod, the stand-in sends
+its Workload and pods appear in kilter's state (as Kueue and the job
+controller create them; each pod names its Workload, whose pod sets give the
+gang's shape); then, pod by pod, the stand-in sends
 ``filter`` with the names of the nodes its own plugins would pass (free GPUs
 enough, schedulable), ``prioritize`` for the survivors, takes the best score
 and sends ``bind``. A gang kilter cannot place now is withdrawn (Kueue would
@@ -29,7 +30,7 @@ import uvicorn
 import uvloop
 
 from kilter.cli.serve import build_app
-from kilter.extenders.gangs import GANG_LABEL, GANG_SIZE_LABEL
+from kilter.extenders.gangs import KUEUE_WORKLOAD
 from kilter.model.core_v1 import Pod
 from kilter.model.jobs import ANNOTATION_REQUIRED, ANNOTATION_UNCONSTRAINED
 from kilter.sim.gangs import Gang
@@ -133,28 +134,50 @@ class _Client:
         self._conn.close()
 
 
+def workload_object(gang: Gang, resource: str, topology: dict[str, str]) -> dict[str, Any]:
+    """The job's Kueue Workload, one pod set per pod shape, as Kueue holds it for an admitted job."""
+    pod_sets = [
+        {
+            "name": f"gpus-{gpus}",
+            "count": count,
+            "template": {
+                "metadata": {"annotations": topology},
+                "spec": {"containers": [{"name": "trainer", "resources": _resources(resource, gpus)}]},
+            },
+        }
+        for count, gpus in gang.pod_sets
+    ]
+    return {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "Workload",
+        "metadata": {"name": f"job-{gang.job}", "namespace": NAMESPACE, "uid": f"job-{gang.job}-wl"},
+        "spec": {"queueName": "demo", "podSets": pod_sets},
+    }
+
+
 def pod_object(gang: Gang, index: int, gpus: int, resource: str, topology: dict[str, str]) -> dict[str, Any]:
-    """A pod of the gang as the API server would hold it before scheduling."""
-    name = f"job-{gang.job}-{index}"
+    """A pod of the gang as the API server holds it before scheduling, pointing at its Workload as Kueue's do."""
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
-            "name": name,
+            "name": f"job-{gang.job}-{index}",
             "namespace": NAMESPACE,
             "uid": f"job-{gang.job}-{index}-uid",
-            "labels": {GANG_LABEL: f"job-{gang.job}", GANG_SIZE_LABEL: str(gang.pods)},
-            "annotations": topology,
+            "labels": {"kueue.x-k8s.io/podset": f"gpus-{gpus}"},
+            "annotations": {KUEUE_WORKLOAD: f"job-{gang.job}", **topology},
             "creationTimestamp": None,
         },
         "spec": {
             "schedulerName": "kilter-scheduler",
-            "containers": [
-                {"name": "trainer", "resources": {"requests": {resource: str(gpus)}, "limits": {resource: str(gpus)}}}
-            ],
+            "containers": [{"name": "trainer", "resources": _resources(resource, gpus)}],
         },
         "status": {"phase": "Pending"},
     }
+
+
+def _resources(resource: str, gpus: int) -> dict[str, dict[str, str]]:
+    return {"requests": {resource: str(gpus)}, "limits": {resource: str(gpus)}}
 
 
 class ExtenderPlacement:
@@ -168,6 +191,7 @@ class ExtenderPlacement:
         self.calls = 0
         self._pods: dict[int, list[Pod]] = {}
         self._released: OrderedDict[int, list[Pod]] = OrderedDict()
+        self._workloads: dict[int, dict[str, Any]] = {}
         self._on_call = on_call
 
     def _topology(self, fleet: Fleet, gang: Gang) -> dict[str, str]:
@@ -184,7 +208,9 @@ class ExtenderPlacement:
         topology = self._topology(fleet, gang)
         objects = [pod_object(gang, i, g, resource, topology) for i, g in enumerate(gang.pod_gpus())]
         pods = [msgspec.convert(o, Pod) for o in objects]
-        self.server.change(Event(ADDED, p) for p in pods)
+        workload = workload_object(gang, resource, topology)
+        self._workloads[gang.job] = workload
+        self.server.change([Event(ADDED, workload), *(Event(ADDED, p) for p in pods)])
         self._pods[gang.job] = pods
         free = free_gpus(fleet)
         names = fleet.node_names
@@ -232,8 +258,9 @@ class ExtenderPlacement:
     def release(self, job: int) -> None:
         """The job's pods are gone (finished, evicted or withdrawn)."""
         pods = self._pods.pop(job, [])
+        workload = self._workloads.pop(job, None)
         if pods:
-            self.server.change(Event(DELETED, p) for p in pods)
+            self.server.change([*(Event(DELETED, p) for p in pods), *([Event(DELETED, workload)] if workload else [])])
             self._released[job] = pods
             while len(self._released) > KEEP_RELEASED:
                 self._released.popitem(last=False)
@@ -242,5 +269,5 @@ class ExtenderPlacement:
         """The job's pods are back where they were bound (a what-if release is undone)."""
         pods = self._released.pop(job, [])
         if pods:
-            self.server.change(Event(ADDED, p) for p in pods)
+            self.server.change(Event(ADDED, p) for p in pods)  # bound pods need no Workload to be booked
             self._pods[job] = pods

@@ -133,6 +133,7 @@ class Simulation:
         self._queue_used = [0] * len(self.cq_names)
         bm = fleet.bitmap
         self._usable_gpus = int(bm.domain_usable_gpus.sum())
+        self._platform_domains = [bm.domain_platforms == i for i in range(len(fleet.platforms))]
         self._blocks = self._domains_per_block()
         span = jobs[-1].submit_s if jobs else 0.0
         self._sample_every = max(span, 1.0) / max(samples, 1)
@@ -233,7 +234,7 @@ class Simulation:
             if available(cq, fr) < job.gpus:
                 nodes = self._preempt(j, gang, cq.name, fr, now) if cq.preemption is not None else None
             else:
-                nodes = self.policy.place(self.fleet, gang)
+                nodes = self.policy.place(self.fleet, gang) if self._free_on(platform) >= gang.gpus else None
                 if nodes is None:
                     place_bound[platform] = min(place_bound.get(platform, 1 << 62), job.gpus)
             if nodes is not None:
@@ -261,7 +262,8 @@ class Simulation:
             now=now,
         )
         victims = [int(t.workload.uid) for t in result.targets]
-        if not victims:
+        freed = sum(self._booked[v][0].gpus for v in victims if self._booked[v][0].platform == gang.platform)
+        if not victims or self._free_on(gang.platform) + freed < gang.gpus:
             return None
         bm = self.fleet.bitmap
         for v in victims:
@@ -282,6 +284,11 @@ class Simulation:
             self._enqueue(v)
             self.preemptions += 1
         return nodes
+
+    def _free_on(self, platform: int) -> int:
+        """Free usable GPUs of a platform: no gang of more GPUs can start, whatever the policy."""
+        bm = self.fleet.bitmap
+        return int(bm.domain_free_gpus[self._platform_domains[platform]].sum())
 
     def _book_nodes(self, j: int, book: Callable[[int, int], None]) -> None:
         gang, nodes, _ = self._booked[j]
