@@ -45,18 +45,19 @@ class Spread:
     """Least allocated first; the topology request is ignored, as kube-scheduler ignores it.
 
     A node's score is its free share after taking the pod, on kube-scheduler's
-    0-100 integer scale; among equal scores the choice is random (seeded).
+    0-100 integer scale; among equal scores the choice is random, drawn from
+    (seed, job), so a job's draw does not depend on how often others were tried.
     """
 
     name = "spread"
 
     def __init__(self, seed: int = 0) -> None:
-        self._rng = np.random.default_rng(seed)
+        self._seed = seed
 
     def place(self, fleet: Fleet, gang: Gang) -> Nodes | None:
         free = np.where(platform_nodes(fleet, gang.platform), free_gpus(fleet), 0)
         capacity = np.maximum(fleet.bitmap.node_gpu_counts, 1)
-        tiebreak = self._rng.random(len(free))
+        tiebreak = np.random.default_rng((self._seed, gang.job)).random(len(free))
         out: list[int] = []
         for count, need in gang.pod_sets:
             room = np.flatnonzero(free >= need)
