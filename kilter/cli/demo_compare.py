@@ -18,29 +18,21 @@ import json
 import sys
 import tempfile
 import time
-from collections import Counter
 from pathlib import Path
 from typing import Any
-
-import msgspec
 
 from kilter.cli import render, simulate
 from kilter.cli.demo_scheduler import ExtenderPlacement, ExtenderServer
 from kilter.cli.sources import DEMO_QUEUES
-from kilter.model.core_v1 import Node
-from kilter.model.kueue import Topology
+from kilter.sim import fleetspec, run
 from kilter.sim.engine import SimConfig, Simulation
-from kilter.sim.metrics import metrics
 from kilter.sim.placement import Policy
 from kilter.sim.plot import plot_runs
-from kilter.sim.policies import make_policy
-from kilter.sim.queues import queue_setup
 from kilter.sim.trace import TraceJob
 from kilter.state import snapshot
 from kilter.topology import fleetgen
-from kilter.topology.fleet import Fleet, build_fleet
 
-__all__ = ["DEMO_POLICIES", "add_arguments", "demo_objects", "fleet_of", "print_comparison", "run_comparison"]
+__all__ = ["DEMO_POLICIES", "add_arguments", "demo_objects", "print_comparison", "run_comparison"]
 
 DEMO_POLICIES = ("kilter", "kueue-tas", "spread")
 DEMO_JOBS = 3000
@@ -66,12 +58,6 @@ def demo_objects() -> list[dict[str, Any]]:
     return [*nodes, fleetgen.topology_object()]
 
 
-def fleet_of(objects: list[dict[str, Any]]) -> Fleet:
-    nodes = [msgspec.convert(o, Node) for o in objects if o["kind"] == "Node"]
-    topologies = [msgspec.convert(o, Topology) for o in objects if o["kind"] == "Topology"]
-    return build_fleet(nodes, topologies=topologies)
-
-
 def run_comparison(args: argparse.Namespace) -> dict[str, Any]:
     """Run every demo policy; print progress; return the report (policies' metrics, the PNG's path)."""
     jobs: list[TraceJob] = simulate.load_jobs(
@@ -92,19 +78,23 @@ def run_comparison(args: argparse.Namespace) -> dict[str, Any]:
         path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}))
         with ExtenderServer(path) as server:
             for name in DEMO_POLICIES:
-                fleet = fleet_of(objects)
-                queues = queue_setup(queue_objects, fleet, Counter(j.queue for j in jobs))
-                policy: Policy = ExtenderPlacement(server) if name == "kilter" else make_policy(name, seed=args.seed)
-                sim = Simulation(fleet, jobs, policy, queues, config)
+                policy: Policy | str = ExtenderPlacement(server) if name == "kilter" else name
                 started = time.perf_counter()
-                sim.run(simulate.progress_bar(name + (" (HTTP)" if name == "kilter" else "")))
-                m = metrics(sim)
-                m["wallSeconds"] = round(time.perf_counter() - started, 1)
+                r = run.simulate(
+                    lambda: fleetspec.fleet_from_objects(objects),
+                    jobs,
+                    policy,
+                    queue_objects=queue_objects,
+                    config=config,
+                    seed=args.seed,
+                    progress=simulate.progress_bar(name + (" (HTTP)" if name == "kilter" else "")),
+                )
+                r.metrics["wallSeconds"] = round(time.perf_counter() - started, 1)
                 if isinstance(policy, ExtenderPlacement):
-                    m["extenderCalls"] = policy.calls
+                    r.metrics["extenderCalls"] = policy.calls
                     policy.close()
-                report["policies"][name] = m
-                runs.append((name, sim))
+                report["policies"][name] = r.metrics
+                runs.append((name, r.simulation))
     if args.plot:
         plot_runs(runs, args.plot, title=f"{len(jobs)} jobs on the demo fleet ({', '.join(DEMO_POLICIES)})")
         report["plot"] = str(args.plot)

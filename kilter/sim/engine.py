@@ -50,6 +50,7 @@ from kilter.topology.fleet import Fleet
 __all__ = ["Outcome", "SimConfig", "Simulation", "Timeline"]
 
 Progress = Callable[[int, int], None]
+UNBOUNDED = 1 << 62  # no job has failed yet: every size may be tried
 
 
 @dataclass(frozen=True)
@@ -122,11 +123,10 @@ class Simulation:
         self._running: list[tuple[float, int]] = []
         self._booked: dict[int, tuple[Gang, Nodes, tuple[str, str]]] = {}
         self._admitted: dict[str, dict[int, WorkloadInfo]] = {name: {} for name in self.cq_names}
-        self._finish_at: dict[int, float] = {}
         self.preemptions = 0
         # What failed since capacity last grew: no larger job can start until a gang ends.
         self._place_bound: dict[int, int] = {}
-        self._cq_bound: dict[str, float] = dict.fromkeys(self.cq_names, math.inf)
+        self._cq_bound: dict[str, int] = dict.fromkeys(self.cq_names, UNBOUNDED)
         self._used = 0
         self._useful = 0.0  # GPUs of running gangs, each weighed by duration over run time (1 when unslowed)
         self._weight: dict[int, float] = {}
@@ -155,8 +155,8 @@ class Simulation:
             now = t
             while self._running and self._running[0][0] <= now:
                 end, j = heapq.heappop(self._running)
-                if self._finish_at.get(j) != end:
-                    continue  # evicted before this end; it ends again later
+                if j not in self._booked or self.outcome.end[j] != end:
+                    continue  # evicted before this end; it ends again later, or never
                 self._finish(j)
                 done += 1
             while next_job < len(jobs) and jobs[next_job].submit_s <= now:
@@ -188,9 +188,15 @@ class Simulation:
                 best = fifo[0]
         return best
 
-    def _info(self, j: int) -> WorkloadInfo:
+    def _info(self, j: int, *, admitted: tuple[float, tuple[str, str]] | None = None) -> WorkloadInfo:
+        """Job ``j`` as the quota engine sees it: pending (asking for its GPUs), or ``admitted`` at (time, flavor)."""
         job = self.jobs[j]
         cq = self.cq_of[j]
+        if admitted is not None:
+            now, fr = admitted
+            return WorkloadInfo(
+                "sim", f"job-{j}", f"{j:09d}", cq, job.queue, 0, job.submit_s, True, now, usage={fr: job.gpus}
+            )
         pairs = self.queues.flavors[cq]
         resource = self.fleet.platforms[pairs[0][0]].device_resource if pairs else "gpu"
         return WorkloadInfo(
@@ -204,7 +210,7 @@ class Simulation:
         while self._waiting:
             heads = {}
             for cq in self.cq_names:
-                j = self._head(cq, int(min(cq_bound[cq], 1 << 62)))
+                j = self._head(cq, cq_bound[cq])
                 if j is not None:
                     heads[cq] = self._info(j)
             if not heads:
@@ -226,7 +232,7 @@ class Simulation:
         cq = self.queues.tree.cluster_queues[self.cq_of[j]]
         place_bound = self._place_bound
         for platform, flavor in self.queues.flavors[cq.name]:
-            if job.gpus >= place_bound.get(platform, 1 << 62):
+            if job.gpus >= place_bound.get(platform, UNBOUNDED):
                 continue
             p = self.fleet.platforms[platform]
             fr = (flavor, p.device_resource)
@@ -236,7 +242,7 @@ class Simulation:
             else:
                 nodes = self.policy.place(self.fleet, gang) if self._free_on(platform) >= gang.gpus else None
                 if nodes is None:
-                    place_bound[platform] = min(place_bound.get(platform, 1 << 62), job.gpus)
+                    place_bound[platform] = min(place_bound.get(platform, UNBOUNDED), job.gpus)
             if nodes is not None:
                 self._start(j, gang, nodes, cq.name, fr, now)
                 return True
@@ -317,11 +323,7 @@ class Simulation:
         o.domains[j] = len(doms)
         o.min_domains[j] = least
         o.crossed_block[j] = crossed
-        self._finish_at[j] = float(o.end[j])
-        job = self.jobs[j]
-        self._admitted[cq][j] = WorkloadInfo(
-            "sim", f"job-{j}", f"{j:09d}", cq, job.queue, 0, job.submit_s, True, now, usage={fr: gang.gpus}
-        )
+        self._admitted[cq][j] = self._info(j, admitted=(now, fr))
         self._used += gang.gpus
         self._weight[j] = gang.gpus / factor
         self._useful += self._weight[j]
@@ -331,12 +333,11 @@ class Simulation:
     def _finish(self, j: int) -> None:
         self._book_nodes(j, self.fleet.bitmap.release)
         gang, _, fr = self._booked.pop(j)
-        del self._finish_at[j]
-        del self._admitted[self.cq_of[j]][j]
         cq = self.cq_of[j]
+        del self._admitted[cq][j]
         remove_usage(self.queues.tree.cluster_queues[cq], fr, gang.gpus)
         self._place_bound.clear()
-        self._cq_bound.update(dict.fromkeys(self.cq_names, math.inf))
+        self._cq_bound.update(dict.fromkeys(self.cq_names, UNBOUNDED))
         if self._release is not None:
             self._release(j)
         self._used -= gang.gpus

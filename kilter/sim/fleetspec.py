@@ -12,7 +12,7 @@ simulated fleet is exactly what kilter would see.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import msgspec
@@ -24,7 +24,7 @@ from kilter.topology import fleetgen
 from kilter.topology.catalog import BUILTIN, Catalog
 from kilter.topology.fleet import Fleet, build_fleet
 
-__all__ = ["fleet_from_spec", "parse_spec"]
+__all__ = ["fleet_from_objects", "fleet_from_spec", "parse_spec"]
 
 _KEYS = {
     "platform": "platform",
@@ -82,9 +82,15 @@ def parse_spec(doc: Any, *, seed: int, catalog: Catalog | None = None) -> fleetg
     return fleetgen.FleetSpec(tuple(pools), seed=seed)
 
 
+def fleet_from_objects(objects: Iterable[Mapping[str, Any]], catalog: Catalog | None = None) -> Fleet:
+    """The idle fleet of these Node and Topology objects (anything else, bound pods included, is left out)."""
+    objects = list(objects)
+    nodes = [msgspec.convert(o, Node) for o in objects if o.get("kind") == "Node"]
+    topologies = [msgspec.convert(o, Topology) for o in objects if o.get("kind") == "Topology"]
+    return build_fleet(nodes, catalog=catalog, topologies=topologies)
+
+
 def fleet_from_spec(spec: fleetgen.FleetSpec, catalog: Catalog | None = None) -> Fleet:
     """The idle fleet of this spec, as ``build_fleet`` reads its generated Nodes."""
     nodes, _ = fleetgen.generate(spec, catalog)
-    typed = [msgspec.convert(n, Node) for n in nodes]
-    topology = msgspec.convert(fleetgen.topology_object(), Topology)
-    return build_fleet(typed, catalog=catalog, topologies=[topology])
+    return fleet_from_objects([*nodes, fleetgen.topology_object()], catalog)

@@ -14,6 +14,7 @@ from typing import Any
 
 from kilter.sim.engine import Progress, SimConfig, Simulation
 from kilter.sim.metrics import metrics
+from kilter.sim.placement import Policy
 from kilter.sim.policies import make_policy
 from kilter.sim.queues import queue_setup
 from kilter.sim.trace import TraceJob
@@ -32,7 +33,7 @@ class Run:
 def simulate(
     make_fleet: Callable[[], Fleet],
     jobs: Sequence[TraceJob],
-    policy: str,
+    policy: str | Policy,
     *,
     queue_objects: Sequence[Any] = (),
     config: SimConfig | None = None,
@@ -41,6 +42,7 @@ def simulate(
 ) -> Run:
     fleet = make_fleet()
     queues = queue_setup(queue_objects, fleet, Counter(j.queue for j in jobs))
-    sim = Simulation(fleet, jobs, make_policy(policy, seed=seed), queues, config or SimConfig())
+    chosen = make_policy(policy, seed=seed) if isinstance(policy, str) else policy
+    sim = Simulation(fleet, jobs, chosen, queues, config or SimConfig())
     sim.run(progress)
-    return Run(policy, metrics(sim), sim)
+    return Run(chosen.name, metrics(sim), sim)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -13,10 +12,9 @@ from kilter.cli import demo_compare
 from kilter.cli.demo_scheduler import ExtenderPlacement, ExtenderServer
 from kilter.cli.main import main
 from kilter.cli.sources import DEMO_QUEUES
-from kilter.sim import synthetic
-from kilter.sim.engine import SimConfig, Simulation
+from kilter.sim import fleetspec, run, synthetic
+from kilter.sim.engine import SimConfig
 from kilter.sim.placement import Policy
-from kilter.sim.queues import queue_setup
 from kilter.sim.simple import KilterPlacement
 from kilter.state import snapshot
 
@@ -55,11 +53,14 @@ def test_kilter_over_http_places_every_gang_as_the_planner_does_in_process(tmp_p
     with ExtenderServer(path) as server:
         policies: list[Policy] = [KilterPlacement(), ExtenderPlacement(server)]
         for policy in policies:
-            fleet = demo_compare.fleet_of(objects)
-            queues = queue_setup(queue_objects, fleet, Counter(j.queue for j in jobs))
-            sim = Simulation(fleet, jobs, policy, queues, SimConfig(fair=True))
-            sim.run()
-            outcomes.append(sim.outcome)
+            r = run.simulate(
+                lambda: fleetspec.fleet_from_objects(objects),
+                jobs,
+                policy,
+                queue_objects=queue_objects,
+                config=SimConfig(fair=True),
+            )
+            outcomes.append(r.simulation.outcome)
             if isinstance(policy, ExtenderPlacement):
                 policy.close()
         # Every pod the extender bound has left kilter's state again once its job ended.
@@ -76,7 +77,7 @@ def test_a_released_gang_can_be_restored_where_it_was_bound(tmp_path: Path) -> N
     objects = demo_compare.demo_objects()
     path = tmp_path / "fleet.json"
     path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}))
-    fleet = demo_compare.fleet_of(objects)
+    fleet = fleetspec.fleet_from_objects(objects)
     with ExtenderServer(path) as server:
         policy = ExtenderPlacement(server)
         try:

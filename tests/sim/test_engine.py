@@ -221,15 +221,16 @@ def test_without_a_preemption_policy_the_queue_waits_for_the_borrowed_gpus() -> 
 
 
 def test_under_preemption_every_job_still_runs_to_the_end_exactly_once() -> None:
-    from kilter.cli.demo_compare import demo_objects, fleet_of
+    from kilter.cli.demo_compare import demo_objects
     from kilter.cli.sources import DEMO_QUEUES
     from kilter.sim import synthetic
+    from kilter.sim.fleetspec import fleet_from_objects
     from kilter.state import snapshot
 
     # The demo cluster's queues (reclaimWithinCohort: Any, a lending limit, a 2h min-runtime) under load, with
     # spreading: gangs are evicted and queued again, sometimes ahead of the job that evicted them.
     trace = synthetic.generate("philly", jobs=3000, seed=0, gpu_scale=4)
-    fleet = fleet_of(demo_objects())
+    fleet = fleet_from_objects(demo_objects())
     queues = queue_setup(snapshot.load_documents(DEMO_QUEUES), fleet, Counter(j.queue for j in trace))
     sim = Simulation(fleet, trace, make_policy("spread"), queues, SimConfig(fair=True))
     sim.run()
