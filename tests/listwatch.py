@@ -44,6 +44,13 @@ Choices where the contract is loose or version-dependent:
   and what the server owns (uid, creationTimestamp, kind, apiVersion) is kept.
   A patch that changes nothing writes nothing: same resourceVersion, no event,
   as etcd3's GuaranteedUpdate skips an unchanged object.
+* A LIST of a core-group resource (pods, nodes) whose ``Accept`` prefers
+  ``application/vnd.kubernetes.protobuf`` is answered in Kubernetes protobuf
+  (``tests/kube_protobuf.py``); other resources answer JSON to that header, as
+  custom resources do, and 406 when it allows only protobuf. Every Status error
+  is protobuf when the ``Accept`` prefers it, as the apiserver encodes errors
+  with no regard to the resource. Watches, gets and discovery are always JSON;
+  YAML is never served (a list asked for in YAML only is 406).
 """
 
 from __future__ import annotations
@@ -68,6 +75,9 @@ from types import TracebackType
 from typing import Any, NamedTuple
 from urllib.parse import parse_qs, urlsplit
 
+from tests.kube_protobuf import MEDIA_TYPE as PROTOBUF
+from tests.kube_protobuf import encode, envelope
+
 __all__ = [
     "MERGE_PATCH",
     "NODES",
@@ -90,6 +100,8 @@ CONTINUE_EXPIRED = (
 )
 LIST_EXPIRED = "The resourceVersion for the provided list is too old."
 MERGE_PATCH = "application/merge-patch+json"
+JSON = "application/json"
+SERVED_MEDIA_TYPES = f"{JSON}, application/yaml, {PROTOBUF}"  # what a 406 names, built-in or custom (CBOR off)
 NOT_FOUND = "the server could not find the requested resource"
 INITIAL_EVENTS_END = "k8s.io/initial-events-end"
 
@@ -129,6 +141,7 @@ class Request(NamedTuple):
     method: str
     path: str
     query: dict[str, str]
+    accept: str = ""
 
 
 class ApiError(Exception):
@@ -515,6 +528,35 @@ def _decode_continue(token: str) -> tuple[int, str]:
     return rv, start
 
 
+def _negotiate(accept: str, protobuf: bool) -> str | None:
+    """The answer's media type as ``negotiation.NegotiateMediaTypeOptions`` picks it, or None (406).
+
+    Media ranges go by descending q, then specific before wildcard, else in the client's order
+    (goautoneg); the first one the endpoint serves wins. No header means JSON.
+    """
+    if not accept.strip():
+        return JSON
+    ranges: list[tuple[float, bool, bool, int, str]] = []
+    for i, clause in enumerate(accept.split(",")):
+        media, *params = clause.split(";")
+        q = 1.0
+        for param in params:
+            name, _, value = param.partition("=")
+            if name.strip() == "q":
+                try:
+                    q = float(value)
+                except ValueError:
+                    q = 0.0
+        kind, _, sub = media.strip().partition("/")
+        ranges.append((-q, kind == "*", sub in ("", "*"), i, media.strip()))
+    for *_, media in sorted(ranges):
+        if media in (JSON, "application/*", "*/*", "*"):
+            return JSON
+        if media == PROTOBUF and protobuf:
+            return PROTOBUF
+    return None
+
+
 def _flag(query: dict[str, str], name: str) -> bool:
     """Go's query-to-bool conversion: present and not "0"/"false" means true."""
     if name not in query:
@@ -564,6 +606,7 @@ class ListWatchServer:
         self.too_large_wait_s = 3.0
         self.watch_list = True  # the WatchList feature (sendInitialEvents); off answers 422 as older servers do
         self.requests: list[Request] = []
+        self.connections = 0  # accepted: keep-alive shows as fewer connections than requests
         self._installed = {(r.group, r.version, r.plural) for r in resources if r.installed}
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
@@ -1129,14 +1172,18 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:
         return None
 
+    def setup(self) -> None:
+        super().setup()
+        with self.server.cluster._lock:
+            self.server.cluster.connections += 1
+
     def _start(self, code: int, headers: dict[str, str]) -> None:
-        """Status line and headers without the ``Server`` header Python adds (kube-apiserver sends none)."""
+        """Status line and headers (JSON unless ``headers`` name a Content-Type), none of Python's ``Server``."""
         self.send_response_only(code)
         self.send_header("Date", formatdate(usegmt=True))
         self.send_header("Audit-Id", str(uuid.uuid4()))
         self.send_header("Cache-Control", "no-cache, private")
-        self.send_header("Content-Type", "application/json")
-        for name, value in headers.items():
+        for name, value in {"Content-Type": JSON, **headers}.items():
             self.send_header(name, value)
         self.end_headers()
 
@@ -1145,11 +1192,18 @@ class _Handler(BaseHTTPRequestHandler):
         self._start(code, {"Content-Length": str(len(data))})
         self.wfile.write(data)
 
+    def _protobuf(self, code: int, body: Obj) -> None:
+        """A list or Status in the envelope kube-apiserver writes; the message is named by the body's kind."""
+        data = envelope(encode(body, body["kind"]), body["apiVersion"], body["kind"])
+        self._start(code, {"Content-Type": PROTOBUF, "Content-Length": str(len(data))})
+        self.wfile.write(data)
+
     def _handle(self) -> None:
         cluster = self.server.cluster
         url = urlsplit(self.path)
         query = {k: v[-1] for k, v in parse_qs(url.query, keep_blank_values=True).items()}
-        cluster.record(Request(self.command, url.path, query))
+        accept = self.headers.get("Accept", "")
+        cluster.record(Request(self.command, url.path, query, accept))
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else b""
         try:
@@ -1177,12 +1231,31 @@ class _Handler(BaseHTTPRequestHandler):
             elif _flag(query, "watch"):
                 self._stream(cluster.open_watch(resource, namespace, query), query)
             else:
+                media = _negotiate(accept, protobuf=resource.group == "")
+                if media is None:
+                    raise ApiError(
+                        406, "NotAcceptable", f"only the following media types are accepted: {SERVED_MEDIA_TYPES}"
+                    )
                 page = cluster.list_page(resource, namespace, query)
                 if cluster.delay_s:
                     time.sleep(cluster.delay_s)
-                self._json(200, page)
+                if media == PROTOBUF:
+                    try:
+                        self._protobuf(200, page)
+                    except ValueError as exc:  # an object no apiserver could hold (its JSON is served as stored)
+                        raise ApiError(
+                            500,
+                            "InternalError",
+                            f"Internal error occurred: {exc}",
+                            details={"causes": [{"message": str(exc)}]},
+                        ) from None
+                else:
+                    self._json(200, page)
         except ApiError as err:
-            self._json(err.code, err.status())
+            if _negotiate(accept, protobuf=True) == PROTOBUF:
+                self._protobuf(err.code, err.status())
+            else:
+                self._json(err.code, err.status())
 
     def _only_get(self) -> None:
         if self.command != "GET":

@@ -418,7 +418,7 @@ def test_every_request_needs_the_bearer_token() -> None:
             )
         assert get(server, "/api", token=None)[0] == 401
         assert get(server, "/api/v1/pods", token=TOKEN)[0] == 200
-        assert server.requests[0] == Request("GET", "/api/v1/pods", {})
+        assert server.requests[0] == Request("GET", "/api/v1/pods", {}, "application/json")
 
 
 def test_requests_are_logged_and_delay_slows_lists_after_their_snapshot(server: ListWatchServer) -> None:
@@ -427,7 +427,9 @@ def test_requests_are_logged_and_delay_slows_lists_after_their_snapshot(server: 
     began = time.monotonic()
     _, listing = get(server, "/api/v1/pods?limit=500&resourceVersion=0")
     assert time.monotonic() - began >= 0.2 and names(listing) == ["a"]
-    assert server.requests[-1] == Request("GET", "/api/v1/pods", {"limit": "500", "resourceVersion": "0"})
+    assert server.requests[-1] == Request(
+        "GET", "/api/v1/pods", {"limit": "500", "resourceVersion": "0"}, "application/json"
+    )
 
 
 def test_a_watch_list_streams_the_state_then_the_initial_events_end_bookmark(server: ListWatchServer) -> None:

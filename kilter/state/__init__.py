@@ -1,6 +1,6 @@
 """The cluster-state cache: objects fed as watch events (a snapshot file or a live cluster) and the fleet."""
 
-from kilter.state import api, cluster, events, feed, follower, leader, live, reflector, snapshot, store
+from kilter.state import api, cluster, events, feed, follower, leader, live, protobuf, reflector, snapshot, store
 from kilter.state.cluster import ClusterState, from_objects, load
 from kilter.state.store import ClusterStore, Event
 
@@ -17,6 +17,7 @@ __all__ = [
     "leader",
     "live",
     "load",
+    "protobuf",
     "reflector",
     "snapshot",
     "store",

@@ -3,21 +3,26 @@
 Credentials come from a kubeconfig (the ``kubernetes`` package reads it, so
 exec plugins, client certificates and tokens all work) or from the pod's
 service account when running in the cluster. Calls are plain HTTP/1.1 with
-JSON bodies, one connection each, so they can run on any worker thread.
-The live list/watch feeder builds on the same connection.
+JSON bodies (lists of Pods and Nodes may come back as protobuf), one
+connection each, so they can run on any worker thread; list pages reuse their
+thread's connection (``keep_alive``). The live list/watch feeder builds on the same connection.
 """
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import ssl
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode, urlsplit
 
 from kilter.model.errors import InputError, KilterError
+from kilter.state.protobuf import is_protobuf, status_message
 
 __all__ = ["ApiError", "ApiServer", "connect"]
 
@@ -40,6 +45,7 @@ class ApiServer:
     headers: dict[str, str] = field(default_factory=dict)
     tls: ssl.SSLContext | None = None
     timeout_s: float = 10.0
+    _kept: threading.local = field(default_factory=threading.local, compare=False, repr=False)
 
     def apply(self, path: str, body: Any, *, field_manager: str) -> Any:
         """Server-side apply (``PATCH`` as ``application/apply-patch+yaml``; JSON is YAML), taking ownership."""
@@ -73,25 +79,69 @@ class ApiServer:
             return http.client.HTTPSConnection(self.host, self.port, context=self.tls, timeout=timeout_s)
         return http.client.HTTPConnection(self.host, self.port, timeout=timeout_s)
 
-    def call_raw(self, method: str, path: str) -> bytes:
-        """One bodiless request; the answer's bytes undecoded (large lists are decoded by the caller's types)."""
-        status, raw = self._send(method, path, None, "")
-        if status != 200:
-            raise ApiError(status, _message(raw))
-        return raw
+    @contextlib.contextmanager
+    def keep_alive(self) -> Iterator[None]:
+        """This thread's ``call_raw`` calls share one connection until the block ends (a list's pages).
+
+        No TCP and TLS handshake per page; a kept connection the server has
+        closed meanwhile is replaced, once, by a fresh one (the calls are GETs).
+        """
+        self._kept.on = True
+        try:
+            yield
+        finally:
+            self._kept.on = False
+            conn = getattr(self._kept, "conn", None)
+            self._kept.conn = None
+            if conn is not None:
+                conn.close()
+
+    def call_raw(self, method: str, path: str, *, accept: str = "application/json") -> tuple[bytes, str]:
+        """One bodiless request; the answer's bytes undecoded and their Content-Type.
+
+        Large lists are decoded by the caller's types; ``accept`` may ask for
+        Kubernetes protobuf, which the server sends only where it has it.
+        Within ``keep_alive`` the connection stays open for the next call.
+        """
+        keep = getattr(self._kept, "on", False)
+        conn: http.client.HTTPConnection | None = getattr(self._kept, "conn", None)
+        self._kept.conn = None
+        for fresh in (conn is None, True):
+            if conn is None:
+                conn = self._connection(self.timeout_s)
+            try:
+                conn.request(method, path, None, {**self.headers, "Accept": accept})
+                response = conn.getresponse()
+                raw = response.read()
+            except (OSError, http.client.HTTPException) as exc:
+                conn.close()
+                conn = None
+                if fresh:
+                    raise ApiError(0, f"{method} {self.url}{path}: {exc}") from None
+                continue  # the kept connection had gone stale
+            content_type = response.getheader("Content-Type") or ""
+            if keep and not response.will_close:
+                self._kept.conn = conn
+            else:
+                conn.close()
+            if response.status != 200:
+                raise ApiError(response.status, _message(raw, content_type))
+            return raw, content_type
+        raise AssertionError("unreachable")
 
     def call(self, method: str, path: str, body: Any = None, *, content_type: str = "application/json") -> Any:
         """One request; the decoded JSON answer, or ApiError carrying the server's own message."""
-        status, raw = self._send(method, path, None if body is None else json.dumps(body).encode(), content_type)
+        data = None if body is None else json.dumps(body).encode()
+        status, raw, answered = self._send(method, path, data, content_type)
         if not 200 <= status < 300:
-            raise ApiError(status, _message(raw))
+            raise ApiError(status, _message(raw, answered))
         try:
             return json.loads(raw) if raw else None
         except ValueError:
             return None
 
-    def _send(self, method: str, path: str, data: bytes | None, content_type: str) -> tuple[int, bytes]:
-        """One request on its own connection: the status and the whole answer."""
+    def _send(self, method: str, path: str, data: bytes | None, content_type: str) -> tuple[int, bytes, str]:
+        """One request on its own connection: the status, the whole answer and its Content-Type."""
         conn = self._connection(self.timeout_s)
         headers = {**self.headers, "Accept": "application/json"}
         if data is not None:
@@ -99,15 +149,17 @@ class ApiServer:
         try:
             conn.request(method, path, data, headers)
             response = conn.getresponse()
-            return response.status, response.read()
+            return response.status, response.read(), response.getheader("Content-Type") or ""
         except (OSError, http.client.HTTPException) as exc:
             raise ApiError(0, f"{method} {self.url}{path}: {exc}") from None
         finally:
             conn.close()
 
 
-def _message(raw: bytes) -> str:
-    """A refusal's message: the Status object's ``message``, else the start of the body."""
+def _message(raw: bytes, content_type: str = "application/json") -> str:
+    """A refusal's message: the Status object's ``message`` (JSON or protobuf), else the start of the body."""
+    if is_protobuf(content_type):
+        return status_message(raw) or f"a protobuf answer of {len(raw)} bytes"
     try:
         answer = json.loads(raw) if raw else None
     except ValueError:

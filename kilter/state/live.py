@@ -37,11 +37,16 @@ ENDED = "status.phase!=Succeeded,status.phase!=Failed"
 
 
 def _asks_for_gpus(catalog: Catalog) -> Callable[[Pod], bool]:
-    resources = sorted(catalog.device_resources)
+    """Whether a pod asks for a device; a pod naming none (most of a cluster's) is told by key lookups alone."""
+    devices = frozenset(catalog.device_resources)
 
     def keep(pod: Pod) -> bool:
+        spec = pod.spec
+        named = set(spec.overhead)
+        for c in (*spec.containers, *spec.init_containers):
+            named.update(c.resources.requests, c.resources.limits)
         try:
-            return any(pod_request(pod.spec, r) for r in resources)
+            return any(pod_request(spec, r) for r in sorted(devices.intersection(named)))
         except InputError:
             return True  # kept, so the store can say what is wrong with it
 

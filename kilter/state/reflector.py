@@ -17,7 +17,8 @@ stalled watch of one resource never holds up another or the event loop:
 
 Objects are cut down on arrival to the fields kilter reads: Nodes and Pods
 are decoded straight from the wire into kilter's typed views (``typed``;
-what kilter does not read is skipped by the decoder, never built), other
+what kilter does not read is skipped by the decoder, never built), their
+lists asked for as Kubernetes protobuf where the server has it, other
 kinds are kept as received. ``keep`` drops what kilter
 never needs (pods that ask for no GPU never reach the store). Batches go to
 ``sink`` from the reflector's thread; the live feed moves them onto the event
@@ -39,6 +40,7 @@ from urllib.parse import urlencode
 import msgspec
 
 from kilter.model.core_v1 import Node, Pod
+from kilter.state import protobuf
 from kilter.state.api import ApiError, ApiServer
 from kilter.state.store import ADDED, DELETED, MODIFIED, Event, Stored
 
@@ -254,12 +256,17 @@ class Reflector:
             return None
         return obj
 
-    def _items(self, raw: bytes) -> tuple[list[Any], _ListMeta]:
+    def _items(self, raw: bytes, content_type: str, decoder: protobuf.Decoder) -> tuple[list[Any], _ListMeta]:
         """A list page's items and metadata; a typed page that does not decode is read item by item.
 
         An object kilter cannot read is skipped with a warning rather than
         holding up every other object of the resource.
         """
+        if self.resource.typed is not None and protobuf.is_protobuf(content_type):
+            listed = protobuf.decode_page(decoder, self.resource.typed, raw)
+            for why in listed.skipped:
+                log.warning("%s: an object kilter cannot read was skipped: %s", self.resource.name, why)
+            return listed.items, _ListMeta(listed.resource_version, listed.continue_)
         try:
             page = self._page.decode(raw)
             return page.items or [], page.metadata
@@ -293,21 +300,25 @@ class Reflector:
         """Every page of the list, in order, cut down to what kilter keeps."""
         objects: list[Stored] = []
         token = ""
-        while True:
-            items, meta = self._items(self._page_at(token))
-            for item in items:
-                shaped = self._shape(item)
-                if shaped is not None:
-                    objects.append(shaped)
-            token = meta.continue_
-            if not token:
-                self.resource_version = meta.resource_version
-                return objects
+        decoder = protobuf.Decoder()  # one per list: what it shares lives as long as the list's objects
+        with self.api.keep_alive():
+            while True:
+                items, meta = self._items(*self._page_at(token), decoder)
+                for item in items:
+                    shaped = self._shape(item)
+                    if shaped is not None:
+                        objects.append(shaped)
+                token = meta.continue_
+                if not token:
+                    self.resource_version = meta.resource_version
+                    return objects
 
-    def _page_at(self, token: str) -> bytes:
+    def _page_at(self, token: str) -> tuple[bytes, str]:
+        """One page's bytes and Content-Type: protobuf for Pods and Nodes where the server has it, else JSON."""
         query = self._query(limit=self.page_size, **({"continue": token} if token else {}))
+        accept = protobuf.ACCEPT if self.resource.typed is not None else "application/json"
         with _gone_on_410():  # the continue token expired
-            return self.api.call_raw("GET", f"{self._path()}?{query}")
+            return self.api.call_raw("GET", f"{self._path()}?{query}", accept=accept)
 
     # ------------------------------------------------------------------ watch
 

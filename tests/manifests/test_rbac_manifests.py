@@ -161,9 +161,9 @@ class RecordingApi(ApiServer):
             return {"resources": [{"name": plural} for plural in self.served]}
         return {}
 
-    def call_raw(self, method: str, path: str) -> bytes:
+    def call_raw(self, method: str, path: str, *, accept: str = "application/json") -> tuple[bytes, str]:
         self.requests.append((method, path))
-        return b'{"metadata": {"resourceVersion": "1"}, "items": []}'
+        return b'{"metadata": {"resourceVersion": "1"}, "items": []}', "application/json"
 
     def stream(self, path: str, *, timeout_s: float) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
         self.requests.append(("GET", path))
