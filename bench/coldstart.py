@@ -25,7 +25,9 @@ beside kilter's.
 kilter runs in this process as ``kilter serve`` runs it: ``LiveFeed`` with
 ``default_resources`` on a uvloop event loop, one reflector thread per
 resource (absent CRDs count as listed), and the first ``store.fleet()`` (what
-the first verb would pay) built before ``store.ready``. Measured: wall time
+the first verb would pay) built before ``store.ready``; three cold starts, each
+into a fresh store and feed, the median judged and the first (the process's
+own first) kept whole. Measured: wall time
 from ``LiveFeed.start`` to ``store.ready``, per resource the HTTP time of the
 list pages (request to body read, on the reflector's thread), the page
 decodes, the rest of the list (keep), the wait for the loop and
@@ -55,6 +57,7 @@ import multiprocessing
 import os
 import random
 import resource
+import statistics
 import sys
 import threading
 import time
@@ -115,6 +118,7 @@ CREATED = "2025-12-01T08:00:00Z"
 SEED = 17
 PAGE = 500  # the reflector's page size (client-go's informers list 500 at a time too)
 READY_TIMEOUT_S = 300
+COLD_STARTS = 3  # into a fresh store and feed each; the median is judged (runs on this VM move by ~±20 %)
 RATES = (1000, 2500, 5000, 10000)  # watch events/s, STEP_S each
 STEP_S, CATCH_UP_S, KEPT_UP_LAG_S, SAMPLE_S = 5.0, 10.0, 1.0, 0.1
 SERVING_RATE, NODE_UPDATES_PER_S, READ_EVERY_S = 1000, 5004 / 300, 0.1
@@ -1343,10 +1347,27 @@ async def step(
 
 async def live(conn: Connection, port: int, server_pid: int, counters: Any, gc_timer: GcTimer) -> Json:
     out: Json = {}
-    cold, feed, store, _ = await cold_start(port, server_pid, gc_timer)
-    out["cold_start"] = cold
-    peak = cold["memory_mib"]["peak_until_first_fleet"]
-    say(f"ready in {cold['ready_s']} s, first fleet {cold['first_fleet_s']} s, peak {peak} MiB")
+    runs: list[Json] = []
+    for n in range(COLD_STARTS):
+        cold, feed, store, _ = await cold_start(port, server_pid, gc_timer)
+        runs.append(cold)
+        peak = cold["memory_mib"]["peak_until_first_fleet"]
+        say(f"ready in {cold['ready_s']} s, first fleet {cold['first_fleet_s']} s, peak {peak} MiB")
+        if n < COLD_STARTS - 1:
+            feed.stop()
+            del cold, feed, store
+            gc.collect()
+    out["cold_start"] = runs[0]  # the process's first: its memory figures are the honest ones
+    out["cold_start_runs"] = [
+        {
+            "ready_s": r["ready_s"],
+            "ready_plus_first_fleet_s": r["ready_plus_first_fleet_s"],
+            "kilter_cpu_s": r["kilter_cpu_s"],
+            "server_cpu_s": r["server_cpu_s"],
+            "pods_list_wall_s": r["per_resource"]["Pod"]["list_wall_s"],
+        }
+        for r in runs
+    ]
     sampler = Sampler(counters, feed, store)
     sampler.start()
     steps: list[Json] = []
@@ -1414,10 +1435,14 @@ def main() -> Json:
 
 def judged(results: Json) -> Json:
     cold = results["cold_start"]
+    runs = results["cold_start_runs"]
     kept = [s["asked_events_per_s"] for s in results["steady_state"] if s["kept_up"]]
     return {
-        "coldstart_to_ready_ms": round(cold["ready_s"] * 1e3),
-        "coldstart_to_ready_and_first_fleet_ms": round(cold["ready_plus_first_fleet_s"] * 1e3),
+        "coldstart_to_ready_ms": round(statistics.median(r["ready_s"] for r in runs) * 1e3),
+        "coldstart_to_ready_and_first_fleet_ms": round(
+            statistics.median(r["ready_plus_first_fleet_s"] for r in runs) * 1e3
+        ),
+        "coldstart_to_ready_first_run_ms": round(cold["ready_s"] * 1e3),
         "peak_rss_mib": cold["memory_mib"]["peak_until_first_fleet"],
         "steady_events_per_s_kept_up": max(kept, default=0),
     }

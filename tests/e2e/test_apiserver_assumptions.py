@@ -8,18 +8,21 @@ the assumptions and which test checks each.
 from __future__ import annotations
 
 import time
+from typing import Any
 from urllib.parse import urlencode
 
+import msgspec
 import pytest
 
 from kilter.extenders import plans
 from kilter.extenders.scheduler import ApiBinder
-from kilter.model.core_v1 import Pod
+from kilter.model.core_v1 import Node, Pod
+from kilter.state import protobuf
 from kilter.state.api import ApiError, ApiServer
 from kilter.state.events import EventRecorder, Involved
 from kilter.state.leader import LeaderElector
 from kilter.state.live import ENDED
-from kilter.state.reflector import Reflector, Resource
+from kilter.state.reflector import Reflector, Resource, _ListPage
 from tests.e2e.conftest import pending_pod
 
 
@@ -38,6 +41,21 @@ def test_a_paged_pods_list_with_the_phase_selector_arrives_typed_and_whole(api: 
     pods = Resource("", ("v1",), "pods", "Pod", field_selector=f"metadata.namespace={namespace},{ENDED}", typed=Pod)
     listed = Reflector(api, pods, lambda batch: None, page_size=2).list_once()
     assert sorted(p.metadata.name for p in listed if isinstance(p, Pod)) == [f"p{i}" for i in range(5)]
+
+
+def test_pods_and_nodes_listed_as_protobuf_decode_to_the_views_their_json_gives(api: ApiServer, namespace: str) -> None:
+    _create_pods(api, namespace, 3)
+    for resource, path in (
+        (Resource("", ("v1",), "pods", "Pod", field_selector=f"metadata.namespace={namespace}", typed=Pod), "pods"),
+        (Resource("", ("v1",), "nodes", "Node", typed=Node), "nodes"),
+    ):
+        _, media = api.call_raw("GET", f"/api/v1/{path}?limit=500", accept=protobuf.ACCEPT)
+        assert protobuf.is_protobuf(media), media  # kube-apiserver serves core/v1 as protobuf
+        listed = [o for o in Reflector(api, resource, lambda batch: None).list_once() if isinstance(o, Node | Pod)]
+        as_json = api.call_raw("GET", f"/api/v1/{path}?limit=500")[0]
+        page: _ListPage[Any] = msgspec.json.decode(as_json, type=_ListPage[resource.typed])  # type: ignore[name-defined]
+        by_name = {o.metadata.name: o for o in page.items or []}
+        assert listed and all(by_name.get(o.metadata.name) == o for o in listed)
 
 
 def test_a_watch_from_a_version_long_gone_is_410(api: ApiServer) -> None:
