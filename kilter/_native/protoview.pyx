@@ -100,6 +100,8 @@ cdef class Message:
         self.defaults = tuple(defaults)
         self.fields = dict(fields)
         self.dedup = dedup
+        if not all(1 <= number <= 4096 for number in self.fields):
+            raise ValueError("field numbers run from 1 to 4096 here (Kubernetes' stay below 100)")
         self.top = max(self.fields, default=0)
         self.table = <FieldC*>malloc((self.top + 1) * sizeof(FieldC))
         if self.table == NULL:

@@ -205,6 +205,8 @@ def test_schema_mistakes_are_refused() -> None:
             impl.Message(tuple, ("",), {1: (1, impl.STRING, None, 0)})
         with pytest.raises(ValueError, match="MESSAGE"):
             impl.Message(tuple, ("",), {1: (0, impl.MESSAGE, None, 0)})
+        with pytest.raises(ValueError, match="4096"):
+            impl.Message(tuple, ("",), {1 << 29: (0, impl.STRING, None, 0)})
         with pytest.raises(ValueError, match="map"):
             impl.Message(tuple, ("",), {1: (0, impl.STRING_MAP, None, impl.REPEATED)})
 

@@ -25,6 +25,8 @@ class Message:
         *,
         dedup: bool = False,
     ) -> None:
+        if not all(1 <= number <= 4096 for number in fields):
+            raise ValueError("field numbers run from 1 to 4096 here (Kubernetes' stay below 100)")
         for number, (slot, kind, sub, flags) in fields.items():
             if number < 1 or not 0 <= slot < len(defaults):
                 raise ValueError(f"field {number}: slot {slot} is not one of the {len(defaults)} slots")
