@@ -65,7 +65,7 @@ _META = Message(
         6: (3, STRING, None, 0),  # resourceVersion
         8: (4, TIME, None, 0),  # creationTimestamp
         11: (5, STRING_MAP, None, 0),  # labels
-        12: (6, STRING_MAP, None, 0),  # annotations
+        12: (6, STRING_MAP, None, SHARED),  # annotations: replicas often carry the same
     },
 )
 
