@@ -81,7 +81,7 @@ class ApiServer:
 
     @contextlib.contextmanager
     def keep_alive(self) -> Iterator[None]:
-        """This thread's ``call_raw`` calls share one connection until the block ends (a list's pages).
+        """This thread's calls share one connection until the block ends (a list's pages).
 
         No TCP and TLS handshake per page; a kept connection the server has
         closed meanwhile is replaced, once, by a fresh one (the calls are GETs).
@@ -101,33 +101,11 @@ class ApiServer:
 
         Large lists are decoded by the caller's types; ``accept`` may ask for
         Kubernetes protobuf, which the server sends only where it has it.
-        Within ``keep_alive`` the connection stays open for the next call.
         """
-        keep = getattr(self._kept, "on", False)
-        conn: http.client.HTTPConnection | None = getattr(self._kept, "conn", None)
-        self._kept.conn = None
-        for fresh in (conn is None, True):
-            if conn is None:
-                conn = self._connection(self.timeout_s)
-            try:
-                conn.request(method, path, None, {**self.headers, "Accept": accept})
-                response = conn.getresponse()
-                raw = response.read()
-            except (OSError, http.client.HTTPException) as exc:
-                conn.close()
-                conn = None
-                if fresh:
-                    raise ApiError(0, f"{method} {self.url}{path}: {exc}") from None
-                continue  # the kept connection had gone stale
-            content_type = response.getheader("Content-Type") or ""
-            if keep and not response.will_close:
-                self._kept.conn = conn
-            else:
-                conn.close()
-            if response.status != 200:
-                raise ApiError(response.status, _message(raw, content_type))
-            return raw, content_type
-        raise AssertionError("unreachable")
+        status, raw, content_type = self._send(method, path, None, "", accept)
+        if status != 200:
+            raise ApiError(status, _message(raw, content_type))
+        return raw, content_type
 
     def call(self, method: str, path: str, body: Any = None, *, content_type: str = "application/json") -> Any:
         """One request; the decoded JSON answer, or ApiError carrying the server's own message."""
@@ -140,20 +118,40 @@ class ApiServer:
         except ValueError:
             return None
 
-    def _send(self, method: str, path: str, data: bytes | None, content_type: str) -> tuple[int, bytes, str]:
-        """One request on its own connection: the status, the whole answer and its Content-Type."""
-        conn = self._connection(self.timeout_s)
-        headers = {**self.headers, "Accept": "application/json"}
+    def _send(
+        self, method: str, path: str, data: bytes | None, content_type: str, accept: str = "application/json"
+    ) -> tuple[int, bytes, str]:
+        """One request: the status, the whole answer and its Content-Type.
+
+        Each request has a connection of its own, but within ``keep_alive``
+        the thread's kept one; a GET whose kept connection the server has
+        closed meanwhile goes again, once, on a fresh one.
+        """
+        keep = getattr(self._kept, "on", False)
+        conn: http.client.HTTPConnection | None = getattr(self._kept, "conn", None)
+        self._kept.conn = None
+        headers = {**self.headers, "Accept": accept}
         if data is not None:
             headers["Content-Type"] = content_type
-        try:
-            conn.request(method, path, data, headers)
-            response = conn.getresponse()
-            return response.status, response.read(), response.getheader("Content-Type") or ""
-        except (OSError, http.client.HTTPException) as exc:
-            raise ApiError(0, f"{method} {self.url}{path}: {exc}") from None
-        finally:
-            conn.close()
+        while True:
+            reused = conn is not None
+            if conn is None:
+                conn = self._connection(self.timeout_s)
+            try:
+                conn.request(method, path, data, headers)
+                response = conn.getresponse()
+                raw = response.read()
+            except (OSError, http.client.HTTPException) as exc:
+                conn.close()
+                conn = None
+                if reused and method == "GET":
+                    continue  # the kept connection had gone stale
+                raise ApiError(0, f"{method} {self.url}{path}: {exc}") from None
+            if keep and not response.will_close:
+                self._kept.conn = conn
+            else:
+                conn.close()
+            return response.status, raw, response.getheader("Content-Type") or ""
 
 
 def _message(raw: bytes, content_type: str = "application/json") -> str:

@@ -227,11 +227,12 @@ def decode_page(decoder: Decoder, item: type, data: bytes) -> ListPage:
 
 def status_message(data: bytes) -> str | None:
     """The message of a protobuf ``Status`` (how kube-apiserver refuses a protobuf request), or None."""
+    decoder = Decoder()
     try:
-        _, kind, raw = Decoder().unwrap(data)
+        _, kind, raw = decoder.unwrap(data)
         if kind != "Status":
             return None
-        status, message, reason = Decoder().decode(_STATUS, raw)
+        status, message, reason = decoder.decode(_STATUS, raw)
     except ProtobufError:
         return None
     return str(message or reason or status) or None

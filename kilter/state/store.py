@@ -142,10 +142,6 @@ class ClusterStore:
         """Make the store hold exactly ``objects`` of one kind (a relist of one resource); the events that did it."""
         incoming: dict[ObjectKey, Stored] = {}
         for obj in objects:
-            if type(obj) is Pod or type(obj) is Node:  # a live list's 100k views: no lookups needed
-                meta = obj.metadata
-                incoming["", obj.kind, meta.namespace, meta.name] = obj
-                continue
             key = object_key(obj)
             incoming[key] = _typed(key, obj)
         held = self._by_kind.get((group, kind))
@@ -164,13 +160,8 @@ class ClusterStore:
         if kind in _FLEET_KINDS:
             self._fleet_dirty = True
         if kind == ("", "Pod"):
-            if self._index is None and self._fleet_dirty:  # nothing to index or book yet: only find them by UID
-                by_uid = self._pods_by_uid
-                for obj in incoming.values():
-                    by_uid[_uid(obj)] = obj  # type: ignore[arg-type,assignment]
-            else:
-                for obj in incoming.values():
-                    self._pod_changed(None, obj)  # type: ignore[arg-type]
+            for obj in incoming.values():
+                self._pod_changed(None, obj)  # type: ignore[arg-type]
         return [Event(ADDED, obj) for obj in incoming.values()]
 
     def _difference(
