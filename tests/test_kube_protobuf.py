@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import random
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -170,17 +169,13 @@ def test_int_or_string_and_fields_v1_and_embedded_structs() -> None:
 
 
 def test_every_pod_and_node_of_the_cold_start_bench_encodes() -> None:
-    rng = random.Random(coldstart.SEED)
-    nodes = coldstart.nodes_with_managed_fields(rng)
-    cluster = coldstart.Cluster(nodes, 3000, rng)  # every node's DaemonSet pods and the bound GPU pods: 43k
-    template = coldstart._gpu_template("train", 0, 4, rng)  # pending pods too, which 3000 leaves out
-    pending = [template.pod(f"p-{n}", n, rng, status=template.pending_status(len(nodes))) for n in range(2)]
+    pods, nodes = coldstart.sample(pending=2)
     memo: dict[tuple[int, str], bytes] = {}  # every distinct part is still encoded (and checked) once
     for node in nodes:
         assert encode(node, "Node", memo=memo)
-    for pod in [*cluster.pods, *pending]:
+    for pod in pods:
         assert encode(pod, "Pod", memo=memo)
-    statuses = records(records(encode(pending[0], "Pod"))[3][0])  # type: ignore[arg-type]
+    statuses = records(records(encode(pods[-1], "Pod"))[3][0])  # type: ignore[arg-type]
     assert statuses[1] == [b"Pending"] and len(statuses[2]) == 1  # phase, the PodScheduled condition
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import random
 from typing import Any
 
 import msgspec
@@ -37,12 +36,8 @@ def pb_views(item: type, items: list[Json]) -> list[Any]:
 @pytest.fixture(scope="module")
 def realistic() -> tuple[list[Json], list[Json]]:
     """Pods and Nodes as a large GPU cluster has them (managedFields, probes, volumes, images, conditions)."""
-    rng = random.Random(cs.SEED)
-    nodes = cs.nodes_with_managed_fields(rng)
-    cluster = cs.Cluster(nodes, 3000, rng)  # DaemonSet and bound GPU pods
-    template = cs._gpu_template("train", 0, 4, rng)
-    pending = [template.pod(f"p-{n}", n, rng, status=template.pending_status(len(nodes))) for n in range(3)]
-    return [*cluster.pods[::10], *pending], nodes[:400]
+    pods, nodes = cs.sample(pending=3)
+    return [*pods[:-3:10], *pods[-3:]], nodes[:400]
 
 
 def test_realistic_pods_and_nodes_decode_as_from_json(realistic: tuple[list[Json], list[Json]]) -> None:
