@@ -74,8 +74,8 @@ import uvloop
 
 from bench.common import host_counters, host_share, machine_speed, process_cpu_s, write
 from bench.extender import GPU, TOKEN, _images, fleet_objects, full_node, token_volume
+from kilter.kube.api import ApiServer
 from kilter.model.core_v1 import Node, Pod
-from kilter.state.api import ApiServer
 from kilter.state.live import ENDED, LiveFeed, default_resources
 from kilter.state.reflector import Batch, Resource
 from kilter.state.store import ClusterStore, Event, Stored

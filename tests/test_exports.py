@@ -11,6 +11,7 @@ PACKAGES = [
     "kilter.model",
     "kilter.topology",
     "kilter.quota",
+    "kilter.kube",
     "kilter.state",
     "kilter.extenders",
     "kilter.webhooks",

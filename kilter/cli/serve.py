@@ -29,16 +29,16 @@ from kilter.extenders.plans import PlanRecorder
 from kilter.extenders.scheduler import ApiBinder, Binder, SchedulerExtender
 from kilter.extenders.server import DEFAULT_MAX_BODY_BYTES, App
 from kilter.extenders.volcano import VolcanoExtender
+from kilter.kube.api import ApiServer, connect
+from kilter.kube.events import EventRecorder
+from kilter.kube.follower import LeaseFollower
+from kilter.kube.leader import LeaderElector
 from kilter.model.errors import InputError
 from kilter.model.kueue import KUEUE_GROUP, ClusterQueue, Cohort, ResourceFlavor
 from kilter.quota.policy import parse_duration
 from kilter.quota.tree import build_tree
-from kilter.state.api import ApiServer, connect
 from kilter.state.cluster import from_objects
-from kilter.state.events import EventRecorder
 from kilter.state.feed import SnapshotFeed, settle
-from kilter.state.follower import LeaseFollower
-from kilter.state.leader import LeaderElector
 from kilter.state.live import LiveFeed, default_resources
 from kilter.state.snapshot import load_documents
 from kilter.state.store import ClusterStore

@@ -7,9 +7,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from kilter.kube.api import connect
 from kilter.model.errors import InputError
 from kilter.state import cluster, snapshot
-from kilter.state.api import connect
 from kilter.state.cluster import ClusterState
 from kilter.state.live import default_resources, list_cluster
 from kilter.topology import fleetgen

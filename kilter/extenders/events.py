@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from concurrent.futures import Future
 
-from kilter.state.api import ApiServer
-from kilter.state.events import EventRecorder, Involved
+from kilter.kube.api import ApiServer
+from kilter.kube.events import EventRecorder, Involved
 
 __all__ = ["PodGroupEvents"]
 

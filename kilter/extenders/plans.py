@@ -46,9 +46,9 @@ from urllib.parse import quote
 
 import msgspec
 
+from kilter.kube.api import ApiServer
 from kilter.model.core_v1 import Pod, pod_request
 from kilter.model.errors import InputError, KilterError
-from kilter.state.api import ApiServer
 from kilter.state.store import ObjectKey
 from kilter.topology import eligibility
 from kilter.topology.fleet import Fleet

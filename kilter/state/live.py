@@ -19,9 +19,9 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from kilter.kube.api import ApiServer
 from kilter.model.core_v1 import Node, Pod, pod_request
 from kilter.model.errors import InputError
-from kilter.state.api import ApiServer
 from kilter.state.feed import settle
 from kilter.state.reflector import Batch, Reflector, Resource
 from kilter.state.store import ClusterStore, Stored

@@ -39,9 +39,9 @@ from urllib.parse import urlencode
 
 import msgspec
 
+from kilter.kube import protobuf
+from kilter.kube.api import ApiError, ApiServer
 from kilter.model.core_v1 import Node, Pod
-from kilter.state import protobuf
-from kilter.state.api import ApiError, ApiServer
 from kilter.state.store import ADDED, DELETED, MODIFIED, Event, Stored
 
 __all__ = ["Batch", "Reflector", "Resource"]

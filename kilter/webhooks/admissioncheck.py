@@ -29,12 +29,12 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
+from kilter.kube.api import ApiError, ApiServer
+from kilter.kube.events import EventRecorder, Involved
 from kilter.model.errors import InputError, KilterError
 from kilter.model.jobs import read_job
 from kilter.model.kueue import KUEUE_GROUP, Workload
-from kilter.state.api import ApiError, ApiServer
 from kilter.state.cluster import ClusterState
-from kilter.state.events import EventRecorder, Involved
 from kilter.state.store import ClusterStore
 from kilter.topology.fleet import Fleet
 from kilter.topology.labels import HOSTNAME_LABEL

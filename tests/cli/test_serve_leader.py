@@ -15,7 +15,7 @@ from kilter.extenders.server import App
 from tests.extenders.conftest import _Server, cluster_objects, serve_args, write_snapshot
 from tests.fakeapi import FakeApi
 from tests.live_mode import kubeconfig
-from tests.state.test_leader import NAME, NAMESPACE, LeaseStore, serving
+from tests.kube.test_leader import NAME, NAMESPACE, LeaseStore, serving
 
 
 @pytest.fixture

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from kilter.kube.api import ApiError, ApiServer, connect
 from kilter.model.errors import KilterError
-from kilter.state.api import ApiError, ApiServer, connect
 
 CLUSTER = "kilter-e2e"
 

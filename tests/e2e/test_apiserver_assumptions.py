@@ -16,11 +16,11 @@ import pytest
 
 from kilter.extenders import plans
 from kilter.extenders.scheduler import ApiBinder
+from kilter.kube import protobuf
+from kilter.kube.api import ApiError, ApiServer
+from kilter.kube.events import EventRecorder, Involved
+from kilter.kube.leader import LeaderElector
 from kilter.model.core_v1 import Node, Pod
-from kilter.state import protobuf
-from kilter.state.api import ApiError, ApiServer
-from kilter.state.events import EventRecorder, Involved
-from kilter.state.leader import LeaderElector
 from kilter.state.live import ENDED
 from kilter.state.reflector import Reflector, Resource, _ListPage
 from tests.e2e.conftest import pending_pod

@@ -25,9 +25,9 @@ from kilter.cli.serve import build_app
 from kilter.extenders.gangs import GangBook, GangId, GangPlan, identify
 from kilter.extenders.plans import PLAN_ANNOTATION, PlanRecord, PlanRecorder, decode, encode
 from kilter.extenders.server import App
+from kilter.kube.api import ApiServer
 from kilter.model import codec
 from kilter.model.core_v1 import Pod
-from kilter.state.api import ApiServer
 from kilter.state.store import ClusterStore
 from tests.extenders.conftest import _Server, cluster_objects, names_args, pod_json, serve_args
 from tests.listwatch import NODES, PODS, ListWatchServer, Resource

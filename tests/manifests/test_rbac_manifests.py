@@ -25,7 +25,7 @@ from kilter.extenders.events import PodGroupEvents
 from kilter.extenders.gangs import GangId, GangPlan, Slot
 from kilter.extenders.plans import PlanRecorder
 from kilter.extenders.scheduler import ApiBinder
-from kilter.state.api import ApiServer
+from kilter.kube.api import ApiServer
 from kilter.state.live import default_resources
 from kilter.state.reflector import Batch, Reflector, Resource
 from kilter.topology.catalog import BUILTIN, Catalog

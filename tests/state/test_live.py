@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
+from kilter.kube.api import ApiError, ApiServer
+from kilter.kube.protobuf import ACCEPT
 from kilter.model.core_v1 import Node, Pod
-from kilter.state.api import ApiError, ApiServer
 from kilter.state.live import LiveFeed, default_resources
-from kilter.state.protobuf import ACCEPT
 from kilter.state.reflector import Reflector
 from kilter.state.reflector import Resource as Watched
 from kilter.state.store import ClusterStore, object_key

@@ -15,7 +15,7 @@ import pytest
 import uvicorn
 
 from kilter.cli.serve import webhook_app
-from kilter.state.api import connect
+from kilter.kube.api import connect
 from kilter.state.live import LiveFeed, default_resources
 from kilter.state.store import ClusterStore
 from kilter.webhooks.server import WebhookApp

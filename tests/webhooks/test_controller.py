@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from kilter.extenders.gangs import GangBook, GangId
-from kilter.state.api import ApiServer
-from kilter.state.events import EventRecorder
+from kilter.kube.api import ApiServer
+from kilter.kube.events import EventRecorder
 from kilter.state.store import ClusterStore
 from kilter.webhooks.admissioncheck import CONTROLLER_NAME, CheckDecision, Controller
 from tests.fakeapi import Answer, Call, FakeApi, running, status

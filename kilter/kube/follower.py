@@ -26,8 +26,8 @@ import threading
 import time
 from collections.abc import Callable
 
-from kilter.state.api import ApiError, ApiServer
-from kilter.state.leader import JITTER, LeaseRecord
+from kilter.kube.api import ApiError, ApiServer
+from kilter.kube.leader import JITTER, LeaseRecord
 
 __all__ = ["LeaseFollower"]
 

@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bench import coldstart as cs
+from kilter.kube import protobuf
 from kilter.model.core_v1 import Node, Pod
-from kilter.state import protobuf
 from tests.kube_protobuf import encode, envelope
 
 Json = dict[str, Any]

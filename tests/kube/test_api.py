@@ -7,8 +7,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from kilter.state.api import ApiError, ApiServer
-from kilter.state.protobuf import ACCEPT, MEDIA_TYPE
+from kilter.kube.api import ApiError, ApiServer
+from kilter.kube.protobuf import ACCEPT, MEDIA_TYPE
 from tests.listwatch import PODS, ListWatchServer, _Handler
 
 TOKEN = "api-token"

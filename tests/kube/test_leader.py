@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 
+from kilter.kube.api import ApiServer
+from kilter.kube.leader import LeaderElector, micro_time
 from kilter.model.errors import ConfigError
-from kilter.state.api import ApiServer
-from kilter.state.leader import LeaderElector, micro_time
 from tests.fakeapi import Answer, Call, FakeApi, running, status
 
 NAMESPACE = "kilter-system"

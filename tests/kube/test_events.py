@@ -6,8 +6,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from kilter.state.api import ApiServer
-from kilter.state.events import EventRecorder, Involved
+from kilter.kube.api import ApiServer
+from kilter.kube.events import EventRecorder, Involved
 from tests.fakeapi import Answer, Call, FakeApi, running, status
 
 WORKLOAD = Involved("kueue.x-k8s.io/v1beta2", "Workload", "ml", "job-a", uid="u-1")

@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode, urlsplit
 
+from kilter.kube.protobuf import is_protobuf, status_message
 from kilter.model.errors import InputError, KilterError
-from kilter.state.protobuf import is_protobuf, status_message
 
 __all__ = ["ApiError", "ApiServer", "connect"]
 

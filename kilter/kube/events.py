@@ -21,8 +21,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from urllib.parse import quote
 
+from kilter.kube.api import ApiServer
 from kilter.model.errors import KilterError
-from kilter.state.api import ApiServer
 
 __all__ = ["COMPONENT", "EventRecorder", "Involved"]
 

@@ -6,11 +6,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from kilter.state.api import ApiServer
-from kilter.state.follower import LeaseFollower
-from kilter.state.leader import LeaderElector
+from kilter.kube.api import ApiServer
+from kilter.kube.follower import LeaseFollower
+from kilter.kube.leader import LeaderElector
 from tests.fakeapi import FakeApi
-from tests.state.test_leader import FAST, NAME, NAMESPACE, Clock, LeaseStore, eventually, serving
+from tests.kube.test_leader import FAST, NAME, NAMESPACE, Clock, LeaseStore, eventually, serving
 
 
 @pytest.fixture

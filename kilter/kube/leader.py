@@ -55,8 +55,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+from kilter.kube.api import ApiError, ApiServer
 from kilter.model.errors import ConfigError
-from kilter.state.api import ApiError, ApiServer
 
 __all__ = ["JITTER", "LeaderElector", "LeaseRecord", "micro_time"]
 
