@@ -27,7 +27,6 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
-from kilter._native.jsonout import JsonNames
 from kilter.extenders import wire
 from kilter.extenders.explain import DecisionLog, Record
 from kilter.extenders.gangs import GangBook, GangPlan, identify
@@ -35,24 +34,12 @@ from kilter.kube.api import ApiError, ApiServer
 from kilter.model.core_v1 import Pod, pod_request
 from kilter.model.errors import InputError, KilterError
 from kilter.state.store import MODIFIED, ClusterStore, Event
-from kilter.topology import eligibility
+from kilter.topology import verdicts
 from kilter.topology.fleet import Fleet
 from kilter.topology.score import score_pod, score_pod_json
 
 __all__ = ["Answer", "ApiBinder", "Binder", "SchedulerExtender"]
 
-PASS, FULL, UNKNOWN, OTHER_KIND, UNUSABLE, TOO_SMALL, NOT_ELIGIBLE, NOT_PLANNED, GANG_WAITS = range(9)
-VERDICTS = (
-    "passed",
-    "failed",
-    "unresolvable",
-    "unresolvable",
-    "unresolvable",
-    "unresolvable",
-    "unresolvable",
-    "unresolvable",
-    "failed",
-)
 MAX_SCORE = 10
 
 
@@ -90,9 +77,7 @@ class SchedulerExtender:
         self._bind_args = msgspec.json.Decoder(wire.BindingArgs)
         self._node_name = msgspec.json.Decoder(wire.NodeName)
         self._encoder = msgspec.json.Encoder()
-        self._names: tuple[int, JsonNames] = (-1, JsonNames([]))
-        self._static_codes: dict[tuple[int, str], tuple[npt.NDArray[np.int8], npt.NDArray[np.int32]]] = {}
-        self._masks: dict[tuple[int, bytes], npt.NDArray[np.bool_] | None] = {}
+        self._ladder = verdicts.Ladder()
         self._seen: OrderedDict[str, tuple[int, str]] = OrderedDict()  # pod uid -> (GPUs, resource), for bind
 
     # ------------------------------------------------------------------ shared
@@ -102,10 +87,8 @@ class SchedulerExtender:
             raise InputError("Pod is null")
         fleet = self.store.fleet()
         path = "$.Pod.spec"
-        asked = [(r, n) for r in sorted(fleet.catalog.device_resources) if (n := pod_request(pod.spec, r, path=path))]
-        if len(asked) > 1:
-            raise InputError(f"the pod asks for several GPU kinds: {', '.join(r for r, _ in asked)}")
-        resource, gpus = asked[0] if asked else ("", 0)
+        asks = ((r, pod_request(pod.spec, r, path=path)) for r in fleet.catalog.device_resources)
+        resource, gpus = verdicts.gpu_ask(asks) or ("", 0)
         uid = pod.metadata.uid or f"{pod.metadata.namespace}/{pod.metadata.name}"
         if gpus:
             self._seen[uid] = (gpus, resource)
@@ -155,13 +138,15 @@ class SchedulerExtender:
             if not p.gpus:
                 return Answer(200, self._pass_through(args), "not-gpu")
             plan = self._gang(p)
-            codes, free, total = self._verdicts(fleet, p, cand.index, plan)
+            hold = _hold(plan, p)
+            judged = self._ladder.judge(fleet, cand.index, resource=p.resource, gpus=p.gpus, spec=p.pod.spec, hold=hold)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             return self._filter_error(f"malformed ExtenderArgs: {exc}")
         except KilterError as exc:
             return self._filter_error(str(exc))
-        reason_of = _Reasons(p.gpus, p.resource, plan)
-        passing = np.flatnonzero(codes == PASS)
+        codes, free, total = judged.codes, judged.free, judged.total
+        reason_of = verdicts.Reasons(gpus=p.gpus, resource=p.resource, hold=hold)
+        passing = np.flatnonzero(codes == verdicts.PASS)
         body_out = self._filter_body(fleet, cand, passing, codes, free, total, reason_of)
         summary = f"{len(passing)} of {len(cand.index)} nodes pass for {p.gpus} {p.resource}"
         gang_note = plan.describe() if plan is not None else ""
@@ -178,16 +163,11 @@ class SchedulerExtender:
                 free.astype(np.int16),
                 total.astype(np.int16),
                 reason=reason_of,
-                verdicts=VERDICTS,
+                verdicts=verdicts.OUTCOMES,
             ),
         )
         outcome = "gang" if plan is not None else ("fits" if len(passing) else "no-fit")
         return Answer(200, body_out, outcome)
-
-    def _json_names(self, fleet: Fleet) -> JsonNames:
-        if self._names[0] != self.store.generation:
-            self._names = (self.store.generation, JsonNames(fleet.node_names))
-        return self._names[1]
 
     def _filter_body(
         self,
@@ -197,19 +177,19 @@ class SchedulerExtender:
         codes: npt.NDArray[np.int8],
         free: npt.NDArray[np.int32],
         total: npt.NDArray[np.int32],
-        reason_of: _Reasons,
+        reason_of: verdicts.Reasons,
     ) -> bytes:
         """The ExtenderFilterResult, written from indices: one message per distinct reason, not per node."""
-        names = self._json_names(fleet)
+        names = fleet.json_names()
         index = cand.index
         known = index >= 0
-        failed = _FAILED[codes]
-        sized = (codes == FULL) | (codes == TOO_SMALL)
+        failed = verdicts.is_resolvable(codes)
+        sized = (codes == verdicts.FULL) | (codes == verdicts.TOO_SMALL)
         base = int(total.max(initial=0)) + 1
         free_c = np.clip(free, 0, base - 1).astype(np.int64)
         keys = codes.astype(np.int64) * (base * base) + np.where(sized, free_c * base + total, 0)
         maps: list[bytes] = []
-        for wanted in (failed & known, ~failed & known & (codes != PASS)):
+        for wanted in (failed & known, ~failed & known & (codes != verdicts.PASS)):
             at = np.flatnonzero(wanted)
             first, value_of = _group(keys[at])
             values = [
@@ -221,7 +201,7 @@ class SchedulerExtender:
         if len(unknown):
             assert cand.names is not None  # unknown nodes only come with decoded names
             extra = b",".join(
-                self._encoder.encode(cand.names[i]) + b":" + self._encoder.encode(reason_of(UNKNOWN, 0, 0))
+                self._encoder.encode(cand.names[i]) + b":" + self._encoder.encode(reason_of(verdicts.UNKNOWN, 0, 0))
                 for i in unknown.tolist()
             )
             maps[1] = maps[1][:-1] + (b"," if len(maps[1]) > 2 else b"") + extra + b"}"
@@ -256,66 +236,6 @@ class SchedulerExtender:
         nodes = b'{"metadata":{},"items":[' + b",".join(bytes(i) for i in items) + b"]}"
         return b'{"Nodes":' + nodes + b',"NodeNames":null,"FailedNodes":{},"FailedAndUnresolvableNodes":{},"Error":""}'
 
-    def _verdicts(
-        self, fleet: Fleet, p: _Pod, index: npt.NDArray[np.int32], plan: GangPlan | None
-    ) -> tuple[npt.NDArray[np.int8], npt.NDArray[np.int32], npt.NDArray[np.int32]]:
-        """Per candidate: its verdict code and free and total GPUs (index -1, an unknown node, reads the sentinel)."""
-        base, total_all = self._static(fleet, p.resource)
-        codes = base[index]
-        total = total_all[index]
-        used = fleet.bitmap.node_used_gpus
-        free = total - used[np.where(index >= 0, index, 0)]
-        ok = codes == PASS
-        if plan is not None:
-            if not plan.feasible:
-                codes[ok] = GANG_WAITS
-            else:
-                allowed = np.zeros(fleet.n_nodes + 1, dtype=bool)
-                allowed[plan.nodes_for(p.uid, p.gpus)] = True
-                codes[ok & ~allowed[index]] = NOT_PLANNED
-            return codes, free, total
-        codes[ok & (free < p.gpus)] = FULL
-        codes[ok & (total < p.gpus)] = TOO_SMALL
-        mask = self._eligible(fleet, p)
-        if mask is not None:
-            codes[ok & ~mask[index]] = NOT_ELIGIBLE
-        return codes, free, total
-
-    def _eligible(self, fleet: Fleet, p: _Pod) -> npt.NDArray[np.bool_] | None:
-        """The pod's node mask (one slot past the end for -1), shared by pods with the same constraints.
-
-        Replicas of a Deployment or a Job's pods carry identical selectors and
-        tolerations, so the mask is worked out once per fleet and shape.
-        """
-        spec = p.pod.spec
-        key = (self.store.generation, self._encoder.encode((spec.node_selector, spec.affinity, spec.tolerations)))
-        if key in self._masks:
-            return self._masks[key]
-        mask = eligibility.node_mask(fleet, spec, path="$.Pod.spec")
-        extended = None if mask is None else np.append(mask, False)
-        if len(self._masks) > 256:
-            self._masks.clear()
-        self._masks[key] = extended
-        return extended
-
-    def _static(self, fleet: Fleet, resource: str) -> tuple[npt.NDArray[np.int8], npt.NDArray[np.int32]]:
-        """Verdicts that change only with the fleet (unknown, other GPU kind, unusable); a last slot serves -1."""
-        key = (self.store.generation, resource)
-        cached = self._static_codes.get(key)
-        if cached is None:
-            bm = fleet.bitmap
-            kinds = np.array([pl.device_resource == resource for pl in fleet.platforms], dtype=bool)
-            kind_ok = kinds[bm.domain_platforms[fleet.node_domain]] if fleet.n_nodes else np.zeros(0, dtype=bool)
-            codes = np.full(fleet.n_nodes + 1, PASS, dtype=np.int8)
-            codes[:-1][bm.node_usable_flags == 0] = UNUSABLE
-            codes[:-1][~kind_ok] = OTHER_KIND
-            codes[-1] = UNKNOWN
-            total = np.append(bm.node_gpu_counts.astype(np.int32), np.int32(0))
-            if len(self._static_codes) > 8:
-                self._static_codes.clear()
-            cached = self._static_codes[key] = (codes, total)
-        return cached
-
     # ------------------------------------------------------------------ prioritize
 
     def prioritize(self, body: bytes) -> Answer:
@@ -344,7 +264,7 @@ class SchedulerExtender:
             return Answer(400, str(exc).encode(), "error")
         scores = np.maximum(scores, 0)
         if names is None and (index >= 0).all():
-            body_out = self._json_names(fleet).host_scores(index, scores)
+            body_out = fleet.json_names().host_scores(index, scores)
             shown = None
         else:
             shown = names if names is not None else msgspec.json.decode(raw_names, type=list[str])
@@ -518,41 +438,13 @@ class ApiBinder(Binder):
         return same_pod and isinstance(spec, dict) and spec.get("nodeName") == node
 
 
-class _Reasons:
-    """Sentences for verdict codes; also the explain renderer, so both always say the same."""
-
-    def __init__(self, gpus: int, resource: str, plan: GangPlan | None) -> None:
-        self.gpus = gpus
-        self.resource = resource
-        self.plan = plan
-        self._cache: dict[tuple[int, int, int], str] = {}
-
-    def __call__(self, code: int, free: int, total: int) -> str:
-        key = (code, free, total) if code in (FULL, TOO_SMALL) else (code, 0, 0)
-        text = self._cache.get(key)
-        if text is None:
-            text = self._cache[key] = self._text(code, free, total)
-        return text
-
-    def _text(self, code: int, free: int, total: int) -> str:
-        g, r = self.gpus, self.resource
-        if code == FULL:
-            return f"{free} of {total} {r} free; the pod needs {g}"
-        if code == TOO_SMALL:
-            return f"the node has {total} {r}; the pod needs {g}"
-        if code == UNKNOWN:
-            return "not a GPU node in kilter's model of the fleet"
-        if code == OTHER_KIND:
-            return f"the node's GPUs are not {r}"
-        if code == UNUSABLE:
-            return "the node is cordoned, not Ready, or its GPUs are unhealthy"
-        if code == NOT_ELIGIBLE:
-            return "the pod's nodeSelector, node affinity or tolerations exclude the node"
-        if code == NOT_PLANNED:
-            return f"kilter holds this pod to its gang's plan ({self.plan.describe() if self.plan else ''})"
-        if code == GANG_WAITS:
-            return f"the gang does not fit yet: {self.plan.plan.reason if self.plan else ''}"
-        return "passes"
+def _hold(plan: GangPlan | None, p: _Pod) -> verdicts.Hold | None:
+    """The gang's plan as the verdict ladder reads it: the planned nodes this pod may take."""
+    if plan is None:
+        return None
+    if not plan.feasible:
+        return verdicts.Hold(False, (), plan.plan.reason)
+    return verdicts.Hold(True, plan.nodes_for(p.uid, p.gpus), plan.describe())
 
 
 def _group(keys: npt.NDArray[np.int64]) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.int32]]:
@@ -595,6 +487,3 @@ def _fast_name(item: msgspec.Raw) -> str | None:
         return name.decode()
     except UnicodeDecodeError:
         return None
-
-
-_FAILED = np.array([v == "failed" for v in VERDICTS], dtype=bool)

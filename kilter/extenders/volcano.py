@@ -40,7 +40,6 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
-from kilter._native.jsonout import JsonNames
 from kilter.extenders import volcano_wire as vw
 from kilter.extenders.gangs import GangBook, GangId, GangPlan
 from kilter.extenders.nodeinfo_stream import NodeNamesReader, StreamedNodes
@@ -61,6 +60,7 @@ from kilter.model.kueue import ClusterQueue, Cohort, ResourceFlavor
 from kilter.model.volcano import NetworkTopologySpec
 from kilter.quota.config import FairSharingConfig
 from kilter.state.store import ClusterStore
+from kilter.topology import verdicts
 from kilter.topology.fleet import Fleet
 from kilter.topology.hypernodes import TIER_LABEL_PREFIX, tier_label
 from kilter.topology.score import score_indices
@@ -130,7 +130,7 @@ class VolcanoExtender:
         self._state_jobs: tuple[int, dict[str, VolcanoJob]] | None = None
         self._gangs_epoch: tuple[int, int, int] = (-1, -1, -1)
         self._gang_cache: dict[str, tuple[GangId | None, frozenset[str]]] = {}
-        self._names: tuple[int, JsonNames] = (-1, JsonNames([]))
+        self._ladder = verdicts.Ladder()
         self._encoder = msgspec.json.Encoder()
         self._jobs_decoder = msgspec.json.Decoder(dict[str, vw.JobInfo] | None)
         self._task_decoder = msgspec.json.Decoder(vw.TaskHead | None)
@@ -351,12 +351,11 @@ class VolcanoExtender:
         if task is None:
             raise InputError("task is null")
         scalars = task.resreq.scalar_resources if task.resreq is not None else None
-        asked = [(r, v) for r, v in (scalars or {}).items() if r in fleet.catalog.device_resources and v > 0]
-        if len(asked) > 1:
-            raise InputError(f"the task asks for several GPU kinds: {', '.join(sorted(r for r, _ in asked))}")
-        if not asked:
+        devices = fleet.catalog.device_resources
+        asked = verdicts.gpu_ask(((r, v) for r, v in (scalars or {}).items() if r in devices), who="the task")
+        if asked is None:
             return "", 0
-        resource, milli = asked[0]
+        resource, milli = asked
         if milli % 1000:
             raise InputError(f"the task asks for {milli / 1000:g} {resource}; kilter places whole GPUs")
         return resource, int(milli // 1000)
@@ -405,32 +404,22 @@ class VolcanoExtender:
         return Answer(200, body, "passed" if code == vw.SUCCESS else "failed")
 
     def _fits(self, fleet: Fleet, task: vw.TaskHead, node: vw.NodeName, resource: str, gpus: int) -> tuple[int, str]:
-        index = fleet.node_index.get(node.name)
-        if index is None:
-            return vw.UNRESOLVABLE, "not a GPU node in kilter's model of the fleet"
-        if fleet.platform_of_node(index).device_resource != resource:
-            return vw.UNRESOLVABLE, f"the node's GPUs are not {resource}"
-        if not fleet.bitmap.node_usable_flags[index]:
-            return vw.UNRESOLVABLE, "the node is cordoned, not Ready, or its GPUs are unhealthy"
-        total = int(fleet.bitmap.node_gpu_counts[index])
-        if total < gpus:
-            return vw.UNRESOLVABLE, f"the node has {total} {resource}; the task needs {gpus}"
-        idle = _idle(node, resource)
-        plan = self._plan(task, gpus, fleet)
-        if plan is not None:
-            if not plan.feasible:
-                return vw.UNSCHEDULABLE, f"the gang does not fit yet: {plan.plan.reason}"
-            if index not in plan.nodes_for(task.uid, gpus):
-                return vw.UNRESOLVABLE, f"kilter holds this task to its gang's plan ({plan.describe()})"
-            if idle is not None and idle < gpus:
-                return vw.UNSCHEDULABLE, f"Volcano sees {idle} {resource} idle; the task needs {gpus}"
+        """The ladder's verdict for one node, in Volcano's status codes (``FULL``/``GANG_WAITS``: Unschedulable)."""
+        index = fleet.node_index.get(node.name, -1)
+        hold = None
+        if self._ladder.static(fleet, resource)[0][index] == verdicts.PASS:  # a gang is planned on its first fit
+            plan = self._plan(task, gpus, fleet)
+            if plan is not None:
+                planned = plan.nodes_for(task.uid, gpus) if plan.feasible else []
+                hold = verdicts.Hold(plan.feasible, planned, plan.describe() if plan.feasible else plan.plan.reason)
+        spec = _pod(task).spec
+        code, free, total = self._ladder.judge_one(
+            fleet, index, resource=resource, gpus=gpus, spec=spec, hold=hold, idle=_idle(node, resource)
+        )
+        if code == verdicts.PASS:
             return vw.SUCCESS, ""
-        free = int(fleet.bitmap.node_free_gpus(index))
-        if idle is not None:
-            free = min(free, idle)
-        if free < gpus:
-            return vw.UNSCHEDULABLE, f"{free} of {total} {resource} free; the task needs {gpus}"
-        return vw.SUCCESS, ""
+        text = verdicts.reason(code, gpus=gpus, resource=resource, free=free, total=total, hold=hold)
+        return (vw.UNSCHEDULABLE if verdicts.OUTCOMES[code] == "failed" else vw.UNRESOLVABLE), text
 
     def prioritize_reader(self) -> NodeNamesReader | None:
         """A reader to feed a prioritize body to as it arrives, for ``prioritize_streamed`` (None: read it whole)."""
@@ -484,9 +473,7 @@ class VolcanoExtender:
             scores = score_indices(fleet, index, gpus=gpus)
             scaled = np.maximum(scores.astype(np.int32), 0) * (MAX_NODE_SCORE // 10)
         known = np.flatnonzero(index >= 0)
-        if self._names[0] != self.store.generation:
-            self._names = (self.store.generation, JsonNames(fleet.node_names))
-        scores_json = self._names[1].object(index[known], scaled[known].astype(np.int32), SCORE_TEXT)
+        scores_json = fleet.json_names().object(index[known], scaled[known].astype(np.int32), SCORE_TEXT)
         return Answer(200, b'{"nodeScore":' + scores_json + b',"errorMessage":""}', "scored")
 
     def _prioritize_args(self, body: bytes, fleet: Fleet) -> tuple[vw.TaskHead, npt.NDArray[np.int32]]:

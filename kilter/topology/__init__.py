@@ -1,6 +1,6 @@
 """Topology-aware placement: the platform catalog, the fleet model, gang plans and node scores."""
 
-from kilter.topology import catalog, eligibility, fleet, fleetgen, hypernodes, labels, plan, score
+from kilter.topology import catalog, eligibility, fleet, fleetgen, hypernodes, labels, plan, score, verdicts
 from kilter.topology.catalog import BUILTIN, Catalog, Platform, load_overrides
 from kilter.topology.fleet import Fleet, build_fleet
 from kilter.topology.plan import (
@@ -38,4 +38,5 @@ __all__ = [
     "score",
     "score_pod",
     "score_pod_json",
+    "verdicts",
 ]

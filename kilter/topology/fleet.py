@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from kilter._native import domains, names
+from kilter._native import domains, jsonout, names
 from kilter.model import quantity
 from kilter.model.core_v1 import Node, Pod, Taint, pod_request
 from kilter.model.errors import InputError, UnknownPlatform
@@ -95,6 +95,7 @@ class Fleet:
     domain_group: npt.NDArray[np.int32]
     warnings: list[str] = field(default_factory=list)
     _label_codes: dict[str, tuple[npt.NDArray[np.int32], dict[str, int]]] = field(default_factory=dict)
+    _json_names: jsonout.JsonNames | None = None
 
     @property
     def n_nodes(self) -> int:
@@ -105,6 +106,12 @@ class Fleet:
 
     def domain_of_node(self, node: int) -> str:
         return self.domain_ids[int(self.node_domain[node])]
+
+    def json_names(self) -> jsonout.JsonNames:
+        """The node names pre-encoded as JSON strings, for answers written from indices; built once per fleet."""
+        if self._json_names is None:
+            self._json_names = jsonout.JsonNames(self.node_names)
+        return self._json_names
 
     def label_codes(self, key: str) -> tuple[npt.NDArray[np.int32], dict[str, int]]:
         """Per node, a code for its value of label ``key`` (-1 = absent); built once per key."""

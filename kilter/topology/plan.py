@@ -17,7 +17,7 @@ from kilter._native import gang
 from kilter.model.core_v1 import PodSpec, pod_request
 from kilter.model.errors import InputError
 from kilter.model.jobs import PodSetSpec, TopologyRequest
-from kilter.topology import eligibility
+from kilter.topology import eligibility, verdicts
 from kilter.topology.catalog import Catalog, Platform
 from kilter.topology.fleet import Fleet
 
@@ -97,13 +97,14 @@ def gang_request(
     ignored: list[str] = []
     for ps in pod_sets:
         path = f"pod set {ps.name}: spec"
-        asked = {r: n for r in resources if (n := pod_request(ps.template.spec, r, path=path)) > 0}
-        if not asked or ps.count == 0:
+        asked = None
+        if ps.count > 0:
+            asks = ((r, pod_request(ps.template.spec, r, path=path)) for r in resources)
+            asked = verdicts.gpu_ask(asks, who=f"pod set {ps.name}")
+        if asked is None:
             ignored.append(ps.name)
             continue
-        if len(asked) > 1:
-            raise InputError(f"pod set {ps.name} asks for several GPU kinds: {', '.join(sorted(asked))}")
-        resource, n = next(iter(asked.items()))
+        resource, n = asked
         if n > MAX_POD_GPUS:
             raise InputError(
                 f"pod set {ps.name} asks for {n} {resource} per pod; no node offers more than {MAX_POD_GPUS}"

@@ -14,8 +14,8 @@ from kilter.cli.serve import build_app
 from kilter.extenders.server import App
 from tests.extenders.conftest import _Server, cluster_objects, serve_args, write_snapshot
 from tests.fakeapi import FakeApi
-from tests.live_mode import kubeconfig
 from tests.kube.test_leader import NAME, NAMESPACE, LeaseStore, serving
+from tests.live_mode import kubeconfig
 
 
 @pytest.fixture

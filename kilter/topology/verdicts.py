@@ -1,0 +1,290 @@
+"""The one ladder of node-fit verdicts, and the one sentence for each, that every server gives.
+
+The kube-scheduler extender judges a whole ``NodeNames`` list per pod (the
+vector entry, ``Ladder.judge``); Volcano's ``predicate`` judges one node per
+call (the scalar entry, ``Ladder.judge_one``); ``explain`` and both servers
+word the outcome with ``reason``. Both entries climb the same rungs in the
+same order, the first rung a node fails naming its verdict:
+
+1. ``UNKNOWN`` — not a GPU node in kilter's fleet model;
+2. ``OTHER_KIND`` — its GPUs are another device resource than the pod asks;
+3. ``UNUSABLE`` — cordoned, not Ready, or its GPUs unhealthy;
+4. ``NOT_ELIGIBLE`` — the pod's nodeSelector, required affinity or tolerations exclude it;
+5. ``TOO_SMALL`` — it has fewer GPUs in all than the pod asks;
+6. for a gang pod: ``GANG_WAITS`` while the gang has no feasible plan,
+   ``NOT_PLANNED`` off the plan's nodes for this pod, ``FULL`` when the
+   scheduler's own view (Volcano's ``Idle``) shows too few GPUs there; the
+   pod's planned GPUs are reserved for it, so kilter's free count is not asked;
+7. otherwise ``FULL`` when fewer GPUs are free than it asks (the lower of
+   kilter's count and the scheduler's, when it sends one);
+8. ``PASS``.
+
+``FULL`` and ``GANG_WAITS`` may resolve by themselves (kube-scheduler's
+``FailedNodes``, Volcano's ``Unschedulable``: preemption or time can free
+the node); every other verdict is unresolvable. The vector and scalar
+entries are kept equal by a test over every node of random fleets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import TypeVar
+
+import msgspec
+import numpy as np
+import numpy.typing as npt
+
+from kilter.model.core_v1 import PodSpec
+from kilter.model.errors import InputError
+from kilter.topology import eligibility
+from kilter.topology.fleet import Fleet
+
+__all__ = [
+    "FULL",
+    "GANG_WAITS",
+    "NOT_ELIGIBLE",
+    "NOT_PLANNED",
+    "OTHER_KIND",
+    "OUTCOMES",
+    "PASS",
+    "TOO_SMALL",
+    "UNKNOWN",
+    "UNUSABLE",
+    "Hold",
+    "Ladder",
+    "Reasons",
+    "Verdicts",
+    "gpu_ask",
+    "is_resolvable",
+    "reason",
+]
+
+PASS, FULL, UNKNOWN, OTHER_KIND, UNUSABLE, TOO_SMALL, NOT_ELIGIBLE, NOT_PLANNED, GANG_WAITS = range(9)
+OUTCOMES = (  # per code: "passed", "failed" (may resolve by itself) or "unresolvable"
+    "passed",
+    "failed",
+    "unresolvable",
+    "unresolvable",
+    "unresolvable",
+    "unresolvable",
+    "unresolvable",
+    "unresolvable",
+    "failed",
+)
+_RESOLVABLE = np.array([o == "failed" for o in OUTCOMES], dtype=bool)
+MAX_CACHED_MASKS = 256
+_Count = TypeVar("_Count", int, float)  # whole GPUs (Kubernetes requests) or milli-units (Volcano's Resource)
+
+
+def is_resolvable(codes: npt.NDArray[np.int8]) -> npt.NDArray[np.bool_]:
+    """Per code, whether the verdict may resolve by itself (``FULL``, ``GANG_WAITS``)."""
+    return _RESOLVABLE[codes]
+
+
+@dataclass(frozen=True)
+class Hold:
+    """A gang pod's plan, as far as the ladder needs it.
+
+    ``topology`` sits below the gang book, so the servers hand the plan over
+    as plain values instead of the book's own type.
+    """
+
+    feasible: bool
+    nodes: Sequence[int]  # fleet indices of the planned nodes this pod may use (empty while not feasible)
+    note: str  # the plan described (feasible) or why the gang does not fit yet (not feasible)
+
+
+@dataclass
+class Verdicts:
+    """Per candidate: verdict code, free and total GPUs (0 for unknown nodes)."""
+
+    codes: npt.NDArray[np.int8]
+    free: npt.NDArray[np.int32]
+    total: npt.NDArray[np.int32]
+
+
+def gpu_ask(asks: Iterable[tuple[str, _Count]], *, who: str = "the pod") -> tuple[str, _Count] | None:
+    """The one GPU kind and amount among a pod's (device resource, amount) asks; None when it asks none.
+
+    A pod asking for two GPU kinds cannot be placed on one platform's node,
+    so it is refused as bad input rather than judged against either kind.
+    """
+    asked = sorted((r, n) for r, n in asks if n > 0)
+    if len(asked) > 1:
+        raise InputError(f"{who} asks for several GPU kinds: {', '.join(r for r, _ in asked)}")
+    return asked[0] if asked else None
+
+
+class Ladder:
+    """The ladder over one fleet at a time, with what only changes with the fleet worked out once.
+
+    Rungs 1-3 depend on the fleet and the GPU kind alone, and pods of one
+    Deployment or Job share their selectors and tolerations, so those
+    verdicts and masks are kept per fleet (a new fleet object drops them).
+    """
+
+    def __init__(self) -> None:
+        self._fleet: Fleet | None = None
+        self._static: dict[str, tuple[npt.NDArray[np.int8], npt.NDArray[np.int32]]] = {}
+        self._masks: dict[bytes, npt.NDArray[np.bool_] | None] = {}
+        self._encoder = msgspec.json.Encoder()
+
+    def _for(self, fleet: Fleet) -> None:
+        if fleet is not self._fleet:
+            self._fleet = fleet
+            self._static.clear()
+            self._masks.clear()
+
+    def static(self, fleet: Fleet, resource: str) -> tuple[npt.NDArray[np.int8], npt.NDArray[np.int32]]:
+        """Rungs 1-3 per node and the nodes' GPU totals, each with one extra last slot that index -1 reads."""
+        self._for(fleet)
+        cached = self._static.get(resource)
+        if cached is None:
+            bm = fleet.bitmap
+            kinds = np.array([pl.device_resource == resource for pl in fleet.platforms], dtype=bool)
+            kind_ok = kinds[bm.domain_platforms[fleet.node_domain]] if fleet.n_nodes else np.zeros(0, dtype=bool)
+            codes = np.full(fleet.n_nodes + 1, PASS, dtype=np.int8)
+            codes[:-1][bm.node_usable_flags == 0] = UNUSABLE
+            codes[:-1][~kind_ok] = OTHER_KIND
+            codes[-1] = UNKNOWN
+            total = np.append(bm.node_gpu_counts.astype(np.int32), np.int32(0))
+            cached = self._static[resource] = (codes, total)
+        return cached
+
+    def mask(self, fleet: Fleet, spec: PodSpec, *, path: str) -> npt.NDArray[np.bool_] | None:
+        """Rung 4's node mask for this pod spec (one slot past the end, False, for index -1); None: every node."""
+        self._for(fleet)
+        key = self._encoder.encode((spec.node_selector, spec.affinity, spec.tolerations))
+        if key in self._masks:
+            return self._masks[key]
+        mask = eligibility.node_mask(fleet, spec, path=path)
+        extended = None if mask is None else np.append(mask, False)
+        if len(self._masks) >= MAX_CACHED_MASKS:
+            self._masks.clear()
+        self._masks[key] = extended
+        return extended
+
+    def judge(
+        self,
+        fleet: Fleet,
+        index: npt.NDArray[np.int32],
+        *,
+        resource: str,
+        gpus: int,
+        spec: PodSpec,
+        hold: Hold | None = None,
+        idle: npt.NDArray[np.int32] | None = None,
+        path: str = "$.Pod.spec",
+    ) -> Verdicts:
+        """The vector entry: a verdict for each candidate (fleet index, -1 for a node kilter does not know)."""
+        base, total_all = self.static(fleet, resource)
+        codes = base[index]
+        total = total_all[index]
+        used = fleet.bitmap.node_used_gpus
+        free = np.where(index >= 0, total - used[np.where(index >= 0, index, 0)], 0).astype(np.int32)
+        mask = self.mask(fleet, spec, path=path)
+        if mask is not None:
+            codes[(codes == PASS) & ~mask[index]] = NOT_ELIGIBLE
+        codes[(codes == PASS) & (total < gpus)] = TOO_SMALL
+        ok = codes == PASS
+        if hold is not None:
+            if not hold.feasible:
+                codes[ok] = GANG_WAITS
+                return Verdicts(codes, free, total)
+            allowed = np.zeros(fleet.n_nodes + 1, dtype=bool)
+            allowed[np.asarray(hold.nodes, dtype=np.intp)] = True
+            codes[ok & ~allowed[index]] = NOT_PLANNED
+            if idle is not None:
+                short = (codes == PASS) & (idle < gpus)
+                free = np.where(short, idle, free).astype(np.int32)
+                codes[short] = FULL
+            return Verdicts(codes, free, total)
+        if idle is not None:
+            free = np.where(ok, np.minimum(free, idle), free).astype(np.int32)
+        codes[ok & (free < gpus)] = FULL
+        return Verdicts(codes, free, total)
+
+    def judge_one(
+        self,
+        fleet: Fleet,
+        node: int,
+        *,
+        resource: str,
+        gpus: int,
+        spec: PodSpec,
+        hold: Hold | None = None,
+        idle: int | None = None,
+        path: str = "$.Pod.spec",
+    ) -> tuple[int, int, int]:
+        """The scalar entry: ``(code, free, total)`` for one node (fleet index, -1 unknown), as ``judge`` gives it.
+
+        Volcano asks once per task and node, where building arrays for one
+        element would cost more than the whole answer; so this reads the same
+        per-fleet tables with plain Python, rung for rung.
+        """
+        base, total_all = self.static(fleet, resource)
+        code, total = int(base[node]), int(total_all[node])
+        free = total - int(fleet.bitmap.node_used_gpus[node]) if node >= 0 else 0
+        if code != PASS:
+            return code, free, total
+        mask = self.mask(fleet, spec, path=path)
+        if mask is not None and not mask[node]:
+            return NOT_ELIGIBLE, free, total
+        if total < gpus:
+            return TOO_SMALL, free, total
+        if hold is not None:
+            if not hold.feasible:
+                return GANG_WAITS, free, total
+            if node not in hold.nodes:
+                return NOT_PLANNED, free, total
+            if idle is not None and idle < gpus:
+                return FULL, idle, total
+            return PASS, free, total
+        if idle is not None:
+            free = min(free, idle)
+        return (FULL if free < gpus else PASS), free, total
+
+
+def reason(code: int, *, gpus: int, resource: str, free: int, total: int, hold: Hold | None = None) -> str:
+    """The sentence for a verdict, the same in filter, predicate, explain and every log line."""
+    if code == FULL:
+        return f"{free} of {total} {resource} free; the pod needs {gpus}"
+    if code == TOO_SMALL:
+        return f"the node has {total} {resource}; the pod needs {gpus}"
+    if code == UNKNOWN:
+        return "not a GPU node in kilter's model of the fleet"
+    if code == OTHER_KIND:
+        return f"the node's GPUs are not {resource}"
+    if code == UNUSABLE:
+        return "the node is cordoned, not Ready, or its GPUs are unhealthy"
+    if code == NOT_ELIGIBLE:
+        return "the pod's nodeSelector, node affinity or tolerations exclude the node"
+    if code == NOT_PLANNED:
+        return f"kilter holds this pod to its gang's plan ({hold.note if hold else ''})"
+    if code == GANG_WAITS:
+        return f"the gang does not fit yet: {hold.note if hold else ''}"
+    return "passes"
+
+
+class Reasons:
+    """``reason`` for one pod, as the ``(code, free, total) -> str`` callable explain records keep.
+
+    Sentences repeat across thousands of nodes, so each distinct one is
+    built once (free and total matter only to ``FULL`` and ``TOO_SMALL``).
+    """
+
+    def __init__(self, *, gpus: int, resource: str, hold: Hold | None) -> None:
+        self.gpus = gpus
+        self.resource = resource
+        self.hold = hold
+        self._cache: dict[tuple[int, int, int], str] = {}
+
+    def __call__(self, code: int, free: int, total: int) -> str:
+        key = (code, free, total) if code in (FULL, TOO_SMALL) else (code, 0, 0)
+        text = self._cache.get(key)
+        if text is None:
+            text = self._cache[key] = reason(
+                code, gpus=self.gpus, resource=self.resource, free=free, total=total, hold=self.hold
+            )
+        return text
