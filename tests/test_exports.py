@@ -11,6 +11,8 @@ PACKAGES = [
     "kilter.model",
     "kilter.topology",
     "kilter.quota",
+    "kilter.quota.preempt",
+    "kilter.quota.preempt.fairsharing",
     "kilter.kube",
     "kilter.state",
     "kilter.extenders",
