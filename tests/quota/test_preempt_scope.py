@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 
 from kilter.quota.available import add_usage, available, is_within_nominal
 from kilter.quota.config import FairSharingConfig
-from kilter.quota.preempt import _beyond_reach, _scope, find_targets
+from kilter.quota.preempt import find_targets
+from kilter.quota.preempt.scope import find_scope, is_beyond_reach
 from kilter.quota.shares import Shares
 from kilter.quota.tree import FR, QuotaTree
 from kilter.quota.usage import WorkloadInfo
@@ -148,7 +149,7 @@ def _same_targets(
         assert narrow[1] == full[1] == ""
     frs = {fr for fr, v in usage.items() if v > available(node, fr)}
     if frs:
-        root = _scope(t, admitted, node, preemptor, usage, frs, now=NOW, walk_all=False).root
+        root = find_scope(t, admitted, node, preemptor, usage, frs, now=NOW, walk_all=False).root
         SCOPES["queue" if root is node else "root" if root.parent is None else "cohort"] += 1
 
 
@@ -183,7 +184,7 @@ def test_a_queue_at_its_borrowing_limit_takes_only_its_own_workloads() -> None:
             add_usage(t.cluster_queues[name], GPU, w.usage[GPU])
     node = t.cluster_queues["a"]
     preemptor = WorkloadInfo("ns", "new", "uid-new", "a", "lq", 5, NOW, False)
-    scope = _scope(t, admitted, node, preemptor, {GPU: 2}, {GPU}, now=NOW, walk_all=False)
+    scope = find_scope(t, admitted, node, preemptor, {GPU: 2}, {GPU}, now=NOW, walk_all=False)
     assert scope.root is node and list(scope.candidates) == ["a"]
     result = find_targets(
         t, admitted, node, preemptor, {GPU: 2}, config=FairSharingConfig(), shares=Shares(t, now=NOW), now=NOW
@@ -227,6 +228,6 @@ def test_the_out_of_reach_bound_equals_removing_every_borrowing_queue_one_by_one
     # The largest request of each contested resource that fits once every borrowing queue is emptied.
     most = {fr: available(node, fr) for fr in frs}
     journal.undo()
-    assert not _beyond_reach(t, node, most, frs)
+    assert not is_beyond_reach(t, node, most, frs)
     over = contested[beyond_on % len(contested)]
-    assert _beyond_reach(t, node, {**most, over: most[over] + 1}, frs) == bool(borrowing)
+    assert is_beyond_reach(t, node, {**most, over: most[over] + 1}, frs) == bool(borrowing)

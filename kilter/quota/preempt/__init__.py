@@ -54,7 +54,3 @@ __all__ = [
     "scope",
     "targets",
 ]
-
-# The names tests/quota/test_preempt_scope.py imports from the single module this package replaced.
-_scope = scope.find_scope
-_beyond_reach = scope.is_beyond_reach
