@@ -285,7 +285,7 @@ class App:
         close: bool = False,
     ) -> None:
         self.metrics.requests.labels(path if path in KNOWN_PATHS else "other", str(status)).inc()
-        await asgi.reply(send, status, body, content_type, timing_s=timing, close=close)
+        await asgi.reply(send, status, body=body, content_type=content_type, timing_s=timing, close=close)
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:

@@ -65,9 +65,9 @@ async def read_body(
 async def reply(
     send: Send,
     status: int,
-    body: bytes,
-    content_type: str,
     *,
+    body: bytes,
+    content_type: str = "text/plain",
     timing_s: float | None = None,
     close: bool = False,
 ) -> None:

@@ -47,25 +47,25 @@ class WebhookApp:
         path, method = scope["path"], scope["method"]
         if path in ("/mutate", "/validate"):
             if method != "POST":
-                await reply(send, 405, b"POST only\n", "text/plain")
+                await reply(send, 405, body=b"POST only\n")
                 return
             chunks = await read_body(scope, receive, limit_bytes=MAX_REVIEW_BYTES)
             if chunks is BodyRefused.TOO_LARGE:
-                await reply(send, 413, f"review above {MAX_REVIEW_BYTES} bytes\n".encode(), "text/plain", close=True)
+                await reply(send, 413, body=f"review above {MAX_REVIEW_BYTES} bytes\n".encode(), close=True)
                 return
             if isinstance(chunks, BodyRefused):
                 return  # the apiserver went away: nobody to answer
             status, data = self.review(b"".join(chunks), mutating=path == "/mutate")
-            await reply(send, status, data, "application/json" if status == 200 else "text/plain")
+            await reply(send, status, body=data, content_type="application/json" if status == 200 else "text/plain")
         elif method != "GET":
-            await reply(send, 405, b"GET only\n", "text/plain")
+            await reply(send, 405, body=b"GET only\n")
         elif path == "/healthz":
-            await reply(send, 200, b"ok\n", "text/plain")
+            await reply(send, 200, body=b"ok\n")
         elif path == "/readyz":
             ready = self.store.ready
-            await reply(send, 200 if ready else 503, b"ok\n" if ready else b"state not loaded\n", "text/plain")
+            await reply(send, 200 if ready else 503, body=b"ok\n" if ready else b"state not loaded\n")
         else:
-            await reply(send, 404, b"not found\n", "text/plain")
+            await reply(send, 404, body=b"not found\n")
 
     def review(self, body: bytes, *, mutating: bool) -> tuple[int, bytes]:
         """(HTTP status, body) for one AdmissionReview."""

@@ -60,7 +60,7 @@ def test_a_reply_is_one_start_and_one_body_with_its_length_timing_and_close() ->
     async def send(message: Message) -> None:
         sent.append(message)
 
-    asyncio.run(reply(send, 413, b"too big\n", "text/plain", timing_s=0.0015, close=True))
+    asyncio.run(reply(send, 413, body=b"too big\n", content_type="text/plain", timing_s=0.0015, close=True))
     start, body = sent
     assert start == {
         "type": "http.response.start",
