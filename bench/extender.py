@@ -36,7 +36,7 @@ import numpy as np
 import uvicorn
 
 from bench.common import machine_speed, measure, write
-from bench.server import run_on_ephemeral_port, serve_args, server_process
+from bench.server import run_on_ephemeral_port, serve_config, server_process
 from kilter.cli.serve import build_app
 from kilter.extenders import wire
 from kilter.state.feed import settle
@@ -399,7 +399,7 @@ def nodes_body(pod: bytes, items: bytes) -> bytes:
 
 def serve_http(snapshot: str, http_impl: str, loop_impl: str, port_out: Connection) -> None:
     """Child process: load the snapshot as ``kilter serve`` does, listen on an ephemeral port, serve."""
-    app, _ = build_app(serve_args(Path(snapshot)))
+    app, _ = build_app(serve_config(Path(snapshot)))
     settle()  # as `kilter serve` does once the state is loaded
     config = uvicorn.Config(app, loop=loop_impl, http=http_impl, lifespan="on", access_log=False, log_level="warning")
     run_on_ephemeral_port(config, port_out)
@@ -587,7 +587,7 @@ def codecs(names: bytes, nodes: bytes) -> dict[str, Any]:
 def in_process(snapshot: Path, names: bytes, nodes: bytes) -> dict[str, Any]:
     """The verbs called directly on the app's extender: the server's time with no HTTP and no event loop."""
     t0 = time.perf_counter()
-    app, _ = build_app(serve_args(snapshot))
+    app, _ = build_app(serve_config(snapshot))
     load_s = time.perf_counter() - t0
     ext = app.extender
     filt: Callable[[], object] = partial(ext.filter, names)

@@ -7,7 +7,6 @@ interpreter; the parent learns the port through a pipe and waits for
 
 from __future__ import annotations
 
-import argparse
 import http.client
 import multiprocessing
 import socket
@@ -21,21 +20,14 @@ from typing import Any
 
 import uvicorn
 
-from kilter.extenders.server import DEFAULT_MAX_BODY_BYTES
+from kilter.cli.serve_config import ServeConfig
 
-__all__ = ["run_on_ephemeral_port", "serve_args", "server_process"]
+__all__ = ["run_on_ephemeral_port", "serve_config", "server_process"]
 
 
-def serve_args(snapshot: Path) -> argparse.Namespace:
-    """What ``kilter serve --snapshot FILE`` parses to, with its defaults."""
-    return argparse.Namespace(
-        snapshot=snapshot,
-        demo=False,
-        platforms=None,
-        max_body_bytes=DEFAULT_MAX_BODY_BYTES,
-        gang_timeout="5m",
-        reload_interval="1s",
-    )
+def serve_config(snapshot: Path) -> ServeConfig:
+    """What ``kilter serve --snapshot FILE`` runs with: its defaults."""
+    return ServeConfig(snapshot=snapshot)
 
 
 def run_on_ephemeral_port(config: uvicorn.Config, port_out: Connection) -> None:

@@ -55,7 +55,7 @@ import numpy as np
 
 from bench.common import host_counters, host_share, machine_speed, measure, process_cpu_s, write
 from bench.extender import GPU, GPU_TAINT, RACKS, Client, fleet_objects, serve_http, stats
-from bench.server import serve_args, server_process
+from bench.server import serve_config, server_process
 from kilter.cli.serve import build_app
 from kilter.extenders import volcano_wire as vw
 from kilter.extenders.volcano import VolcanoExtender
@@ -556,7 +556,7 @@ def _decoding(kind: type[msgspec.Struct], bodies: Sequence[bytes]) -> Callable[[
 def in_process(snapshot: Path, b: dict[str, Any]) -> Json:
     """The verbs called on ``app.volcano`` (no HTTP, no event loop), and their bodies decoded alone."""
     t0 = time.perf_counter()
-    app, _ = build_app(serve_args(snapshot))
+    app, _ = build_app(serve_config(snapshot))
     settle()
     load_s = time.perf_counter() - t0
     volcano = app.volcano

@@ -31,10 +31,8 @@ from __future__ import annotations
 
 import base64
 import cProfile
-import datetime
 import gc
 import http.client
-import ipaddress
 import json
 import os
 import pstats
@@ -44,7 +42,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterator, MutableMapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from itertools import cycle
@@ -55,19 +53,17 @@ from typing import Any
 import msgspec
 import numpy as np
 import uvicorn
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
 from bench.common import host_counters, host_share, machine_speed, measure, process_cpu_s, write
 from bench.extender import FLEET, GPU, RACKS, fleet_objects
-from bench.server import run_on_ephemeral_port, serve_args, server_process
+from bench.server import run_on_ephemeral_port, serve_config, server_process
 from kilter.cli.serve import build_app, webhook_app
+from kilter.model.asgi import Message, Receive, Send
 from kilter.state.feed import settle
 from kilter.topology import fleetgen
 from kilter.webhooks.server import WebhookApp
 from kilter.webhooks.tls import ReloadingTLS
+from tests.extenders.conftest import make_certificates
 
 RATE = 500  # AdmissionReviews per second, the target's load
 LOAD_S = 10.0
@@ -363,52 +359,7 @@ def reviews(rng: random.Random, *, mutating: bool) -> list[Review]:
     return [Review.of(job_object(i, rng, mutate=mutating), mutating=mutating) for i in range(DISTINCT_JOBS)]
 
 
-# ---------------------------------------------------------------------------------------------- certificates
-
-
-def make_certificates(directory: Path) -> tuple[Path, Path, Path]:
-    """A CA and a P-256 server certificate for 127.0.0.1 signed by it, as cert-manager issues them (cert, key, CA)."""
-    now = datetime.datetime.now(datetime.UTC)
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kilter bench CA")])
-    ca = (
-        x509.CertificateBuilder()
-        .subject_name(ca_name)
-        .issuer_name(ca_name)
-        .public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=1))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(ca_key, hashes.SHA256())
-    )
-    key = ec.generate_private_key(ec.SECP256R1())
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kilter-webhooks.kube-system.svc")]))
-        .issuer_name(ca_name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=1))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
-        .sign(ca_key, hashes.SHA256())
-    )
-    cert_path, key_path, ca_path = directory / "tls.crt", directory / "tls.key", directory / "ca.crt"
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(
-        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    )
-    ca_path.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
-    return cert_path, key_path, ca_path
-
-
 # ---------------------------------------------------------------------------------------------- server
-
-
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
 
 
 class ServerTiming:
@@ -437,7 +388,7 @@ class ServerTiming:
 def _serve(snapshot: str, cert: str, key: str, port_out: Connection) -> None:
     """Child process: load the snapshot, start the webhook listener as ``kilter serve`` does, on an ephemeral port."""
     tls = ReloadingTLS(Path(cert), Path(key))
-    _, store = build_app(serve_args(Path(snapshot)))
+    _, store = build_app(serve_config(Path(snapshot)))
     settle()  # as `kilter serve` does once the state is loaded
     app = ServerTiming(webhook_app(store, []))
     config = uvicorn.Config(app, loop="uvloop", http="httptools", lifespan="off", access_log=False, log_level="warning")
@@ -768,7 +719,7 @@ def in_process(
 ) -> tuple[WebhookApp, dict[str, Any], dict[str, list[bytes]]]:
     """``WebhookApp.review`` called directly: the server's time with no TLS, no HTTP and no event loop."""
     t0 = time.perf_counter()
-    _, store = build_app(serve_args(snapshot))
+    _, store = build_app(serve_config(snapshot))
     settle()
     app = webhook_app(store, [])
     load_s = time.perf_counter() - t0

@@ -10,6 +10,7 @@ from kilter.cli import (
     queues,
     render,
     serve,
+    serve_config,
     simulate,
     sources,
 )
@@ -24,6 +25,7 @@ __all__ = [
     "queues",
     "render",
     "serve",
+    "serve_config",
     "simulate",
     "sources",
 ]

@@ -30,6 +30,7 @@ import uvicorn
 import uvloop
 
 from kilter.cli.serve import build_app
+from kilter.cli.serve_config import ServeConfig
 from kilter.extenders.gangs import KUEUE_WORKLOAD
 from kilter.model.core_v1 import Pod
 from kilter.model.jobs import ANNOTATION_REQUIRED, ANNOTATION_UNCONSTRAINED
@@ -48,17 +49,10 @@ class ExtenderServer:
     """``kilter serve`` over a snapshot file, on its own event loop thread, with a door into its state."""
 
     def __init__(self, snapshot: Path) -> None:
-        import argparse
-
-        args = argparse.Namespace(
-            snapshot=snapshot,
-            demo=False,
-            platforms=None,
-            max_body_bytes=64 * 1024 * 1024,
-            gang_timeout="1h",
-            reload_interval="1h",
+        settings = ServeConfig(
+            snapshot=snapshot, max_body_bytes=64 * 1024 * 1024, gang_timeout_s=3600.0, reload_interval_s=3600.0
         )
-        self.app, self.store = build_app(args)
+        self.app, self.store = build_app(settings)
         # IPPROTO_TCP, not 0: event loops only set TCP_NODELAY on sockets that say they are TCP.
         self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         self._sock.bind(("127.0.0.1", 0))

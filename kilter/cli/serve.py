@@ -14,7 +14,7 @@ import asyncio
 import logging
 import socket
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -22,12 +22,13 @@ import uvicorn
 import uvloop
 
 from kilter.cli import sources
+from kilter.cli.serve_config import DEFAULT_KILTER_USER, DEFAULTS, ServeConfig
 from kilter.extenders.events import PodGroupEvents
 from kilter.extenders.explain import DecisionLog
 from kilter.extenders.gangs import GangBook, GangId
 from kilter.extenders.plans import PlanRecorder
 from kilter.extenders.scheduler import ApiBinder, Binder, SchedulerExtender
-from kilter.extenders.server import DEFAULT_MAX_BODY_BYTES, App
+from kilter.extenders.server import App
 from kilter.extenders.volcano import VolcanoExtender
 from kilter.kube.api import ApiServer, connect
 from kilter.kube.events import EventRecorder
@@ -35,7 +36,6 @@ from kilter.kube.follower import LeaseFollower
 from kilter.kube.leader import LeaderElector
 from kilter.model.errors import InputError
 from kilter.model.kueue import KUEUE_GROUP, ClusterQueue, Cohort, ResourceFlavor
-from kilter.quota.policy import parse_duration
 from kilter.quota.tree import build_tree
 from kilter.state.cluster import from_objects
 from kilter.state.feed import SnapshotFeed, settle
@@ -48,12 +48,12 @@ from kilter.webhooks.server import WebhookApp
 from kilter.webhooks.tls import ReloadingTLS
 from kilter.webhooks.validate import Validator
 
-__all__ = ["add_parser", "build_app", "run", "webhook_app"]
-
-DEFAULT_LEASE = "kube-system/kilter"
+__all__ = ["ServeConfig", "add_parser", "build_app", "run", "webhook_app"]
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """The flags of ``kilter serve``; ``ServeConfig.from_args`` reads what they parse to, and their defaults are
+    ``ServeConfig``'s."""
     p = sub.add_parser(
         "serve",
         help="run the kube-scheduler extender, Volcano's extender verbs and the admission webhooks",
@@ -70,10 +70,16 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
             "-subj /CN=kilter -addext subjectAltName=IP:127.0.0.1 -keyout tls.key -out tls.crt"
         ),
     )
+    d = DEFAULTS
     sources.add_source_arguments(p, live=False)
-    p.add_argument("--http-port", type=int, default=8888, help="extender listener port (default 8888)")
-    p.add_argument("--address", default="0.0.0.0", help="address to listen on (default all)")
-    p.add_argument("--webhook-port", type=int, default=9443, help="admission webhook listener port (default 9443)")
+    p.add_argument("--http-port", type=int, default=d.http_port, help=f"extender listener port (default {d.http_port})")
+    p.add_argument("--address", default=d.address, help="address to listen on (default all)")
+    p.add_argument(
+        "--webhook-port",
+        type=int,
+        default=d.webhook_port,
+        help=f"admission webhook listener port (default {d.webhook_port})",
+    )
     p.add_argument("--tls-cert-file", type=Path, help="certificate (PEM) of the webhook listener; starts it")
     p.add_argument("--tls-key-file", type=Path, help="the certificate's private key (PEM)")
     p.add_argument("--http-tls", action="store_true", help="serve the HTTP listener over HTTPS too, same certificate")
@@ -86,8 +92,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument(
         "--max-body-bytes",
         type=int,
-        default=DEFAULT_MAX_BODY_BYTES,
-        help=f"largest request body accepted (default {DEFAULT_MAX_BODY_BYTES}: full Nodes of 5,000 nodes)",
+        default=d.max_body_bytes,
+        help=f"largest request body accepted (default {d.max_body_bytes}: full Nodes of 5,000 nodes)",
     )
     api = p.add_mutually_exclusive_group()
     api.add_argument(
@@ -102,7 +108,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         action="store_true",
         help="with several replicas: only the holder of the Lease writes (AdmissionCheck status, plans, Events)",
     )
-    p.add_argument("--lease", default=DEFAULT_LEASE, help=f"the Lease of --leader-elect (default {DEFAULT_LEASE})")
+    p.add_argument("--lease", default=d.lease, help=f"the Lease of --leader-elect (default {d.lease})")
     p.add_argument(
         "--follow-lease",
         metavar="NAMESPACE/NAME",
@@ -114,33 +120,40 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         type=Path,
         help="ClusterQueue, Cohort and ResourceFlavor objects (YAML) for Volcano queues when Kueue is not installed",
     )
-    p.add_argument("--gang-timeout", default="5m", help="drop a gang's plan if not all pods bind within this")
-    p.add_argument("--reload-interval", default="1s", help="how often to check the snapshot file for changes")
-    p.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info")
+    p.add_argument(
+        "--gang-timeout",
+        default=f"{d.gang_timeout_s / 60:g}m",
+        help="drop a gang's plan if not all pods bind within this",
+    )
+    p.add_argument(
+        "--reload-interval",
+        default=f"{d.reload_interval_s:g}s",
+        help="how often to check the snapshot file for changes",
+    )
+    p.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default=d.log_level)
     p.set_defaults(func=run)
 
 
-def build_app(args: argparse.Namespace) -> tuple[App, ClusterStore]:
+def build_app(config: ServeConfig) -> tuple[App, ClusterStore]:
     """The app and its state, loaded and ready (also what the tests serve)."""
-    catalog = sources.load_catalog(args)
+    catalog = sources.catalog_of(config.platforms)
     store = ClusterStore(catalog=catalog)
     startup: list[Callable[[], Awaitable[None]]] = []
+    api = _connect(config)
     live: LiveFeed | None = None
-    if getattr(args, "demo", False):
+    if config.demo:
         store.replace(sources.demo_objects(catalog))
         store.fleet()
-    elif args.snapshot is not None:
-        feed = SnapshotFeed(
-            args.snapshot, store, interval_s=parse_duration(args.reload_interval, path="--reload-interval")
-        )
+    elif config.snapshot is not None:
+        feed = SnapshotFeed(config.snapshot, store, interval_s=config.reload_interval_s)
         feed.load()
 
         async def start_watch() -> None:
             asyncio.get_running_loop().create_task(feed.watch())
 
         startup.append(start_watch)
-    elif getattr(args, "kubeconfig", None) is not None or getattr(args, "in_cluster", False):
-        live = LiveFeed(_connect(args), store, default_resources(catalog))
+    elif api is not None:
+        live = LiveFeed(api, store, default_resources(catalog))
 
         async def start_live() -> None:
             live.start(asyncio.get_running_loop())
@@ -151,8 +164,7 @@ def build_app(args: argparse.Namespace) -> tuple[App, ClusterStore]:
             "no cluster to serve: pass --kubeconfig FILE or --in-cluster, --snapshot FILE, "
             "or --demo for the embedded demo fleet"
         )
-    timeout = parse_duration(args.gang_timeout, path="--gang-timeout")
-    elector = _elector(args)
+    elector = _elector(config, api)
     is_writer: Callable[[], bool] = (lambda: elector.is_leader) if elector is not None else (lambda: True)
     if elector is not None:
 
@@ -160,25 +172,21 @@ def build_app(args: argparse.Namespace) -> tuple[App, ClusterStore]:
             elector.start()
 
         startup.append(campaign)
-    recorder = _plan_recorder(args, live)
+    recorder = _plan_recorder(api, live)
     if recorder is not None:
         recorder.is_writer = is_writer
-    gangs = GangBook(store, timeout_s=timeout, on_planned=recorder.on_planned if recorder is not None else None)
-    extender = SchedulerExtender(store, gangs, DecisionLog())
-    if args.max_body_bytes < 1024:
-        raise InputError("--max-body-bytes must be at least 1024")
-    binder = Binder()
-    if getattr(args, "kubeconfig", None) is not None or getattr(args, "in_cluster", False):
-        binder = ApiBinder(_connect(args))
-    events = PodGroupEvents(binder.api, is_writer=is_writer) if isinstance(binder, ApiBinder) else None
-    volcano = VolcanoExtender(
-        store, extender.gangs, queues=_queue_objects(getattr(args, "queues", None)), events=events
+    gangs = GangBook(
+        store, timeout_s=config.gang_timeout_s, on_planned=recorder.on_planned if recorder is not None else None
     )
+    extender = SchedulerExtender(store, gangs, DecisionLog())
+    binder = ApiBinder(api) if api is not None else Binder()
+    events = PodGroupEvents(api, is_writer=is_writer) if api is not None else None
+    volcano = VolcanoExtender(store, extender.gangs, queues=_queue_objects(config.queues), events=events)
     app = App(
         store,
         extender,
         binder,
-        max_body_bytes=args.max_body_bytes,
+        max_body_bytes=config.max_body_bytes,
         startup=startup,
         volcano=volcano,
         sync_status=live.status if live is not None else None,
@@ -193,41 +201,47 @@ def build_app(args: argparse.Namespace) -> tuple[App, ClusterStore]:
     return app, store
 
 
-def _elector(args: argparse.Namespace) -> LeaderElector | LeaseFollower | None:
+def _elector(config: ServeConfig, api: ApiServer | None) -> LeaderElector | LeaseFollower | None:
     """Who decides whether this replica writes: a candidate for kilter's Lease, a follower of kube-scheduler's, or
     none (every replica writes)."""
-    follow = getattr(args, "follow_lease", None)
-    elect = getattr(args, "leader_elect", False)
+    follow, elect = config.follow_lease, config.leader_elect
     if not follow and not elect:
         return None
     flag = "--follow-lease" if follow else "--leader-elect"
     if follow and elect:
         raise InputError("--leader-elect and --follow-lease exclude each other: kilter either campaigns or follows")
-    if getattr(args, "kubeconfig", None) is None and not getattr(args, "in_cluster", False):
+    if api is None:
         raise InputError(f"{flag} needs a cluster: --kubeconfig FILE or --in-cluster")
-    lease = str(follow or getattr(args, "lease", DEFAULT_LEASE))
+    lease = str(follow or config.lease)
     namespace, _, name = lease.partition("/")
     if not namespace or not name or "/" in name:
         raise InputError(f"{'--follow-lease' if follow else '--lease'} must be NAMESPACE/NAME, got {lease!r}")
     if follow:
-        return LeaseFollower(_connect(args), namespace, name, socket.gethostname())
+        return LeaseFollower(api, namespace, name, socket.gethostname())
     identity = f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
-    return LeaderElector(_connect(args), namespace, name, identity)
+    return LeaderElector(api, namespace, name, identity)
 
 
-def _plan_recorder(args: argparse.Namespace, live: LiveFeed | None) -> PlanRecorder | None:
+def _plan_recorder(api: ApiServer | None, live: LiveFeed | None) -> PlanRecorder | None:
     """With a cluster connected, gang plans are recorded on it (issue #7) so a restart keeps them; else None.
 
     Leader election is to pass ``is_writer`` (or set ``recorder.is_writer``): until then every replica writes.
     """
-    if getattr(args, "kubeconfig", None) is None and not getattr(args, "in_cluster", False):
+    if api is None:
         return None
     kueue_version = (lambda: live.served_version(KUEUE_GROUP, "Workload")) if live is not None else None
-    return PlanRecorder(_connect(args), kueue_version=kueue_version)
+    return PlanRecorder(api, kueue_version=kueue_version)
 
 
-def _connect(args: argparse.Namespace) -> ApiServer:
-    return connect(getattr(args, "kubeconfig", None), context=getattr(args, "context", None))
+def _connect(config: ServeConfig) -> ApiServer | None:
+    """The connected cluster's API server, its kubeconfig read once; None without ``kubeconfig``/``in_cluster``.
+
+    One ``ApiServer`` serves the feed, the binder, the elector, the plan recorder and the Events: each call has a
+    connection of its own, so sharing it across threads is safe.
+    """
+    if not config.has_cluster:
+        return None
+    return connect(config.kubeconfig, context=config.context)
 
 
 def _queue_objects(path: Path | None) -> list[ClusterQueue | Cohort | ResourceFlavor]:
@@ -244,13 +258,10 @@ def _queue_objects(path: Path | None) -> list[ClusterQueue | Cohort | ResourceFl
     return found
 
 
-DEFAULT_KILTER_USER = "system:serviceaccount:kube-system:kilter-scheduler"
-
-
-def tls_files(args: argparse.Namespace) -> ReloadingTLS | None:
-    cert, key = args.tls_cert_file, args.tls_key_file
+def tls_files(config: ServeConfig) -> ReloadingTLS | None:
+    cert, key = config.tls_cert_file, config.tls_key_file
     if cert is None and key is None:
-        if args.http_tls:
+        if config.http_tls:
             raise InputError("--http-tls needs --tls-cert-file and --tls-key-file")
         return None
     if cert is None or key is None:
@@ -258,7 +269,7 @@ def tls_files(args: argparse.Namespace) -> ReloadingTLS | None:
     return ReloadingTLS(cert, key)
 
 
-def webhook_app(store: ClusterStore, users: list[str]) -> WebhookApp:
+def webhook_app(store: ClusterStore, users: Sequence[str]) -> WebhookApp:
     validator = Validator(store, kilter_users=tuple(users or [DEFAULT_KILTER_USER]))
     return WebhookApp(store, Mutator(store, validator), validator)
 
@@ -295,21 +306,26 @@ async def _serve_all(servers: list[uvicorn.Server], controller: Controller | Non
 
 
 def run(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    config = ServeConfig.from_args(args)
+    logging.basicConfig(level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     log = logging.getLogger("kilter.serve")
-    tls = tls_files(args)
-    app, store = build_app(args)
+    tls = tls_files(config)
+    app, store = build_app(config)
     settle()
     for warning in store.fleet().warnings:
         logging.getLogger("kilter.state").warning("%s", warning)
     servers = [
-        uvicorn.Server(_config(app, args.address, args.http_port, "on", args.log_level, tls if args.http_tls else None))
+        uvicorn.Server(
+            _config(app, config.address, config.http_port, "on", config.log_level, tls if config.http_tls else None)
+        )
     ]
     if tls is not None:
-        hooks = webhook_app(store, args.kilter_user)
+        hooks = webhook_app(store, config.kilter_user)
         store.idle_fleet()  # built now, not by the first review
-        servers.append(uvicorn.Server(_config(hooks, args.address, args.webhook_port, "off", args.log_level, tls)))
-        log.info("admission webhooks on https://%s:%d (/mutate, /validate)", args.address, args.webhook_port)
+        servers.append(
+            uvicorn.Server(_config(hooks, config.address, config.webhook_port, "off", config.log_level, tls))
+        )
+        log.info("admission webhooks on https://%s:%d (/mutate, /validate)", config.address, config.webhook_port)
     else:
         log.info("admission webhooks not started: no --tls-cert-file/--tls-key-file (see kilter serve --help)")
     controller = None

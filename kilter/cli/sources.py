@@ -18,6 +18,7 @@ from kilter.topology.catalog import BUILTIN, Catalog, load_overrides
 __all__ = [
     "DEMO_QUEUES",
     "add_source_arguments",
+    "catalog_of",
     "demo_objects",
     "demo_state",
     "load_catalog",
@@ -43,8 +44,12 @@ def add_source_arguments(p: argparse.ArgumentParser, *, live: bool = True) -> No
 
 
 def load_catalog(args: argparse.Namespace) -> Catalog:
-    path: Path | None = getattr(args, "platforms", None)
-    return load_overrides(path) if path else Catalog(BUILTIN)
+    return catalog_of(getattr(args, "platforms", None))
+
+
+def catalog_of(platforms: Path | None) -> Catalog:
+    """The built-in catalog, with the platforms of a ``--platforms`` YAML file added or overriding."""
+    return load_overrides(platforms) if platforms else Catalog(BUILTIN)
 
 
 DEMO_QUEUES = Path(__file__).with_name("demo_queues.yaml")

@@ -6,8 +6,9 @@ bodies and level with the rest once a handler does real work, and a router
 would add a per-request cost for four fixed paths. Bodies above
 ``max_body_bytes`` are refused with 413 before they are read whole; every
 verb runs on the event-loop thread, which also applies state events, so the
-state never changes under a decision. Any failure inside a verb becomes an
-HTTP 500 with one line, never a dead server.
+state never changes under a decision. A failure no verb foresaw is logged,
+counted (``kilter_internal_errors_total``) and answered in the protocol by the
+one map in ``last_resort``: never a 5xx, never a dead server, never an allow.
 """
 
 from __future__ import annotations
@@ -16,16 +17,19 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import parse_qs
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from kilter.extenders import last_resort
 from kilter.extenders.gangs import GangBook
 from kilter.extenders.scheduler import Answer, Binder, SchedulerExtender
 from kilter.extenders.volcano import VOLCANO_VERBS, VolcanoExtender
+from kilter.model import asgi
+from kilter.model.asgi import BodyRefused, Receive, Scope, Send
 from kilter.model.errors import KilterError
 from kilter.state.store import ClusterStore
 
@@ -48,11 +52,6 @@ KNOWN_PATHS = {
     "/debug/volcano",
 }
 
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-
 
 class Metrics:
     """Prometheus series of one server (own registry, so several servers can live in one process)."""
@@ -74,6 +73,12 @@ class Metrics:
         )
         self.decisions = Counter(
             "kilter_extender_decisions", "Answers by verb and outcome", ["verb", "outcome"], registry=self.registry
+        )
+        self.internal_errors = Counter(
+            "kilter_internal_errors",
+            "Requests a failure no handler foresaw answered (in the protocol's error field or a 4xx), by path",
+            ["path"],
+            registry=self.registry,
         )
         plans = Gauge("kilter_gang_plans_open", "Gang plans holding reserved GPUs", registry=self.registry)
         plans.set_function(lambda: len(gangs.plans))
@@ -154,9 +159,13 @@ class App:
                 await self._volcano_notes(scope, send)
             else:
                 await self._reply(send, path, 404, b"not found\n", "text/plain")
-        except Exception as exc:  # a bug must cost one request, not the server
+        except Exception as exc:  # a bug must cost one request, not the server; answered in-protocol, never a 5xx
             log.exception("request to %s failed", path)
-            await self._reply(send, path, 500, f"internal error: {type(exc).__name__}: {exc}\n".encode(), "text/plain")
+            known = path if path in KNOWN_PATHS else "other"
+            self.metrics.internal_errors.labels(known).inc()
+            answer = last_resort.internal_error(known, last_resort.one_line(exc))
+            content_type = "application/json" if answer.status == 200 else "text/plain"
+            await self._reply(send, path, answer.status, answer.body, content_type)
 
     async def _readyz(self, send: Send, path: str) -> None:
         """200 once the state is loaded (every resource listed once, when live); with a live feed, per resource."""
@@ -170,31 +179,19 @@ class App:
 
     async def _verb(self, scope: Scope, receive: Receive, send: Send, verb: str, *, volcano: str = "") -> None:
         path = scope["path"]
-        length = _content_length(scope)
-        if length is not None and length > self.max_body_bytes:
-            await self._too_large(send, path)
-            return
         # A prioritize body's node names are read piece by piece as it arrives (the last piece once the
         # clock runs), so that only its tail is left once it is whole, and the pieces need no joining.
         reader = None
         if volcano and verb == "prioritize" and self.volcano is not None:
             reader = self.volcano.prioritize_reader()
-        chunks: list[bytes] = []
-        size = 0
-        more = True
-        while more:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self.max_body_bytes:
-                await self._too_large(send, path)
-                return
-            chunks.append(chunk)
-            more = message.get("more_body", False)
-            if reader is not None and more:
-                reader.feed(chunk)
+        chunks = await asgi.read_body(
+            scope, receive, limit_bytes=self.max_body_bytes, feed=reader.feed if reader is not None else None
+        )
+        if chunks is BodyRefused.TOO_LARGE:
+            await self._too_large(send, path)
+            return
+        if isinstance(chunks, BodyRefused):
+            return  # the client went away: nobody to answer
         started = time.perf_counter()
         answer = None
         if reader is not None:
@@ -287,14 +284,8 @@ class App:
         timing: float | None = None,
         close: bool = False,
     ) -> None:
-        headers = [(b"content-type", content_type.encode()), (b"content-length", str(len(body)).encode())]
-        if timing is not None:
-            headers.append((b"server-timing", f"app;dur={timing * 1000:.3f}".encode()))
-        if close:
-            headers.append((b"connection", b"close"))
         self.metrics.requests.labels(path if path in KNOWN_PATHS else "other", str(status)).inc()
-        await send({"type": "http.response.start", "status": status, "headers": headers})
-        await send({"type": "http.response.body", "body": body})
+        await asgi.reply(send, status, body=body, content_type=content_type, timing_s=timing, close=close)
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:
@@ -312,16 +303,6 @@ class App:
                     stop()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
-
-
-def _content_length(scope: Scope) -> int | None:
-    for name, value in scope.get("headers", []):
-        if name == b"content-length":
-            try:
-                return int(value)
-            except ValueError:
-                return None
-    return None
 
 
 def _unknown_volcano_verb(verb: str) -> bytes:

@@ -65,7 +65,7 @@ from kilter.topology.fleet import Fleet
 from kilter.topology.hypernodes import TIER_LABEL_PREFIX, tier_label
 from kilter.topology.score import score_indices
 
-__all__ = ["VOLCANO_VERBS", "EventSink", "VolcanoExtender"]
+__all__ = ["VOLCANO_VERBS", "EventSink", "VolcanoExtender", "legacy_predicate"]
 
 log = logging.getLogger("kilter.volcano")
 
@@ -156,7 +156,7 @@ class VolcanoExtender:
         """One verb; ``legacy`` answers predicate in the list form Volcano read up to v1.9."""
         answer = self._handlers[verb](body)
         if legacy and verb == "predicate" and answer.status == 200:
-            return _legacy_predicate(answer, self._encoder)
+            return legacy_predicate(answer, self._encoder)
         return answer
 
     def _decode(self, kind: type[msgspec.Struct], body: bytes) -> msgspec.Struct:
@@ -756,7 +756,7 @@ def lowest_hypernode(fleet: Fleet, nodes: Sequence[int]) -> str | None:
     return None
 
 
-def _legacy_predicate(answer: Answer, encoder: msgspec.json.Encoder) -> Answer:
+def legacy_predicate(answer: Answer, encoder: msgspec.json.Encoder) -> Answer:
     """``{"status":[api.Status…]}``, Volcano v1.9's PredicateResponse: empty when the node fits."""
     new = msgspec.json.decode(answer.body)
     if not new["status"]:

@@ -4,7 +4,7 @@ An Event is what ``kubectl describe`` shows under the object: kilter marks
 what users care about there — a gang planned, a job refused at enqueue, an
 AdmissionCheck set to Retry or Rejected — with the reason. A verb or a
 controller round must never wait for the API, so Events go to one worker
-thread; a failed write is logged, never raised. The same event (object,
+thread; a failed write is logged and counted (``failed``), never raised. The same event (object,
 reason, message) is written at most once per ``repeat_s``: the verbs that
 cause them run every scheduling cycle. Only the replica that is the writer
 (the leader) records them, so two replicas never both say it.
@@ -57,6 +57,7 @@ class EventRecorder:
         self.repeat_s = repeat_s
         self.clock = clock
         self.instance = socket.gethostname()
+        self.failed = 0  # Events the API refused or could not be reached for; written only by the worker thread
         self._last: dict[tuple[Involved, str, str], float] = {}
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kilter-events")
 
@@ -96,6 +97,7 @@ class EventRecorder:
         try:
             self.api.call("POST", f"/api/v1/namespaces/{quote(obj.namespace)}/events", event)
         except KilterError as exc:
+            self.failed += 1
             log.warning("event %s on %s %s/%s not written: %s", reason, obj.kind, obj.namespace, obj.name, exc)
 
     def close(self) -> None:

@@ -141,6 +141,7 @@ class Reflector:
         self.lists = 0
         self.watches = 0
         self.last_error = ""
+        self.unreadable = 0  # objects skipped in a list or forgotten from the watch because kilter cannot read them
         self._delay = backoff_s[0]
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -264,6 +265,7 @@ class Reflector:
         """
         if self.resource.typed is not None and protobuf.is_protobuf(content_type):
             listed = protobuf.decode_page(decoder, self.resource.typed, raw)
+            self.unreadable += len(listed.skipped)
             for why in listed.skipped:
                 log.warning("%s: an object kilter cannot read was skipped: %s", self.resource.name, why)
             return listed.items, _ListMeta(listed.resource_version, listed.continue_)
@@ -279,6 +281,7 @@ class Reflector:
             try:
                 items.append(self._object.decode(item))
             except msgspec.ValidationError as exc:
+                self.unreadable += 1
                 log.warning("%s: an object kilter cannot read was skipped: %s", self.resource.name, exc)
         return items, loose.metadata
 
@@ -391,5 +394,6 @@ class Reflector:
         if isinstance(version, str) and version:
             self.resource_version = version
         where = "/".join(str(meta.get(k)) for k in ("namespace", "name") if meta.get(k))
+        self.unreadable += 1
         log.warning("%s: %s cannot be read, kilter forgets it: %s", self.resource.name, where or "an object", exc)
         return Event(DELETED, {"apiVersion": self._api_version(), "kind": self.resource.kind, "metadata": meta})

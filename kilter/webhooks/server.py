@@ -9,11 +9,10 @@ and a failure inside a rule becomes a denial that says so, never a 5xx.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, MutableMapping
-from typing import Any
 
 import msgspec
 
+from kilter.model.asgi import BodyRefused, Receive, Scope, Send, read_body, reply
 from kilter.state.store import ClusterStore
 from kilter.webhooks.admission import ADMISSION_V1, AdmissionReview, Verdict, answer
 from kilter.webhooks.mutate import Mutator
@@ -25,11 +24,6 @@ log = logging.getLogger("kilter.webhooks")
 
 # An object is at most ~1.5 MiB in etcd; a review carries it and its old version.
 MAX_REVIEW_BYTES = 16 * 1024 * 1024
-
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
 
 
 class WebhookApp:
@@ -53,23 +47,25 @@ class WebhookApp:
         path, method = scope["path"], scope["method"]
         if path in ("/mutate", "/validate"):
             if method != "POST":
-                await _reply(send, 405, b"POST only\n", "text/plain")
+                await reply(send, 405, body=b"POST only\n")
                 return
-            body = await _body(receive)
-            if body is None:
-                await _reply(send, 413, f"review above {MAX_REVIEW_BYTES} bytes\n".encode(), "text/plain", close=True)
+            chunks = await read_body(scope, receive, limit_bytes=MAX_REVIEW_BYTES)
+            if chunks is BodyRefused.TOO_LARGE:
+                await reply(send, 413, body=f"review above {MAX_REVIEW_BYTES} bytes\n".encode(), close=True)
                 return
-            status, data = self.review(body, mutating=path == "/mutate")
-            await _reply(send, status, data, "application/json" if status == 200 else "text/plain")
+            if isinstance(chunks, BodyRefused):
+                return  # the apiserver went away: nobody to answer
+            status, data = self.review(b"".join(chunks), mutating=path == "/mutate")
+            await reply(send, status, body=data, content_type="application/json" if status == 200 else "text/plain")
         elif method != "GET":
-            await _reply(send, 405, b"GET only\n", "text/plain")
+            await reply(send, 405, body=b"GET only\n")
         elif path == "/healthz":
-            await _reply(send, 200, b"ok\n", "text/plain")
+            await reply(send, 200, body=b"ok\n")
         elif path == "/readyz":
             ready = self.store.ready
-            await _reply(send, 200 if ready else 503, b"ok\n" if ready else b"state not loaded\n", "text/plain")
+            await reply(send, 200 if ready else 503, body=b"ok\n" if ready else b"state not loaded\n")
         else:
-            await _reply(send, 404, b"not found\n", "text/plain")
+            await reply(send, 404, body=b"not found\n")
 
     def review(self, body: bytes, *, mutating: bool) -> tuple[int, bytes]:
         """(HTTP status, body) for one AdmissionReview."""
@@ -88,28 +84,3 @@ class WebhookApp:
             log.exception("review of %s %s/%s failed", request.kind.kind, request.namespace, request.name)
             verdict = Verdict(mutating, f"kilter could not review this object: {type(exc).__name__}: {exc}", 400)
         return 200, answer(request.uid, verdict, mutating=mutating)
-
-
-async def _body(receive: Receive) -> bytes | None:
-    chunks: list[bytes] = []
-    size = 0
-    more = True
-    while more:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            return b""
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > MAX_REVIEW_BYTES:
-            return None
-        chunks.append(chunk)
-        more = message.get("more_body", False)
-    return b"".join(chunks)
-
-
-async def _reply(send: Send, status: int, body: bytes, content_type: str, *, close: bool = False) -> None:
-    headers = [(b"content-type", content_type.encode()), (b"content-length", str(len(body)).encode())]
-    if close:
-        headers.append((b"connection", b"close"))
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})

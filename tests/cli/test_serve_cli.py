@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from kilter.cli.main import main
+from kilter.cli.main import build_parser, main
+from kilter.cli.serve_config import ServeConfig
 
 
 def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
@@ -39,3 +40,33 @@ def test_an_unreadable_certificate_is_named(capsys: pytest.CaptureFixture[str], 
     key.write_text("not a key")
     code, err = run(capsys, "--demo", "--tls-cert-file", str(cert), "--tls-key-file", str(key))
     assert code == 2 and "cannot load the TLS certificate" in err
+
+
+def test_the_flags_parse_to_the_configs_own_defaults() -> None:
+    args = build_parser().parse_args(["serve", "--snapshot", "cluster.yaml"])
+    assert ServeConfig.from_args(args) == ServeConfig(snapshot=Path("cluster.yaml"))
+
+
+def test_every_flag_reaches_its_field() -> None:
+    argv = ["serve", "--demo", "--http-port", "1", "--address", "127.0.0.1", "--webhook-port", "2"]
+    argv += ["--kilter-user", "u1", "--kilter-user", "u2", "--max-body-bytes", "2048", "--in-cluster"]
+    argv += ["--context", "c", "--leader-elect", "--lease", "ns/l", "--queues", "q.yaml"]
+    argv += ["--gang-timeout", "1h30m", "--reload-interval", "250ms", "--log-level", "debug", "--platforms", "p.yaml"]
+    config = ServeConfig.from_args(build_parser().parse_args(argv))
+    assert config == ServeConfig(
+        demo=True,
+        http_port=1,
+        address="127.0.0.1",
+        webhook_port=2,
+        kilter_user=("u1", "u2"),
+        max_body_bytes=2048,
+        in_cluster=True,
+        context="c",
+        leader_elect=True,
+        lease="ns/l",
+        queues=Path("q.yaml"),
+        gang_timeout_s=5400.0,  # 1h30m = 3600 + 1800 s
+        reload_interval_s=0.25,
+        log_level="debug",
+        platforms=Path("p.yaml"),
+    )

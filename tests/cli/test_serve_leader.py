@@ -12,7 +12,7 @@ import pytest
 from kilter.cli.main import main
 from kilter.cli.serve import build_app
 from kilter.extenders.server import App
-from tests.extenders.conftest import _Server, cluster_objects, serve_args, write_snapshot
+from tests.extenders.conftest import _Server, cluster_objects, serve_config, write_snapshot
 from tests.fakeapi import FakeApi
 from tests.kube.test_leader import NAME, NAMESPACE, LeaseStore, serving
 from tests.live_mode import kubeconfig
@@ -29,7 +29,7 @@ def replica(tmp_path: Path, port: int, name: str) -> App:
     snapshot = tmp_path / "snapshot.json"
     write_snapshot(snapshot, cluster_objects())
     config = kubeconfig(tmp_path / f"kubeconfig-{name}", port, name)
-    app, _ = build_app(serve_args(snapshot, kubeconfig=config, leader_elect=True, lease="kilter-system/kilter"))
+    app, _ = build_app(serve_config(snapshot, kubeconfig=config, leader_elect=True, lease="kilter-system/kilter"))
     return app
 
 
@@ -76,7 +76,7 @@ def test_following_the_schedulers_lease_writes_while_the_scheduler_in_this_pod_h
     snapshot = tmp_path / "snapshot.json"
     write_snapshot(snapshot, cluster_objects())
     config = kubeconfig(tmp_path / "kubeconfig", api.port, "kilter")
-    app, _ = build_app(serve_args(snapshot, kubeconfig=config, follow_lease=f"{NAMESPACE}/{NAME}"))
+    app, _ = build_app(serve_config(snapshot, kubeconfig=config, follow_lease=f"{NAMESPACE}/{NAME}"))
 
     def held_by(holder: str) -> None:
         lease = {

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from kilter.cli.serve import build_app
-from tests.extenders.conftest import _Server, names_args, pod_json, serve_args
+from tests.extenders.conftest import _Server, names_args, pod_json, serve_config
 from tests.listwatch import NODES, PODS, ListWatchServer
 from tests.live_mode import kubeconfig
 from tests.topology.builders import CLIQUE, node_dict
@@ -21,7 +21,7 @@ def test_the_extender_serves_what_the_cluster_shows_once_every_resource_is_liste
         for t in range(4):
             cluster.add(node_dict(f"r1-t{t}", labels={CLIQUE: "r1"}))
         cluster.delay_s = 0.3
-        args = serve_args(None, kubeconfig=kubeconfig(tmp_path / "kubeconfig", cluster.port, TOKEN))
+        args = serve_config(None, kubeconfig=kubeconfig(tmp_path / "kubeconfig", cluster.port, TOKEN))
         app, store = build_app(args)
         with _Server(app, None) as port:
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import datetime
 import http.client
 import json
@@ -19,6 +19,7 @@ import pytest
 import uvicorn
 
 from kilter.cli.serve import build_app
+from kilter.cli.serve_config import ServeConfig
 from kilter.extenders.server import App
 from kilter.state.store import ClusterStore
 from tests.live_mode import LiveCluster, live_cluster, wait_ready
@@ -184,17 +185,13 @@ class _Server:
         self.sock.close()
 
 
-def serve_args(snapshot: Path | None, **overrides: Any) -> argparse.Namespace:
-    values: dict[str, Any] = {
-        "snapshot": snapshot,
-        "demo": False,
-        "platforms": None,
-        "max_body_bytes": 64 * 1024 * 1024,
-        "gang_timeout": "5m",
-        "reload_interval": "50ms",
-    }
-    values.update(overrides)
-    return argparse.Namespace(**values)
+TEST_CONFIG = ServeConfig(max_body_bytes=64 * 1024 * 1024, reload_interval_s=0.05)
+"""``kilter serve`` as the tests run it: bodies up to 64 MiB, a snapshot file re-read within 50 ms."""
+
+
+def serve_config(snapshot: Path | None, **overrides: Any) -> ServeConfig:
+    """``TEST_CONFIG`` over ``snapshot`` (None: a live cluster in ``overrides``), with ``overrides`` replaced."""
+    return dataclasses.replace(TEST_CONFIG, snapshot=snapshot, **overrides)
 
 
 @pytest.fixture(params=["snapshot", "live"])
@@ -202,14 +199,14 @@ def served(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Served]:
     """The scenario's cluster as a snapshot file, and again as a live cluster kilter lists and watches."""
     if request.param == "live":
         with live_cluster(tmp_path, cluster_objects()) as cluster:
-            app, store = build_app(serve_args(None, kubeconfig=cluster.kubeconfig))
+            app, store = build_app(serve_config(None, kubeconfig=cluster.kubeconfig))
             with _Server(app, None) as port:
                 wait_ready(store)
                 yield Served(app, store, None, port, cluster=cluster)
         return
     snapshot = tmp_path / "snapshot.json"
     write_snapshot(snapshot, cluster_objects())
-    app, store = build_app(serve_args(snapshot))
+    app, store = build_app(serve_config(snapshot))
     with _Server(app, None) as port:
         yield Served(app, store, snapshot, port)
 
@@ -218,7 +215,7 @@ def served(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Served]:
 def small_body_server(tmp_path: Path) -> Iterator[Served]:
     snapshot = tmp_path / "snapshot.json"
     write_snapshot(snapshot, cluster_objects())
-    app, store = build_app(serve_args(snapshot, max_body_bytes=4096))
+    app, store = build_app(serve_config(snapshot, max_body_bytes=4096))
     with _Server(app, None) as port:
         yield Served(app, store, snapshot, port)
 
@@ -272,7 +269,7 @@ def tls_served(tmp_path: Path) -> Iterator[Served]:
     snapshot = tmp_path / "snapshot.json"
     write_snapshot(snapshot, cluster_objects())
     cert, key, ca = make_certificates(tmp_path)
-    app, store = build_app(serve_args(snapshot))
+    app, store = build_app(serve_config(snapshot))
     client = ssl.create_default_context(cafile=str(ca))
     with _Server(app, (cert, key)) as port:
         yield Served(app, store, snapshot, port, tls=client)

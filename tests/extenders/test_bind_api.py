@@ -14,7 +14,15 @@ from typing import Any
 import pytest
 
 from kilter.cli.serve import build_app
-from tests.extenders.conftest import Served, _Server, cluster_objects, names_args, pod_json, serve_args, write_snapshot
+from tests.extenders.conftest import (
+    Served,
+    _Server,
+    cluster_objects,
+    names_args,
+    pod_json,
+    serve_config,
+    write_snapshot,
+)
 from tests.fakeapi import Answer, Call, FakeApi, running, status
 from tests.live_mode import kubeconfig
 
@@ -55,7 +63,7 @@ def api(binder: Binder) -> Iterator[FakeApi]:
 def connected(tmp_path: Path, api: FakeApi) -> Iterator[Served]:
     snapshot = tmp_path / "snapshot.json"
     write_snapshot(snapshot, cluster_objects())
-    args = serve_args(snapshot, kubeconfig=kubeconfig(tmp_path / "kubeconfig", api.port, TOKEN))
+    args = serve_config(snapshot, kubeconfig=kubeconfig(tmp_path / "kubeconfig", api.port, TOKEN))
     app, store = build_app(args)
     with _Server(app, None) as port:
         yield Served(app, store, snapshot, port)
@@ -100,7 +108,7 @@ def test_a_refused_binding_is_reported_in_the_error_field_and_books_nothing(conn
 def test_a_wrong_token_is_a_bind_error(tmp_path: Path, api: FakeApi) -> None:
     snapshot = tmp_path / "snapshot.json"
     write_snapshot(snapshot, cluster_objects())
-    app, store = build_app(serve_args(snapshot, kubeconfig=kubeconfig(tmp_path / "kc", api.port, "bad")))
+    app, store = build_app(serve_config(snapshot, kubeconfig=kubeconfig(tmp_path / "kc", api.port, "bad")))
     with _Server(app, None) as port:
         served = Served(app, store, snapshot, port)
         _, result = served.post("bind", bind_body(pod_json("p", 4), "r1-t00"))

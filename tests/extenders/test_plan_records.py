@@ -29,7 +29,7 @@ from kilter.kube.api import ApiServer
 from kilter.model import codec
 from kilter.model.core_v1 import Pod
 from kilter.state.store import ClusterStore
-from tests.extenders.conftest import _Server, cluster_objects, names_args, pod_json, serve_args
+from tests.extenders.conftest import _Server, cluster_objects, names_args, pod_json, serve_config
 from tests.listwatch import NODES, PODS, ListWatchServer, Resource
 from tests.live_mode import kubeconfig
 from tests.topology.builders import CLIQUE, node_dict
@@ -345,7 +345,7 @@ def wait_for(what: str, ready: Callable[[], bool]) -> None:
 def kilter(cluster: ListWatchServer, tmp_path: Path, name: str) -> Iterator[Kilter]:
     """``kilter serve --kubeconfig`` on the cluster, once its feed has listed everything."""
     app, store = build_app(
-        serve_args(None, kubeconfig=kubeconfig(tmp_path / f"{name}.kubeconfig", cluster.port, TOKEN))
+        serve_config(None, kubeconfig=kubeconfig(tmp_path / f"{name}.kubeconfig", cluster.port, TOKEN))
     )
     with _Server(app, None) as port:
         k = Kilter(app, store, port)

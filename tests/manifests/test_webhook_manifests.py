@@ -16,7 +16,8 @@ from pathlib import Path, PurePosixPath
 import pytest
 
 from kilter.cli.main import build_parser
-from kilter.cli.serve import DEFAULT_KILTER_USER, webhook_app
+from kilter.cli.serve import webhook_app
+from kilter.cli.serve_config import DEFAULT_KILTER_USER
 from kilter.model import codec
 from kilter.model.jobs import supported_kinds
 from kilter.model.kueue import ClusterQueue

@@ -12,7 +12,7 @@ import pytest
 
 from kilter.cli.serve import build_app
 from kilter.extenders.server import App
-from tests.extenders.conftest import _Server, cluster_objects, serve_args, write_snapshot
+from tests.extenders.conftest import _Server, cluster_objects, serve_config, write_snapshot
 from tests.live_mode import live_cluster, wait_ready
 from tests.volcano import payloads as vp
 
@@ -93,14 +93,14 @@ def serve(
     objects = [*cluster_objects(), *quota_objects(), *extra]
     if mode == "live":
         with live_cluster(tmp_path, objects) as cluster:
-            app, store = build_app(serve_args(None, kubeconfig=cluster.kubeconfig, **overrides))
+            app, store = build_app(serve_config(None, kubeconfig=cluster.kubeconfig, **overrides))
             with _Server(app, None) as port:
                 wait_ready(store)
                 yield Volcano(app, port)
         return
     snapshot = tmp_path / "snapshot.json"
     write_snapshot(snapshot, objects)
-    app, _ = build_app(serve_args(snapshot, **overrides))
+    app, _ = build_app(serve_config(snapshot, **overrides))
     with _Server(app, None) as port:
         yield Volcano(app, port)
 

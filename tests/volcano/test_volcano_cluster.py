@@ -12,7 +12,7 @@ import yaml
 
 from kilter.cli.main import main
 from kilter.cli.serve import build_app
-from tests.extenders.conftest import _Server, cluster_objects, serve_args, write_snapshot
+from tests.extenders.conftest import _Server, cluster_objects, serve_config, write_snapshot
 from tests.extenders.test_bind_api import TOKEN
 from tests.fakeapi import Call, FakeApi, running
 from tests.live_mode import kubeconfig
@@ -33,7 +33,7 @@ def api() -> Iterator[FakeApi]:
 def connected(tmp_path: Path, api: FakeApi) -> Iterator[Volcano]:
     snapshot = tmp_path / "snapshot.json"
     write_snapshot(snapshot, [*cluster_objects(), *quota_objects()])
-    app, _ = build_app(serve_args(snapshot, kubeconfig=kubeconfig(tmp_path / "kubeconfig", api.port, TOKEN)))
+    app, _ = build_app(serve_config(snapshot, kubeconfig=kubeconfig(tmp_path / "kubeconfig", api.port, TOKEN)))
     with _Server(app, None) as port:
         yield Volcano(app, port)
 
@@ -84,7 +84,7 @@ def test_queues_file_defines_quota_when_kueue_is_not_installed(tmp_path: Path) -
     write_snapshot(snapshot, [*cluster_objects(), volcano_queue("ml-training", cluster_queue="training")])
     path = tmp_path / "queues.yaml"
     path.write_text(yaml.safe_dump_all(queues))
-    app, _ = build_app(serve_args(snapshot, queues=path))
+    app, _ = build_app(serve_config(snapshot, queues=path))
     with _Server(app, None) as port:
         v = Volcano(app, port)
         huge = gpu_job("huge", 25, 4)

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from kilter.cli.serve import build_app
 from kilter.extenders.volcano import VolcanoExtender
-from tests.extenders.conftest import cluster_objects, serve_args, write_snapshot
+from tests.extenders.conftest import cluster_objects, serve_config, write_snapshot
 from tests.test_bad_input_fuzz import json_values, mutate, paths
 from tests.volcano import payloads as vp
 from tests.volcano.conftest import gpu_job, quota_objects, task_of
@@ -23,7 +23,7 @@ from tests.volcano.conftest import gpu_job, quota_objects, task_of
 def extender() -> VolcanoExtender:
     snapshot = Path(tempfile.mkdtemp(prefix="kilter-fuzz-")) / "snapshot.json"
     write_snapshot(snapshot, [*cluster_objects(), *quota_objects()])
-    app, _ = build_app(serve_args(snapshot))
+    app, _ = build_app(serve_config(snapshot))
     assert app.volcano is not None
     return app.volcano
 

@@ -1,0 +1,117 @@
+"""What ``kilter serve`` runs with: one frozen record, read from its flags in one place.
+
+``build_app`` and ``run`` take a ``ServeConfig``, never the parser's
+Namespace, so that tests, the bench and the demo's scheduler stand-in build
+the very value the command line builds (``ServeConfig(snapshot=path)``,
+``dataclasses.replace``) and a misspelt field is a type error, not a silent
+default. The flags' defaults are this record's defaults. Durations are read
+from their flags here, once; a record that could not serve (a body limit
+below 1 KiB) is refused when it is made.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, cast
+
+from kilter.extenders.server import DEFAULT_MAX_BODY_BYTES
+from kilter.model.errors import InputError
+from kilter.quota.policy import parse_duration
+
+__all__ = ["DEFAULTS", "DEFAULT_KILTER_USER", "DEFAULT_LEASE", "MIN_BODY_BYTES", "LogLevel", "ServeConfig"]
+
+DEFAULT_LEASE = "kube-system/kilter"
+DEFAULT_KILTER_USER = "system:serviceaccount:kube-system:kilter-scheduler"
+MIN_BODY_BYTES = 1024  # below this not even a one-node filter body fits
+
+LogLevel = Literal["debug", "info", "warning", "error"]
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    """Every setting of ``kilter serve``; each field is the flag of the same name (``--http-port`` is ``http_port``)."""
+
+    snapshot: Path | None = None
+    """A snapshot file as the state, re-read when it changes (``--snapshot``)."""
+    demo: bool = False
+    """The embedded demo fleet as the state (``--demo``)."""
+    platforms: Path | None = None
+    """A YAML file adding or overriding catalog platforms; None: the built-in catalog."""
+    http_port: int = 8888
+    """TCP port of the HTTP listener (extender, Volcano verbs, /metrics, /debug)."""
+    address: str = "0.0.0.0"
+    """Address both listeners bind; 0.0.0.0 is every interface."""
+    webhook_port: int = 9443
+    """TCP port of the HTTPS admission-webhook listener (started only with a certificate)."""
+    tls_cert_file: Path | None = None
+    """PEM certificate of the webhook listener; with ``tls_key_file`` it starts that listener."""
+    tls_key_file: Path | None = None
+    """PEM private key of ``tls_cert_file``."""
+    http_tls: bool = False
+    """Serve the HTTP listener over HTTPS too, with the same certificate."""
+    kilter_user: tuple[str, ...] = ()
+    """Users allowed to write kilter-only annotations; empty: kilter's service account only."""
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    """Largest request body the HTTP listener reads, in bytes (at least ``MIN_BODY_BYTES``)."""
+    kubeconfig: Path | None = None
+    """A kubeconfig: watch its cluster as the state (unless a snapshot is given) and bind pods through it."""
+    in_cluster: bool = False
+    """The same with the API server of the cluster kilter's pod runs in (service account credentials)."""
+    context: str | None = None
+    """Context of ``kubeconfig``; None: its current-context."""
+    leader_elect: bool = False
+    """Campaign for ``lease``: only its holder writes (AdmissionCheck status, plans, Events)."""
+    lease: str = DEFAULT_LEASE
+    """NAMESPACE/NAME of the Lease of ``leader_elect``."""
+    follow_lease: str | None = None
+    """NAMESPACE/NAME of a kube-scheduler's Lease: write only while the scheduler in this pod holds it."""
+    queues: Path | None = None
+    """YAML of ClusterQueues, Cohorts and ResourceFlavors for Volcano queues when Kueue is not installed."""
+    gang_timeout_s: float = 300.0
+    """Seconds after which a gang's plan is dropped if not all its pods are bound."""
+    reload_interval_s: float = 1.0
+    """Seconds between checks of the snapshot file for changes."""
+    log_level: LogLevel = "info"
+    """Logging threshold of every kilter and uvicorn logger."""
+
+    def __post_init__(self) -> None:
+        if self.max_body_bytes < MIN_BODY_BYTES:
+            raise InputError(f"--max-body-bytes must be at least {MIN_BODY_BYTES}")
+
+    @property
+    def has_cluster(self) -> bool:
+        """Whether an API server is connected (``kubeconfig`` or ``in_cluster``): binds, Events, plan records."""
+        return self.kubeconfig is not None or self.in_cluster
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> ServeConfig:
+        """The record of what ``kilter serve``'s parser read (``serve.add_parser``); the one reader of its flags."""
+        return cls(
+            snapshot=args.snapshot,
+            demo=args.demo,
+            platforms=args.platforms,
+            http_port=args.http_port,
+            address=args.address,
+            webhook_port=args.webhook_port,
+            tls_cert_file=args.tls_cert_file,
+            tls_key_file=args.tls_key_file,
+            http_tls=args.http_tls,
+            kilter_user=tuple(args.kilter_user),
+            max_body_bytes=args.max_body_bytes,
+            kubeconfig=args.kubeconfig,
+            in_cluster=args.in_cluster,
+            context=args.context,
+            leader_elect=args.leader_elect,
+            lease=args.lease,
+            follow_lease=args.follow_lease,
+            queues=args.queues,
+            gang_timeout_s=parse_duration(args.gang_timeout, path="--gang-timeout"),
+            reload_interval_s=parse_duration(args.reload_interval, path="--reload-interval"),
+            log_level=cast(LogLevel, args.log_level),
+        )
+
+
+DEFAULTS = ServeConfig()
+"""The defaults, which the flags show and parse to."""
