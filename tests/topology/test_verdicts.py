@@ -177,7 +177,7 @@ def cases(draw: st.DrawFn) -> tuple[Fleet, int, str | None, v.Hold | None, list[
                 pods.append(pod(f"p{i}", name, used))
     fleet = build_fleet(nodes, pods)
     gpus = draw(st.integers(1, 8))
-    zone = draw(st.sampled_from([None, "a", "b"]))
+    wanted_zone = draw(st.sampled_from([None, "a", "b"]))
     hold: v.Hold | None = None
     kind = draw(st.sampled_from(["none", "waits", "planned"]))
     if kind == "waits":
@@ -185,7 +185,7 @@ def cases(draw: st.DrawFn) -> tuple[Fleet, int, str | None, v.Hold | None, list[
     elif kind == "planned":
         hold = v.Hold(True, draw(st.lists(st.integers(0, fleet.n_nodes - 1), max_size=4)), "planned")
     idle = [draw(st.none() | st.integers(0, 8)) for _ in range(fleet.n_nodes + 1)]
-    return fleet, gpus, zone, hold, idle
+    return fleet, gpus, wanted_zone, hold, idle
 
 
 @settings(max_examples=150, deadline=None)
