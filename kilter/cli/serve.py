@@ -319,7 +319,7 @@ def run(args: argparse.Namespace) -> int:
         def adopt(decision: CheckDecision) -> None:
             if decision.plan is not None:
                 key = f"{decision.namespace}/workload/{decision.workload}"
-                gangs.adopt(GangId(key, "kilter.dev/topology", len(decision.plan.node_indices)), decision.plan)
+                gangs.adopt(GangId(key, CONTROLLER_NAME, len(decision.plan.node_indices)), decision.plan)
 
         recorder = EventRecorder(app.binder.api, is_writer=app.is_writer)
         controller = Controller(store, app.binder.api, on_ready=adopt, is_writer=app.is_writer, events=recorder)

@@ -43,6 +43,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from kilter.extenders import plans
+from kilter.model.annotations import GANG, GANG_SIZE
 from kilter.model.core_v1 import Pod, PodTemplateSpec
 from kilter.model.errors import InputError
 from kilter.model.jobs import PodSetSpec, read_job
@@ -55,8 +56,8 @@ __all__ = ["GANG_LABEL", "GANG_SIZE_LABEL", "GangBook", "GangId", "GangPlan", "P
 
 log = logging.getLogger("kilter.gangs")
 
-GANG_LABEL = "kilter.dev/gang"
-GANG_SIZE_LABEL = "kilter.dev/gang-size"
+GANG_LABEL = GANG
+GANG_SIZE_LABEL = GANG_SIZE
 KUEUE_POD_GROUP = "kueue.x-k8s.io/pod-group-name"
 KUEUE_POD_GROUP_COUNT = "kueue.x-k8s.io/pod-group-total-count"
 KUEUE_WORKLOAD = "kueue.x-k8s.io/workload"

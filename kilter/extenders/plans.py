@@ -47,6 +47,7 @@ from urllib.parse import quote
 import msgspec
 
 from kilter.kube.api import ApiServer
+from kilter.model.annotations import PLAN
 from kilter.model.core_v1 import Pod, pod_request
 from kilter.model.errors import InputError, KilterError
 from kilter.state.store import ObjectKey
@@ -73,7 +74,7 @@ __all__ = [
 
 log = logging.getLogger("kilter.plans")
 
-PLAN_ANNOTATION = "kilter.dev/plan"
+PLAN_ANNOTATION = PLAN
 RECORD_VERSION = 1
 MERGE_PATCH = "application/merge-patch+json"
 MAX_BYTES = 128 * 1024  # the API server caps all annotations of an object at 256 KiB together

@@ -31,6 +31,7 @@ from typing import Any
 
 from kilter.kube.api import ApiError, ApiServer
 from kilter.kube.events import EventRecorder, Involved
+from kilter.model.annotations import CONTROLLER_NAME, PLAN
 from kilter.model.errors import InputError, KilterError
 from kilter.model.jobs import read_job
 from kilter.model.kueue import KUEUE_GROUP, Workload
@@ -51,8 +52,7 @@ __all__ = [
     "our_checks",
 ]
 
-CONTROLLER_NAME = "kilter.dev/topology"
-PLAN_ANNOTATION = "kilter.dev/plan"
+PLAN_ANNOTATION = PLAN
 RETRY_AFTER_S = 60
 API = f"{KUEUE_GROUP}/v1beta2"
 log = logging.getLogger("kilter.admissioncheck")
