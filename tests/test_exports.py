@@ -14,6 +14,7 @@ PACKAGES = [
     "kilter.quota",
     "kilter.kube",
     "kilter.state",
+    "kilter.gangs",
     "kilter.extenders",
     "kilter.webhooks",
     "kilter.sim",

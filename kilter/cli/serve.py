@@ -24,11 +24,10 @@ import uvloop
 from kilter.cli import sources
 from kilter.extenders.events import PodGroupEvents
 from kilter.extenders.explain import DecisionLog
-from kilter.extenders.gangs import GangBook, GangId
-from kilter.extenders.plans import PlanRecorder
 from kilter.extenders.scheduler import ApiBinder, Binder, SchedulerExtender
 from kilter.extenders.server import DEFAULT_MAX_BODY_BYTES, App
 from kilter.extenders.volcano import VolcanoExtender
+from kilter.gangs import GangBook, GangId, PlanRecorder
 from kilter.kube.api import ApiServer, connect
 from kilter.kube.events import EventRecorder
 from kilter.kube.follower import LeaseFollower

@@ -23,9 +23,9 @@ from urllib.parse import parse_qs
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from kilter.extenders.gangs import GangBook
 from kilter.extenders.scheduler import Answer, Binder, SchedulerExtender
 from kilter.extenders.volcano import VOLCANO_VERBS, VolcanoExtender
+from kilter.gangs import GangBook
 from kilter.model.errors import KilterError
 from kilter.state.store import ClusterStore
 

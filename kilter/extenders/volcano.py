@@ -42,7 +42,6 @@ import numpy.typing as npt
 
 from kilter._native.jsonout import JsonNames
 from kilter.extenders import volcano_wire as vw
-from kilter.extenders.gangs import GangBook, GangId, GangPlan
 from kilter.extenders.nodeinfo_stream import NodeNamesReader, StreamedNodes
 from kilter.extenders.scheduler import Answer
 from kilter.extenders.volcano_quota import (
@@ -53,6 +52,7 @@ from kilter.extenders.volcano_quota import (
     jobs_from_state,
     queue_annotations,
 )
+from kilter.gangs import GangBook, GangId, GangPlan
 from kilter.model.core_v1 import Container, Pod, PodTemplateSpec, ResourceRequirements, pod_request
 from kilter.model.errors import InputError, KilterError
 from kilter.model.jobs import PodSetSpec, TopologyRequest

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from kilter.extenders.gangs import GangBook, GangId
+from kilter.gangs import GangBook, GangId
 from kilter.kube.api import ApiServer
 from kilter.kube.events import EventRecorder
 from kilter.state.store import ClusterStore

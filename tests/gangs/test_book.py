@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from kilter.extenders.gangs import GangBook, identify
+from kilter.gangs import GangBook, identify
 from kilter.model import codec
 from kilter.model.core_v1 import Pod
 from kilter.model.errors import InputError

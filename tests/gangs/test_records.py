@@ -22,9 +22,9 @@ from typing import Any
 import pytest
 
 from kilter.cli.serve import build_app
-from kilter.extenders.gangs import GangBook, GangId, GangPlan, identify
-from kilter.extenders.plans import PLAN_ANNOTATION, PlanRecord, PlanRecorder, decode, encode
 from kilter.extenders.server import App
+from kilter.gangs import GangBook, GangId, GangPlan, PlanRecorder, identify
+from kilter.gangs.records import PLAN_ANNOTATION, PlanRecord, decode, encode
 from kilter.kube.api import ApiServer
 from kilter.model import codec
 from kilter.model.core_v1 import Pod

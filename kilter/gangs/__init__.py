@@ -1,0 +1,22 @@
+"""Gangs: who belongs to one (``GangKey``), their plans and reservations (``GangBook``), and plan records."""
+
+from kilter.gangs import book, identity, recorder, records, refit
+from kilter.gangs.book import GangBook, GangPlan, Slot
+from kilter.gangs.identity import GangId, identify
+from kilter.gangs.recorder import PlanRecorder
+from kilter.gangs.records import PlanRecord
+
+__all__ = [
+    "GangBook",
+    "GangId",
+    "GangPlan",
+    "PlanRecord",
+    "PlanRecorder",
+    "Slot",
+    "book",
+    "identify",
+    "identity",
+    "recorder",
+    "records",
+    "refit",
+]
