@@ -27,7 +27,7 @@ from kilter.extenders.explain import DecisionLog
 from kilter.extenders.scheduler import ApiBinder, Binder, SchedulerExtender
 from kilter.extenders.server import DEFAULT_MAX_BODY_BYTES, App
 from kilter.extenders.volcano import VolcanoExtender
-from kilter.gangs import GangBook, GangId, PlanRecorder
+from kilter.gangs import GangBook, GangId, GangKey, PlanRecorder
 from kilter.kube.api import ApiServer, connect
 from kilter.kube.events import EventRecorder
 from kilter.kube.follower import LeaseFollower
@@ -317,7 +317,7 @@ def run(args: argparse.Namespace) -> int:
 
         def adopt(decision: CheckDecision) -> None:
             if decision.plan is not None:
-                key = f"{decision.namespace}/workload/{decision.workload}"
+                key = GangKey(decision.namespace, "workload", (decision.workload,)).format()
                 gangs.adopt(GangId(key, CONTROLLER_NAME, len(decision.plan.node_indices)), decision.plan)
 
         recorder = EventRecorder(app.binder.api, is_writer=app.is_writer)

@@ -52,7 +52,7 @@ from kilter.extenders.volcano_quota import (
     jobs_from_state,
     queue_annotations,
 )
-from kilter.gangs import GangBook, GangId, GangPlan
+from kilter.gangs import GangBook, GangId, GangKey, GangPlan
 from kilter.model.core_v1 import Container, Pod, PodTemplateSpec, ResourceRequirements, pod_request
 from kilter.model.errors import InputError, KilterError
 from kilter.model.jobs import PodSetSpec, TopologyRequest
@@ -716,8 +716,9 @@ class VolcanoExtender:
 
 
 def _gang_key(job: str) -> str:
+    """The gang key of a Volcano job (``NAMESPACE/PODGROUP``, as Volcano's session names it)."""
     namespace, _, name = job.partition("/")
-    return f"{namespace}/podgroup/{name}"
+    return GangKey(namespace, "podgroup", (name,)).format()
 
 
 def _pod(task: vw.TaskHead) -> Pod:

@@ -2,13 +2,14 @@
 
 from kilter.gangs import book, identity, recorder, records, refit
 from kilter.gangs.book import GangBook, GangPlan, Slot
-from kilter.gangs.identity import GangId, identify
+from kilter.gangs.identity import GangId, GangKey, identify
 from kilter.gangs.recorder import PlanRecorder
 from kilter.gangs.records import PlanRecord
 
 __all__ = [
     "GangBook",
     "GangId",
+    "GangKey",
     "GangPlan",
     "PlanRecord",
     "PlanRecorder",

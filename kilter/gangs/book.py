@@ -27,8 +27,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from kilter.gangs import records, refit
-from kilter.gangs.identity import INDEXED_ANNOTATIONS, INDEXED_LABELS, GangId, gang_of, in_gang
+from kilter.gangs.identity import INDEXED_ANNOTATIONS, INDEXED_LABELS, GangId, GangKey, gang_of, in_gang
 from kilter.model.core_v1 import Pod, PodTemplateSpec
+from kilter.model.errors import InputError
 from kilter.model.jobs import PodSetSpec
 from kilter.model.jobs import topology_request as _topology_request
 from kilter.state.store import ClusterStore
@@ -187,7 +188,7 @@ class GangBook:
                 fleet.bitmap.allocate(node, g)
                 slots.append(Slot(fleet.node_names[node], node, g))
         unbound = {p.metadata.name for p in members or () if not p.spec.node_name}
-        if pod.metadata.name and not pod.spec.node_name and pod.metadata.namespace == gang.key.partition("/")[0]:
+        if pod.metadata.name and not pod.spec.node_name and pod.metadata.namespace == _namespace(gang):
             unbound.add(pod.metadata.name)  # the pod asking may not have reached the state yet
         return GangPlan(gang, result, slots, self.clock(), self.store.generation, pods=tuple(sorted(unbound)))
 
@@ -315,6 +316,14 @@ class GangBook:
         if slot.reserved and plan.generation == self.store.fleet_generation():
             self.store.fleet().bitmap.release(slot.node_index, slot.gpus)
         slot.reserved = False
+
+
+def _namespace(gang: GangId) -> str | None:
+    """The gang's namespace (None for a key that does not parse: a name part that itself holds a ``/``)."""
+    try:
+        return GangKey.parse(gang.key).namespace
+    except InputError:
+        return None
 
 
 def _shrink(pod_sets: tuple[PodSetSpec, ...], bound: int) -> tuple[PodSetSpec, ...]:

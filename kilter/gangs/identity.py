@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Final
 
 from kilter.model.annotations import GANG, GANG_SIZE
 from kilter.model.core_v1 import Pod
@@ -31,9 +32,11 @@ __all__ = [
     "GANG_SIZE_LABEL",
     "INDEXED_ANNOTATIONS",
     "INDEXED_LABELS",
+    "KINDS",
     "KUEUE_WORKLOAD",
     "MAX_GANG_SIZE",
     "GangId",
+    "GangKey",
     "GangSelector",
     "gang_of",
     "identify",
@@ -53,10 +56,66 @@ JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"
 KUBEFLOW_JOB = "training.kubeflow.org/job-name"
 MAX_GANG_SIZE = 100_000
 
+KINDS: Final[Mapping[str, tuple[tuple[str, ...], tuple[str, ...]]]] = {
+    # the kind in a gang's key -> (labels, annotations) whose values are the key's name parts, in order
+    "gang": ((GANG_LABEL,), ()),
+    "pod-group": ((KUEUE_POD_GROUP,), ()),
+    "lws": ((LWS_NAME, LWS_GROUP), ()),
+    "workload": ((), (KUEUE_WORKLOAD,)),
+    "podgroup": ((), (VOLCANO_GROUP,)),
+    "jobset": ((JOBSET_NAME,), ()),
+    "kubeflow": ((KUBEFLOW_JOB,), ()),
+}
+
+
+@dataclass(frozen=True, order=True)
+class GangKey:
+    """A gang's key: its namespace, what kind of gang it is, and the name parts that kind has.
+
+    Its text, ``NAMESPACE/KIND/NAME[/PART]`` (``ml/gang/train``,
+    ``ml/podgroup/pg``, ``ml/workload/wl``, ``ml/lws/NAME/GROUP``,
+    ``ml/jobset/x``, ``ml/kubeflow/x``, ``ml/pod-group/x``), is what plan
+    records, logs, metrics and the extender's explanations carry, so
+    ``format`` must keep producing exactly it. ``names`` are label or
+    annotation values, which hold no ``/``; a part may be empty (an empty
+    label value is valid). Built from a pod's labels by ``identify``, the key
+    is not checked; ``parse`` is, since its text comes from the cluster.
+    """
+
+    namespace: str
+    kind: str
+    names: tuple[str, ...]
+
+    @classmethod
+    def parse(cls, text: str) -> GangKey:
+        """The key ``text`` spells; ``InputError`` if the kind is unknown or has another number of name parts."""
+        parts = text.split("/")
+        selectors = KINDS.get(parts[1]) if len(parts) >= 3 else None
+        if selectors is None or len(parts) - 2 != len(selectors[0]) + len(selectors[1]):
+            want = "NAMESPACE/KIND/NAME with KIND one of " + ", ".join(sorted(KINDS))
+            raise InputError(f"gang key {text[:200]!r} is not {want} (lws: NAMESPACE/lws/NAME/GROUP)")
+        return cls(parts[0], parts[1], tuple(parts[2:]))
+
+    def format(self) -> str:
+        """The key's text (the inverse of ``parse``)."""
+        return "/".join((self.namespace, self.kind, *self.names))
+
+    def __str__(self) -> str:
+        return self.format()
+
+    @property
+    def name(self) -> str:
+        """The name parts joined as the key's text joins them (``NAME`` or ``NAME/GROUP``)."""
+        return "/".join(self.names)
+
 
 @dataclass(frozen=True)
 class GangId:
-    """Which gang a pod belongs to and how many pods it has (None: not known yet)."""
+    """Which gang a pod belongs to and how many pods it has (None: not known yet).
+
+    ``key`` is the key's text (``GangKey.format``): the gang's name in the
+    book's plans, in plan records and in the planner's answers.
+    """
 
     key: str
     source: str
@@ -81,27 +140,32 @@ def identify(pod: Pod, store: ClusterStore) -> GangId | None:
         size = _size(raw, f"label {GANG_SIZE_LABEL}")
         if size is None:
             raise InputError(f"label {GANG_LABEL} needs {GANG_SIZE_LABEL} (the gang's pod count)")
-        return GangId(f"{ns}/gang/{labels[GANG_LABEL]}", GANG_LABEL, size)
+        return GangId(_key(ns, "gang", labels[GANG_LABEL]), GANG_LABEL, size)
     if KUEUE_POD_GROUP in labels:
         size = _size(notes.get(KUEUE_POD_GROUP_COUNT), f"annotation {KUEUE_POD_GROUP_COUNT}")
-        return GangId(f"{ns}/pod-group/{labels[KUEUE_POD_GROUP]}", KUEUE_POD_GROUP, size)
+        return GangId(_key(ns, "pod-group", labels[KUEUE_POD_GROUP]), KUEUE_POD_GROUP, size)
     if LWS_NAME in labels and LWS_GROUP in labels:
         size = _size(notes.get(LWS_SIZE), f"annotation {LWS_SIZE}")
-        return GangId(f"{ns}/lws/{labels[LWS_NAME]}/{labels[LWS_GROUP]}", LWS_NAME, size)
+        return GangId(_key(ns, "lws", labels[LWS_NAME], labels[LWS_GROUP]), LWS_NAME, size)
     if KUEUE_WORKLOAD in notes:
         name = notes[KUEUE_WORKLOAD]
-        return _from_object(store, ("kueue.x-k8s.io", "Workload", ns, name), f"{ns}/workload/{name}", KUEUE_WORKLOAD)
+        key = _key(ns, "workload", name)
+        return _from_object(store, ("kueue.x-k8s.io", "Workload", ns, name), key, KUEUE_WORKLOAD)
     if VOLCANO_GROUP in notes:
         name = notes[VOLCANO_GROUP]
         group = store.get("scheduling.volcano.sh", "PodGroup", ns, name)
         spec = group.get("spec") if group else None
         member = spec.get("minMember") if isinstance(spec, Mapping) else None
         size = member if isinstance(member, int) and 1 <= member <= MAX_GANG_SIZE else None
-        return GangId(f"{ns}/podgroup/{name}", VOLCANO_GROUP, size)
+        return GangId(_key(ns, "podgroup", name), VOLCANO_GROUP, size)
     for label, kind in ((JOBSET_NAME, "jobset"), (KUBEFLOW_JOB, "kubeflow")):
         if label in labels:
-            return GangId(f"{ns}/{kind}/{labels[label]}", label, None)
+            return GangId(_key(ns, kind, labels[label]), label, None)
     return None
+
+
+def _key(namespace: str, kind: str, *names: str) -> str:
+    return GangKey(namespace, kind, names).format()
 
 
 def _from_object(store: ClusterStore, key: tuple[str, str, str, str], gang: str, source: str) -> GangId:
@@ -144,24 +208,16 @@ def gang_of(pod: Pod) -> GangSelector:
     )
 
 
-_KEY_SELECTORS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    # the kind in a gang's key -> (labels, annotations) whose values are the key's name parts, in order
-    "gang": ((GANG_LABEL,), ()),
-    "pod-group": ((KUEUE_POD_GROUP,), ()),
-    "lws": ((LWS_NAME, LWS_GROUP), ()),
-    "workload": ((), (KUEUE_WORKLOAD,)),
-    "podgroup": ((), (VOLCANO_GROUP,)),
-    "jobset": ((JOBSET_NAME,), ()),
-    "kubeflow": ((KUBEFLOW_JOB,), ()),
-}
-
-
-def in_gang(key: str) -> GangSelector:
-    """The pods of the gang with this key (by the labels or annotation ``identify`` read)."""
-    namespace, kind, *names = key.split("/")
-    label_keys, note_keys = _KEY_SELECTORS.get(kind, ((), ()))
-    if len(names) != len(label_keys) + len(note_keys) or not names:
-        return GangSelector(namespace, nothing=True)
-    labels = dict(zip(label_keys, names[: len(label_keys)], strict=True))
-    notes = dict(zip(note_keys, names[len(label_keys) :], strict=True))
-    return GangSelector(namespace, labels, notes)
+def in_gang(key: str | GangKey) -> GangSelector:
+    """The pods of the gang with this key (by the labels or annotation ``identify`` read); none for a malformed key."""
+    if isinstance(key, str):
+        try:
+            key = GangKey.parse(key)
+        except InputError:
+            return GangSelector("", nothing=True)
+    label_keys, note_keys = KINDS.get(key.kind, ((), ()))
+    if len(key.names) != len(label_keys) + len(note_keys) or not key.names:
+        return GangSelector(key.namespace, nothing=True)
+    labels = dict(zip(label_keys, key.names[: len(label_keys)], strict=True))
+    notes = dict(zip(note_keys, key.names[len(label_keys) :], strict=True))
+    return GangSelector(key.namespace, labels, notes)

@@ -16,10 +16,10 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from urllib.parse import quote
 
 from kilter.gangs.book import GangPlan
-from kilter.gangs.identity import GangId
+from kilter.gangs.identity import GangId, GangKey
 from kilter.gangs.records import KUEUE, MAX_BYTES, PLAN_ANNOTATION, VOLCANO, PlanRecord, encode, owner_of
 from kilter.kube.api import ApiServer
-from kilter.model.errors import KilterError
+from kilter.model.errors import InputError, KilterError
 
 __all__ = ["MERGE_PATCH", "PlanRecorder"]
 
@@ -69,7 +69,10 @@ class PlanRecorder:
                 "gang %s: the plan's record is %d bytes, over %d; not recorded", gang.key, len(value), MAX_BYTES
             )
             return None
-        paths = self.paths(gang.key, plan.pods)
+        try:
+            paths = self.paths(gang.key, plan.pods)
+        except InputError:  # a key whose name holds a "/": nowhere to put the record
+            paths = []
         if not paths:
             log.info("gang %s: no object to record the plan on", gang.key)
             return None
@@ -80,10 +83,10 @@ class PlanRecorder:
             return None
 
     def paths(self, gang_key: str, pods: Sequence[str]) -> list[str]:
-        """Where the record goes: the owner object's path, else each pod's."""
-        owner = owner_of(gang_key)
-        namespace = gang_key.partition("/")[0]
-        ns = quote(namespace)
+        """Where the record goes: the owner object's path, else each pod's; ``InputError`` for a malformed key."""
+        key = GangKey.parse(gang_key)
+        owner = owner_of(key)
+        ns = quote(key.namespace)
         if owner is not None:
             name = quote(owner[3])
             if owner[1] == "PodGroup":

@@ -39,8 +39,10 @@ from typing import Any
 
 import msgspec
 
+from kilter.gangs.identity import GangKey
 from kilter.model.annotations import PLAN
 from kilter.model.core_v1 import Pod
+from kilter.model.errors import InputError
 from kilter.state.store import ObjectKey
 from kilter.topology.plan import MAX_GANG_PODS, MAX_POD_GPUS
 
@@ -142,16 +144,17 @@ def _problem(wire: _Wire) -> str:
     return ""
 
 
-def owner_of(gang_key: str) -> ObjectKey | None:
+def owner_of(gang_key: str | GangKey) -> ObjectKey | None:
     """The object a gang's record goes on (PodGroup or Workload), or None when it goes on the gang's pods."""
-    namespace, _, rest = gang_key.partition("/")
-    kind, _, name = rest.partition("/")
-    if not name or "/" in name:
-        return None
-    if kind == "podgroup":
-        return VOLCANO, "PodGroup", namespace, name
-    if kind == "workload":
-        return KUEUE, "Workload", namespace, name
+    if isinstance(gang_key, str):
+        try:
+            gang_key = GangKey.parse(gang_key)
+        except InputError:
+            return None
+    if gang_key.kind == "podgroup":
+        return VOLCANO, "PodGroup", gang_key.namespace, gang_key.name
+    if gang_key.kind == "workload":
+        return KUEUE, "Workload", gang_key.namespace, gang_key.name
     return None
 
 
