@@ -7,7 +7,9 @@ makes is written, as the annotation ``kilter.dev/plan``, on the object that
 owns the gang:
 
 * a Volcano PodGroup (gangs keyed ``NS/podgroup/NAME``),
-* a Kueue Workload (``NS/workload/NAME``),
+* a Kueue Workload (``NS/workload/NAME``); the AdmissionCheck also puts
+  the record of each pod set it does not pin to one domain on that pod set's
+  pods (podSetUpdates), with the slots of that pod set only,
 * otherwise (``kilter.dev/gang`` labels, Kueue pod groups, LeaderWorkerSet
   groups, JobSet and Kubeflow jobs) every pod of the gang that was still
   unbound when the plan was made.
@@ -107,10 +109,6 @@ def encode(record: PlanRecord) -> str:
 
 def decode(raw: str, *, where: str) -> PlanRecord | None:
     """The record in an annotation's value; None (and one log line naming ``where``) for anything else."""
-    if not raw.lstrip().startswith("{"):
-        # Not JSON: e.g. the plan's name that the AdmissionCheck's podSetUpdates put on pods.
-        log.info("%s: %s is not a plan record (%.60r); ignored", where, PLAN_ANNOTATION, raw)
-        return None
     try:
         wire = _decoder.decode(raw)
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:

@@ -65,7 +65,7 @@ def _raw(**fields: Any) -> str:
     "raw",
     [
         pytest.param("", id="empty"),
-        pytest.param("ml/spans/main", id="the AdmissionCheck's plan name"),
+        pytest.param("ml/spans/main", id="not JSON (what the AdmissionCheck once wrote: a plan name)"),
         pytest.param("null", id="null"),
         pytest.param("[]", id="an array"),
         pytest.param("{", id="cut short"),
