@@ -3,11 +3,13 @@
 kube-scheduler schedules pods one by one. The first pod of a gang that
 reaches the extender triggers a plan for every pod of the gang still
 unbound (the core planner, as ``kilter plan`` uses it); the plan's GPUs are
-reserved in the fleet so nothing else takes them. Later pods of the gang
+reserved in the store (``ClusterStore.reserve``) so nothing else takes them. Later pods of the gang
 may only go to planned nodes with a free slot of their shape. A plan ends
-when all its slots are bound, or after ``timeout_s``; when the fleet is
-rebuilt and a planned node has gone or turned unusable, the plan is dropped
-and the next pod re-plans. Which gang a pod belongs to is ``identity``'s job.
+when all its slots are bound, or after ``timeout_s``. The store keeps the
+reservation across fleet rebuilds; when a rebuild finds a planned node gone,
+unusable or full, the reservation is lost, the plan is dropped and the next
+pod re-plans. The book never books GPUs in the fleet itself: reservations and
+bound pods are the store's. Which gang a pod belongs to is ``identity``'s job.
 
 Plans survive a restart through records in the cluster (``records``): a
 plan made here is handed to ``on_planned`` (which ``kilter serve`` connects
@@ -44,11 +46,21 @@ INFEASIBLE_RETRY_S = 5.0  # a gang that did not fit is planned again after this 
 
 @dataclass
 class Slot:
+    """One planned pod's place: the node (by name, and its index in the fleet as of the plan's ``generation``).
+
+    ``uid`` is the pod bound to the slot ("" while open); ``reserved`` says
+    the slot's GPUs are held in the store's reservation for the gang (an open
+    slot) rather than booked for its pod. ``rank`` is the pod's rank within
+    the gang (its position in the gang's rank order, 0 first) once ranks are
+    assigned; nothing assigns them yet, so it is None.
+    """
+
     node: str
     node_index: int
     gpus: int
     uid: str = ""
     reserved: bool = True
+    rank: int | None = None
 
 
 @dataclass
@@ -140,16 +152,11 @@ class GangBook:
         if gang.key in self.plans or not plan.feasible:
             return None
         fleet = self.store.fleet()
-        shapes = list(zip(plan.node_indices, plan.gpus, strict=True))
-        need: dict[int, int] = {}
-        for node, g in shapes:
-            need[node] = need.get(node, 0) + g
-        if any(n >= fleet.n_nodes or fleet.bitmap.node_free_gpus(n) < g for n, g in need.items()):
+        if any(n >= fleet.n_nodes for n in plan.node_indices):
             return None
-        slots = []
-        for node, g in shapes:
-            fleet.bitmap.allocate(node, g)
-            slots.append(Slot(fleet.node_names[node], node, g))
+        slots = [Slot(fleet.node_names[n], n, g) for n, g in zip(plan.node_indices, plan.gpus, strict=True)]
+        if not self._reserve(gang, slots):
+            return None
         adopted = GangPlan(gang, plan, slots, self.clock(), self.store.generation, origin="admission-check")
         self.plans[gang.key] = adopted
         self.planned += 1
@@ -184,9 +191,10 @@ class GangBook:
         result = plan_gang(fleet, request)
         slots: list[Slot] = []
         if result.feasible:
-            for node, g in zip(result.node_indices, result.gpus, strict=True):
-                fleet.bitmap.allocate(node, g)
-                slots.append(Slot(fleet.node_names[node], node, g))
+            slots = [Slot(fleet.node_names[n], n, g) for n, g in zip(result.node_indices, result.gpus, strict=True)]
+            if not self._reserve(gang, slots):  # the planner only uses free GPUs of usable nodes: a bug
+                log.error("gang %s: the plan's GPUs could not be reserved; placed like single pods", gang.key)
+                return None
         unbound = {p.metadata.name for p in members or () if not p.spec.node_name}
         if pod.metadata.name and not pod.spec.node_name and pod.metadata.namespace == _namespace(gang):
             unbound.add(pod.metadata.name)  # the pod asking may not have reached the state yet
@@ -230,10 +238,9 @@ class GangBook:
         if isinstance(fit, str):
             return None, fit
         taken = [Slot(node, index, g, uid=uid, reserved=False) for node, index, g, uid in fit.taken]
-        slots = []
-        for node, index, g in fit.open:
-            fleet.bitmap.allocate(index, g)
-            slots.append(Slot(node, index, g))
+        slots = [Slot(node, index, g) for node, index, g in fit.open]
+        if not self._reserve(gang, slots):
+            return None, "its nodes' GPUs could not be reserved"
         indices = tuple(s.node_index for s in slots)
         domains = tuple(sorted({fleet.domain_of_node(i) for i in indices}))
         reason = (
@@ -245,29 +252,19 @@ class GangBook:
         return GangPlan(gang, plan, [*taken, *slots], self.clock(), self.store.generation, origin="record"), ""
 
     def _still_valid(self, plan: GangPlan) -> bool:
-        """After a fleet rebuild, re-reserve open slots by node name; invalid if a node went away or filled up."""
+        """After a fleet rebuild, find each slot's node again by name; invalid if one went away, or if the rebuild
+        lost the plan's reservation (a node of it turned unusable or filled up)."""
         fleet = self.store.fleet()
         if plan.generation == self.store.generation:
             return True
-        ok = True
+        plan.generation = self.store.generation
+        ok = not self.store.reservation_lost(plan.gang.key)
         for slot in plan.slots:
-            slot.reserved = False
             index = fleet.node_index.get(slot.node)
             if index is None:
                 ok = False
                 continue
             slot.node_index = index
-        if ok:
-            for slot in plan.slots:
-                if slot.uid:
-                    continue
-                usable = bool(fleet.bitmap.node_usable_flags[slot.node_index])
-                if not usable or fleet.bitmap.node_free_gpus(slot.node_index) < slot.gpus:
-                    ok = False
-                    break
-                fleet.bitmap.allocate(slot.node_index, slot.gpus)
-                slot.reserved = True
-        plan.generation = self.store.generation
         return ok
 
     def bound(self, uid: str, node_name: str, gpus: int) -> GangPlan | None:
@@ -294,10 +291,7 @@ class GangBook:
                 continue
             self.store.forget(uid)
             slot.uid = ""
-            fleet = self.store.fleet()
-            if plan.generation == self.store.generation and fleet.bitmap.node_free_gpus(slot.node_index) >= slot.gpus:
-                fleet.bitmap.allocate(slot.node_index, slot.gpus)
-                slot.reserved = True
+            slot.reserved = self.store.reserve(plan.gang.key, [(slot.node, slot.gpus)])
             return True
         return False
 
@@ -307,14 +301,19 @@ class GangBook:
             self._drop(self.plans[key])
 
     def _drop(self, plan: GangPlan) -> None:
+        self.store.unreserve(plan.gang.key)
         for slot in plan.slots:
-            self._release(plan, slot)
+            slot.reserved = False
         self.plans.pop(plan.gang.key, None)
 
+    def _reserve(self, gang: GangId, slots: Sequence[Slot]) -> bool:
+        """Hold the open slots' GPUs in the store, all or none."""
+        return self.store.reserve(gang.key, [(s.node, s.gpus) for s in slots])
+
     def _release(self, plan: GangPlan, slot: Slot) -> None:
-        """Give a slot's GPUs back, if they are held in the fleet as it is now (a rebuild already dropped them)."""
-        if slot.reserved and plan.generation == self.store.fleet_generation():
-            self.store.fleet().bitmap.release(slot.node_index, slot.gpus)
+        """Give a slot's GPUs back (a no-op when a rebuild already dropped the gang's reservation)."""
+        if slot.reserved:
+            self.store.release_slot(plan.gang.key, slot.node, slot.gpus)
         slot.reserved = False
 
 
