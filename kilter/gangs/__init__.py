@@ -2,7 +2,7 @@
 
 from kilter.gangs import book, identity, recorder, records, refit
 from kilter.gangs.book import GangBook, GangPlan, Slot
-from kilter.gangs.identity import GangId, GangKey, identify
+from kilter.gangs.identity import GangId, GangKey, GangSelector, gang_of, identify, in_gang
 from kilter.gangs.recorder import PlanRecorder
 from kilter.gangs.records import PlanRecord
 
@@ -11,12 +11,15 @@ __all__ = [
     "GangId",
     "GangKey",
     "GangPlan",
+    "GangSelector",
     "PlanRecord",
     "PlanRecorder",
     "Slot",
     "book",
+    "gang_of",
     "identify",
     "identity",
+    "in_gang",
     "recorder",
     "records",
     "refit",

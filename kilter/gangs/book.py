@@ -279,7 +279,7 @@ class GangBook:
             self._release(plan, slot)
             self.store.assume(uid, node_name, gpus)
             if all(s.uid for s in plan.slots):
-                del self.plans[plan.gang.key]
+                self._drop(plan)  # every slot bound: nothing left reserved, and no lost mark kept
             return plan
         return None
 
