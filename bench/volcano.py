@@ -59,6 +59,7 @@ from bench.server import serve_config, server_process
 from kilter.cli.serve import build_app
 from kilter.extenders import volcano_wire as vw
 from kilter.extenders.volcano import VolcanoExtender
+from kilter.model.annotations import CLUSTER_QUEUE
 from kilter.model.volcano import NetworkTopologySpec
 from kilter.state.feed import settle
 from kilter.topology import fleetgen
@@ -69,7 +70,7 @@ COHORT, FLAVOR = "gpu-pool", "gb200"
 TRAINING_CQ, RESEARCH_CQ = "training", "research"
 TRAINING_QUEUE, RESEARCH_QUEUE = "ml-training", "research"  # bound by annotation / by name
 NOMINAL = {TRAINING_CQ: 3000, RESEARCH_CQ: 1500}
-CQ_ANNOTATION = "kilter.dev/cluster-queue"
+CQ_ANNOTATION = CLUSTER_QUEUE
 GANG, GPUS = 8, 4  # gangs of 8 pods, each pod a whole 4-GPU GB200 tray
 SESSION_NODES = 500  # NodeInfos in the timed sessions (only their names matter to kilter)
 SESSION_RUNS, SESSION_ALL_NODES_RUNS = 10, 3

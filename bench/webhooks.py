@@ -58,6 +58,7 @@ from bench.common import host_counters, host_share, machine_speed, measure, proc
 from bench.extender import FLEET, GPU, RACKS, fleet_objects
 from bench.server import run_on_ephemeral_port, serve_config, server_process
 from kilter.cli.serve import build_app, webhook_app
+from kilter.model.annotations import TOPOLOGY, TOPOLOGY_POLICY
 from kilter.model.asgi import Message, Receive, Send
 from kilter.state.feed import settle
 from kilter.topology import fleetgen
@@ -81,8 +82,6 @@ NAMESPACE, LOCAL_QUEUE, CLUSTER_QUEUE, FLAVOR = "ml", "team", "gb200-training", 
 CLIQUE = "nvidia.com/gpu.clique"
 REQUIRED = "kueue.x-k8s.io/podset-required-topology"
 QUEUE_NAME = "kueue.x-k8s.io/queue-name"
-TOPOLOGY = "kilter.dev/topology"
-TOPOLOGY_POLICY = "kilter.dev/topology-policy"
 USER = "alice@example.com"
 PLACEHOLDER = "00000000-0000-4000-8000-00000000feed"
 # What kube-apiserver's webhook client sends (Go adds Accept-Encoding itself); it appends ?timeout= to the URL.

@@ -31,7 +31,7 @@ import uvloop
 
 from kilter.cli.serve import build_app
 from kilter.cli.serve_config import ServeConfig
-from kilter.extenders.gangs import KUEUE_WORKLOAD
+from kilter.gangs.identity import KUEUE_WORKLOAD
 from kilter.model.core_v1 import Pod
 from kilter.model.jobs import ANNOTATION_REQUIRED, ANNOTATION_UNCONSTRAINED
 from kilter.sim.gangs import Gang

@@ -25,11 +25,10 @@ from kilter.cli import sources
 from kilter.cli.serve_config import DEFAULT_KILTER_USER, DEFAULTS, ServeConfig
 from kilter.extenders.events import PodGroupEvents
 from kilter.extenders.explain import DecisionLog
-from kilter.extenders.gangs import GangBook, GangId
-from kilter.extenders.plans import PlanRecorder
 from kilter.extenders.scheduler import ApiBinder, Binder, SchedulerExtender
 from kilter.extenders.server import App
 from kilter.extenders.volcano import VolcanoExtender
+from kilter.gangs import GangBook, GangId, GangKey, PlanRecorder
 from kilter.kube.api import ApiServer, connect
 from kilter.kube.events import EventRecorder
 from kilter.kube.follower import LeaseFollower
@@ -334,8 +333,8 @@ def run(args: argparse.Namespace) -> int:
 
         def adopt(decision: CheckDecision) -> None:
             if decision.plan is not None:
-                key = f"{decision.namespace}/workload/{decision.workload}"
-                gangs.adopt(GangId(key, "kilter.dev/topology", len(decision.plan.node_indices)), decision.plan)
+                key = GangKey(decision.namespace, "workload", (decision.workload,)).format()
+                gangs.adopt(GangId(key, CONTROLLER_NAME, len(decision.plan.node_indices)), decision.plan)
 
         recorder = EventRecorder(app.binder.api, is_writer=app.is_writer)
         controller = Controller(store, app.binder.api, on_ready=adopt, is_writer=app.is_writer, events=recorder)

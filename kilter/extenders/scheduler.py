@@ -29,7 +29,7 @@ import numpy.typing as npt
 
 from kilter.extenders import wire
 from kilter.extenders.explain import DecisionLog, Record
-from kilter.extenders.gangs import GangBook, GangPlan, identify
+from kilter.gangs import GangBook, GangPlan, identify
 from kilter.kube.api import ApiError, ApiServer
 from kilter.model.core_v1 import Pod, pod_request
 from kilter.model.errors import InputError, KilterError

@@ -25,9 +25,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from kilter.extenders import last_resort
-from kilter.extenders.gangs import GangBook
 from kilter.extenders.scheduler import Answer, Binder, SchedulerExtender
 from kilter.extenders.volcano import VOLCANO_VERBS, VolcanoExtender
+from kilter.gangs import GangBook
 from kilter.model import asgi
 from kilter.model.asgi import BodyRefused, Receive, Scope, Send
 from kilter.model.errors import KilterError

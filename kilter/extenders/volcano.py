@@ -41,7 +41,6 @@ import numpy as np
 import numpy.typing as npt
 
 from kilter.extenders import volcano_wire as vw
-from kilter.extenders.gangs import GangBook, GangId, GangPlan
 from kilter.extenders.nodeinfo_stream import NodeNamesReader, StreamedNodes
 from kilter.extenders.scheduler import Answer
 from kilter.extenders.volcano_quota import (
@@ -52,6 +51,7 @@ from kilter.extenders.volcano_quota import (
     jobs_from_state,
     queue_annotations,
 )
+from kilter.gangs import GangBook, GangId, GangKey, GangPlan
 from kilter.model.core_v1 import Container, Pod, PodTemplateSpec, ResourceRequirements, pod_request
 from kilter.model.errors import InputError, KilterError
 from kilter.model.jobs import PodSetSpec, TopologyRequest
@@ -703,8 +703,9 @@ class VolcanoExtender:
 
 
 def _gang_key(job: str) -> str:
+    """The gang key of a Volcano job (``NAMESPACE/PODGROUP``, as Volcano's session names it)."""
     namespace, _, name = job.partition("/")
-    return f"{namespace}/podgroup/{name}"
+    return GangKey(namespace, "podgroup", (name,)).format()
 
 
 def _pod(task: vw.TaskHead) -> Pod:

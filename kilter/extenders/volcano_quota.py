@@ -29,6 +29,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from kilter.extenders import volcano_wire as vw
+from kilter.model.annotations import CLUSTER_QUEUE
 from kilter.model.core_v1 import Quantity
 from kilter.model.errors import InputError
 from kilter.model.kueue import ClusterQueue, Cohort, ResourceFlavor
@@ -47,7 +48,7 @@ from kilter.state.cluster import ClusterState
 
 __all__ = ["CLUSTER_QUEUE_ANNOTATION", "EnqueueAnswer", "QuotaView", "VolcanoJob", "from_resource", "job_from_info"]
 
-CLUSTER_QUEUE_ANNOTATION = "kilter.dev/cluster-queue"
+CLUSTER_QUEUE_ANNOTATION = CLUSTER_QUEUE
 ENQUEUED_PHASES = frozenset({"Inqueue", "Running", "Unknown"})
 PODS = "pods"
 

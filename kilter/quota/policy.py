@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from kilter.model.annotations import DECAYED_USAGE, MIN_RUNTIME, USAGE_HALF_LIFE
 from kilter.model.errors import InputError
 
 __all__ = [
@@ -33,9 +34,6 @@ __all__ = [
     "parse_time",
 ]
 
-USAGE_HALF_LIFE = "kilter.dev/usage-half-life"
-MIN_RUNTIME = "kilter.dev/min-runtime"
-DECAYED_USAGE = "kilter.dev/decayed-usage"
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|d|h|m|s)")
 _UNIT_S = {"d": 86400.0, "h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}

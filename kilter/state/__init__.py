@@ -1,6 +1,6 @@
 """The cluster-state cache: one store, fed by a snapshot file or by list/watch reflectors, and the fleet."""
 
-from kilter.state import cluster, feed, live, reflector, snapshot, store
+from kilter.state import cluster, feed, live, reflector, reservations, snapshot, store
 from kilter.state.cluster import ClusterState, from_objects, load
 from kilter.state.store import ClusterStore, Event
 
@@ -14,6 +14,7 @@ __all__ = [
     "live",
     "load",
     "reflector",
+    "reservations",
     "snapshot",
     "store",
 ]

@@ -10,7 +10,8 @@ sent), the few objects of the other kinds as received — and derives what
 the verbs read:
 
 * the fleet model, rebuilt only when Nodes or Topologies change (a rebuild
-  bumps ``generation``, so holders of plans know to re-check them);
+  bumps ``generation``, so holders of plans know to re-check them; read it
+  after ``fleet()``, which does a pending rebuild);
 * GPU bookings per pod UID, moved incrementally on Pod events — a bind or a
   finished pod must not cost a rebuild of the fleet;
 * the typed ``ClusterState``, rebuilt per version from per-kind lists that
@@ -19,13 +20,17 @@ the verbs read:
 
 A pod the scheduler has just bound but the feed has not shown yet is booked
 as *assumed* (the scheduler's own assume cache does the same); the feed's
-version replaces it, so GPUs are never counted twice.
+version replaces it, so GPUs are never counted twice. GPUs a gang's plan
+holds for its pods still to come are *reserved* (``reservations``): booked
+like pods, and booked again after a fleet rebuild (bound pods, then assumed
+pods, then reservations oldest first), so that whoever holds a plan never
+touches the fleet's bitmap itself.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple, cast
 
@@ -35,6 +40,7 @@ from kilter.model import codec
 from kilter.model.core_v1 import Node, Pod, pod_request
 from kilter.model.errors import InputError
 from kilter.state.cluster import KNOWN_KINDS, KUEUE, TYPES, ClusterState
+from kilter.state.reservations import Held, Reservations
 from kilter.state.snapshot import RawObjects
 from kilter.topology.catalog import BUILTIN, Catalog
 from kilter.topology.fleet import ENDED_PHASES, Fleet, build_fleet
@@ -92,6 +98,7 @@ class ClusterStore:
         self._fleet: Fleet | None = None
         self._fleet_dirty = True
         self._bookings: dict[str, Booking] = {}
+        self._reservations = Reservations()
         self._pods_by_uid: dict[str, Pod] = {}
         self._index_keys: tuple[frozenset[str], frozenset[str]] = (frozenset(), frozenset())  # labels, annotations
         self._index: dict[tuple[str, bool, str, str], dict[str, Pod]] | None = None  # built on first use
@@ -260,6 +267,33 @@ class ClusterStore:
         if booking is not None and booking.assumed:
             self._unbook(uid)
 
+    def reserve(self, owner: str, slots: Sequence[tuple[str, int]]) -> bool:
+        """Hold GPUs for ``owner`` (a gang's key): every (node name, GPUs) fits a usable node's free GPUs, or
+        nothing is booked and False. Added to what the owner holds already; kept across fleet rebuilds."""
+        return self._reservations.reserve(self.fleet(), owner, slots)
+
+    def release_slot(self, owner: str, node_name: str, gpus: int) -> bool:
+        """Give back one of ``owner``'s slots (its pod was bound: the pod's own booking takes over); False if the
+        owner holds no such slot, e.g. because a rebuild lost the reservation."""
+        return self._reservations.release_slot(self.fleet(), owner, node_name, gpus)
+
+    def unreserve(self, owner: str) -> None:
+        """Give back all of ``owner``'s GPUs, and forget that a rebuild lost its reservation."""
+        self._reservations.unreserve(self.fleet(), owner)
+
+    def reservation(self, owner: str) -> tuple[Held, ...]:
+        """What ``owner`` holds in the current fleet (node, index, GPUs per slot), oldest first."""
+        self.fleet()
+        return self._reservations.of(owner)
+
+    def is_reserved(self, owner: str) -> bool:
+        return bool(self.reservation(owner))
+
+    def reservation_lost(self, owner: str) -> bool:
+        """A fleet rebuild dropped ``owner``'s reservation: a node of it went, turned unusable or filled up."""
+        self.fleet()
+        return self._reservations.was_lost(owner)
+
     def booking(self, uid: str) -> Booking | None:
         return self._bookings.get(uid)
 
@@ -328,6 +362,7 @@ class ClusterStore:
             for uid, b in assumed.items():
                 if uid not in self._bookings and b.node < len(old_names):
                     self.assume(uid, old_names[b.node], b.gpus)
+            self._reservations.rebook(self._fleet)
             self.generation += 1
         return self._fleet
 
@@ -337,11 +372,6 @@ class ClusterStore:
         if self._idle is None or self._idle[0] != self.generation:
             self._idle = (self.generation, self.state().idle_fleet())
         return self._idle[1]
-
-    def fleet_generation(self) -> int:
-        """``generation`` after any pending rebuild: what a reservation made now would be tagged with."""
-        self.fleet()
-        return self.generation
 
     def state(self) -> ClusterState:
         """Typed objects of the current version (for quota and job lookups)."""

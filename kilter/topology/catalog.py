@@ -19,12 +19,13 @@ import pydantic
 import yaml
 from pydantic.alias_generators import to_camel
 
+from kilter.model.annotations import PLATFORM, SCALE_UP_DOMAIN
 from kilter.model.errors import InputError, UnknownPlatform
 
 __all__ = ["BUILTIN", "PLATFORM_LABEL", "Catalog", "Platform", "load_overrides"]
 
-PLATFORM_LABEL = "kilter.dev/platform"
-DOMAIN_LABEL = "kilter.dev/scale-up-domain"
+PLATFORM_LABEL = PLATFORM
+DOMAIN_LABEL = SCALE_UP_DOMAIN
 
 NVIDIA_PRODUCT = ("nvidia.com/gpu.product",)
 AMD_PRODUCT = ("amd.com/gpu.product-name", "beta.amd.com/gpu.product-name")

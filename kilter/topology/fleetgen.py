@@ -15,6 +15,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from kilter.model.annotations import PLATFORM, PRODUCT
 from kilter.model.kueue import HOSTNAME_LABEL
 from kilter.topology.catalog import BUILTIN, Catalog, Platform
 
@@ -148,7 +149,7 @@ def _pool(spec: PoolSpec, platform: Platform, rng: random.Random) -> tuple[list[
     count = n_racks * per_rack if platform.is_multi_node else spec.nodes
     per_block = spec.domains_per_block * per_rack
     product = _PRODUCT.get(platform.name, platform.name)
-    product_key = platform.product_label_keys[0] if platform.product_label_keys else "kilter.dev/product"
+    product_key = platform.product_label_keys[0] if platform.product_label_keys else PRODUCT
     cluster_uuids = [uuid.UUID(int=rng.getrandbits(128), version=4) for _ in range(n_racks)]
     bad = set(rng.sample(range(count), min(spec.unhealthy_nodes, count)))
     unlabeled = set(rng.sample(sorted(set(range(count)) - bad), min(spec.unlabeled_nodes, count - len(bad))))
@@ -171,7 +172,7 @@ def _pool(spec: PoolSpec, platform: Platform, rng: random.Random) -> tuple[list[
         else:
             name = f"{prefix}-n{i:04d}"
         if platform.name == "GB200-NVL36x2" or platform.provisional:
-            labels["kilter.dev/platform"] = platform.name
+            labels[PLATFORM] = platform.name
         cordoned = i in bad and rng.random() < 0.5
         nodes.append(_node(name, platform, labels, ready=not (i in bad and not cordoned), cordoned=cordoned))
         racks.append(rack if platform.is_multi_node else i)

@@ -24,12 +24,13 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import msgspec
 
+from kilter.model.annotations import HYPERNODE_TIER_PREFIX
 from kilter.model.core_v1 import Node
 from kilter.model.volcano import HyperNode, LabelSelector
 
 __all__ = ["SOURCE", "TIER_LABEL_PREFIX", "node_tiers", "selector_matches", "tier_label", "with_hypernode_labels"]
 
-TIER_LABEL_PREFIX = "kilter.dev/hypernode-tier-"
+TIER_LABEL_PREFIX = HYPERNODE_TIER_PREFIX
 SOURCE = "Volcano HyperNodes"
 
 

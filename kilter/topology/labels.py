@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from kilter._native import gang
+from kilter.model.annotations import BLOCK, SPINE, ZONE
 from kilter.model.kueue import HOSTNAME_LABEL, Topology
 from kilter.topology.catalog import Catalog, Platform
 
@@ -23,7 +24,7 @@ __all__ = ["HOSTNAME_LABEL", "UP_LEVEL_SCHEMES", "Levels", "choose_levels", "gro
 
 # Finest first; a scheme is used when its labels are on the fleet's nodes.
 UP_LEVEL_SCHEMES: tuple[tuple[str, ...], ...] = (
-    ("kilter.dev/block", "kilter.dev/spine", "kilter.dev/zone"),
+    (BLOCK, SPINE, ZONE),
     (
         "fabric.topograph.run/tier-0",
         "fabric.topograph.run/tier-1",

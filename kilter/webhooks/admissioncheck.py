@@ -7,8 +7,9 @@ the fleet as it is now:
 
 * it fits: ``Ready``, with podSetUpdates that pin each pod set whose plan
   lies in one scale-up domain to that domain (``nodeSelector`` on the
-  domain label) and name the plan on the others (annotation
-  ``kilter.dev/plan``);
+  domain label) and put the plan's record on the others' pods (annotation
+  ``kilter.dev/plan``, the JSON of ``kilter.gangs.records`` for gang
+  ``NS/workload/NAME`` with the slots of that pod set's planned pods);
 * it does not fit now but would on the idle fleet: ``Retry`` with
   ``requeueAfterSeconds`` (Kueue releases the quota and tries again);
 * it could never fit: ``Rejected``, with the reason.
@@ -29,8 +30,11 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
+from kilter.gangs import records
+from kilter.gangs.identity import GangKey
 from kilter.kube.api import ApiError, ApiServer
 from kilter.kube.events import EventRecorder, Involved
+from kilter.model.annotations import CONTROLLER_NAME, PLAN
 from kilter.model.errors import InputError, KilterError
 from kilter.model.jobs import read_job
 from kilter.model.kueue import KUEUE_GROUP, Workload
@@ -51,8 +55,7 @@ __all__ = [
     "our_checks",
 ]
 
-CONTROLLER_NAME = "kilter.dev/topology"
-PLAN_ANNOTATION = "kilter.dev/plan"
+PLAN_ANNOTATION = PLAN
 RETRY_AFTER_S = 60
 API = f"{KUEUE_GROUP}/v1beta2"
 log = logging.getLogger("kilter.admissioncheck")
@@ -129,8 +132,12 @@ def active_status(check: str, now: str | None = None) -> dict[str, Any]:
     }
 
 
-def decide(state: ClusterState, fleet: Fleet, idle: Fleet) -> list[CheckDecision]:
-    """The status kilter would write now for every Workload waiting on one of its checks."""
+def decide(state: ClusterState, fleet: Fleet, idle: Fleet, *, now_s: float | None = None) -> list[CheckDecision]:
+    """The status kilter would write now for every Workload waiting on one of its checks.
+
+    ``now_s`` (Unix seconds; default the clock) is the time the plan records in podSetUpdates carry.
+    """
+    at_s = time.time() if now_s is None else now_s
     mine = set(our_checks(state))
     raw = {
         (str(o["metadata"].get("namespace", "")), str(o["metadata"].get("name", ""))): o
@@ -145,7 +152,7 @@ def decide(state: ClusterState, fleet: Fleet, idle: Fleet) -> list[CheckDecision
         obj = raw.get((wl.metadata.namespace, wl.metadata.name))
         if obj is None:
             continue
-        verdict, message, updates, retry, plan = _judge(wl, obj, fleet, idle)
+        verdict, message, updates, retry, plan = _judge(wl, obj, fleet, idle, at_s)
         out.extend(
             CheckDecision(
                 wl.metadata.namespace, wl.metadata.name, check, verdict, message, updates, retry, plan, wl.metadata.uid
@@ -156,7 +163,7 @@ def decide(state: ClusterState, fleet: Fleet, idle: Fleet) -> list[CheckDecision
 
 
 def _judge(
-    wl: Workload, obj: Mapping[str, Any], fleet: Fleet, idle: Fleet
+    wl: Workload, obj: Mapping[str, Any], fleet: Fleet, idle: Fleet, at_s: float
 ) -> tuple[str, str, list[dict[str, Any]], int | None, Plan | None]:
     try:
         job = read_job(dict(obj))
@@ -169,21 +176,33 @@ def _judge(
         return "Rejected", f"kilter cannot plan this workload: {exc}", [], None, None
     plan = plan_gang(fleet, request)
     if plan.feasible:
-        return "Ready", f"placed: {plan.reason}", _updates(fleet, plan, wl), None, plan
+        return "Ready", f"placed: {plan.reason}", _updates(fleet, plan, wl, at_s), None, plan
     if plan_gang(idle, request).feasible:
         return "Retry", f"does not fit now: {plan.reason}", [], RETRY_AFTER_S, None
     return "Rejected", f"can never fit this fleet: {plan.reason}", [], None, None
 
 
-def _updates(fleet: Fleet, plan: Plan, wl: Workload) -> list[dict[str, Any]]:
-    updates = []
+def _updates(fleet: Fleet, plan: Plan, wl: Workload, at_s: float) -> list[dict[str, Any]]:
+    """Per pod set: a ``nodeSelector`` on its one domain, else its plan record as an annotation of its pods.
+
+    A record over ``records.MAX_BYTES`` (a pod set of thousands of pods)
+    would push the pods past the API server's annotation limit, so that pod
+    set gets no update; the Workload's own record (``recorder``) still holds it.
+    """
+    gang = GangKey(wl.metadata.namespace, "workload", (wl.metadata.name,)).format()
+    updates: list[dict[str, Any]] = []
     for ps in plan.pod_sets:
         pinned = _one_domain(fleet, ps.nodes)
         if pinned is not None:
             updates.append({"name": ps.name, "nodeSelector": {pinned[0]: pinned[1]}})
-        else:
-            plan_id = f"{wl.metadata.namespace}/{wl.metadata.name}/{ps.name}"
-            updates.append({"name": ps.name, "annotations": {PLAN_ANNOTATION: plan_id}})
+            continue
+        value = records.encode(records.PlanRecord(gang, at_s, tuple((n, ps.gpus_per_pod) for n in ps.nodes)))
+        if len(value) > records.MAX_BYTES:
+            log.warning(
+                "workload %s: the plan record of pod set %s is %d bytes; not put on its pods", gang, ps.name, len(value)
+            )
+            continue
+        updates.append({"name": ps.name, "annotations": {PLAN_ANNOTATION: value}})
     return updates
 
 
@@ -222,8 +241,10 @@ class Controller:
         on_ready: Callable[[CheckDecision], None] | None = None,
         is_writer: Callable[[], bool] = lambda: True,
         events: EventRecorder | None = None,
+        wall: Callable[[], float] = time.time,
     ) -> None:
         self.store = store
+        self.wall = wall  # Unix seconds: the time of the plan records in podSetUpdates
         self.api = api
         self.interval_s = interval_s
         self.on_ready = on_ready
@@ -235,7 +256,7 @@ class Controller:
     def pending_writes(self) -> list[CheckDecision]:
         state = self.store.state()
         fresh = []
-        for d in decide(state, self.store.fleet(), self.store.idle_fleet()):
+        for d in decide(state, self.store.fleet(), self.store.idle_fleet(), now_s=self.wall()):
             key = (d.namespace, d.workload, d.check)
             if self.written.get(key) != _signature(d):
                 fresh.append(d)
@@ -287,4 +308,15 @@ EVENT_REASONS = {"Ready": "KilterGangPlanned", "Retry": "KilterCheckRetry", "Rej
 
 
 def _signature(d: CheckDecision) -> tuple[str, str, str]:
-    return d.state, d.message, json.dumps(d.pod_set_updates, sort_keys=True)
+    """What makes a decision new: its state, message and updates, with each plan record's time left out (a record
+    made again in the next round, with the same slots, is the same decision and is not written again)."""
+    updates = []
+    for update in d.pod_set_updates:
+        notes = update.get("annotations")
+        raw = notes.get(PLAN_ANNOTATION) if isinstance(notes, Mapping) else None
+        record = records.decode(raw, where=f"workload {d.namespace}/{d.workload}") if isinstance(raw, str) else None
+        if record is not None and isinstance(notes, Mapping):
+            timeless = records.PlanRecord(record.gang, 0.0, record.slots)
+            update = {**update, "annotations": {**notes, PLAN_ANNOTATION: records.encode(timeless)}}
+        updates.append(update)
+    return d.state, d.message, json.dumps(updates, sort_keys=True)

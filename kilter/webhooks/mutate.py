@@ -19,6 +19,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from kilter.model.annotations import TOPOLOGY, TOPOLOGY_POLICY
 from kilter.model.errors import InputError, KilterError
 from kilter.model.jobs import (
     ANNOTATION_PREFERRED,
@@ -37,7 +38,7 @@ from kilter.topology.fleet import Fleet
 from kilter.topology.labels import HOSTNAME_LABEL
 from kilter.topology.plan import gang_request, plan_gang
 from kilter.webhooks.admission import AdmissionRequest, Verdict, json_pointer
-from kilter.webhooks.validate import QUEUE_NAME, TOPOLOGY, TOPOLOGY_POLICY, Validator, pod_set_shape
+from kilter.webhooks.validate import QUEUE_NAME, Validator, pod_set_shape
 
 __all__ = ["Mutator"]
 

@@ -24,6 +24,7 @@ from typing import Any
 import msgspec
 
 from kilter.model import codec
+from kilter.model.annotations import GANG, GANG_SIZE, PREFIX, TOPOLOGY, TOPOLOGY_POLICY
 from kilter.model.core_v1 import PodSpec, pod_request
 from kilter.model.errors import InputError, KilterError
 from kilter.model.jobs import PodSetSpec, read_job
@@ -38,8 +39,6 @@ from kilter.webhooks.admission import AdmissionRequest, Verdict
 
 __all__ = ["QUEUE_KEYS", "TOPOLOGY", "TOPOLOGY_POLICY", "Validator", "pod_set_shape"]
 
-TOPOLOGY = "kilter.dev/topology"
-TOPOLOGY_POLICY = "kilter.dev/topology-policy"
 TOPOLOGY_VALUES = ("auto", "off")
 QUEUE_KEYS = (USAGE_HALF_LIFE, MIN_RUNTIME, DECAYED_USAGE, TOPOLOGY_POLICY)
 KILTER_ONLY = (DECAYED_USAGE,)
@@ -81,7 +80,7 @@ class Validator:
 
     def _queue(self, request: AdmissionRequest, obj: Mapping[str, Any]) -> Verdict:
         notes = _annotations(obj)
-        unknown = sorted(k for k in notes if k.startswith("kilter.dev/") and k not in QUEUE_KEYS)
+        unknown = sorted(k for k in notes if k.startswith(PREFIX) and k not in QUEUE_KEYS)
         if unknown:
             return Verdict(
                 False,
@@ -112,10 +111,10 @@ class Validator:
         topology = notes.get(TOPOLOGY)
         if topology is not None and topology not in TOPOLOGY_VALUES:
             return Verdict(False, f"{TOPOLOGY} must be one of {', '.join(TOPOLOGY_VALUES)}, not {topology!r}", 422)
-        if "kilter.dev/gang" in labels:
-            size = labels.get("kilter.dev/gang-size", "")
+        if GANG in labels:
+            size = labels.get(GANG_SIZE, "")
             if not size.isdigit() or int(size) < 1:
-                return Verdict(False, f"label kilter.dev/gang needs kilter.dev/gang-size >= 1, got {size!r}", 422)
+                return Verdict(False, f"label {GANG} needs {GANG_SIZE} >= 1, got {size!r}", 422)
         try:
             job = read_job(dict(obj))
         except InputError as exc:

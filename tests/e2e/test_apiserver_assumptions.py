@@ -14,8 +14,9 @@ from urllib.parse import urlencode
 import msgspec
 import pytest
 
-from kilter.extenders import plans
 from kilter.extenders.scheduler import ApiBinder
+from kilter.gangs import records
+from kilter.gangs.recorder import MERGE_PATCH, PlanRecorder
 from kilter.kube import protobuf
 from kilter.kube.api import ApiError, ApiServer
 from kilter.kube.events import EventRecorder, Involved
@@ -89,13 +90,13 @@ def test_binding_is_once_and_a_retry_to_the_same_node_is_done(api: ApiServer, na
 def test_a_plan_record_is_a_merge_patch_of_one_annotation(api: ApiServer, namespace: str) -> None:
     _create_pods(api, namespace, 1)
     path = f"/api/v1/namespaces/{namespace}/pods/p0"
-    api.call("PATCH", path, {"metadata": {"annotations": {"team": "a"}}}, content_type=plans.MERGE_PATCH)
-    recorder = plans.PlanRecorder(api)
-    record = plans.PlanRecord(f"{namespace}/gang/g", time.time(), (("node-a", 4),))
-    recorder._write(record.gang, [path], plans.encode(record))
+    api.call("PATCH", path, {"metadata": {"annotations": {"team": "a"}}}, content_type=MERGE_PATCH)
+    recorder = PlanRecorder(api)
+    record = records.PlanRecord(f"{namespace}/gang/g", time.time(), (("node-a", 4),))
+    recorder._write(record.gang, [path], records.encode(record))
     pod = api.call("GET", path)
     assert pod["metadata"]["annotations"]["team"] == "a"  # the patch touched only kilter's annotation
-    assert plans.read_object(pod, where=path) == plans.decode(plans.encode(record), where=path)
+    assert records.read_object(pod, where=path) == records.decode(records.encode(record), where=path)
 
 
 def test_a_lease_passes_to_the_next_replica_when_the_leader_stops(api: ApiServer, namespace: str) -> None:

@@ -22,9 +22,8 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 from kilter.extenders.events import PodGroupEvents
-from kilter.extenders.gangs import GangId, GangPlan, Slot
-from kilter.extenders.plans import PlanRecorder
 from kilter.extenders.scheduler import ApiBinder
+from kilter.gangs import GangId, GangPlan, PlanRecorder, Slot
 from kilter.kube.api import ApiServer
 from kilter.state.live import default_resources
 from kilter.state.reflector import Batch, Reflector, Resource

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from kilter.cli.main import main
+from kilter.gangs.records import PlanRecord, decode, encode
 from kilter.state.cluster import from_objects
 from kilter.webhooks.admissioncheck import RETRY_AFTER_S, active_status, decide
 from tests.extenders.conftest import cluster_objects
@@ -107,9 +108,12 @@ def objects() -> list[dict[str, Any]]:
     ]
 
 
+PLANNED_AT = 1_780_000_000.0  # 2026-05-28T20:26:40Z
+
+
 def decisions() -> dict[str, Any]:
     state = from_objects(objects())
-    return {d.workload: d for d in decide(state, state.fleet(), state.idle_fleet())}
+    return {d.workload: d for d in decide(state, state.fleet(), state.idle_fleet(), now_s=PLANNED_AT)}
 
 
 def test_each_waiting_workload_gets_ready_retry_or_rejected() -> None:
@@ -119,7 +123,12 @@ def test_each_waiting_workload_gets_ready_retry_or_rejected() -> None:
     # The partly used rack first: the idle one stays whole for a larger gang.
     assert got["fits"].pod_set_updates == [{"name": "main", "nodeSelector": {"nvidia.com/gpu.clique": "r2"}}]
     assert got["spans"].state == "Ready"
-    assert got["spans"].pod_set_updates == [{"name": "main", "annotations": {"kilter.dev/plan": "ml/spans/main"}}]
+    # Two racks: no one domain to pin, so the pods carry the pod set's plan record (the format of every record).
+    planned = got["spans"].plan.pod_sets[0]
+    assert (planned.name, planned.count, planned.gpus_per_pod, len(planned.nodes)) == ("main", 30, 4, 30)
+    record = PlanRecord("ml/workload/spans", PLANNED_AT, tuple((node, 4) for node in planned.nodes))
+    assert got["spans"].pod_set_updates == [{"name": "main", "annotations": {"kilter.dev/plan": encode(record)}}]
+    assert decode(encode(record), where="test") == record
     assert got["later"].state == "Retry" and got["later"].requeue_after_seconds == RETRY_AFTER_S
     assert got["never"].state == "Rejected" and "can never fit" in got["never"].message
 

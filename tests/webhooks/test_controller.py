@@ -4,12 +4,13 @@ and hands Ready plans to the extender's gang book."""
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from kilter.extenders.gangs import GangBook, GangId
+from kilter.gangs import GangBook, GangId
 from kilter.kube.api import ApiServer
 from kilter.kube.events import EventRecorder
 from kilter.state.store import ClusterStore
@@ -72,6 +73,21 @@ def test_each_decision_is_applied_once_with_only_kilters_entry(api: FakeApi) -> 
     assert fits["status"]["admissionChecks"][0]["state"] == "Ready"
     api.calls.clear()
     asyncio.run(ctl.run_once())  # nothing changed: only the check's Active status again
+    assert [p for p, _, _, _ in patches(api)] == [f"/apis/kueue.x-k8s.io/v1beta2/admissionchecks/{CHECK}/status"]
+
+
+def test_a_decision_made_again_later_with_the_same_plan_is_not_written_again(api: FakeApi) -> None:
+    store = ClusterStore()
+    store.replace(objects())
+    clock = [1_780_000_000.0]
+    ctl = Controller(store, ApiServer("http", "127.0.0.1", api.port), wall=lambda: clock[0])
+    asyncio.run(ctl.run_once())
+    spans = next(b for p, _, _, b in patches(api) if p.endswith("/spans/status"))
+    update = spans["status"]["admissionChecks"][0]["podSetUpdates"][0]
+    assert json.loads(update["annotations"]["kilter.dev/plan"])["at"] == "2026-05-28T20:26:40Z"
+    api.calls.clear()
+    clock[0] += 60  # the next round's records carry a later time, and the same slots
+    asyncio.run(ctl.run_once())
     assert [p for p, _, _, _ in patches(api)] == [f"/apis/kueue.x-k8s.io/v1beta2/admissionchecks/{CHECK}/status"]
 
 

@@ -22,9 +22,9 @@ from typing import Any
 import pytest
 
 from kilter.cli.serve import build_app
-from kilter.extenders.gangs import GangBook, GangId, GangPlan, identify
-from kilter.extenders.plans import PLAN_ANNOTATION, PlanRecord, PlanRecorder, decode, encode
 from kilter.extenders.server import App
+from kilter.gangs import GangBook, GangId, GangPlan, PlanRecorder, identify
+from kilter.gangs.records import PLAN_ANNOTATION, PlanRecord, decode, encode
 from kilter.kube.api import ApiServer
 from kilter.model import codec
 from kilter.model.core_v1 import Pod
@@ -65,7 +65,7 @@ def _raw(**fields: Any) -> str:
     "raw",
     [
         pytest.param("", id="empty"),
-        pytest.param("ml/spans/main", id="the AdmissionCheck's plan name"),
+        pytest.param("ml/spans/main", id="not JSON (what the AdmissionCheck once wrote: a plan name)"),
         pytest.param("null", id="null"),
         pytest.param("[]", id="an array"),
         pytest.param("{", id="cut short"),

@@ -6,11 +6,11 @@ from typing import Any
 
 import pytest
 
-from kilter.extenders.gangs import GangBook, identify
+from kilter.gangs import GangBook, identify
 from kilter.model import codec
 from kilter.model.core_v1 import Pod
 from kilter.model.errors import InputError
-from kilter.state.store import ADDED, ClusterStore, Event
+from kilter.state.store import ADDED, DELETED, ClusterStore, Event
 from tests.extenders.conftest import cluster_objects, pod_json
 from tests.topology.builders import CLIQUE, TIER1, node_dict
 
@@ -132,3 +132,47 @@ def test_binding_after_a_fleet_rebuild_books_the_pod_once() -> None:
     assert again is plan
     other = plan.slots[1].node
     assert fleet.bitmap.node_free_gpus(fleet.node_index[other]) == 0
+
+
+def test_a_plans_reservation_survives_a_fleet_rebuild_and_the_gang_keeps_its_plan() -> None:
+    store = store_with()
+    book = GangBook(store)
+    p = pod({"kilter.dev/gang": "g", "kilter.dev/gang-size": "2"})
+    gang = identify(p, store)
+    assert gang is not None
+    plan = book.plan_for(gang, p, 4)
+    assert plan is not None and plan.feasible
+    held = int(store.fleet().bitmap.domain_free_gpus.sum())
+    store.apply([Event(ADDED, node_dict("r9-t00", labels={CLIQUE: "r9", TIER1: "leaf-a"}))])
+    fleet = store.fleet()
+    assert int(fleet.bitmap.domain_free_gpus.sum()) == held + 4  # the new tray only: the plan's 8 stay held
+    assert book.plan_for(gang, p, 4) is plan and book.replanned == 0
+    assert [s.node_index for s in plan.slots] == [fleet.node_index[s.node] for s in plan.slots]
+
+
+@pytest.mark.parametrize("change", ["node gone", "node full"])
+def test_a_plan_whose_reservation_a_rebuild_lost_is_made_again(change: str) -> None:
+    store = store_with()
+    book = GangBook(store)
+    p = pod({"kilter.dev/gang": "g", "kilter.dev/gang-size": "2"})
+    gang = identify(p, store)
+    assert gang is not None
+    plan = book.plan_for(gang, p, 4)
+    assert plan is not None and plan.feasible
+    node = plan.slots[0].node
+    if change == "node gone":
+        store.apply([Event(DELETED, node_dict(node))])
+    else:
+        store.apply([Event(ADDED, pod_json("intruder", 4, node=node))])  # another scheduler's pod
+        store.apply([Event(ADDED, node_dict("r9-t00", labels={CLIQUE: "r9", TIER1: "leaf-a"}))])  # a rebuild
+    again = book.plan_for(gang, p, 4)
+    assert again is not None and again is not plan and again.feasible and book.replanned == 1
+    assert node not in {s.node for s in again.slots}
+    fleet = store.fleet()
+    assert sum(s.gpus for s in again.slots) == 8  # 2 pods x 4 GPUs, reserved on whole trays
+    assert all(fleet.bitmap.node_free_gpus(fleet.node_index[s.node]) == 0 for s in again.slots)
+    assert (
+        fleet.bitmap.node_free_gpus(fleet.node_index[node]) == 0
+        if change == "node full"
+        else node not in fleet.node_index
+    )

@@ -1,195 +1,66 @@
-"""Gangs seen one pod at a time: recognise them, plan them whole, hold later pods to the plan.
+"""Gangs seen one pod at a time: plan them whole, hold later pods to the plan.
 
 kube-scheduler schedules pods one by one. The first pod of a gang that
 reaches the extender triggers a plan for every pod of the gang still
 unbound (the core planner, as ``kilter plan`` uses it); the plan's GPUs are
-reserved in the fleet so nothing else takes them. Later pods of the gang
+reserved in the store (``ClusterStore.reserve``) so nothing else takes them. Later pods of the gang
 may only go to planned nodes with a free slot of their shape. A plan ends
-when all its slots are bound, or after ``timeout_s``; when the fleet is
-rebuilt and a planned node has gone or turned unusable, the plan is dropped
-and the next pod re-plans.
+when all its slots are bound, or after ``timeout_s``. The store keeps the
+reservation across fleet rebuilds; when a rebuild finds a planned node gone,
+unusable or full, the reservation is lost, the plan is dropped and the next
+pod re-plans. The book never books GPUs in the fleet itself: reservations and
+bound pods are the store's. Which gang a pod belongs to is ``identity``'s job.
 
-Recognised (first match wins): ``kilter.dev/gang`` + ``kilter.dev/gang-size``
-labels; Kueue pod groups (``kueue.x-k8s.io/pod-group-name`` label +
-``pod-group-total-count`` annotation); LeaderWorkerSet groups (name +
-group-index labels, ``size`` annotation); a Kueue Workload named by the
-``kueue.x-k8s.io/workload`` annotation; a Volcano PodGroup named by
-``scheduling.k8s.io/group-name`` (``minMember``); JobSet, PyTorchJob and
-MPIJob pods by their job-name labels. Where the pod does not carry the size,
-it comes from the owning object in the state, else from the number of the
-gang's pods the state holds.
-
-Plans survive a restart through records in the cluster (``plans``): a
+Plans survive a restart through records in the cluster (``records``): a
 plan made here is handed to ``on_planned`` (which ``kilter serve`` connects
-to ``plans.PlanRecorder``), and before making a new plan the book looks for
+to ``recorder.PlanRecorder``), and before making a new plan the book looks for
 a record of the gang on its owner object or its pods. A record no older
-than ``timeout_s`` is adopted when it still fits: pods of the gang already
-bound take the slots on their nodes, and every other slot's node must still
-exist, be usable, admit the pods and have the GPUs free. Otherwise the gang
-is planned afresh (and that plan recorded).
-
-The module passes the ~400 lines of STYLE.md because a plan's whole life
-(made, taken up from a record, reserved, re-checked after a fleet rebuild,
-bound slot by slot, expired) works on the same reservations in the fleet and
-must change them in step; the record format and fitting a record to the
-fleet are in ``plans``.
+than ``timeout_s`` is adopted when it still fits (``refit``): pods of the gang
+already bound take the slots on their nodes, and every other slot's node must
+still exist, be usable, admit the pods and have the GPUs free. Otherwise the
+gang is planned afresh (and that plan recorded).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
-from kilter.extenders import plans
+from kilter.gangs import records, refit
+from kilter.gangs.identity import INDEXED_ANNOTATIONS, INDEXED_LABELS, GangId, GangKey, gang_of, in_gang
 from kilter.model.core_v1 import Pod, PodTemplateSpec
 from kilter.model.errors import InputError
-from kilter.model.jobs import PodSetSpec, read_job
+from kilter.model.jobs import PodSetSpec
 from kilter.model.jobs import topology_request as _topology_request
 from kilter.state.store import ClusterStore
-from kilter.topology.fleet import ENDED_PHASES
 from kilter.topology.plan import GangRequest, Plan, gang_request, plan_gang
 
-__all__ = ["GANG_LABEL", "GANG_SIZE_LABEL", "GangBook", "GangId", "GangPlan", "PlanHook", "identify", "in_gang"]
+__all__ = ["INFEASIBLE_RETRY_S", "GangBook", "GangPlan", "PlanHook", "Slot"]
 
 log = logging.getLogger("kilter.gangs")
 
-GANG_LABEL = "kilter.dev/gang"
-GANG_SIZE_LABEL = "kilter.dev/gang-size"
-KUEUE_POD_GROUP = "kueue.x-k8s.io/pod-group-name"
-KUEUE_POD_GROUP_COUNT = "kueue.x-k8s.io/pod-group-total-count"
-KUEUE_WORKLOAD = "kueue.x-k8s.io/workload"
-LWS_NAME = "leaderworkerset.sigs.k8s.io/name"
-LWS_GROUP = "leaderworkerset.sigs.k8s.io/group-index"
-LWS_SIZE = "leaderworkerset.sigs.k8s.io/size"
-VOLCANO_GROUP = "scheduling.k8s.io/group-name"
-JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"
-KUBEFLOW_JOB = "training.kubeflow.org/job-name"
-MAX_GANG_SIZE = 100_000
 INFEASIBLE_RETRY_S = 5.0  # a gang that did not fit is planned again after this long, not on every pod
-
-
-@dataclass(frozen=True)
-class GangId:
-    """Which gang a pod belongs to and how many pods it has (None: not known yet)."""
-
-    key: str
-    source: str
-    size: int | None
-    pod_sets: tuple[PodSetSpec, ...] = ()
-    placed: int | None = None  # pods already placed, when the caller knows (Volcano's session does)
-
-
-def _size(raw: str | None, what: str) -> int | None:
-    if raw is None:
-        return None
-    if not raw.isdigit() or not 1 <= int(raw) <= MAX_GANG_SIZE:
-        raise InputError(f"{what} must be a whole number from 1 to {MAX_GANG_SIZE}, got {raw!r}")
-    return int(raw)
-
-
-def identify(pod: Pod, store: ClusterStore) -> GangId | None:
-    meta = pod.metadata
-    labels, notes, ns = meta.labels, meta.annotations, meta.namespace
-    if GANG_LABEL in labels:
-        raw = labels.get(GANG_SIZE_LABEL, notes.get(GANG_SIZE_LABEL))
-        size = _size(raw, f"label {GANG_SIZE_LABEL}")
-        if size is None:
-            raise InputError(f"label {GANG_LABEL} needs {GANG_SIZE_LABEL} (the gang's pod count)")
-        return GangId(f"{ns}/gang/{labels[GANG_LABEL]}", GANG_LABEL, size)
-    if KUEUE_POD_GROUP in labels:
-        size = _size(notes.get(KUEUE_POD_GROUP_COUNT), f"annotation {KUEUE_POD_GROUP_COUNT}")
-        return GangId(f"{ns}/pod-group/{labels[KUEUE_POD_GROUP]}", KUEUE_POD_GROUP, size)
-    if LWS_NAME in labels and LWS_GROUP in labels:
-        size = _size(notes.get(LWS_SIZE), f"annotation {LWS_SIZE}")
-        return GangId(f"{ns}/lws/{labels[LWS_NAME]}/{labels[LWS_GROUP]}", LWS_NAME, size)
-    if KUEUE_WORKLOAD in notes:
-        name = notes[KUEUE_WORKLOAD]
-        return _from_object(store, ("kueue.x-k8s.io", "Workload", ns, name), f"{ns}/workload/{name}", KUEUE_WORKLOAD)
-    if VOLCANO_GROUP in notes:
-        name = notes[VOLCANO_GROUP]
-        group = store.get("scheduling.volcano.sh", "PodGroup", ns, name)
-        spec = group.get("spec") if group else None
-        member = spec.get("minMember") if isinstance(spec, Mapping) else None
-        size = member if isinstance(member, int) and 1 <= member <= MAX_GANG_SIZE else None
-        return GangId(f"{ns}/podgroup/{name}", VOLCANO_GROUP, size)
-    for label, kind in ((JOBSET_NAME, "jobset"), (KUBEFLOW_JOB, "kubeflow")):
-        if label in labels:
-            return GangId(f"{ns}/{kind}/{labels[label]}", label, None)
-    return None
-
-
-def _from_object(store: ClusterStore, key: tuple[str, str, str, str], gang: str, source: str) -> GangId:
-    obj = store.get(*key)
-    if obj is None:
-        return GangId(gang, source, None)
-    spec = read_job(obj)
-    pod_sets = spec.gangs[0] if spec.gangs else ()
-    return GangId(gang, source, sum(ps.count for ps in pod_sets) or None, pod_sets)
-
-
-@dataclass(frozen=True)
-class GangSelector:
-    """The pods of one gang: those of ``namespace`` carrying these labels and annotations (what ``identify`` read)."""
-
-    namespace: str
-    labels: dict[str, str] = field(default_factory=dict)
-    annotations: dict[str, str] = field(default_factory=dict)
-    nothing: bool = False  # a key that names no gang: matches no pod
-
-    def members(self, store: ClusterStore) -> list[Pod]:
-        """The gang's pods in the store that have not finished."""
-        if self.nothing:
-            return []
-        found = store.pods_with(self.namespace, self.labels, self.annotations)
-        return [p for p in found if p.status.phase not in ENDED_PHASES]
-
-
-INDEXED_LABELS = (GANG_LABEL, KUEUE_POD_GROUP, LWS_NAME, LWS_GROUP, JOBSET_NAME, KUBEFLOW_JOB)
-INDEXED_ANNOTATIONS = (KUEUE_WORKLOAD, VOLCANO_GROUP)
-
-
-def gang_of(pod: Pod) -> GangSelector:
-    """The pods that carry the same gang labels and annotations as ``pod``."""
-    labels, notes = pod.metadata.labels, pod.metadata.annotations
-    return GangSelector(
-        pod.metadata.namespace,
-        {k: labels[k] for k in INDEXED_LABELS if k in labels},
-        {k: notes[k] for k in INDEXED_ANNOTATIONS if k in notes},
-    )
-
-
-_KEY_SELECTORS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    # the kind in a gang's key -> (labels, annotations) whose values are the key's name parts, in order
-    "gang": ((GANG_LABEL,), ()),
-    "pod-group": ((KUEUE_POD_GROUP,), ()),
-    "lws": ((LWS_NAME, LWS_GROUP), ()),
-    "workload": ((), (KUEUE_WORKLOAD,)),
-    "podgroup": ((), (VOLCANO_GROUP,)),
-    "jobset": ((JOBSET_NAME,), ()),
-    "kubeflow": ((KUBEFLOW_JOB,), ()),
-}
-
-
-def in_gang(key: str) -> GangSelector:
-    """The pods of the gang with this key (by the labels or annotation ``identify`` read)."""
-    namespace, kind, *names = key.split("/")
-    label_keys, note_keys = _KEY_SELECTORS.get(kind, ((), ()))
-    if len(names) != len(label_keys) + len(note_keys) or not names:
-        return GangSelector(namespace, nothing=True)
-    labels = dict(zip(label_keys, names[: len(label_keys)], strict=True))
-    notes = dict(zip(note_keys, names[len(label_keys) :], strict=True))
-    return GangSelector(namespace, labels, notes)
 
 
 @dataclass
 class Slot:
+    """One planned pod's place: the node (by name, and its index in the fleet as of the plan's ``generation``).
+
+    ``uid`` is the pod bound to the slot ("" while open); ``reserved`` says
+    the slot's GPUs are held in the store's reservation for the gang (an open
+    slot) rather than booked for its pod. ``rank`` is the pod's rank within
+    the gang (its position in the gang's rank order, 0 first) once ranks are
+    assigned; nothing assigns them yet, so it is None.
+    """
+
     node: str
     node_index: int
     gpus: int
     uid: str = ""
     reserved: bool = True
+    rank: int | None = None
 
 
 @dataclass
@@ -281,16 +152,11 @@ class GangBook:
         if gang.key in self.plans or not plan.feasible:
             return None
         fleet = self.store.fleet()
-        shapes = list(zip(plan.node_indices, plan.gpus, strict=True))
-        need: dict[int, int] = {}
-        for node, g in shapes:
-            need[node] = need.get(node, 0) + g
-        if any(n >= fleet.n_nodes or fleet.bitmap.node_free_gpus(n) < g for n, g in need.items()):
+        if any(n >= fleet.n_nodes for n in plan.node_indices):
             return None
-        slots = []
-        for node, g in shapes:
-            fleet.bitmap.allocate(node, g)
-            slots.append(Slot(fleet.node_names[node], node, g))
+        slots = [Slot(fleet.node_names[n], n, g) for n, g in zip(plan.node_indices, plan.gpus, strict=True)]
+        if not self._reserve(gang, slots):
+            return None
         adopted = GangPlan(gang, plan, slots, self.clock(), self.store.generation, origin="admission-check")
         self.plans[gang.key] = adopted
         self.planned += 1
@@ -325,11 +191,12 @@ class GangBook:
         result = plan_gang(fleet, request)
         slots: list[Slot] = []
         if result.feasible:
-            for node, g in zip(result.node_indices, result.gpus, strict=True):
-                fleet.bitmap.allocate(node, g)
-                slots.append(Slot(fleet.node_names[node], node, g))
+            slots = [Slot(fleet.node_names[n], n, g) for n, g in zip(result.node_indices, result.gpus, strict=True)]
+            if not self._reserve(gang, slots):  # the planner only uses free GPUs of usable nodes: a bug
+                log.error("gang %s: the plan's GPUs could not be reserved; placed like single pods", gang.key)
+                return None
         unbound = {p.metadata.name for p in members or () if not p.spec.node_name}
-        if pod.metadata.name and not pod.spec.node_name and pod.metadata.namespace == gang.key.partition("/")[0]:
+        if pod.metadata.name and not pod.spec.node_name and pod.metadata.namespace == _namespace(gang):
             unbound.add(pod.metadata.name)  # the pod asking may not have reached the state yet
         return GangPlan(gang, result, slots, self.clock(), self.store.generation, pods=tuple(sorted(unbound)))
 
@@ -337,13 +204,13 @@ class GangBook:
 
     def _from_record(self, gang: GangId, request: GangRequest, members: list[Pod] | None) -> GangPlan | None:
         """The gang's recorded plan, taken up again if it still holds; None when there is none or it does not."""
-        owner = plans.owner_of(gang.key)
+        owner = records.owner_of(gang.key)
         if owner is not None:
             where = f"{owner[1]} {owner[2]}/{owner[3]}"
-            record = plans.read_object(self.store.get(*owner), where=where)
+            record = records.read_object(self.store.get(*owner), where=where)
         else:
             where = f"the pods of gang {gang.key}"
-            record = plans.newest(members or ())
+            record = records.newest(members or ())
         if record is None:
             return None
         if record.gang != gang.key:
@@ -363,18 +230,17 @@ class GangBook:
         return adopted
 
     def _adopt_record(
-        self, gang: GangId, request: GangRequest, record: plans.PlanRecord, members: Sequence[Pod]
+        self, gang: GangId, request: GangRequest, record: records.PlanRecord, members: Sequence[Pod]
     ) -> tuple[GangPlan | None, str]:
         """The recorded plan with its open slots reserved, or None and why it does not fit the fleet now."""
         fleet = self.store.fleet()
-        fit = plans.fit(record, request, members, fleet)
+        fit = refit.fit(record, request, members, fleet)
         if isinstance(fit, str):
             return None, fit
         taken = [Slot(node, index, g, uid=uid, reserved=False) for node, index, g, uid in fit.taken]
-        slots = []
-        for node, index, g in fit.open:
-            fleet.bitmap.allocate(index, g)
-            slots.append(Slot(node, index, g))
+        slots = [Slot(node, index, g) for node, index, g in fit.open]
+        if not self._reserve(gang, slots):
+            return None, "its nodes' GPUs could not be reserved"
         indices = tuple(s.node_index for s in slots)
         domains = tuple(sorted({fleet.domain_of_node(i) for i in indices}))
         reason = (
@@ -386,29 +252,19 @@ class GangBook:
         return GangPlan(gang, plan, [*taken, *slots], self.clock(), self.store.generation, origin="record"), ""
 
     def _still_valid(self, plan: GangPlan) -> bool:
-        """After a fleet rebuild, re-reserve open slots by node name; invalid if a node went away or filled up."""
+        """After a fleet rebuild, find each slot's node again by name; invalid if one went away, or if the rebuild
+        lost the plan's reservation (a node of it turned unusable or filled up)."""
         fleet = self.store.fleet()
         if plan.generation == self.store.generation:
             return True
-        ok = True
+        plan.generation = self.store.generation
+        ok = not self.store.reservation_lost(plan.gang.key)
         for slot in plan.slots:
-            slot.reserved = False
             index = fleet.node_index.get(slot.node)
             if index is None:
                 ok = False
                 continue
             slot.node_index = index
-        if ok:
-            for slot in plan.slots:
-                if slot.uid:
-                    continue
-                usable = bool(fleet.bitmap.node_usable_flags[slot.node_index])
-                if not usable or fleet.bitmap.node_free_gpus(slot.node_index) < slot.gpus:
-                    ok = False
-                    break
-                fleet.bitmap.allocate(slot.node_index, slot.gpus)
-                slot.reserved = True
-        plan.generation = self.store.generation
         return ok
 
     def bound(self, uid: str, node_name: str, gpus: int) -> GangPlan | None:
@@ -423,7 +279,7 @@ class GangBook:
             self._release(plan, slot)
             self.store.assume(uid, node_name, gpus)
             if all(s.uid for s in plan.slots):
-                del self.plans[plan.gang.key]
+                self._drop(plan)  # every slot bound: nothing left reserved, and no lost mark kept
             return plan
         return None
 
@@ -435,10 +291,7 @@ class GangBook:
                 continue
             self.store.forget(uid)
             slot.uid = ""
-            fleet = self.store.fleet()
-            if plan.generation == self.store.generation and fleet.bitmap.node_free_gpus(slot.node_index) >= slot.gpus:
-                fleet.bitmap.allocate(slot.node_index, slot.gpus)
-                slot.reserved = True
+            slot.reserved = self.store.reserve(plan.gang.key, [(slot.node, slot.gpus)])
             return True
         return False
 
@@ -448,15 +301,28 @@ class GangBook:
             self._drop(self.plans[key])
 
     def _drop(self, plan: GangPlan) -> None:
+        self.store.unreserve(plan.gang.key)
         for slot in plan.slots:
-            self._release(plan, slot)
+            slot.reserved = False
         self.plans.pop(plan.gang.key, None)
 
+    def _reserve(self, gang: GangId, slots: Sequence[Slot]) -> bool:
+        """Hold the open slots' GPUs in the store, all or none."""
+        return self.store.reserve(gang.key, [(s.node, s.gpus) for s in slots])
+
     def _release(self, plan: GangPlan, slot: Slot) -> None:
-        """Give a slot's GPUs back, if they are held in the fleet as it is now (a rebuild already dropped them)."""
-        if slot.reserved and plan.generation == self.store.fleet_generation():
-            self.store.fleet().bitmap.release(slot.node_index, slot.gpus)
+        """Give a slot's GPUs back (a no-op when a rebuild already dropped the gang's reservation)."""
+        if slot.reserved:
+            self.store.release_slot(plan.gang.key, slot.node, slot.gpus)
         slot.reserved = False
+
+
+def _namespace(gang: GangId) -> str | None:
+    """The gang's namespace (None for a key that does not parse: a name part that itself holds a ``/``)."""
+    try:
+        return GangKey.parse(gang.key).namespace
+    except InputError:
+        return None
 
 
 def _shrink(pod_sets: tuple[PodSetSpec, ...], bound: int) -> tuple[PodSetSpec, ...]:

@@ -1,0 +1,223 @@
+"""Which gang a pod belongs to: its key, where the key came from, and the gang's size.
+
+Recognised (first match wins): ``kilter.dev/gang`` + ``kilter.dev/gang-size``
+labels; Kueue pod groups (``kueue.x-k8s.io/pod-group-name`` label +
+``pod-group-total-count`` annotation); LeaderWorkerSet groups (name +
+group-index labels, ``size`` annotation); a Kueue Workload named by the
+``kueue.x-k8s.io/workload`` annotation; a Volcano PodGroup named by
+``scheduling.k8s.io/group-name`` (``minMember``); JobSet, PyTorchJob and
+MPIJob pods by their job-name labels. Where the pod does not carry the size,
+it comes from the owning object in the state, else from the number of the
+gang's pods the state holds.
+
+``gang_of`` and ``in_gang`` select a gang's pods again, from one of its pods
+or from its key, by the very labels and annotations ``identify`` read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Final
+
+from kilter.model.annotations import GANG, GANG_SIZE
+from kilter.model.core_v1 import Pod
+from kilter.model.errors import InputError
+from kilter.model.jobs import PodSetSpec, read_job
+from kilter.state.store import ClusterStore
+from kilter.topology.fleet import ENDED_PHASES
+
+__all__ = [
+    "GANG_LABEL",
+    "GANG_SIZE_LABEL",
+    "INDEXED_ANNOTATIONS",
+    "INDEXED_LABELS",
+    "KINDS",
+    "KUEUE_WORKLOAD",
+    "MAX_GANG_SIZE",
+    "GangId",
+    "GangKey",
+    "GangSelector",
+    "gang_of",
+    "identify",
+    "in_gang",
+]
+
+GANG_LABEL = GANG
+GANG_SIZE_LABEL = GANG_SIZE
+KUEUE_POD_GROUP = "kueue.x-k8s.io/pod-group-name"
+KUEUE_POD_GROUP_COUNT = "kueue.x-k8s.io/pod-group-total-count"
+KUEUE_WORKLOAD = "kueue.x-k8s.io/workload"
+LWS_NAME = "leaderworkerset.sigs.k8s.io/name"
+LWS_GROUP = "leaderworkerset.sigs.k8s.io/group-index"
+LWS_SIZE = "leaderworkerset.sigs.k8s.io/size"
+VOLCANO_GROUP = "scheduling.k8s.io/group-name"
+JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"
+KUBEFLOW_JOB = "training.kubeflow.org/job-name"
+MAX_GANG_SIZE = 100_000
+
+KINDS: Final[Mapping[str, tuple[tuple[str, ...], tuple[str, ...]]]] = {
+    # the kind in a gang's key -> (labels, annotations) whose values are the key's name parts, in order
+    "gang": ((GANG_LABEL,), ()),
+    "pod-group": ((KUEUE_POD_GROUP,), ()),
+    "lws": ((LWS_NAME, LWS_GROUP), ()),
+    "workload": ((), (KUEUE_WORKLOAD,)),
+    "podgroup": ((), (VOLCANO_GROUP,)),
+    "jobset": ((JOBSET_NAME,), ()),
+    "kubeflow": ((KUBEFLOW_JOB,), ()),
+}
+
+
+@dataclass(frozen=True, order=True)
+class GangKey:
+    """A gang's key: its namespace, what kind of gang it is, and the name parts that kind has.
+
+    Its text, ``NAMESPACE/KIND/NAME[/PART]`` (``ml/gang/train``,
+    ``ml/podgroup/pg``, ``ml/workload/wl``, ``ml/lws/NAME/GROUP``,
+    ``ml/jobset/x``, ``ml/kubeflow/x``, ``ml/pod-group/x``), is what plan
+    records, logs, metrics and the extender's explanations carry, so
+    ``format`` must keep producing exactly it. ``names`` are label or
+    annotation values, which hold no ``/``; a part may be empty (an empty
+    label value is valid). Built from a pod's labels by ``identify``, the key
+    is not checked; ``parse`` is, since its text comes from the cluster.
+    """
+
+    namespace: str
+    kind: str
+    names: tuple[str, ...]
+
+    @classmethod
+    def parse(cls, text: str) -> GangKey:
+        """The key ``text`` spells; ``InputError`` if the kind is unknown or has another number of name parts."""
+        parts = text.split("/")
+        selectors = KINDS.get(parts[1]) if len(parts) >= 3 else None
+        if selectors is None or len(parts) - 2 != len(selectors[0]) + len(selectors[1]):
+            want = "NAMESPACE/KIND/NAME with KIND one of " + ", ".join(sorted(KINDS))
+            raise InputError(f"gang key {text[:200]!r} is not {want} (lws: NAMESPACE/lws/NAME/GROUP)")
+        return cls(parts[0], parts[1], tuple(parts[2:]))
+
+    def format(self) -> str:
+        """The key's text (the inverse of ``parse``)."""
+        return "/".join((self.namespace, self.kind, *self.names))
+
+    def __str__(self) -> str:
+        return self.format()
+
+    @property
+    def name(self) -> str:
+        """The name parts joined as the key's text joins them (``NAME`` or ``NAME/GROUP``)."""
+        return "/".join(self.names)
+
+
+@dataclass(frozen=True)
+class GangId:
+    """Which gang a pod belongs to and how many pods it has (None: not known yet).
+
+    ``key`` is the key's text (``GangKey.format``): the gang's name in the
+    book's plans, in plan records and in the planner's answers.
+    """
+
+    key: str
+    source: str
+    size: int | None
+    pod_sets: tuple[PodSetSpec, ...] = ()
+    placed: int | None = None  # pods already placed, when the caller knows (Volcano's session does)
+
+
+def _size(raw: str | None, what: str) -> int | None:
+    if raw is None:
+        return None
+    if not raw.isdigit() or not 1 <= int(raw) <= MAX_GANG_SIZE:
+        raise InputError(f"{what} must be a whole number from 1 to {MAX_GANG_SIZE}, got {raw!r}")
+    return int(raw)
+
+
+def identify(pod: Pod, store: ClusterStore) -> GangId | None:
+    meta = pod.metadata
+    labels, notes, ns = meta.labels, meta.annotations, meta.namespace
+    if GANG_LABEL in labels:
+        raw = labels.get(GANG_SIZE_LABEL, notes.get(GANG_SIZE_LABEL))
+        size = _size(raw, f"label {GANG_SIZE_LABEL}")
+        if size is None:
+            raise InputError(f"label {GANG_LABEL} needs {GANG_SIZE_LABEL} (the gang's pod count)")
+        return GangId(_key(ns, "gang", labels[GANG_LABEL]), GANG_LABEL, size)
+    if KUEUE_POD_GROUP in labels:
+        size = _size(notes.get(KUEUE_POD_GROUP_COUNT), f"annotation {KUEUE_POD_GROUP_COUNT}")
+        return GangId(_key(ns, "pod-group", labels[KUEUE_POD_GROUP]), KUEUE_POD_GROUP, size)
+    if LWS_NAME in labels and LWS_GROUP in labels:
+        size = _size(notes.get(LWS_SIZE), f"annotation {LWS_SIZE}")
+        return GangId(_key(ns, "lws", labels[LWS_NAME], labels[LWS_GROUP]), LWS_NAME, size)
+    if KUEUE_WORKLOAD in notes:
+        name = notes[KUEUE_WORKLOAD]
+        key = _key(ns, "workload", name)
+        return _from_object(store, ("kueue.x-k8s.io", "Workload", ns, name), key, KUEUE_WORKLOAD)
+    if VOLCANO_GROUP in notes:
+        name = notes[VOLCANO_GROUP]
+        group = store.get("scheduling.volcano.sh", "PodGroup", ns, name)
+        spec = group.get("spec") if group else None
+        member = spec.get("minMember") if isinstance(spec, Mapping) else None
+        size = member if isinstance(member, int) and 1 <= member <= MAX_GANG_SIZE else None
+        return GangId(_key(ns, "podgroup", name), VOLCANO_GROUP, size)
+    for label, kind in ((JOBSET_NAME, "jobset"), (KUBEFLOW_JOB, "kubeflow")):
+        if label in labels:
+            return GangId(_key(ns, kind, labels[label]), label, None)
+    return None
+
+
+def _key(namespace: str, kind: str, *names: str) -> str:
+    return GangKey(namespace, kind, names).format()
+
+
+def _from_object(store: ClusterStore, key: tuple[str, str, str, str], gang: str, source: str) -> GangId:
+    obj = store.get(*key)
+    if obj is None:
+        return GangId(gang, source, None)
+    spec = read_job(obj)
+    pod_sets = spec.gangs[0] if spec.gangs else ()
+    return GangId(gang, source, sum(ps.count for ps in pod_sets) or None, pod_sets)
+
+
+@dataclass(frozen=True)
+class GangSelector:
+    """The pods of one gang: those of ``namespace`` carrying these labels and annotations (what ``identify`` read)."""
+
+    namespace: str
+    labels: dict[str, str] = field(default_factory=dict)
+    annotations: dict[str, str] = field(default_factory=dict)
+    nothing: bool = False  # a key that names no gang: matches no pod
+
+    def members(self, store: ClusterStore) -> list[Pod]:
+        """The gang's pods in the store that have not finished."""
+        if self.nothing:
+            return []
+        found = store.pods_with(self.namespace, self.labels, self.annotations)
+        return [p for p in found if p.status.phase not in ENDED_PHASES]
+
+
+INDEXED_LABELS = (GANG_LABEL, KUEUE_POD_GROUP, LWS_NAME, LWS_GROUP, JOBSET_NAME, KUBEFLOW_JOB)
+INDEXED_ANNOTATIONS = (KUEUE_WORKLOAD, VOLCANO_GROUP)
+
+
+def gang_of(pod: Pod) -> GangSelector:
+    """The pods that carry the same gang labels and annotations as ``pod``."""
+    labels, notes = pod.metadata.labels, pod.metadata.annotations
+    return GangSelector(
+        pod.metadata.namespace,
+        {k: labels[k] for k in INDEXED_LABELS if k in labels},
+        {k: notes[k] for k in INDEXED_ANNOTATIONS if k in notes},
+    )
+
+
+def in_gang(key: str | GangKey) -> GangSelector:
+    """The pods of the gang with this key (by the labels or annotation ``identify`` read); none for a malformed key."""
+    if isinstance(key, str):
+        try:
+            key = GangKey.parse(key)
+        except InputError:
+            return GangSelector("", nothing=True)
+    label_keys, note_keys = KINDS.get(key.kind, ((), ()))
+    if len(key.names) != len(label_keys) + len(note_keys) or not key.names:
+        return GangSelector(key.namespace, nothing=True)
+    labels = dict(zip(label_keys, key.names[: len(label_keys)], strict=True))
+    notes = dict(zip(note_keys, key.names[len(label_keys) :], strict=True))
+    return GangSelector(key.namespace, labels, notes)

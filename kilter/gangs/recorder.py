@@ -1,0 +1,120 @@
+"""Writes each new plan's ``kilter.dev/plan`` record into the cluster, off the event loop.
+
+Records are written as JSON merge patches (RFC 7386,
+``application/merge-patch+json``) of ``metadata.annotations`` only, on one
+worker thread, so a verb never waits for the API server; only while
+``is_writer()`` holds (the elected leader), and a failed write is logged,
+never raised. A record over ``records.MAX_BYTES`` is not written.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from urllib.parse import quote
+
+from kilter.gangs.book import GangPlan
+from kilter.gangs.identity import GangId, GangKey
+from kilter.gangs.records import KUEUE, MAX_BYTES, PLAN_ANNOTATION, VOLCANO, PlanRecord, encode, owner_of
+from kilter.kube.api import ApiServer
+from kilter.model.errors import InputError, KilterError
+
+__all__ = ["MERGE_PATCH", "PlanRecorder"]
+
+log = logging.getLogger("kilter.plans")
+
+MERGE_PATCH = "application/merge-patch+json"
+KUEUE_DEFAULT_VERSION = "v1beta2"
+
+
+def _always() -> bool:
+    return True
+
+
+class PlanRecorder:
+    """Writes each new plan's record into the cluster (``GangBook``'s ``on_planned`` hook); never raises or waits.
+
+    ``is_writer`` is asked before every write (leader election supplies it;
+    a follower writes nothing). ``kueue_version`` names the Workload API
+    version the live feed found ("" when unknown: v1beta2).
+    """
+
+    def __init__(
+        self,
+        api: ApiServer,
+        *,
+        is_writer: Callable[[], bool] = _always,
+        kueue_version: Callable[[], str] | None = None,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        self.api = api
+        self.is_writer = is_writer
+        self.kueue_version = kueue_version
+        self.wall = wall
+        self.written = 0
+        self.failed = 0
+        self._stop_at: float | None = None
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kilter-plans")
+
+    def on_planned(self, gang: GangId, plan: GangPlan) -> Future[None] | None:
+        """Queue the record of ``plan`` (called on the event loop when a plan is made); its future, if queued."""
+        if not self.is_writer():
+            return None
+        record = PlanRecord(gang.key, self.wall(), tuple((s.node, s.gpus) for s in plan.slots))
+        value = encode(record)
+        if len(value) > MAX_BYTES:
+            log.warning(
+                "gang %s: the plan's record is %d bytes, over %d; not recorded", gang.key, len(value), MAX_BYTES
+            )
+            return None
+        try:
+            paths = self.paths(gang.key, plan.pods)
+        except InputError:  # a key whose name holds a "/": nowhere to put the record
+            paths = []
+        if not paths:
+            log.info("gang %s: no object to record the plan on", gang.key)
+            return None
+        try:
+            return self._pool.submit(self._write, gang.key, paths, value)
+        except RuntimeError:  # shut down: the server is stopping
+            log.info("gang %s: plan not recorded, kilter is stopping", gang.key)
+            return None
+
+    def paths(self, gang_key: str, pods: Sequence[str]) -> list[str]:
+        """Where the record goes: the owner object's path, else each pod's; ``InputError`` for a malformed key."""
+        key = GangKey.parse(gang_key)
+        owner = owner_of(key)
+        ns = quote(key.namespace)
+        if owner is not None:
+            name = quote(owner[3])
+            if owner[1] == "PodGroup":
+                return [f"/apis/{VOLCANO}/v1beta1/namespaces/{ns}/podgroups/{name}"]
+            version = (self.kueue_version() if self.kueue_version is not None else "") or KUEUE_DEFAULT_VERSION
+            return [f"/apis/{KUEUE}/{version}/namespaces/{ns}/workloads/{name}"]
+        return [f"/api/v1/namespaces/{ns}/pods/{quote(pod)}" for pod in pods]
+
+    def _write(self, gang_key: str, paths: list[str], value: str) -> None:
+        body = {"metadata": {"annotations": {PLAN_ANNOTATION: value}}}
+        for i, path in enumerate(paths):
+            if self._stop_at is not None and time.monotonic() > self._stop_at:
+                log.warning("gang %s: kilter is stopping; %d plan records not written", gang_key, len(paths) - i)
+                return
+            try:
+                if not self.is_writer():
+                    log.debug("gang %s: not the leader; plan not recorded", gang_key)
+                    return
+                self.api.call("PATCH", path, body, content_type=MERGE_PATCH)
+                self.written += 1
+            except KilterError as exc:
+                self.failed += 1
+                log.warning("gang %s: plan record on %s not written: %s", gang_key, path, exc)
+            except Exception:  # a bug must not kill the writer thread silently
+                self.failed += 1
+                log.exception("gang %s: plan record on %s not written", gang_key, path)
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        """Write what is queued for up to ``timeout_s`` more, then stop."""
+        self._stop_at = time.monotonic() + timeout_s
+        self._pool.shutdown(wait=True)

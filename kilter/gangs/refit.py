@@ -1,0 +1,90 @@
+"""Whether a recorded plan still fits the fleet as it is now, for the gang's pods still to place."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from kilter.gangs.records import PlanRecord
+from kilter.model.core_v1 import Pod, pod_request
+from kilter.model.errors import InputError
+from kilter.topology import eligibility
+from kilter.topology.fleet import Fleet
+from kilter.topology.plan import GangRequest
+
+__all__ = ["Fit", "fit"]
+
+
+@dataclass(frozen=True)
+class Fit:
+    """How a record fits the fleet now: slots the gang's bound pods hold, and the open slots to reserve."""
+
+    taken: tuple[tuple[str, int, int, str], ...]  # (node, node index, GPUs, pod uid)
+    open: tuple[tuple[str, int, int], ...]  # (node, node index, GPUs), in the record's order
+
+    @property
+    def gpus(self) -> tuple[int, ...]:
+        return tuple(g for _, _, g in self.open)
+
+
+def fit(record: PlanRecord, request: GangRequest, members: Sequence[Pod], fleet: Fleet) -> Fit | str:
+    """Whether the gang's pods still to place can take up ``record`` on ``fleet``; the reason when not.
+
+    Bound pods of the gang take the slots on their nodes (by name order) as
+    long as more slots are left than pods to place: a plan made after some
+    pods were bound has no slots for them. The open slots must then match the
+    pods to place in number and GPUs, and each slot's node must still exist,
+    be usable, carry the gang's GPU kind, admit the pods (selectors, affinity,
+    taints) and have the GPUs free.
+    """
+    wanted = sorted(ps.gpus_per_pod for ps in request.pod_sets for _ in range(ps.count))
+    open_slots = list(record.slots)
+    taken: list[tuple[str, int, int, str]] = []
+    for pod in sorted((p for p in members if p.spec.node_name), key=lambda p: p.metadata.name):
+        if len(open_slots) <= len(wanted):
+            break
+        meta = pod.metadata
+        try:
+            gpus = pod_request(pod.spec, request.resource, path=f"pod {meta.namespace}/{meta.name}: spec")
+        except InputError:
+            continue
+        at = next((i for i, slot in enumerate(open_slots) if slot == (pod.spec.node_name, gpus)), None)
+        if at is None:
+            continue
+        node, _ = open_slots.pop(at)
+        index = fleet.node_index.get(node)
+        if index is not None:
+            taken.append((node, index, gpus, meta.uid or f"{meta.namespace}/{meta.name}"))
+    if sorted(g for _, g in open_slots) != wanted:
+        shapes = sorted({g for _, g in open_slots})
+        return f"{len(open_slots)} open slots of {shapes} GPUs for {len(wanted)} pods of {sorted(set(wanted))}"
+    problem = _unfit_node(fleet, request, open_slots)
+    if problem:
+        return problem
+    return Fit(tuple(taken), tuple((node, fleet.node_index[node], g) for node, g in open_slots))
+
+
+def _unfit_node(fleet: Fleet, request: GangRequest, slots: Sequence[tuple[str, int]]) -> str:
+    """Why the slots' nodes cannot take the pods now ("" if they can)."""
+    mask: eligibility.Mask | None = None
+    for ps in request.pod_sets:
+        m = eligibility.node_mask(fleet, ps.spec, path=f"pod set {ps.name}: spec")
+        if m is not None:
+            mask = m if mask is None else (mask & m)
+    need: dict[int, int] = {}
+    for node, gpus in slots:
+        index = fleet.node_index.get(node)
+        if index is None:
+            return f"node {node} is gone"
+        if not fleet.bitmap.node_usable_flags[index]:
+            return f"node {node} is not usable"
+        if fleet.platform_of_node(index).device_resource != request.resource:
+            return f"node {node} has no {request.resource}"
+        if mask is not None and not mask[index]:
+            return f"the pods' selectors or tolerations exclude node {node}"
+        need[index] = need.get(index, 0) + gpus
+    for index, gpus in need.items():
+        free = int(fleet.bitmap.node_free_gpus(index))
+        if free < gpus:
+            return f"node {fleet.node_names[index]} has {free} GPUs free; the plan puts {gpus} there"
+    return ""

@@ -1,0 +1,102 @@
+"""Every ``kilter.dev/*`` annotation and label key, named once, each with its one format.
+
+The keys are promises to users (README.md documents each with its values),
+so every module reads and writes them through these names rather than its
+own literal: a renamed or retyped key then changes in one place, and
+``grep`` finds every reader. Keys other projects own (Kueue's, Volcano's,
+LeaderWorkerSet's) stay next to the code that reads them.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BLOCK",
+    "CLUSTER_QUEUE",
+    "CONTROLLER_NAME",
+    "DECAYED_USAGE",
+    "GANG",
+    "GANG_SIZE",
+    "HYPERNODE_TIER_PREFIX",
+    "MIN_RUNTIME",
+    "PLAN",
+    "PLATFORM",
+    "PREFIX",
+    "PRODUCT",
+    "SCALE_UP_DOMAIN",
+    "SPINE",
+    "TOPOLOGY",
+    "TOPOLOGY_POLICY",
+    "USAGE_HALF_LIFE",
+    "ZONE",
+    "hypernode_tier",
+]
+
+PREFIX = "kilter.dev/"
+"""What every key below starts with (the validating webhook rejects unknown ``kilter.dev/*`` queue annotations)."""
+
+# ------------------------------------------------------------------ gangs and plans (pods, jobs, owners)
+
+GANG = "kilter.dev/gang"
+"""Pod label: the gang's name within the pod's namespace (any label value); needs ``GANG_SIZE``."""
+
+GANG_SIZE = "kilter.dev/gang-size"
+"""Pod label (or annotation): the gang's pod count, a whole number from 1 to 100,000."""
+
+PLAN = "kilter.dev/plan"
+"""A gang's recorded plan, written by kilter only (``kilter.gangs.records``), on the PodGroup, the Workload or the
+gang's pods. Compact JSON: ``{"v":1,"gang":"NS/KIND/NAME","at":"RFC 3339 UTC","slots":[["node",GPUs],...]}``."""
+
+TOPOLOGY = "kilter.dev/topology"
+"""Job (or pod template) annotation: ``auto`` opts the job in to topology-aware placement, ``off`` opts it out."""
+
+CONTROLLER_NAME = TOPOLOGY
+"""The ``controllerName`` of kilter's Kueue AdmissionCheck, and its server-side-apply field manager: the same string
+as the job annotation ``TOPOLOGY``, since the check is what that annotation asks for."""
+
+# ------------------------------------------------------------------ queues (ClusterQueues, Cohorts, Volcano Queues)
+
+TOPOLOGY_POLICY = "kilter.dev/topology-policy"
+"""ClusterQueue annotation: ``auto`` (every job of the queue is placed by topology) or ``off``."""
+
+CLUSTER_QUEUE = "kilter.dev/cluster-queue"
+"""Volcano Queue annotation: the name of the Kueue ClusterQueue whose quota the queue is bound to."""
+
+USAGE_HALF_LIFE = "kilter.dev/usage-half-life"
+"""ClusterQueue or Cohort annotation: a duration (``7d``, ``36h``, ``90m``, ``1h30m``) over which decayed usage
+halves; longer than 0s."""
+
+MIN_RUNTIME = "kilter.dev/min-runtime"
+"""ClusterQueue or Cohort annotation: a duration; a workload admitted less than this long ago is not preempted for
+another ClusterQueue."""
+
+DECAYED_USAGE = "kilter.dev/decayed-usage"
+"""ClusterQueue or Cohort annotation, written by kilter only: the decay state as JSON,
+``{"time": RFC 3339, "usage": {"flavor/resource": n >= 0}}``."""
+
+# ------------------------------------------------------------------ node labels
+
+PLATFORM = "kilter.dev/platform"
+"""Node label: a catalog platform name or alias (``GB200-NVL36x2``, ``VR-NVL144`` ...); overrides product detection."""
+
+PRODUCT = "kilter.dev/product"
+"""Node label the fleet generator writes the GPU product under for a platform that has no product label of its own."""
+
+SCALE_UP_DOMAIN = "kilter.dev/scale-up-domain"
+"""Node label: any string naming the node's NVLink/UALink domain; wins over the other domain labels."""
+
+BLOCK = "kilter.dev/block"
+"""Node label: the name of the group of domains above the node's domain (finest level of kilter's own scheme)."""
+
+SPINE = "kilter.dev/spine"
+"""Node label: the name of the group of blocks above ``BLOCK``."""
+
+ZONE = "kilter.dev/zone"
+"""Node label: the name of the group of spines above ``SPINE`` (coarsest level of kilter's own scheme)."""
+
+HYPERNODE_TIER_PREFIX = "kilter.dev/hypernode-tier-"
+"""Node label prefix kilter derives from Volcano HyperNodes: ``kilter.dev/hypernode-tier-<t>: <HyperNode name>``."""
+
+
+def hypernode_tier(tier: int) -> str:
+    """The node label naming the node's HyperNode of ``tier``."""
+    return f"{HYPERNODE_TIER_PREFIX}{tier}"
