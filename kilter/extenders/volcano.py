@@ -133,7 +133,7 @@ class VolcanoExtender:
         self._ladder = verdicts.Ladder()
         self._encoder = msgspec.json.Encoder()
         self._jobs_decoder = msgspec.json.Decoder(dict[str, vw.JobInfo] | None)
-        self._task_decoder = msgspec.json.Decoder(vw.TaskHead | None)
+        self._task_decoder = msgspec.json.Decoder(vw.TaskInfo | None)
         self._resource_decoder = msgspec.json.Decoder(vw.Resource | None)
         self._queues_decoder = msgspec.json.Decoder(dict[str, vw.QueueInfo] | None)
         self._decoders: dict[type, msgspec.json.Decoder[object]] = {}

@@ -68,7 +68,7 @@ class TaskPod(msgspec.Struct, rename="camel"):
 
 
 class TaskHead(msgspec.Struct):
-    """A TaskInfo without its Pod: what placing it on a node needs (the Pod is decoded only to plan gangs)."""
+    """A TaskInfo without its Pod: what booking, evicting and quota need of a task."""
 
     uid: str = msgspec.field(name="UID", default="")
     job: str = msgspec.field(name="Job", default="")
@@ -82,6 +82,8 @@ class TaskHead(msgspec.Struct):
 
 
 class TaskInfo(TaskHead):
+    """A TaskInfo with the slice of its Pod that placement reads (selectors, affinity, tolerations, containers)."""
+
     pod: TaskPod | None = msgspec.field(name="Pod", default=None)
 
 
@@ -195,12 +197,12 @@ class QueueInfo(msgspec.Struct):
 
 
 class PredicateArgs(msgspec.Struct):
-    task: TaskHead | None = None
+    task: TaskInfo | None = None
     node: NodeName | None = None
 
 
 class PrioritizeArgs(msgspec.Struct):
-    task: TaskHead | None = None
+    task: TaskInfo | None = None
     nodes: list[NodeName] | None = None
 
 
