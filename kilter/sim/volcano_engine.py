@@ -4,7 +4,8 @@
 session instead, on every scheduling pass: the enqueue action asks
 ``jobEnqueueable``'s rule of pending jobs in submit order, then the allocate
 action starts each enqueued job whose gang the placement policy places and
-whose tasks ``allocateFunc``'s quota gate lets take the GPUs; a job that
+whose tasks ``allocateFunc``'s quota gate lets take the GPUs, skipping
+queues that ``queueOverused`` says hold more than they may; a job that
 finds no nodes asks for victims as ``reclaimable``/``preemptable`` do and
 starts on what evicting them frees, as ``Simulation`` does for Kueue's
 preemption (victims are evicted only when the gang then places). The rules
@@ -78,6 +79,8 @@ class VolcanoSimulation(Simulation):
     def _allocate(self, j: int, now: float) -> bool:
         job = self.jobs[j]
         cq = self.cq_of[j]
+        if self._bound.overused(cq):  # Volcano's allocate and reclaim skip a queue that holds more than it may
+            return False
         platforms = self._bound.platforms(j)
         for platform, flavor in platforms:
             if job.gpus >= self._place_bound.get(platform, UNBOUNDED):

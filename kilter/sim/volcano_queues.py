@@ -21,6 +21,9 @@ The simulator decides admission with the rules the Volcano verbs enforce,
   that platform, as ``allocateFunc`` charges it. The gang's tasks are booked
   at once (one ``place`` of all its GPUs): Volcano commits a gang's
   allocations together or rolls them all back.
+- The jobs of a queue that ``overused`` says holds more than it may (a
+  borrower whose lender took back its nominal) wait, as Volcano's allocate
+  and reclaim actions skip overused queues.
 - An enqueued job that finds no nodes asks ``victims`` (Volcano's reclaim
   across queues and preempt within one, which both call it); the running
   jobs it names are evicted when the gang then places on what they free.
@@ -28,7 +31,12 @@ The simulator decides admission with the rules the Volcano verbs enforce,
 - A job that ends or is evicted is ``release``-d: its charge goes.
 
 Victims that are enqueued but not running hold no tasks Volcano could
-offer, so they are never evicted.
+offer, so they are never evicted. That is a way to stall, and the replay
+shows it rather than hiding it: ``enqueueable`` may permit a job "once
+reclaimed" from such reservations, its queue then holds more than it may,
+and if nothing of it runs to give back, its jobs wait for good (under heavy
+load on the demo queues, some jobs never finish; ``completed`` says how
+many did).
 """
 
 from __future__ import annotations
@@ -146,6 +154,10 @@ class VolcanoQueues:
         if answer.status != Verdict.PERMIT:
             return []
         return sorted(self._index[k] for k in answer.keys if k in self._index)
+
+    def overused(self, cq: str) -> bool:
+        """``queueOverused`` for the Volcano Queue of ClusterQueue ``cq``."""
+        return self.view.overused(cq)[0]
 
     def release(self, j: int) -> None:
         self.view.release(job_key(j))
