@@ -236,7 +236,9 @@ class VolcanoExtender:
             else:
                 jobs = dict(self._jobs_from_state())
             annotations = queue_annotations(state, self.session.queues.values() if self.session else ())
-            view = build_view(state, self.queues, jobs, annotations, self._permitted, config=self.config)
+            view = build_view(
+                state, self.queues, jobs=jobs, annotations=annotations, permitted=self._permitted, config=self.config
+            )
             for job_key, asks, node in self._placed.values():
                 view.place(job_key, asks, node, taken=True)
             self._view = (key, view)

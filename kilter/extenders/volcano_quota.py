@@ -160,10 +160,10 @@ def _job_from_group(pg: PodGroup, pods: Sequence[tuple[dict[str, int], str, bool
 def build_view(
     state: ClusterState,
     extra: Sequence[ClusterQueue | Cohort | ResourceFlavor],
-    jobs: Mapping[str, BoundJob],
-    queue_annotations: Mapping[str, Mapping[str, str]],
-    permitted: Mapping[str, BoundJob],
     *,
+    jobs: Mapping[str, BoundJob],
+    annotations: Mapping[str, Mapping[str, str]],
+    permitted: Mapping[str, BoundJob],
     config: FairSharingConfig,
 ) -> BoundQueues:
     """The quota view of the state's ClusterQueues, Cohorts and ResourceFlavors (``extra`` wins by name)."""
@@ -178,13 +178,13 @@ def build_view(
         else:
             flavors[obj.metadata.name] = obj
     tree = build_tree(cqs.values(), cos.values())
-    names = {*queue_annotations, *(j.queue for j in jobs.values()), *(j.queue for j in permitted.values())}
+    names = {*annotations, *(j.queue for j in jobs.values()), *(j.queue for j in permitted.values())}
     match = FlavorLabels(
         {name: f.spec.node_labels for name, f in flavors.items()},
         {n.metadata.name: n.metadata.labels for n in state.nodes},
     )
-    binding = bind_queues(tree, queue_annotations, sorted(names))
-    return BoundQueues.build(tree, jobs, binding, flavors=match, permitted=permitted, config=config)
+    binding = bind_queues(tree, annotations, queues=sorted(names))
+    return BoundQueues.build(tree, jobs, binding=binding, flavors=match, permitted=permitted, config=config)
 
 
 def queue_annotations(state: ClusterState, session: Iterable[vw.QueueInfo]) -> dict[str, dict[str, str]]:

@@ -119,7 +119,7 @@ def requests(job: BoundJob) -> dict[str, int]:
     return {r: v for r, v in job.minimum.items() if v > 0}
 
 
-def usage_of(job: BoundJob, cq: Node, amounts: Mapping[str, int], flavors: FlavorMatch) -> dict[FR, int]:
+def usage_of(job: BoundJob, cq: Node, *, amounts: Mapping[str, int], flavors: FlavorMatch) -> dict[FR, int]:
     """``amounts`` of the job charged per (flavor, resource) of ``cq``.
 
     Each resource goes to the first flavor of its group that the job's node

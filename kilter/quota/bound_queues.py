@@ -69,7 +69,9 @@ class VictimsAnswer:
     reason: str
 
 
-def bind_queues(tree: QuotaTree, annotations: Mapping[str, Mapping[str, str]], queues: Iterable[str]) -> dict[str, str]:
+def bind_queues(
+    tree: QuotaTree, annotations: Mapping[str, Mapping[str, str]], *, queues: Iterable[str]
+) -> dict[str, str]:
     """Queue -> the ClusterQueue it is bound to, for each of ``queues`` bound to one the tree has."""
     out: dict[str, str] = {}
     for queue in queues:
@@ -96,14 +98,14 @@ class BoundQueues:
         cls,
         tree: QuotaTree,
         jobs: Mapping[str, BoundJob],
-        binding: dict[str, str],
         *,
+        binding: dict[str, str],
         flavors: FlavorMatch,
         permitted: Mapping[str, BoundJob],
         config: FairSharingConfig,
     ) -> BoundQueues:
         """Charge ``jobs`` (and the ``permitted`` ones the jobs do not show enqueued yet) to ``tree``."""
-        view = cls(tree, dict(jobs), binding, flavors, config, dict(permitted))
+        view = cls(tree, dict(jobs), binding, flavors, config=config, permitted=dict(permitted))
         for key, job in permitted.items():
             if key not in view.jobs or view.jobs[key].phase not in bound_jobs.ENQUEUED_PHASES:
                 view.jobs[key] = job
@@ -132,7 +134,7 @@ class BoundQueues:
 
     def _usage(self, job: BoundJob, cq_name: str) -> dict[FR, int]:
         amounts = bound_jobs.held(job, permitted=self.permitted)
-        return bound_jobs.usage_of(job, self.tree.cluster_queues[cq_name], amounts, self.flavors)
+        return bound_jobs.usage_of(job, self.tree.cluster_queues[cq_name], amounts=amounts, flavors=self.flavors)
 
     def _charged(self, key: str, cq_name: str) -> dict[FR, int]:
         own = next((w for w in self.admitted.get(cq_name, ()) if w.key == key), None)
@@ -214,7 +216,7 @@ class BoundQueues:
             journal.undo()
 
     def _targets(
-        self, job: BoundJob, cq: Node, usage: Mapping[FR, int], admitted: dict[str, list[WorkloadInfo]], now: float
+        self, job: BoundJob, cq: Node, *, usage: Mapping[FR, int], admitted: dict[str, list[WorkloadInfo]], now: float
     ) -> PreemptionResult:
         preemptor = workload_info(job, cq.name, reserved=False, usage={})
         shares = Shares(self.tree, now=now)
@@ -234,7 +236,7 @@ class BoundQueues:
                 return EnqueueAnswer(Verdict.REJECT, f"can never be admitted: {assignment.reason}", never=True)
             if assignment.mode == "fit":
                 return EnqueueAnswer(Verdict.PERMIT, f"fits ClusterQueue {cq_name} ({_flavors(assignment.flavors)})")
-            result = self._targets(job, cq, assignment.usage, admitted, now)
+            result = self._targets(job, cq, usage=assignment.usage, admitted=admitted, now=now)
         if result.targets:
             names = ", ".join(t.workload.key for t in result.targets[:5])
             return EnqueueAnswer(Verdict.PERMIT, f"fits ClusterQueue {cq_name} once reclaimed from {names}")
@@ -279,7 +281,7 @@ class BoundQueues:
                 )
             if assignment.mode == "nofit":
                 return VictimsAnswer(Verdict.REJECT, frozenset(), f"can never be admitted: {assignment.reason}")
-            result = self._targets(job, cq, assignment.usage, admitted, now)
+            result = self._targets(job, cq, usage=assignment.usage, admitted=admitted, now=now)
         keys = frozenset(t.workload.key for t in result.targets)
         if not keys:
             return VictimsAnswer(Verdict.REJECT, keys, f"no job's quota may go to it: {result.reason}")

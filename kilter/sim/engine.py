@@ -321,7 +321,7 @@ class Simulation:
     def _start(self, j: int, gang: Gang, nodes: Nodes, cq: str, fr: tuple[str, str], now: float) -> None:
         self._booked[j] = (gang, nodes, fr)
         self._book_nodes(j, self.fleet.bitmap.allocate)
-        self._charge(j, cq, fr, gang.gpus)
+        self._charge(j, cq, fr=fr, gpus=gang.gpus)
         platform = self.fleet.platforms[gang.platform]
         doms = np.unique(self.fleet.node_domain[nodes])
         least = min_domains(gang, platform)
@@ -350,7 +350,7 @@ class Simulation:
         gang, _, fr = self._booked.pop(j)
         cq = self.cq_of[j]
         del self._admitted[cq][j]
-        self._uncharge(j, cq, fr, gang.gpus)
+        self._uncharge(j, cq, fr=fr, gpus=gang.gpus)
         self._place_bound.clear()
         self._cq_bound.update(dict.fromkeys(self.cq_names, UNBOUNDED))
         if self._release is not None:
@@ -359,11 +359,11 @@ class Simulation:
         self._useful -= self._weight.pop(j)
         self._queue_used[self._cq_index[cq]] -= gang.gpus
 
-    def _charge(self, j: int, cq: str, fr: tuple[str, str], gpus: int) -> None:
+    def _charge(self, j: int, cq: str, *, fr: tuple[str, str], gpus: int) -> None:
         """Job ``j`` started: its ClusterQueue holds its GPUs of ``fr``."""
         add_usage(self.queues.tree.cluster_queues[cq], fr, gpus)
 
-    def _uncharge(self, j: int, cq: str, fr: tuple[str, str], gpus: int) -> None:
+    def _uncharge(self, j: int, cq: str, *, fr: tuple[str, str], gpus: int) -> None:
         """Job ``j`` ended or was evicted: what ``_charge`` booked goes."""
         remove_usage(self.queues.tree.cluster_queues[cq], fr, gpus)
 

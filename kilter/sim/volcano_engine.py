@@ -43,7 +43,7 @@ class VolcanoSimulation(Simulation):
         samples: int = 2000,
     ) -> None:
         super().__init__(fleet, jobs, policy, queues, config, samples=samples)
-        self._bound = VolcanoQueues(fleet, jobs, queues, self.fair)
+        self._bound = VolcanoQueues(fleet, jobs, queues=queues, config=self.fair)
         self._inqueue: list[int] = []  # enqueued, not started yet, in job order
         self._reclaim_bound: dict[str, int] = dict.fromkeys(self.cq_names, UNBOUNDED)
 
@@ -89,7 +89,9 @@ class VolcanoSimulation(Simulation):
             nodes = self.policy.place(self.fleet, gang) if self._free_on(platform) >= gang.gpus else None
             if nodes is None:
                 self._place_bound[platform] = min(self._place_bound.get(platform, UNBOUNDED), job.gpus)
-            elif self._volcano_start(j, gang, nodes, (flavor, self.fleet.platforms[platform].device_resource), now):
+            elif self._volcano_start(
+                j, gang, nodes=nodes, fr=(flavor, self.fleet.platforms[platform].device_resource), now=now
+            ):
                 return True
         if job.gpus >= self._reclaim_bound[cq]:
             return False
@@ -99,23 +101,23 @@ class VolcanoSimulation(Simulation):
             nodes = self._evict_and_place(gang, victims)
             if nodes is not None:
                 return self._volcano_start(
-                    j, gang, nodes, (flavor, self.fleet.platforms[platform].device_resource), now
+                    j, gang, nodes=nodes, fr=(flavor, self.fleet.platforms[platform].device_resource), now=now
                 )
         self._reclaim_bound[cq] = min(self._reclaim_bound[cq], job.gpus)
         return False
 
-    def _volcano_start(self, j: int, gang: Gang, nodes: Nodes, fr: tuple[str, str], now: float) -> bool:
+    def _volcano_start(self, j: int, gang: Gang, *, nodes: Nodes, fr: tuple[str, str], now: float) -> bool:
         """Start job ``j`` on ``nodes`` if ``allocateFunc``'s quota gate lets its tasks take them there."""
-        if self._bound.take(j, fr[1], self.fleet.node_names[int(nodes[0])]):
+        if self._bound.take(j, fr[1], node=self.fleet.node_names[int(nodes[0])]):
             if self._release is not None:
                 self._release(j)
             return False
         self._start(j, gang, nodes, self.cq_of[j], fr, now)
         return True
 
-    def _charge(self, j: int, cq: str, fr: tuple[str, str], gpus: int) -> None:
+    def _charge(self, j: int, cq: str, *, fr: tuple[str, str], gpus: int) -> None:
         """Nothing to book: the job was charged its minimum at enqueue, moved to ``fr`` by ``take``."""
 
-    def _uncharge(self, j: int, cq: str, fr: tuple[str, str], gpus: int) -> None:
+    def _uncharge(self, j: int, cq: str, *, fr: tuple[str, str], gpus: int) -> None:
         self._bound.release(j)
         self._reclaim_bound.update(dict.fromkeys(self.cq_names, UNBOUNDED))

@@ -87,13 +87,15 @@ class PlatformFlavors:
 class VolcanoQueues:
     """The bound-queue view of one simulation, and the trace jobs as its records."""
 
-    def __init__(self, fleet: Fleet, jobs: Sequence[TraceJob], queues: QueueSetup, config: FairSharingConfig) -> None:
+    def __init__(
+        self, fleet: Fleet, jobs: Sequence[TraceJob], *, queues: QueueSetup, config: FairSharingConfig
+    ) -> None:
         self.fleet = fleet
         self.jobs = jobs
         self.queues = queues
         binding = {cq: cq for cq in queues.cluster_queues}
         self.view = BoundQueues.build(
-            queues.tree, {}, binding, flavors=PlatformFlavors.of(fleet, queues), permitted={}, config=config
+            queues.tree, {}, binding=binding, flavors=PlatformFlavors.of(fleet, queues), permitted={}, config=config
         )
         self._index = {job_key(j): j for j in range(len(jobs))}
 
@@ -144,7 +146,7 @@ class VolcanoQueues:
         assert first is not None
         return first
 
-    def take(self, j: int, resource: str, node: str) -> str:
+    def take(self, j: int, resource: str, *, node: str) -> str:
         """``allocateFunc`` for the whole gang on ``node``'s platform: why quota refuses it ("" once charged)."""
         return self.view.place(job_key(j), {resource: self.jobs[j].gpus}, node, taken=True)
 

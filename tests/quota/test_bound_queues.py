@@ -68,7 +68,7 @@ def view(t: QuotaTree, *jobs: BoundJob, permitted: tuple[BoundJob, ...] = (), **
     return BoundQueues.build(
         t,
         {j.key: j for j in jobs},
-        bind_queues(t, kw.pop("annotations", {}), sorted(queues)),
+        binding=bind_queues(t, kw.pop("annotations", {}), queues=sorted(queues)),
         flavors=FlavorLabels({}),
         permitted={j.key: j for j in permitted},
         config=FairSharingConfig(**kw),
@@ -87,7 +87,7 @@ def usage(t: QuotaTree) -> dict[str, dict[FR, int]]:
 def test_a_queue_binds_to_its_namesake_or_to_the_cluster_queue_its_annotation_names() -> None:
     t = pool()
     annotations = {"ml-training": {CLUSTER_QUEUE_ANNOTATION: "training"}, "lost": {CLUSTER_QUEUE_ANNOTATION: "gone"}}
-    assert bind_queues(t, annotations, ["ml-training", "research", "scratch", "lost"]) == {
+    assert bind_queues(t, annotations, queues=["ml-training", "research", "scratch", "lost"]) == {
         "ml-training": "training",
         "research": "research",
     }
@@ -117,11 +117,12 @@ def test_usage_goes_to_the_first_flavor_the_jobs_node_matches_else_the_groups_fi
     node = t.cluster_queues["q"]
     by_pool = FlavorLabels({"gb200": {"pool": "gb"}, "mi355": {"pool": "mi"}}, {"mi-1": {"pool": "mi"}})
     amounts = {GPU: 4, "cpu": 1000}  # cpu: no group covers it, so it is not charged
-    assert usage_of(job("a", 4, node="mi-1"), node, amounts, by_pool) == {MI: 4}
-    assert usage_of(job("a", 4, node="other"), node, amounts, by_pool) == {GB: 4}  # matches none: the first
-    assert usage_of(job("a", 4), node, amounts, by_pool) == {GB: 4}  # on no node yet: the first
+    assert usage_of(job("a", 4, node="mi-1"), node, amounts=amounts, flavors=by_pool) == {MI: 4}
+    assert usage_of(job("a", 4, node="other"), node, amounts=amounts, flavors=by_pool) == {GB: 4}  # matches none
+    assert usage_of(job("a", 4), node, amounts=amounts, flavors=by_pool) == {GB: 4}  # on no node yet: the first
     unlabeled = FlavorLabels({"mi355": {"pool": "mi"}}, {"mi-1": {"pool": "mi"}})
-    assert usage_of(job("a", 4, node="mi-1"), node, amounts, unlabeled) == {GB: 4}  # gb200 selects every node
+    # gb200 has no nodeLabels, so it selects every node, mi-1 too, and comes first
+    assert usage_of(job("a", 4, node="mi-1"), node, amounts=amounts, flavors=unlabeled) == {GB: 4}
 
 
 def test_every_job_is_charged_once_and_the_cohort_sees_what_is_borrowed() -> None:

@@ -103,12 +103,12 @@ def simulator(running: list[Job], asking: list[Job]) -> tuple[list[int], set[str
     jobs = [TraceJob(i, 0.0, 600.0, j.gpus, j.queue) for i, j in enumerate([*running, *asking])]
     objects = [o for o in quota_objects() if o["kind"] != "Queue"]
     queues = VolcanoQueues(
-        fleet, jobs, queue_setup(objects, fleet, Counter(j.queue for j in jobs)), FairSharingConfig()
+        fleet, jobs, queues=queue_setup(objects, fleet, Counter(j.queue for j in jobs)), config=FairSharingConfig()
     )
     for j in range(len(running)):  # as the running jobs got there: enqueued, then their tasks placed
         assert queues.enqueue(j, NOW).status == Verdict.PERMIT
         [(platform, _)] = queues.platforms(j)
-        assert queues.take(j, fleet.platforms[platform].device_resource, fleet.node_names[0]) == ""
+        assert queues.take(j, fleet.platforms[platform].device_resource, node=fleet.node_names[0]) == ""
     first = len(running)
     statuses = [int(queues.enqueue(first + i, NOW).status) for i in range(len(asking))]
     names = [j.name for j in [*running, *asking]]
