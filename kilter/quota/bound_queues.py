@@ -57,6 +57,8 @@ class Verdict(IntEnum):
 
 @dataclass(frozen=True)
 class EnqueueAnswer:
+    """``enqueueable``'s answer, with the reason kilter records for the job."""
+
     status: Verdict
     reason: str
     never: bool = False  # rejected because the job can never fit its ClusterQueue
@@ -64,6 +66,8 @@ class EnqueueAnswer:
 
 @dataclass(frozen=True)
 class VictimsAnswer:
+    """``victims``' answer: PERMIT with the jobs that may lose their quota, else why none may."""
+
     status: Verdict
     keys: frozenset[str]  # the victims' job keys; empty unless PERMIT
     reason: str
