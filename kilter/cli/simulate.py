@@ -61,7 +61,14 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         default="kilter",
         help=f"placement policy, or several separated by commas, or 'all' ({', '.join(POLICIES)})",
     )
-    p.add_argument("--quota", choices=("fifo", "fair"), default="fifo", help="Kueue's classical order or fair sharing")
+    p.add_argument(
+        "--quota",
+        choices=("fifo", "fair", "volcano"),
+        default="fifo",
+        help="admission by Kueue's cycles in classical order (fifo) or with fair sharing (fair); or volcano: each "
+        "ClusterQueue is a Volcano Queue bound to it and jobs are enqueued, reclaimed and charged by the rules of "
+        "kilter's Volcano verbs (Kueue's fair-sharing preemption, as kilter serve runs them)",
+    )
     p.add_argument(
         "--topology-request",
         choices=("required", "preferred", "unconstrained"),
@@ -163,7 +170,8 @@ def run(args: argparse.Namespace) -> int:
     queue_objects = snapshot.load_documents(args.queues) if args.queues else []
     config = SimConfig(
         topology=args.topology_request,
-        fair=args.quota == "fair",
+        fair=args.quota in ("fair", "volcano"),  # the Volcano verbs run Kueue's fair-sharing preemption
+        quota="volcano" if args.quota == "volcano" else "kueue",
         split_slowdown=args.split_slowdown,
         block_slowdown=args.block_slowdown,
     )

@@ -43,14 +43,7 @@ import numpy.typing as npt
 from kilter.extenders import volcano_wire as vw
 from kilter.extenders.nodeinfo_stream import NodeNamesReader, StreamedNodes
 from kilter.extenders.scheduler import Answer
-from kilter.extenders.volcano_quota import (
-    QuotaView,
-    VolcanoJob,
-    from_resource,
-    job_from_info,
-    jobs_from_state,
-    queue_annotations,
-)
+from kilter.extenders.volcano_quota import build_view, from_resource, job_from_info, jobs_from_state, queue_annotations
 from kilter.gangs import GangBook, GangId, GangKey, GangPlan
 from kilter.model.core_v1 import Container, Pod, PodTemplateSpec, ResourceRequirements, pod_request
 from kilter.model.errors import InputError, KilterError
@@ -58,6 +51,8 @@ from kilter.model.jobs import PodSetSpec, TopologyRequest
 from kilter.model.jobs import topology_request as template_topology
 from kilter.model.kueue import ClusterQueue, Cohort, ResourceFlavor
 from kilter.model.volcano import NetworkTopologySpec
+from kilter.quota.bound_jobs import BoundJob
+from kilter.quota.bound_queues import BoundQueues, Verdict
 from kilter.quota.config import FairSharingConfig
 from kilter.state.store import ClusterStore
 from kilter.topology import verdicts
@@ -121,13 +116,13 @@ class VolcanoExtender:
         self.session: _Session | None = None
         self.notes: OrderedDict[str, dict[str, str]] = OrderedDict()
         self._serial = 0
-        self._permitted: dict[str, VolcanoJob] = {}
+        self._permitted: dict[str, BoundJob] = {}
         self._placed: dict[
             str, tuple[str, dict[str, int], str]
         ] = {}  # task uid -> (job, resources, node), this session
-        self._view: tuple[tuple[int, int], QuotaView] | None = None
+        self._view: tuple[tuple[int, int], BoundQueues] | None = None
         self._evented: dict[tuple[str, str], float] = {}
-        self._state_jobs: tuple[int, dict[str, VolcanoJob]] | None = None
+        self._state_jobs: tuple[int, dict[str, BoundJob]] | None = None
         self._gangs_epoch: tuple[int, int, int] = (-1, -1, -1)
         self._gang_cache: dict[str, tuple[GangId | None, frozenset[str]]] = {}
         self._ladder = verdicts.Ladder()
@@ -226,7 +221,7 @@ class VolcanoExtender:
 
     # ------------------------------------------------------------------ quota
 
-    def view(self) -> QuotaView:
+    def view(self) -> BoundQueues:
         key = (self.store.version, self.session.serial if self.session else 0)
         if self._view is None or self._view[0] != key:
             state = self.store.state()
@@ -241,18 +236,20 @@ class VolcanoExtender:
             else:
                 jobs = dict(self._jobs_from_state())
             annotations = queue_annotations(state, self.session.queues.values() if self.session else ())
-            view = QuotaView.build(state, self.queues, jobs, annotations, self._permitted, config=self.config)
+            view = build_view(
+                state, self.queues, jobs=jobs, annotations=annotations, permitted=self._permitted, config=self.config
+            )
             for job_key, asks, node in self._placed.values():
                 view.place(job_key, asks, node, taken=True)
             self._view = (key, view)
         return self._view[1]
 
-    def _jobs_from_state(self) -> dict[str, VolcanoJob]:
+    def _jobs_from_state(self) -> dict[str, BoundJob]:
         if self._state_jobs is None or self._state_jobs[0] != self.store.version:
             self._state_jobs = (self.store.version, jobs_from_state(self.store.state()))
         return self._state_jobs[1]
 
-    def _job(self, info: vw.JobInfo | None) -> VolcanoJob:
+    def _job(self, info: vw.JobInfo | None) -> BoundJob:
         if info is None:
             raise InputError("job is null")
         if not info.name or not info.namespace:
@@ -312,7 +309,7 @@ class VolcanoExtender:
             evictees = [self._decode(vw.TaskHead, bytes(r)) for r in raw]
             job = self._evictor_job(args.evictor)
             view = self.view()
-            status, keys, reason = view.victims(job, self.clock())
+            answer = view.victims(job, self.clock())
         except KilterError as exc:
             return Answer(400, str(exc).encode(), "error")
         kept = []
@@ -320,19 +317,20 @@ class VolcanoExtender:
         for task, item in zip(evictees, raw, strict=True):
             assert isinstance(task, vw.TaskHead)
             victim = view.jobs.get(task.job)
-            if task.job not in keys or victim is None:
+            if task.job not in answer.keys or victim is None:
                 continue
             same = view.cluster_queue(victim.queue) == evictor_cq
             if same != (not cross_queue):
                 continue
             kept.append(bytes(item))
+        status, reason = answer.status, answer.reason
         if status == vw.PERMIT and not kept:
-            status, reason = vw.REJECT, f"{reason}; none of the offered tasks belongs to those jobs"
+            status, reason = Verdict.REJECT, f"{reason}; none of the offered tasks belongs to those jobs"
         self._note(job.key, verb, reason)
         body_out = b'{"status":%d,"victims":[%s]}' % (status, b",".join(kept))
         return Answer(200, body_out, "victims" if kept else "none")
 
-    def _evictor_job(self, task: vw.TaskHead) -> VolcanoJob:
+    def _evictor_job(self, task: vw.TaskHead) -> BoundJob:
         if not task.job:
             raise InputError("evictor has no Job")
         info = self.session.jobs.get(task.job) if self.session else None
@@ -342,7 +340,7 @@ class VolcanoExtender:
         if known is not None:
             return known
         asks = from_resource(task.resreq)
-        return VolcanoJob(task.job, task.uid, "", task.priority, 0.0, "", {}, asks)
+        return BoundJob(task.job, task.uid, "", task.priority, 0.0, "", {}, asks)
 
     # ------------------------------------------------------------------ placement
 
@@ -691,7 +689,7 @@ class VolcanoExtender:
 
     # ------------------------------------------------------------------ events
 
-    def _event(self, job: VolcanoJob, reason: str, message: str) -> None:
+    def _event(self, job: BoundJob, reason: str, message: str) -> None:
         now = self.clock()
         key = (job.key, reason)
         if now - self._evented.get(key, -EVENT_EVERY_S) < EVENT_EVERY_S:

@@ -4,6 +4,8 @@ from kilter.quota import (
     admit,
     amount,
     available,
+    bound_jobs,
+    bound_queues,
     config,
     decay,
     drs,
@@ -16,6 +18,8 @@ from kilter.quota import (
     whatif,
 )
 from kilter.quota.admit import Decision, admission_order, assign_flavors
+from kilter.quota.bound_jobs import BoundJob
+from kilter.quota.bound_queues import BoundQueues
 from kilter.quota.config import FairSharingConfig
 from kilter.quota.drs import DRS, LendableCache, compare, dominant_resource_share
 from kilter.quota.preempt import PreemptionResult, Target, find_targets
@@ -27,6 +31,8 @@ from kilter.quota.usage import Ledger, WorkloadInfo, workload_infos
 __all__ = [
     "DRS",
     "FR",
+    "BoundJob",
+    "BoundQueues",
     "Decision",
     "FairSharingConfig",
     "Ledger",
@@ -48,6 +54,8 @@ __all__ = [
     "apply_usage",
     "assign_flavors",
     "available",
+    "bound_jobs",
+    "bound_queues",
     "build_tree",
     "compare",
     "config",

@@ -15,6 +15,8 @@ from kilter.sim import (
     synthetic,
     trace,
     volcano_binpack,
+    volcano_engine,
+    volcano_queues,
 )
 from kilter.sim.engine import Outcome, SimConfig, Simulation, Timeline
 from kilter.sim.gangs import Gang, gang_for
@@ -22,6 +24,7 @@ from kilter.sim.placement import Policy, Releasing
 from kilter.sim.policies import POLICIES, make_policy
 from kilter.sim.run import Run, simulate
 from kilter.sim.trace import TraceJob, read_trace
+from kilter.sim.volcano_engine import VolcanoSimulation
 
 __all__ = [
     "POLICIES",
@@ -34,6 +37,7 @@ __all__ = [
     "Simulation",
     "Timeline",
     "TraceJob",
+    "VolcanoSimulation",
     "engine",
     "fleetspec",
     "gang_for",
@@ -52,4 +56,6 @@ __all__ = [
     "synthetic",
     "trace",
     "volcano_binpack",
+    "volcano_engine",
+    "volcano_queues",
 ]

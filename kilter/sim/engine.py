@@ -19,6 +19,9 @@ means no job of its queue at least as large fits either until then; queues
 keep one FIFO per job size, and a pass touches the heads of those FIFOs that
 are still below their queue's bound, never the whole backlog.
 
+``volcano_engine.VolcanoSimulation`` swaps this admission step for Volcano's
+(``SimConfig.quota = "volcano"``; ``run.simulate`` picks the class).
+
 Placement has a price: a gang spread over more scale-up domains than it
 needs runs ``1 + split_slowdown × extra domains`` times longer, plus
 ``block_slowdown`` when it crosses a block boundary it could have avoided.
@@ -31,6 +34,7 @@ import math
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -51,6 +55,7 @@ __all__ = ["Outcome", "SimConfig", "Simulation", "Timeline"]
 
 Progress = Callable[[int, int], None]
 UNBOUNDED = 1 << 62  # no job has failed yet: every size may be tried
+QuotaMode = Literal["kueue", "volcano"]
 
 
 @dataclass(frozen=True)
@@ -59,6 +64,9 @@ class SimConfig:
     fair: bool = False
     split_slowdown: float = 0.2
     block_slowdown: float = 0.1
+    # Kueue's cycles, or the Volcano verbs' bound-queue rules (VolcanoSimulation; ``fair`` then selects Kueue's
+    # fair-sharing preemption rules, which ``kilter serve``'s verbs run)
+    quota: QuotaMode = "kueue"
 
 
 @dataclass
@@ -203,6 +211,14 @@ class Simulation:
             "sim", f"job-{j}", f"{j:09d}", cq, job.queue, 0, job.submit_s, False, requests={resource: job.gpus}
         )
 
+    def _unqueue(self, cq: str, j: int) -> None:
+        """Take job ``j`` off its queue's pending FIFO."""
+        fifo = self._pending[cq][self.jobs[j].gpus]
+        if fifo[0] == j:
+            fifo.popleft()
+        else:  # a job it preempted went back in ahead of it
+            fifo.remove(j)
+
     def _schedule(self, now: float) -> None:
         """One pass of Kueue cycles until no queue has a head left below its bound."""
         cq_bound = self._cq_bound
@@ -218,11 +234,7 @@ class Simulation:
             for info, _ in nominee_order(tree, heads, config=self.fair, now=now):
                 j = int(info.uid)
                 if self._admit(j, now):
-                    fifo = self._pending[info.cluster_queue][self.jobs[j].gpus]
-                    if fifo[0] == j:
-                        fifo.popleft()
-                    else:  # a job it preempted went back in ahead of it
-                        fifo.remove(j)
+                    self._unqueue(info.cluster_queue, j)
                     self._waiting -= 1
                 else:
                     cq_bound[info.cluster_queue] = min(cq_bound[info.cluster_queue], self.jobs[j].gpus)
@@ -267,7 +279,10 @@ class Simulation:
             shares=Shares(tree, now=now),
             now=now,
         )
-        victims = [int(t.workload.uid) for t in result.targets]
+        return self._evict_and_place(gang, [int(t.workload.uid) for t in result.targets])
+
+    def _evict_and_place(self, gang: Gang, victims: Sequence[int]) -> Nodes | None:
+        """Where the gang goes once ``victims`` are evicted and queued again, or None (and nothing evicted)."""
         freed = sum(self._booked[v][0].gpus for v in victims if self._booked[v][0].platform == gang.platform)
         if not victims or self._free_on(gang.platform) + freed < gang.gpus:
             return None
@@ -306,7 +321,7 @@ class Simulation:
     def _start(self, j: int, gang: Gang, nodes: Nodes, cq: str, fr: tuple[str, str], now: float) -> None:
         self._booked[j] = (gang, nodes, fr)
         self._book_nodes(j, self.fleet.bitmap.allocate)
-        add_usage(self.queues.tree.cluster_queues[cq], fr, gang.gpus)
+        self._charge(j, cq, fr=fr, gpus=gang.gpus)
         platform = self.fleet.platforms[gang.platform]
         doms = np.unique(self.fleet.node_domain[nodes])
         least = min_domains(gang, platform)
@@ -335,7 +350,7 @@ class Simulation:
         gang, _, fr = self._booked.pop(j)
         cq = self.cq_of[j]
         del self._admitted[cq][j]
-        remove_usage(self.queues.tree.cluster_queues[cq], fr, gang.gpus)
+        self._uncharge(j, cq, fr=fr, gpus=gang.gpus)
         self._place_bound.clear()
         self._cq_bound.update(dict.fromkeys(self.cq_names, UNBOUNDED))
         if self._release is not None:
@@ -343,6 +358,14 @@ class Simulation:
         self._used -= gang.gpus
         self._useful -= self._weight.pop(j)
         self._queue_used[self._cq_index[cq]] -= gang.gpus
+
+    def _charge(self, j: int, cq: str, *, fr: tuple[str, str], gpus: int) -> None:
+        """Job ``j`` started: its ClusterQueue holds its GPUs of ``fr``."""
+        add_usage(self.queues.tree.cluster_queues[cq], fr, gpus)
+
+    def _uncharge(self, j: int, cq: str, *, fr: tuple[str, str], gpus: int) -> None:
+        """Job ``j`` ended or was evicted: what ``_charge`` booked goes."""
+        remove_usage(self.queues.tree.cluster_queues[cq], fr, gpus)
 
     def _domains_per_block(self) -> list[int]:
         """Per platform, the most domains one block holds (empty when the fleet has no block level)."""

@@ -18,6 +18,7 @@ from kilter.sim.placement import Policy
 from kilter.sim.policies import make_policy
 from kilter.sim.queues import queue_setup
 from kilter.sim.trace import TraceJob
+from kilter.sim.volcano_engine import VolcanoSimulation
 from kilter.topology.fleet import Fleet
 
 __all__ = ["Run", "simulate"]
@@ -43,6 +44,8 @@ def simulate(
     fleet = make_fleet()
     queues = queue_setup(queue_objects, fleet, Counter(j.queue for j in jobs))
     chosen = make_policy(policy, seed=seed) if isinstance(policy, str) else policy
-    sim = Simulation(fleet, jobs, chosen, queues, config or SimConfig())
+    config = config or SimConfig()
+    kind = VolcanoSimulation if config.quota == "volcano" else Simulation
+    sim = kind(fleet, jobs, chosen, queues, config)
     sim.run(progress)
     return Run(chosen.name, metrics(sim), sim)

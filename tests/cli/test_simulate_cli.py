@@ -165,3 +165,20 @@ def test_simulate_replays_the_real_philly_trace_when_it_is_there(
     data = json.loads(out)
     assert data["policies"]["kilter"]["jobs"] == 500
     assert set(data["queueOf"].values()) == {"default"}
+
+
+def test_simulate_replays_volcano_queue_quota_when_asked(
+    files: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    fleet, trace = files
+    args = ("simulate", "--fleet", str(fleet), "--trace", str(trace), "--policy", "kilter,spread", "-o", "json")
+    code, out, _ = run(capsys, *args, "--quota", "volcano")
+    assert code == 0
+    data = json.loads(out)
+    assert data["quota"] == "volcano"
+    for name in ("kilter", "spread"):
+        m = data["policies"][name]
+        assert set(m) >= METRICS and m["jobs"] == 60 and m["completed"] + m["neverFit"] == 60
+    with pytest.raises(SystemExit):
+        main(["simulate", "--help"])
+    assert "or volcano: each ClusterQueue is a Volcano Queue bound to it" in " ".join(capsys.readouterr().out.split())
