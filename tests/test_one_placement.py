@@ -11,6 +11,7 @@ description; it is replaced by ``<gang>`` before reasons are compared.
 from __future__ import annotations
 
 import copy
+import http.client
 import json
 from pathlib import Path
 from typing import Any
@@ -70,8 +71,6 @@ def extender_answer(tmp_path: Path) -> tuple[list[str], dict[str, str]]:
     write_snapshot(snapshot, [*fleet(), *pods])
     app, _ = build_app(serve_config(snapshot))
     with _Server(app, None) as port:
-        import http.client
-
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
         body = json.dumps({"Pod": pods[0], "Nodes": None, "NodeNames": NODE_NAMES}).encode()
         conn.request("POST", "/scheduler/filter", body, {"Content-Type": "application/json"})
@@ -103,7 +102,6 @@ def volcano_answer(tmp_path: Path) -> tuple[list[str], dict[str, str]]:
     app, _ = build_app(serve_config(snapshot))
     passed, failed = [], {}
     with _Server(app, None) as port:
-        import http.client
 
         def post(verb: str, args: Any) -> Any:
             conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
