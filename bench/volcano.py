@@ -9,7 +9,7 @@ GB200 fleet of bench/extender.py (5,004 nodes, 60 % of the GPUs held by bound
 pods), its Topology, a Cohort with two ClusterQueues of ``nvidia.com/gpu``
 quota (flavor ``gb200``) and two Volcano Queues, one bound by the
 ``kilter.dev/cluster-queue`` annotation and one by name. The client posts
-bodies exactly as Volcano (HEAD) marshals them (tests/volcano/payloads.py),
+bodies exactly as Volcano (HEAD) marshals them (tests/extenders/volcano/payloads.py),
 ``Content-Type: application/json`` over keep-alive HTTP/1.1.
 
 Before timing, ``onSessionOpen`` with a realistic session (276 jobs, 1,473
@@ -57,13 +57,13 @@ from bench.common import host_counters, host_share, machine_speed, measure, proc
 from bench.extender import GPU, GPU_TAINT, RACKS, Client, fleet_objects, serve_http, stats
 from bench.server import serve_config, server_process
 from kilter.cli.serve import build_app
-from kilter.extenders import volcano_wire as vw
 from kilter.extenders.volcano import VolcanoExtender
+from kilter.extenders.volcano import wire as vw
 from kilter.model.annotations import CLUSTER_QUEUE
 from kilter.model.volcano import NetworkTopologySpec
 from kilter.state.feed import settle
 from kilter.topology import fleetgen
-from tests.volcano import payloads as vp
+from tests.extenders.volcano import payloads as vp
 
 VERSION: vp.VolcanoVersion = "head"
 COHORT, FLAVOR = "gpu-pool", "gb200"

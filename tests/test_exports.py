@@ -18,6 +18,7 @@ PACKAGES = [
     "kilter.state",
     "kilter.gangs",
     "kilter.extenders",
+    "kilter.extenders.volcano",
     "kilter.webhooks",
     "kilter.sim",
     "kilter.cli",

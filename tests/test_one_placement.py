@@ -23,7 +23,7 @@ from kilter.cli.serve import build_app
 from kilter.state.cluster import from_objects
 from kilter.webhooks.admissioncheck import decide
 from tests.extenders.conftest import _Server, cluster_objects, pod_json, serve_config, write_snapshot
-from tests.volcano import payloads as vp
+from tests.extenders.volcano import payloads as vp
 from tests.webhooks.test_admissioncheck import CHECK, admission_check, workload
 
 POOL = "example.com/pool"

@@ -23,11 +23,10 @@ import uvloop
 
 from kilter.cli import sources
 from kilter.cli.serve_config import DEFAULT_KILTER_USER, DEFAULTS, ServeConfig
-from kilter.extenders.events import PodGroupEvents
 from kilter.extenders.explain import DecisionLog
 from kilter.extenders.scheduler import ApiBinder, Binder, SchedulerExtender
 from kilter.extenders.server import App
-from kilter.extenders.volcano import VolcanoExtender
+from kilter.extenders.volcano import PodGroupEvents, VolcanoExtender
 from kilter.gangs import GangBook, GangId, GangKey, PlanRecorder
 from kilter.kube.api import ApiServer, connect
 from kilter.kube.events import EventRecorder

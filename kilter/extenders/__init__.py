@@ -1,15 +1,11 @@
 """The servers' verbs over the shared state: the kube-scheduler extender and Volcano's extender plugin."""
 
 from kilter.extenders import (
-    events,
     explain,
     last_resort,
-    nodeinfo_stream,
     scheduler,
     server,
     volcano,
-    volcano_quota,
-    volcano_wire,
     wire,
 )
 from kilter.extenders.scheduler import SchedulerExtender
@@ -21,14 +17,10 @@ __all__ = [
     "App",
     "SchedulerExtender",
     "VolcanoExtender",
-    "events",
     "explain",
     "last_resort",
-    "nodeinfo_stream",
     "scheduler",
     "server",
     "volcano",
-    "volcano_quota",
-    "volcano_wire",
     "wire",
 ]

@@ -24,10 +24,10 @@ from __future__ import annotations
 
 import msgspec
 
-from kilter.extenders import volcano_wire as vw
 from kilter.extenders import wire
 from kilter.extenders.scheduler import Answer
-from kilter.extenders.volcano import legacy_predicate
+from kilter.extenders.volcano import wire as vw
+from kilter.extenders.volcano.answers import legacy_predicate
 
 __all__ = ["OUTCOME", "internal_error", "one_line"]
 

@@ -17,12 +17,14 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 from urllib.parse import parse_qs
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.registry import Collector
 
 from kilter.extenders import last_resort
 from kilter.extenders.scheduler import Answer, Binder, SchedulerExtender
@@ -33,7 +35,7 @@ from kilter.model.asgi import BodyRefused, Receive, Scope, Send
 from kilter.model.errors import KilterError
 from kilter.state.store import ClusterStore
 
-__all__ = ["DEFAULT_MAX_BODY_BYTES", "App", "Metrics"]
+__all__ = ["DEFAULT_MAX_BODY_BYTES", "App", "Metrics", "VolcanoReading"]
 
 log = logging.getLogger("kilter.serve")
 
@@ -56,8 +58,10 @@ KNOWN_PATHS = {
 class Metrics:
     """Prometheus series of one server (own registry, so several servers can live in one process)."""
 
-    def __init__(self, gangs: GangBook) -> None:
+    def __init__(self, gangs: GangBook, *, volcano: VolcanoExtender | None = None) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
+        if volcano is not None:
+            self.registry.register(VolcanoReading(volcano))
         self.requests = Counter(
             "kilter_extender_requests",
             "HTTP requests by path and status code",
@@ -92,6 +96,31 @@ class Metrics:
         adopted.set_function(lambda: gangs.adopted)
 
 
+class VolcanoReading(Collector):
+    """How the Volcano verbs read their bodies, from the extender's own counters (read at scrape time)."""
+
+    def __init__(self, volcano: VolcanoExtender) -> None:
+        self.volcano = volcano
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        whole = CounterMetricFamily(
+            "kilter_volcano_whole_decodes",
+            "Volcano bodies decoded whole instead of by their header paths, by body kind",
+            labels=["kind"],
+        )
+        for kind, count in sorted(self.volcano.whole_decodes.items()):
+            whole.add_metric([kind], count)
+        yield whole
+        streamed = CounterMetricFamily(
+            "kilter_volcano_prioritize_streamed",
+            "prioritize bodies read while they arrived: answered from that reading, or read again whole",
+            labels=["outcome"],
+        )
+        streamed.add_metric(["answered"], self.volcano.streamed_answers)
+        streamed.add_metric(["fallback"], self.volcano.streamed_fallbacks)
+        yield streamed
+
+
 class App:
     def __init__(
         self,
@@ -113,7 +142,7 @@ class App:
         self.extender = extender
         self.binder = binder
         self.max_body_bytes = max_body_bytes
-        self.metrics = Metrics(extender.gangs)
+        self.metrics = Metrics(extender.gangs, volcano=volcano)
         self.startup = startup or []
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

@@ -20,7 +20,7 @@ import pytest
 
 from kilter.cli.serve import build_app
 from kilter.extenders.volcano import VOLCANO_VERBS
-from kilter.extenders.volcano_wire import ERROR
+from kilter.extenders.volcano.wire import ERROR
 from tests.extenders.conftest import (
     Served,
     _Server,

@@ -30,10 +30,10 @@ from kilter.model import codec
 from kilter.model.core_v1 import Pod
 from kilter.state.store import ClusterStore
 from tests.extenders.conftest import _Server, cluster_objects, names_args, pod_json, serve_config
+from tests.extenders.volcano import payloads as vp
 from tests.listwatch import NODES, PODS, ListWatchServer, Resource
 from tests.live_mode import kubeconfig
 from tests.topology.builders import CLIQUE, node_dict
-from tests.volcano import payloads as vp
 
 TOKEN = "plans"
 PODGROUPS = Resource("scheduling.volcano.sh", "v1beta1", "podgroups", "PodGroup", namespaced=True)

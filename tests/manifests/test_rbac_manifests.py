@@ -21,8 +21,8 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from kilter.extenders.events import PodGroupEvents
 from kilter.extenders.scheduler import ApiBinder
+from kilter.extenders.volcano.events import PodGroupEvents
 from kilter.gangs import GangId, GangPlan, PlanRecorder, Slot
 from kilter.kube.api import ApiServer
 from kilter.state.live import default_resources

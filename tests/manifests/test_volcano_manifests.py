@@ -21,7 +21,7 @@ import yaml
 
 from kilter.cli.main import build_parser
 from kilter.extenders.volcano import VOLCANO_VERBS
-from kilter.extenders.volcano_quota import CLUSTER_QUEUE_ANNOTATION
+from kilter.extenders.volcano.quota_jobs import CLUSTER_QUEUE_ANNOTATION
 from kilter.model import codec
 from kilter.model.kueue import ClusterQueue, Cohort
 from kilter.quota.tree import build_tree
@@ -465,7 +465,7 @@ def test_rbac_grants_exactly_what_kilter_needs(kilter_docs: list[Obj], deploymen
     }
     read = {"get", "list", "watch"}
     wanted = {
-        ("", "events", "create"),  # core v1 Events on PodGroups (kilter.extenders.events)
+        ("", "events", "create"),  # core v1 Events on PodGroups (kilter.extenders.volcano.events)
         *(("", r, v) for r in ("nodes", "pods") for v in read),
         *(("scheduling.volcano.sh", r, v) for r in ("podgroups", "queues") for v in read),
         *(("topology.volcano.sh", "hypernodes", v) for v in read),

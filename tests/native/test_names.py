@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from kilter._native import names
 from kilter._native.twin import names as twin
-from tests.volcano import payloads as vp
+from tests.extenders.volcano import payloads as vp
 
 
 def lookup(index: names.NameIndex | twin.NameIndex, wanted: list[str]) -> tuple[list[int], int]:

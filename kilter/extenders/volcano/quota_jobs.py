@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 
-from kilter.extenders import volcano_wire as vw
+from kilter.extenders.volcano import wire as vw
 from kilter.model.core_v1 import Quantity
 from kilter.model.errors import InputError
 from kilter.model.kueue import ClusterQueue, Cohort, ResourceFlavor
@@ -37,7 +37,9 @@ __all__ = [
     "from_resource",
     "job_from_info",
     "jobs_from_state",
+    "named_job",
     "queue_annotations",
+    "queue_name",
 ]
 
 PODS = "pods"
@@ -104,6 +106,23 @@ def job_from_info(info: vw.JobInfo) -> BoundJob:
         node=next((t.node_name for t in holding_tasks if t.node_name), ""),
         reserves=reserves,
     )
+
+
+def named_job(info: vw.JobInfo | None) -> BoundJob:
+    """The job a job verb's body names; an InputError when it names none (null, or no Name or Namespace)."""
+    if info is None:
+        raise InputError("job is null")
+    if not info.name or not info.namespace:
+        raise InputError("job has no Name or Namespace")
+    return job_from_info(info)
+
+
+def queue_name(queue: vw.QueueInfo | None) -> str:
+    """The Volcano queue a queueOverused body names; an InputError when it names none."""
+    name = (queue.name or (queue.queue.queue_name if queue.queue else "")) if queue is not None else ""
+    if not name:
+        raise InputError("queue is null or has no Name")
+    return name
 
 
 def jobs_from_state(state: ClusterState) -> dict[str, BoundJob]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -10,9 +11,9 @@ from typing import Any
 import pytest
 
 from kilter.extenders.volcano import VOLCANO_VERBS
+from tests.extenders.volcano import payloads as vp
+from tests.extenders.volcano.conftest import Volcano, gpu_job, open_session, serve, task_of
 from tests.topology.builders import CLIQUE
-from tests.volcano import payloads as vp
-from tests.volcano.conftest import Volcano, gpu_job, open_session, serve, task_of
 
 R1 = [f"r1-t{t:02d}" for t in range(18)]
 R2 = [f"r2-t{t:02d}" for t in range(18)]
@@ -345,9 +346,7 @@ def test_predicate_reads_go_bodies_fast_and_any_other_json_the_same(volcano: Vol
             assert fast == slow, (task["Name"], name)
 
 
-def test_go_bodies_of_the_hot_verbs_are_read_without_a_whole_decode(
-    volcano: Volcano, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_go_bodies_of_the_hot_verbs_are_read_without_a_whole_decode(volcano: Volcano) -> None:
     ext = volcano.app.volcano
     assert ext is not None
     solo = gpu_job("solo", 1, 4)
@@ -357,10 +356,12 @@ def test_go_bodies_of_the_hot_verbs_are_read_without_a_whole_decode(
         "predicate": vp.predicate_args(task_of(solo), node("r1-t00")),
         "prioritize": vp.prioritize_args(task_of(solo), [node("r1-t00"), node("r1-t01")]),
     }
-
-    def whole(kind: type, body: bytes) -> None:
-        raise AssertionError(f"{kind.__name__} decoded whole")
-
-    monkeypatch.setattr(ext, "_decode", whole)
     for verb, args in bodies.items():
+        before = Counter(ext.whole_decodes)
         assert ext.call(verb, vp.to_go_json(args)).status == 200, verb
+        assert ext.whole_decodes == before, verb
+    kinds = {"onSessionOpen": "SessionOpenArgs", "predicate": "PredicateArgs", "prioritize": "PrioritizeArgs"}
+    for verb, args in bodies.items():  # the same bodies indented are no Go output: each is decoded whole, once
+        before = Counter(ext.whole_decodes)
+        assert ext.call(verb, json.dumps(args, indent=1).encode()).status == 200, verb
+        assert ext.whole_decodes - before == Counter({kinds[verb]: 1}), verb

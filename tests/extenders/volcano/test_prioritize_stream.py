@@ -7,6 +7,7 @@ import http.client
 import json
 import time
 from collections.abc import Callable, MutableMapping
+from dataclasses import dataclass
 from random import Random
 from typing import Any
 
@@ -15,12 +16,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kilter._native.names import NameIndex
-from kilter.extenders import nodeinfo_stream
-from kilter.extenders.nodeinfo_stream import NodeNamesReader, StreamedNodes
 from kilter.extenders.server import App
-from tests.volcano import payloads as vp
-from tests.volcano.conftest import Volcano, gpu_job, open_session, task_of
-from tests.volcano.test_volcano_http import R1, R2, node
+from kilter.extenders.volcano import VolcanoExtender, nodeinfo_stream
+from kilter.extenders.volcano.nodeinfo_stream import NodeNamesReader, StreamedNodes
+from tests.extenders.volcano import payloads as vp
+from tests.extenders.volcano.conftest import Volcano, gpu_job, open_session, task_of
+from tests.extenders.volcano.test_volcano_http import R1, R2, node
 
 NODES_KEY = b',"nodes":['
 FORGED = b',{"Name":"r1-t00","Node":{"metadata":{"name":"r1-t01"'  # a header whose two names differ
@@ -179,20 +180,31 @@ def post_in_pieces(v: Volcano, body: bytes, cuts: list[int], *, path: str = "/vo
         conn.close()
 
 
+@dataclass
+class Streams:
+    """The extender's count of prioritize bodies read while they arrived, answered or read again whole."""
+
+    ext: VolcanoExtender
+    answered: int = 0
+    fell_back: int = 0
+
+    def clear(self) -> None:
+        self.answered, self.fell_back = self.ext.streamed_answers, self.ext.streamed_fallbacks
+
+    def seen(self) -> list[bool]:
+        """One entry per streamed body since ``clear``: True when it was answered from the streamed reading."""
+        answered = self.ext.streamed_answers - self.answered
+        fell_back = self.ext.streamed_fallbacks - self.fell_back
+        return [True] * answered + [False] * fell_back
+
+
 @pytest.fixture
-def streams(volcano: Volcano, monkeypatch: pytest.MonkeyPatch) -> list[bool]:
-    """Whether each prioritize call was answered from the nodes read while the body arrived (spied, not faked)."""
+def streams(volcano: Volcano) -> Streams:
+    """How the prioritize bodies posted from here on were answered (the extender's own counters)."""
     ext = volcano.app.volcano
     assert ext is not None
-    seen: list[bool] = []
-    answer = ext.prioritize_streamed
-
-    def prioritize_streamed(streamed: StreamedNodes | None) -> Any:
-        found = answer(streamed)
-        seen.append(found is not None)
-        return found
-
-    monkeypatch.setattr(ext, "prioritize_streamed", prioritize_streamed)
+    seen = Streams(ext)
+    seen.clear()
     return seen
 
 
@@ -204,7 +216,7 @@ def cut_points(body: bytes) -> list[list[int]]:
     return [*ways, pieces(body, 4096), pieces(body, 65536)]
 
 
-def test_a_streamed_body_answers_as_any_json_does(volcano: Volcano, streams: list[bool]) -> None:
+def test_a_streamed_body_answers_as_any_json_does(volcano: Volcano, streams: Streams) -> None:
     solo, gang = gpu_job("solo", 1, 4), gpu_job("gang", 4, 4)
     open_session(volcano, [solo, gang])
     nodes = [node(n) for n in (*R1[:8], *R2[:8])] + [vp.node_info("stranger", gpus=4)]
@@ -216,7 +228,7 @@ def test_a_streamed_body_answers_as_any_json_does(volcano: Volcano, streams: lis
         for cuts in cut_points(body):
             streams.clear()
             assert post_in_pieces(volcano, body, cuts) == fallback[1], cuts
-            assert streams == [True]
+            assert streams.seen() == [True]
         assert post_in_pieces(volcano, body, pieces(body, 1000), path="/volcano/v1.9/prioritize") == fallback[1]
 
 
@@ -229,7 +241,7 @@ def test_a_streamed_body_answers_as_any_json_does(volcano: Volcano, streams: lis
     ],
 )
 def test_a_body_the_reader_refuses_answers_as_the_whole_body_path(
-    volcano: Volcano, streams: list[bool], damage: Callable[[bytes], bytes]
+    volcano: Volcano, streams: Streams, damage: Callable[[bytes], bytes]
 ) -> None:
     solo = gpu_job("solo", 1, 4)
     open_session(volcano, [solo])
@@ -238,7 +250,7 @@ def test_a_body_the_reader_refuses_answers_as_the_whole_body_path(
     assert status == 200
     for cuts in cut_points(body):
         assert post_in_pieces(volcano, body, cuts) == json.loads(data), cuts
-    assert not any(streams)
+    assert not any(streams.seen())
 
 
 def call_app(app: App, body: bytes, cuts: list[int]) -> tuple[int, bytes]:
@@ -259,7 +271,7 @@ def call_app(app: App, body: bytes, cuts: list[int]) -> tuple[int, bytes]:
     return sent[0]["status"], sent[1]["body"]
 
 
-def test_every_split_of_a_body_into_pieces_answers_the_same(volcano: Volcano, streams: list[bool]) -> None:
+def test_every_split_of_a_body_into_pieces_answers_the_same(volcano: Volcano, streams: Streams) -> None:
     solo = gpu_job("solo", 1, 4)
     open_session(volcano, [solo])
     body = go_body(task_of(solo), [node(n) for n in R1[:3]] + [vp.node_info("stranger", gpus=4)])
@@ -267,4 +279,18 @@ def test_every_split_of_a_body_into_pieces_answers_the_same(volcano: Volcano, st
     assert expected[0] == 200 and json.loads(expected[1])["nodeScore"]
     for cut in range(1, len(body), 37):
         assert call_app(volcano.app, body, [cut, min(cut + 3000, len(body))]) == expected, cut
-    assert all(streams)
+    assert all(streams.seen())
+
+
+def test_metrics_show_the_streamed_answers_and_the_bodies_decoded_whole(volcano: Volcano) -> None:
+    solo = gpu_job("solo", 1, 4)
+    open_session(volcano, [solo])
+    body = go_body(task_of(solo), [node(n) for n in R1[:3]])
+    assert post_in_pieces(volcano, body, pieces(body, 4096))["nodeScore"]
+    assert volcano.post("prioritize", json.dumps(json.loads(body), indent=1).encode())[0] == 200
+    status, data, _ = volcano.call("GET", "/metrics")
+    assert status == 200
+    text = data.decode()
+    assert 'kilter_volcano_prioritize_streamed_total{outcome="answered"} 1.0' in text
+    assert 'kilter_volcano_prioritize_streamed_total{outcome="fallback"} 1.0' in text
+    assert 'kilter_volcano_whole_decodes_total{kind="PrioritizeArgs"} 1.0' in text

@@ -22,9 +22,9 @@ from kilter.quota.config import FairSharingConfig
 from kilter.sim.queues import queue_setup
 from kilter.sim.trace import TraceJob
 from kilter.sim.volcano_queues import VolcanoQueues
+from tests.extenders.volcano import payloads as vp
+from tests.extenders.volcano.conftest import Volcano, gpu_job, open_session, quota_objects, serve, task_of
 from tests.sim.conftest import nvl72
-from tests.volcano import payloads as vp
-from tests.volcano.conftest import Volcano, gpu_job, open_session, quota_objects, serve, task_of
 
 NODES = [f"r{r}-t{t:02d}" for r in (1, 2) for t in range(18)]
 VOLCANO_QUEUE = {"training": "ml-training", "research": "research"}  # ml-training is bound by annotation

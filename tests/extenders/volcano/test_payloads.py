@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from tests.volcano import payloads as vp
+from tests.extenders.volcano import payloads as vp
 
 VERSIONS: tuple[vp.VolcanoVersion, ...] = ("v1.13", "v1.14", "v1.15", "head")
 

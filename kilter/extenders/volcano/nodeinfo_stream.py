@@ -9,7 +9,7 @@ when the body ends and the pieces need no joining. It keeps no copy of the
 body, only the head up to the nodes marker (the task) and a carry of a few
 hundred bytes across pieces.
 
-It follows the whole-body path (``VolcanoExtender._prioritize_args``) rule
+It follows the whole-body path (``reading.BodyReader.prioritize``) rule
 for rule: the body starts ``{"task":`` and ends ``]}``, the task is the
 bytes before the first ``,"nodes":[`` (``prioritize_streamed`` decodes it),
 the headers are searched from there on and verified against the same bytes,

@@ -14,10 +14,10 @@ from kilter.cli.main import main
 from kilter.cli.serve import build_app
 from tests.extenders.conftest import _Server, cluster_objects, serve_config, write_snapshot
 from tests.extenders.test_bind_api import TOKEN
+from tests.extenders.volcano import payloads as vp
+from tests.extenders.volcano.conftest import Volcano, cluster_queue, gpu_job, open_session, quota_objects, volcano_queue
 from tests.fakeapi import Call, FakeApi, running
 from tests.live_mode import kubeconfig
-from tests.volcano import payloads as vp
-from tests.volcano.conftest import Volcano, cluster_queue, gpu_job, open_session, quota_objects, volcano_queue
 
 
 @pytest.fixture

@@ -13,8 +13,8 @@ import pytest
 from kilter.cli.serve import build_app
 from kilter.extenders.server import App
 from tests.extenders.conftest import _Server, cluster_objects, serve_config, write_snapshot
+from tests.extenders.volcano import payloads as vp
 from tests.live_mode import live_cluster, wait_ready
-from tests.volcano import payloads as vp
 
 GPU = "nvidia.com/gpu"
 

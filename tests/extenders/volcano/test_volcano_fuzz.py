@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 from kilter.cli.serve import build_app
 from kilter.extenders.volcano import VolcanoExtender
 from tests.extenders.conftest import cluster_objects, serve_config, write_snapshot
+from tests.extenders.volcano import payloads as vp
+from tests.extenders.volcano.conftest import gpu_job, quota_objects, task_of
 from tests.test_bad_input_fuzz import json_values, mutate, paths
-from tests.volcano import payloads as vp
-from tests.volcano.conftest import gpu_job, quota_objects, task_of
 
 
 @functools.cache
