@@ -1,26 +1,27 @@
-"""``python -m bench`` (``make bench``): run every benchmark, write bench/results/*.json, print a summary."""
+"""``python -m bench`` (``make bench``): run every benchmark, write bench/results/*.json, print a summary.
+
+Each benchmark runs in a process of its own, so that what one leaves in
+memory (the Volcano bench's 110 MB session bodies, the cold start's store)
+does not count in the next one's peak RSS.
+"""
 
 from __future__ import annotations
 
-import json
+import subprocess
+import sys
+from pathlib import Path
 
-from bench import coldstart, common, extender, quota, simulate, topology, volcano, webhooks
+BENCHMARKS = ("topology", "quota", "extender", "webhooks", "volcano", "coldstart", "simulate")
+ONE = (
+    "import json; from bench import common, {name}; results = {name}.main(); "
+    "path = common.write({name!r}, results); print(json.dumps(results, indent=2)); print(f'wrote {{path}}')"
+)
 
 
 def run() -> None:
-    for name, module in (
-        ("topology", topology),
-        ("quota", quota),
-        ("extender", extender),
-        ("webhooks", webhooks),
-        ("volcano", volcano),
-        ("coldstart", coldstart),
-        ("simulate", simulate),
-    ):
-        results = module.main()
-        path = common.write(name, results)
-        print(json.dumps(results, indent=2))
-        print(f"wrote {path}")
+    root = Path(__file__).resolve().parent.parent
+    for name in BENCHMARKS:
+        subprocess.run([sys.executable, "-c", ONE.format(name=name)], cwd=root, check=True)
 
 
 if __name__ == "__main__":
