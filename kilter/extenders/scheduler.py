@@ -138,7 +138,7 @@ class SchedulerExtender:
             if not p.gpus:
                 return Answer(200, self._pass_through(args), "not-gpu")
             plan = self._gang(p)
-            hold = _hold(plan, p)
+            hold = plan.hold(p.uid, p.gpus) if plan is not None else None
             judged = self._ladder.judge(fleet, cand.index, resource=p.resource, gpus=p.gpus, spec=p.pod.spec, hold=hold)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             return self._filter_error(f"malformed ExtenderArgs: {exc}")
@@ -436,15 +436,6 @@ class ApiBinder(Binder):
         spec = pod.get("spec") if isinstance(pod, dict) else None
         same_pod = not uid or (isinstance(meta, dict) and meta.get("uid") == uid)
         return same_pod and isinstance(spec, dict) and spec.get("nodeName") == node
-
-
-def _hold(plan: GangPlan | None, p: _Pod) -> verdicts.Hold | None:
-    """The gang's plan as the verdict ladder reads it: the planned nodes this pod may take."""
-    if plan is None:
-        return None
-    if not plan.feasible:
-        return verdicts.Hold(False, (), plan.plan.reason)
-    return verdicts.Hold(True, plan.nodes_for(p.uid, p.gpus), plan.describe())
 
 
 def _group(keys: npt.NDArray[np.int64]) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.int32]]:

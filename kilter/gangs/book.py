@@ -35,6 +35,7 @@ from kilter.model.errors import InputError
 from kilter.model.jobs import PodSetSpec
 from kilter.model.jobs import topology_request as _topology_request
 from kilter.state.store import ClusterStore
+from kilter.topology import verdicts
 from kilter.topology.plan import GangRequest, Plan, gang_request, plan_gang
 
 __all__ = ["INFEASIBLE_RETRY_S", "GangBook", "GangPlan", "PlanHook", "Slot"]
@@ -83,6 +84,12 @@ class GangPlan:
         if own:
             return own
         return sorted({s.node_index for s in self.slots if not s.uid and s.gpus == gpus})
+
+    def hold(self, uid: str, gpus: int) -> verdicts.Hold:
+        """What the verdict ladder needs of this plan for one pod: its planned nodes, or why the gang waits."""
+        if not self.feasible:
+            return verdicts.Hold(False, (), self.plan.reason)
+        return verdicts.Hold(True, self.nodes_for(uid, gpus), self.describe())
 
     def describe(self) -> str:
         taken = sum(1 for s in self.slots if s.uid)

@@ -51,8 +51,7 @@ class Reservations:
         placed = _place(fleet, slots)
         if placed is None:
             return False
-        for slot in placed:
-            fleet.bitmap.allocate(slot.node_index, slot.gpus)
+        _book(fleet, placed)
         if placed:
             self._held.setdefault(owner, []).extend(placed)
         return True
@@ -91,8 +90,7 @@ class Reservations:
             if placed is None:
                 self._lost.add(owner)
                 continue
-            for slot in placed:
-                fleet.bitmap.allocate(slot.node_index, slot.gpus)
+            _book(fleet, placed)
             self._held[owner] = placed
 
 
@@ -109,3 +107,9 @@ def _place(fleet: Fleet, slots: Iterable[tuple[str, int]]) -> list[Held] | None:
     if any(fleet.bitmap.node_free_gpus(index) < gpus for index, gpus in need.items()):
         return None
     return placed
+
+
+def _book(fleet: Fleet, placed: Iterable[Held]) -> None:
+    """Book the placed slots' GPUs in ``fleet`` (``_place`` has checked that they fit)."""
+    for slot in placed:
+        fleet.bitmap.allocate(slot.node_index, slot.gpus)

@@ -44,9 +44,7 @@ def fits(
     hold = None
     if ladder.static(fleet, resource)[0][index] == verdicts.PASS:
         made = plan()
-        if made is not None:
-            planned = made.nodes_for(task.uid, gpus) if made.feasible else []
-            hold = verdicts.Hold(made.feasible, planned, made.describe() if made.feasible else made.plan.reason)
+        hold = made.hold(task.uid, gpus) if made is not None else None
     spec = task_pod(task).spec
     code, free, total = ladder.judge_one(
         fleet, index, resource=resource, gpus=gpus, spec=spec, hold=hold, idle=_idle(node, resource)
