@@ -29,7 +29,8 @@ __all__ = ["BodyReader"]
 S = TypeVar("S", bound=msgspec.Struct)
 
 _FAILED = (msgspec.DecodeError, msgspec.ValidationError)
-_TASK = msgspec.json.Decoder(vw.TaskInfo | None)
+_TASK = msgspec.json.Decoder(vw.TaskHead | None)  # prioritize: scores need no Pod
+_TASK_WITH_POD = msgspec.json.Decoder(vw.TaskInfo | None)  # predicate: the ladder reads the Pod's selectors
 _RESOURCE = msgspec.json.Decoder(vw.Resource | None)
 _JOBS = msgspec.json.Decoder(dict[str, vw.JobInfo] | None)
 _QUEUES = msgspec.json.Decoder(dict[str, vw.QueueInfo] | None)
@@ -92,7 +93,7 @@ class BodyReader:
             name = body[at + len(marker) : name_end]
             if name_end > 0 and idle > name_end and used > idle and b"\\" not in name:
                 try:
-                    task = _TASK.decode(body[len(b'{"task":') : at])
+                    task = _TASK_WITH_POD.decode(body[len(b'{"task":') : at])
                     free = _RESOURCE.decode(body[idle + len(b',"Idle":') : used])
                     return vw.PredicateArgs(task, vw.NodeName(name.decode(), free))
                 except (*_FAILED, UnicodeDecodeError):

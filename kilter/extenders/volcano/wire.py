@@ -68,7 +68,7 @@ class TaskPod(msgspec.Struct, rename="camel"):
 
 
 class TaskHead(msgspec.Struct):
-    """A TaskInfo without its Pod: what booking, evicting and quota need of a task."""
+    """A TaskInfo without its Pod: what booking, evicting, quota and scoring need of a task."""
 
     uid: str = msgspec.field(name="UID", default="")
     job: str = msgspec.field(name="Job", default="")
@@ -202,7 +202,7 @@ class PredicateArgs(msgspec.Struct):
 
 
 class PrioritizeArgs(msgspec.Struct):
-    task: TaskInfo | None = None
+    task: TaskHead | None = None
     nodes: list[NodeName] | None = None
 
 
