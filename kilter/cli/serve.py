@@ -91,7 +91,14 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "--max-body-bytes",
         type=int,
         default=d.max_body_bytes,
-        help=f"largest request body accepted (default {d.max_body_bytes}: full Nodes of 5,000 nodes)",
+        help=f"largest /scheduler/* body accepted (default {d.max_body_bytes}: node names, as nodeCacheCapable "
+        "sends them; full Node objects need ~50 KB a node)",
+    )
+    p.add_argument(
+        "--volcano-max-body-bytes",
+        type=int,
+        default=d.volcano_max_body_bytes,
+        help=f"largest /volcano/* body accepted (default {d.volcano_max_body_bytes}: onSessionOpen of ~11,000 nodes)",
     )
     api = p.add_mutually_exclusive_group()
     api.add_argument(
@@ -185,6 +192,7 @@ def build_app(config: ServeConfig) -> tuple[App, ClusterStore]:
         extender,
         binder,
         max_body_bytes=config.max_body_bytes,
+        volcano_max_body_bytes=config.volcano_max_body_bytes,
         startup=startup,
         volcano=volcano,
         sync_status=live.status if live is not None else None,

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, cast
 
-from kilter.extenders.server import DEFAULT_MAX_BODY_BYTES
+from kilter.extenders.server import DEFAULT_MAX_BODY_BYTES, DEFAULT_VOLCANO_BODY_BYTES
 from kilter.model.errors import InputError
 from kilter.quota.policy import parse_duration
 
@@ -54,7 +54,11 @@ class ServeConfig:
     kilter_user: tuple[str, ...] = ()
     """Users allowed to write kilter-only annotations; empty: kilter's service account only."""
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
-    """Largest request body the HTTP listener reads, in bytes (at least ``MIN_BODY_BYTES``)."""
+    """Largest ``/scheduler/*`` body read, in bytes (at least ``MIN_BODY_BYTES``): node names fit 8 MiB many times
+    over; full-Node mode (kube-scheduler without ``nodeCacheCapable``) needs ~50 KB a node."""
+    volcano_max_body_bytes: int = DEFAULT_VOLCANO_BODY_BYTES
+    """Largest ``/volcano/*`` body read, in bytes: ``onSessionOpen`` carries the whole session (~110 MB at 5,000
+    nodes)."""
     kubeconfig: Path | None = None
     """A kubeconfig: watch its cluster as the state (unless a snapshot is given) and bind pods through it."""
     in_cluster: bool = False
@@ -79,6 +83,8 @@ class ServeConfig:
     def __post_init__(self) -> None:
         if self.max_body_bytes < MIN_BODY_BYTES:
             raise InputError(f"--max-body-bytes must be at least {MIN_BODY_BYTES}")
+        if self.volcano_max_body_bytes < MIN_BODY_BYTES:
+            raise InputError(f"--volcano-max-body-bytes must be at least {MIN_BODY_BYTES}")
 
     @property
     def has_cluster(self) -> bool:
@@ -100,6 +106,7 @@ class ServeConfig:
             http_tls=args.http_tls,
             kilter_user=tuple(args.kilter_user),
             max_body_bytes=args.max_body_bytes,
+            volcano_max_body_bytes=args.volcano_max_body_bytes,
             kubeconfig=args.kubeconfig,
             in_cluster=args.in_cluster,
             context=args.context,

@@ -4,7 +4,8 @@ No framework sits between the socket and the verbs: the reference
 measurements (performance.md §4) put uvicorn + httptools first for small
 bodies and level with the rest once a handler does real work, and a router
 would add a per-request cost for four fixed paths. Bodies above
-``max_body_bytes`` are refused with 413 before they are read whole; every
+their path's limit (``max_body_bytes`` for ``/scheduler/*``, ``volcano_max_body_bytes`` for
+``/volcano/*``) are refused with 413 before they are read whole; every
 verb runs on the event-loop thread, which also applies state events, so the
 state never changes under a decision. A failure no verb foresaw is logged,
 counted (``kilter_internal_errors_total``) and answered in the protocol by the
@@ -35,12 +36,18 @@ from kilter.model.asgi import BodyRefused, Receive, Scope, Send
 from kilter.model.errors import KilterError
 from kilter.state.store import ClusterStore
 
-__all__ = ["DEFAULT_MAX_BODY_BYTES", "App", "Metrics", "VolcanoReading"]
+__all__ = ["DEFAULT_MAX_BODY_BYTES", "DEFAULT_VOLCANO_BODY_BYTES", "App", "Metrics", "VolcanoReading"]
 
 log = logging.getLogger("kilter.serve")
 
-# Full Node objects of a 5,000-node cluster: ~16 KB each in our samples, up to ~50 KB with managedFields.
-DEFAULT_MAX_BODY_BYTES = 256 * 1024 * 1024
+# /scheduler/*: kube-scheduler with nodeCacheCapable (kilter's manifests) sends node names, ~20 bytes a node
+# (~100 KB at 5,000 nodes), beside one Pod (etcd holds at most ~1.5 MiB) or a preemption's victim UIDs. 8 MiB
+# is 5x that worst case; the slowest 8 MiB body measured (every one of ~700,000 unknown names failed) holds
+# the event loop ~0.75 s. Full-Node mode (nodeCacheCapable: false, 16-50 KB a Node) needs --max-body-bytes.
+DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
+# /volcano/*: onSessionOpen carries the whole session, ~110 MB at 5,004 nodes (bench/results/volcano.json);
+# 256 MiB leaves room for ~11,000 such nodes.
+DEFAULT_VOLCANO_BODY_BYTES = 256 * 1024 * 1024
 VERBS = ("filter", "prioritize", "preempt", "bind")
 LEGACY_PREFIX = "v1.9/"  # /volcano/v1.9/<verb>: Volcano up to v1.9, whose predicate answer was a list
 KNOWN_PATHS = {
@@ -129,6 +136,7 @@ class App:
         binder: Binder,
         *,
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+        volcano_max_body_bytes: int = DEFAULT_VOLCANO_BODY_BYTES,
         startup: list[Callable[[], Awaitable[None]]] | None = None,
         volcano: VolcanoExtender | None = None,
         sync_status: Callable[[], dict[str, dict[str, object]]] | None = None,
@@ -142,6 +150,7 @@ class App:
         self.extender = extender
         self.binder = binder
         self.max_body_bytes = max_body_bytes
+        self.volcano_max_body_bytes = volcano_max_body_bytes
         self.metrics = Metrics(extender.gangs, volcano=volcano)
         self.startup = startup or []
 
@@ -213,11 +222,12 @@ class App:
         reader = None
         if volcano and verb == "prioritize" and self.volcano is not None:
             reader = self.volcano.prioritize_reader()
+        limit = self.volcano_max_body_bytes if volcano else self.max_body_bytes
         chunks = await asgi.read_body(
-            scope, receive, limit_bytes=self.max_body_bytes, feed=reader.feed if reader is not None else None
+            scope, receive, limit_bytes=limit, feed=reader.feed if reader is not None else None
         )
         if chunks is BodyRefused.TOO_LARGE:
-            await self._too_large(send, path)
+            await self._too_large(send, path, limit, "--volcano-max-body-bytes" if volcano else "--max-body-bytes")
             return
         if isinstance(chunks, BodyRefused):
             return  # the client went away: nobody to answer
@@ -298,8 +308,8 @@ class App:
             doc, status = {**head, "decisions": notes}, 200
         await self._reply(send, scope["path"], status, json.dumps(doc).encode(), "application/json")
 
-    async def _too_large(self, send: Send, path: str) -> None:
-        message = f"request body above the limit of {self.max_body_bytes} bytes (--max-body-bytes)\n".encode()
+    async def _too_large(self, send: Send, path: str, limit: int, flag: str) -> None:
+        message = f"request body above the limit of {limit} bytes ({flag})\n".encode()
         await self._reply(send, path, 413, message, "text/plain", close=True)
 
     async def _reply(

@@ -24,6 +24,7 @@ def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
         (("--demo", "--gang-timeout", "soon"), "'soon' is not a duration"),
         (("--demo", "--http-tls"), "--http-tls needs --tls-cert-file and --tls-key-file"),
         (("--demo", "--max-body-bytes", "10"), "--max-body-bytes must be at least 1024"),
+        (("--demo", "--volcano-max-body-bytes", "10"), "--volcano-max-body-bytes must be at least 1024"),
         (("--demo", "--kubeconfig", "/nonexistent/kubeconfig"), "cannot use /nonexistent/kubeconfig"),
     ],
 )
@@ -50,6 +51,7 @@ def test_the_flags_parse_to_the_configs_own_defaults() -> None:
 def test_every_flag_reaches_its_field() -> None:
     argv = ["serve", "--demo", "--http-port", "1", "--address", "127.0.0.1", "--webhook-port", "2"]
     argv += ["--kilter-user", "u1", "--kilter-user", "u2", "--max-body-bytes", "2048", "--in-cluster"]
+    argv += ["--volcano-max-body-bytes", "4096"]
     argv += ["--context", "c", "--leader-elect", "--lease", "ns/l", "--queues", "q.yaml"]
     argv += ["--gang-timeout", "1h30m", "--reload-interval", "250ms", "--log-level", "debug", "--platforms", "p.yaml"]
     config = ServeConfig.from_args(build_parser().parse_args(argv))
@@ -60,6 +62,7 @@ def test_every_flag_reaches_its_field() -> None:
         webhook_port=2,
         kilter_user=("u1", "u2"),
         max_body_bytes=2048,
+        volcano_max_body_bytes=4096,
         in_cluster=True,
         context="c",
         leader_elect=True,
