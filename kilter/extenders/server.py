@@ -101,6 +101,25 @@ class Metrics:
             "kilter_gang_plans_adopted", "Gang plans taken up from records in the cluster", registry=self.registry
         )
         adopted.set_function(lambda: gangs.adopted)
+        store = gangs.store
+        failures = Gauge(
+            "kilter_state_reload_failures",
+            "Reloads of the state's source (the snapshot file) that failed since start; the state was kept",
+            registry=self.registry,
+        )
+        failures.set_function(lambda: store.feed_failures)
+        reload_ok = Gauge(
+            "kilter_state_reload_ok",
+            "1 when the last reload of the state's source succeeded, 0 while kilter serves an older state",
+            registry=self.registry,
+        )
+        reload_ok.set_function(lambda: 0 if store.feed_error else 1)
+        unreadable = Gauge(
+            "kilter_state_objects_unreadable",
+            "Objects of the state's source left out because kilter cannot read them",
+            registry=self.registry,
+        )
+        unreadable.set_function(lambda: len(store.unreadable()))
 
 
 class VolcanoReading(Collector):
@@ -206,14 +225,27 @@ class App:
             await self._reply(send, path, answer.status, answer.body, content_type)
 
     async def _readyz(self, send: Send, path: str) -> None:
-        """200 once the state is loaded (every resource listed once, when live); with a live feed, per resource."""
+        """200 once the state is loaded (every resource listed once, when live); with a live feed, per resource.
+
+        What is wrong with a loaded state (``ClusterStore.problems``: a reload
+        that failed, objects left out, inactive ClusterQueues) is listed in the
+        body, one line each after "ok" (``problems`` in the live JSON), but
+        keeps the answer 200. Readiness decides whether the Service sends
+        kube-scheduler and Volcano to this replica at all: a replica holding
+        the last good state answers correctly as of that state, and taking it
+        out of the endpoints would fail every extender call (or, where the
+        extender is ``ignorable``, schedule without kilter), which is worse.
+        Alert on ``kilter_state_reload_ok == 0`` instead.
+        """
         ready = self.store.ready
         code = 200 if ready else 503
+        problems = self.store.problems() if ready else []
         if self.sync_status is None:
-            await self._reply(send, path, code, b"ok\n" if ready else b"state not loaded\n", "text/plain")
+            text = "\n".join(["ok", *problems]) if ready else "state not loaded"
+            await self._reply(send, path, code, f"{text}\n".encode(), "text/plain")
             return
-        body = json.dumps({"ready": ready, "resources": self.sync_status()}, sort_keys=True).encode()
-        await self._reply(send, path, code, body, "application/json")
+        doc = {"ready": ready, "resources": self.sync_status(), "problems": problems}
+        await self._reply(send, path, code, json.dumps(doc, sort_keys=True).encode(), "application/json")
 
     async def _verb(self, scope: Scope, receive: Receive, send: Send, verb: str, *, volcano: str = "") -> None:
         path = scope["path"]

@@ -6,7 +6,14 @@ ConfigMap mounts whose symlink swaps inotify misses). A changed file is
 parsed off the event loop and applied as the ADDED/MODIFIED/DELETED events
 that turn the old object set into the new one, the same events a
 list/watch feeder produces. A file that fails to parse leaves the state as
-it was and is retried on its next change.
+it was and is retried on its next change; one object in it that kilter
+cannot read is left out and the rest loaded (``ClusterStore.replace``).
+
+A failed reload must neither end the polling (the task would die, the file
+never be read again, and nothing would say so) nor pass unseen: the store's
+``feed_error`` says why the state is older than the file, until a reload
+succeeds, and ``feed_failures`` counts the failures (``/readyz`` and
+``/metrics`` show both).
 """
 
 from __future__ import annotations
@@ -71,23 +78,37 @@ class SnapshotFeed:
         return events
 
     async def watch(self) -> None:
-        """Poll forever; reload when the file changes."""
-        loop = asyncio.get_running_loop()
+        """Poll forever; reload when the file changes. A failed reload keeps the state and waits for the next change."""
         while True:
             await asyncio.sleep(self.interval_s)
             stamp = self._current_stamp()
             if stamp is None or stamp == self._stamp:
                 continue
-            try:
-                objects = await loop.run_in_executor(None, _objects, self.path)
-            except KilterError as exc:
-                if self.last_error != str(exc):
-                    log.warning("snapshot %s not reloaded: %s", self.path, exc)
-                self.last_error = str(exc)
-                self._stamp = stamp
-                continue
             self._stamp = stamp
-            self.last_error = None
+            await self.reload()
+
+    async def reload(self) -> bool:
+        """Read the file and apply it; False (the state as it was, the failure recorded) when that failed."""
+        loop = asyncio.get_running_loop()
+        try:
+            objects = await loop.run_in_executor(None, _objects, self.path)
             events = self.store.replace(objects)
-            settle()
-            log.info("snapshot %s reloaded: %d changes", self.path, len(events))
+        except KilterError as exc:
+            self._failed(str(exc))
+            return False
+        except Exception as exc:  # a bug must cost this reload, not every later one
+            log.exception("snapshot %s not reloaded", self.path)
+            self._failed(f"{type(exc).__name__}: {exc}", logged=True)
+            return False
+        self.last_error = None
+        self.store.feed_error = ""
+        settle()
+        log.info("snapshot %s reloaded: %d changes", self.path, len(events))
+        return True
+
+    def _failed(self, message: str, *, logged: bool = False) -> None:
+        if self.last_error != message and not logged:
+            log.warning("snapshot %s not reloaded, serving the state loaded before: %s", self.path, message)
+        self.last_error = message
+        self.store.feed_error = f"snapshot {self.path} not reloaded: {message}"
+        self.store.feed_failures += 1

@@ -18,6 +18,12 @@ the verbs read:
   are themselves rebuilt only when their kind changed, each object converted
   once — so a pod event costs a list copy, not a conversion of the cluster.
 
+One object kilter cannot read never holds up the others: a Node or Pod
+that does not type is left out of a ``replace`` (as a live reflector skips
+it), an object of another kind that does not convert is left out of
+``state()``, each named in ``unreadable()`` and logged once. What the feeder
+itself last failed at (a snapshot that did not parse) is ``feed_error``.
+
 A pod the scheduler has just bound but the feed has not shown yet is booked
 as *assumed* (the scheduler's own assume cache does the same); the feed's
 version replaces it, so GPUs are never counted twice. GPUs a gang's plan
@@ -29,6 +35,7 @@ touches the fleet's bitmap itself.
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -46,6 +53,8 @@ from kilter.topology.catalog import BUILTIN, Catalog
 from kilter.topology.fleet import ENDED_PHASES, Fleet, build_fleet
 
 __all__ = ["ADDED", "DELETED", "MODIFIED", "ClusterStore", "Event", "ObjectKey", "object_key"]
+
+log = logging.getLogger("kilter.state")
 
 ADDED: Literal["ADDED"] = "ADDED"
 MODIFIED: Literal["MODIFIED"] = "MODIFIED"
@@ -95,6 +104,10 @@ class ClusterStore:
         self.generation = 0
         self.ready = False
         self.ignored: dict[str, int] = {}
+        self.feed_error = ""  # why the feeder's last reload failed ("" when it succeeded): the state is older
+        self.feed_failures = 0  # reloads that failed since start
+        self._left_out: dict[ObjectKey, str] = {}  # Nodes and Pods the last replace could not type: why
+        self._unconverted: dict[ObjectKey, str] = {}  # objects of the other kinds state() could not convert
         self._fleet: Fleet | None = None
         self._fleet_dirty = True
         self._bookings: dict[str, Booking] = {}
@@ -127,18 +140,33 @@ class ClusterStore:
     def replace(self, objects: Iterable[Stored]) -> list[Event]:
         """Make the store hold exactly ``objects`` (a relist); returns the events that did it.
 
-        Nodes and Pods are typed before anything changes, so a malformed one
-        leaves the store as it was.
+        Nodes and Pods are typed before anything changes. One that does not
+        type (``spec.containers: "oops"``), or an object without a name, is
+        left out with a warning, as a live reflector skips an object it
+        cannot read: refusing the whole snapshot for it would stall every
+        other change (see ``unreadable``).
         """
         incoming: dict[ObjectKey, Stored] = {}
         ignored: dict[str, int] = {}
+        left_out: dict[ObjectKey, str] = {}
         for obj in objects:
-            key = object_key(obj)
+            try:
+                key = object_key(obj)
+            except InputError as exc:
+                left_out[("", "?", "", str(len(left_out)))] = f"an object left out: {exc}"
+                continue
             if key[:2] not in KNOWN_KINDS:
                 name = f"{obj.get('apiVersion') if isinstance(obj, Mapping) else 'v1'}/{key[1]}"
                 ignored[name] = ignored.get(name, 0) + 1
                 continue
-            incoming[key] = _typed(key, obj)
+            try:
+                incoming[key] = _typed(key, obj)
+            except InputError as exc:
+                left_out[key] = f"{_where(key)} left out, kilter cannot read it: {exc}"
+        for key, why in left_out.items():
+            if self._left_out.get(key) != why:
+                log.warning("%s", why)
+        self._left_out = left_out
         changes = self._difference(incoming, self.objects)
         self.ignored = ignored
         self._apply(changes)
@@ -382,20 +410,43 @@ class ClusterStore:
             self._state = (self.version, ClusterState(catalog=self.catalog, raw=raw, **lists))
         return self._state[1]
 
+    def problems(self) -> list[str]:
+        """What is wrong with the state kilter serves, one line each, for ``/readyz``: the state is older than its
+        source, objects were left out. Empty when nothing is."""
+        out = [self.feed_error] if self.feed_error else []
+        return out + self.unreadable()
+
+    def unreadable(self) -> list[str]:
+        """Why each object kilter holds or was given is left out of the state, by object (empty when none is)."""
+        self.state()
+        return [why for _, why in sorted({**self._left_out, **self._unconverted}.items())]
+
     def _list(self, kind: tuple[str, str], cls: type[Any]) -> list[Any]:
-        """The typed objects of one kind, rebuilt only when that kind changed (each object converted once)."""
+        """The typed objects of one kind, rebuilt only when that kind changed (each object converted once).
+
+        An object that does not convert (a ClusterQueue whose ``spec`` is a
+        string) is left out with a warning rather than failing every reader
+        of the state until it changes.
+        """
         cached = self._lists.get(kind)
         version = self._kind_version[kind]
         if cached is not None and cached[0] == version:
             return cached[1]
         out = []
+        for key in [k for k in self._unconverted if k[:2] == kind]:
+            del self._unconverted[key]
         for key, obj in self._by_kind[kind].items():
             if isinstance(obj, cls):
                 out.append(obj)
                 continue
             typed = self._typed.get(key)
             if typed is None:
-                typed = self._typed[key] = codec.convert(obj, cls, path=_where(key))
+                try:
+                    typed = self._typed[key] = codec.convert(obj, cls, path=_where(key))
+                except InputError as exc:
+                    self._unconverted[key] = f"{_where(key)} left out, kilter cannot read it: {exc}"
+                    log.warning("%s", self._unconverted[key])
+                    continue
             out.append(typed)
         self._lists[kind] = (version, out)
         return out

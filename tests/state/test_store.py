@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from kilter.model.core_v1 import Pod
-from kilter.model.errors import InputError
 from kilter.state.feed import SnapshotFeed
 from kilter.state.store import ADDED, DELETED, MODIFIED, ClusterStore, Event, object_key
 from tests.extenders.conftest import cluster_objects, pod_json, write_snapshot
@@ -38,14 +37,17 @@ def test_a_relist_becomes_the_events_that_turn_the_old_set_into_the_new() -> Non
     assert store.replace(objects) == []  # nothing changed, nothing emitted
 
 
-def test_a_malformed_node_in_a_relist_leaves_the_store_as_it_was() -> None:
+def test_a_malformed_node_in_a_relist_is_left_out_and_named_and_the_rest_is_kept() -> None:
     store = ClusterStore()
     store.replace(cluster_objects())
     version, held = store.version, dict(store.objects)
     broken = [*cluster_objects(), {**node_dict("bad"), "status": {"capacity": ["not", "a", "map"]}}]
-    with pytest.raises(InputError, match="Node bad"):
-        store.replace(broken)
+    assert store.replace(broken) == []  # nothing else changed
     assert store.version == version and store.objects == held
+    [why] = store.unreadable()
+    assert why.startswith("Node bad left out") and "status.capacity" in why
+    store.replace(cluster_objects())
+    assert store.unreadable() == []
 
 
 def test_a_pod_event_rebuilds_the_pod_list_only() -> None:

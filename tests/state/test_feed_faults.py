@@ -1,0 +1,127 @@
+"""A snapshot with an object kilter cannot read, or a file that does not parse, over a real ``kilter serve``.
+
+One bad object is left out and named; a bad file keeps the state loaded
+before it. Either way the file is read again on its next change, ``/readyz``
+still answers 200 and lists what is wrong, and ``/metrics`` counts it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kilter.cli.serve import build_app
+from tests.extenders.conftest import (
+    Served,
+    _Server,
+    cluster_objects,
+    names_args,
+    pod_json,
+    serve_config,
+    write_snapshot,
+)
+
+
+def bad_pod() -> dict[str, Any]:
+    pod = pod_json("bad", 1)
+    pod["spec"]["containers"] = "oops"
+    return pod
+
+
+def bad_cluster_queue() -> dict[str, Any]:
+    return {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": {"name": "cq"}, "spec": "oops"}
+
+
+@contextlib.contextmanager
+def serve(tmp_path: Path, objects: list[dict[str, Any]]) -> Iterator[Served]:
+    snapshot = tmp_path / "snapshot.json"
+    write_snapshot(snapshot, objects)
+    app, store = build_app(serve_config(snapshot))
+    with _Server(app, None) as port:
+        yield Served(app, store, snapshot, port)
+
+
+@pytest.fixture
+def fleet(tmp_path: Path) -> Iterator[Served]:
+    with serve(tmp_path, cluster_objects()) as served:
+        yield served
+
+
+def readyz(served: Served) -> tuple[int, list[str]]:
+    status, body, _ = served.call("GET", "/readyz")
+    return status, body.decode().splitlines()
+
+
+def metric(served: Served, name: str) -> float:
+    status, text, _ = served.call("GET", "/metrics")
+    assert status == 200
+    found = re.search(rf"^{name} (\S+)$", text.decode(), re.MULTILINE)
+    assert found is not None, name
+    return float(found.group(1))
+
+
+def until(what: str, done: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + 10
+    while not done():
+        assert time.monotonic() < deadline, f"never saw {what}"
+        time.sleep(0.05)
+
+
+def passes_r1_t00(served: Served) -> bool:
+    status, result = served.post("filter", names_args(pod_json("probe", 4), ["r1-t00"]))
+    assert status == 200 and result["Error"] == ""
+    return bool(result["NodeNames"] == ["r1-t00"])
+
+
+def test_a_reload_with_an_unreadable_pod_loads_the_rest_and_later_reloads_still_happen(fleet: Served) -> None:
+    assert readyz(fleet) == (200, ["ok"])
+    fleet.replace([*cluster_objects(), bad_pod(), pod_json("filler", 4, node="r1-t00")])
+    until("the filler pod loaded", lambda: not passes_r1_t00(fleet))  # the rest of the file did load
+    status, lines = readyz(fleet)
+    assert status == 200 and lines[0] == "ok"
+    assert len(lines) == 2 and "Pod ml/bad" in lines[1] and "spec.containers" in lines[1]
+    assert metric(fleet, "kilter_state_objects_unreadable") == 1
+    fleet.replace(cluster_objects())
+    until("the next change loaded", lambda: passes_r1_t00(fleet))
+    assert readyz(fleet) == (200, ["ok"])
+    assert metric(fleet, "kilter_state_objects_unreadable") == 0
+    assert metric(fleet, "kilter_state_reload_failures") == 0
+
+
+def test_a_file_that_does_not_parse_keeps_the_last_state_and_says_so_until_a_good_one_comes(fleet: Served) -> None:
+    assert fleet.snapshot is not None
+    fleet.snapshot.write_text('{"apiVersion": "v1", "kind": "List", "items": [')
+    until("the failed reload", lambda: metric(fleet, "kilter_state_reload_failures") == 1)
+    assert metric(fleet, "kilter_state_reload_ok") == 0
+    status, lines = readyz(fleet)
+    assert status == 200 and lines[0] == "ok" and len(lines) == 2 and "not reloaded" in lines[1]
+    assert passes_r1_t00(fleet)  # the state loaded before still answers
+    fleet.replace([*cluster_objects(), pod_json("filler", 4, node="r1-t00")])
+    until("the good file loaded", lambda: not passes_r1_t00(fleet))
+    assert metric(fleet, "kilter_state_reload_ok") == 1 and metric(fleet, "kilter_state_reload_failures") == 1
+    assert readyz(fleet) == (200, ["ok"])
+
+
+def test_a_snapshot_with_an_unreadable_pod_at_startup_serves_the_rest(tmp_path: Path) -> None:
+    with serve(tmp_path, [*cluster_objects(), bad_pod()]) as served:
+        assert passes_r1_t00(served)
+        status, lines = readyz(served)
+        assert status == 200 and len(lines) == 2 and "Pod ml/bad" in lines[1]
+        assert metric(served, "kilter_state_objects_unreadable") == 1
+
+
+def test_a_cluster_queue_kilter_cannot_read_is_left_out_and_filters_still_answer(tmp_path: Path) -> None:
+    with serve(tmp_path, [*cluster_objects(), bad_cluster_queue()]) as served:
+        assert passes_r1_t00(served)
+        status, body, _ = served.call("POST", "/volcano/queueOverused", b'{"queue": {"Name": "cq"}}')
+        assert status == 200 and json.loads(body) == {"overused": False}
+        status, lines = readyz(served)
+        assert status == 200 and len(lines) == 2 and "ClusterQueue cq" in lines[1]
+        assert metric(served, "kilter_state_objects_unreadable") == 1
