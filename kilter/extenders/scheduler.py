@@ -31,11 +31,13 @@ from kilter.extenders import wire
 from kilter.extenders.explain import DecisionLog, Record
 from kilter.gangs import GangBook, GangPlan, identify
 from kilter.kube.api import ApiError, ApiServer
+from kilter.model import codec
 from kilter.model.core_v1 import Pod, pod_request
 from kilter.model.errors import InputError, KilterError
 from kilter.state.store import MODIFIED, ClusterStore, Event
 from kilter.topology import verdicts
 from kilter.topology.fleet import Fleet
+from kilter.topology.plan import MAX_POD_GPUS
 from kilter.topology.score import score_pod, score_pod_json
 
 __all__ = ["Answer", "ApiBinder", "Binder", "SchedulerExtender"]
@@ -72,10 +74,12 @@ class SchedulerExtender:
         self.store = store
         self.gangs = gangs
         self.log = log
-        self._args = msgspec.json.Decoder(wire.ExtenderArgs)
-        self._preempt_args = msgspec.json.Decoder(wire.PreemptionArgs)
-        self._bind_args = msgspec.json.Decoder(wire.BindingArgs)
-        self._node_name = msgspec.json.Decoder(wire.NodeName)
+        # codec's decoders: a body nested past the recursion limit is a DecodeError like any malformed one
+        self._args = codec.JsonDecoder(wire.ExtenderArgs)
+        self._preempt_args = codec.JsonDecoder(wire.PreemptionArgs)
+        self._bind_args = codec.JsonDecoder(wire.BindingArgs)
+        self._node_name = codec.JsonDecoder(wire.NodeName)
+        self._names = codec.JsonDecoder(list[str])
         self._encoder = msgspec.json.Encoder()
         self._ladder = verdicts.Ladder()
         self._seen: OrderedDict[str, tuple[int, str]] = OrderedDict()  # pod uid -> (GPUs, resource), for bind
@@ -89,6 +93,8 @@ class SchedulerExtender:
         path = "$.Pod.spec"
         asks = ((r, pod_request(pod.spec, r, path=path)) for r in fleet.catalog.device_resources)
         resource, gpus = verdicts.gpu_ask(asks) or ("", 0)
+        if gpus > MAX_POD_GPUS:  # the gang planner's rule, for every pod: no node holds it, nor does an int32
+            raise InputError(f"the pod asks for {gpus} {resource}; no node offers more than {MAX_POD_GPUS}", path=path)
         uid = pod.metadata.uid or f"{pod.metadata.namespace}/{pod.metadata.name}"
         if gpus:
             self._seen[uid] = (gpus, resource)
@@ -106,7 +112,7 @@ class SchedulerExtender:
                 raise InputError(f"NodeNames: {exc}") from None
             if found is not None and found[1] == 0:
                 return _Candidates(found[0], None, None)
-            names = msgspec.json.decode(raw_names, type=list[str])
+            names = self._names.decode(raw_names)
             index = np.empty(len(names), dtype=np.int32)
             fleet.name_index.lookup(names, index)
             return _Candidates(index, names, None)
@@ -139,7 +145,11 @@ class SchedulerExtender:
                 return Answer(200, self._pass_through(args), "not-gpu")
             plan = self._gang(p)
             hold = plan.hold(p.uid, p.gpus) if plan is not None else None
-            judged = self._ladder.judge(fleet, cand.index, resource=p.resource, gpus=p.gpus, spec=p.pod.spec, hold=hold)
+            judged = (
+                self._ladder.judge(fleet, cand.index, resource=p.resource, gpus=p.gpus, spec=p.pod.spec, hold=hold)
+                if fleet.n_nodes
+                else _all_unknown(len(cand.index))
+            )
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             return self._filter_error(f"malformed ExtenderArgs: {exc}")
         except KilterError as exc:
@@ -267,7 +277,7 @@ class SchedulerExtender:
             body_out = fleet.json_names().host_scores(index, scores)
             shown = None
         else:
-            shown = names if names is not None else msgspec.json.decode(raw_names, type=list[str])
+            shown = names if names is not None else self._names.decode(raw_names)
             body_out = self._encoder.encode(
                 [wire.HostPriority(h, int(s)) for h, s in zip(shown, scores.tolist(), strict=True)]
             )
@@ -456,6 +466,12 @@ def _group(keys: npt.NDArray[np.int64]) -> tuple[npt.NDArray[np.intp], npt.NDArr
     number = np.full(top, -1, dtype=np.int32)
     number[first] = np.arange(len(first), dtype=np.int32)
     return slot[first].astype(np.intp), number[keys]
+
+
+def _all_unknown(n: int) -> verdicts.Verdicts:
+    """The verdicts over a fleet with no GPU node at all (Volcano's placeholder List): no name is one kilter knows."""
+    zeros = np.zeros(n, dtype=np.int32)
+    return verdicts.Verdicts(np.full(n, verdicts.UNKNOWN, dtype=np.int8), zeros, zeros.copy())
 
 
 _NAME_FIRST = b'{"metadata":{"name":"'

@@ -1,8 +1,9 @@
 """The HTTPS listener of the admission webhooks: ``POST /mutate``, ``POST /validate``, ``/healthz``, ``/readyz``.
 
 A bare ASGI app like the extender's. A body kube-apiserver could not have
-sent — not JSON, not ``admission.k8s.io/v1``, no request uid — gets a 400
-(there is no uid to answer under); everything else gets an AdmissionReview,
+sent — not JSON (or JSON nested past the decoder's recursion limit), not
+``admission.k8s.io/v1``, no request uid — gets a 400 (there is no uid to
+answer under); everything else gets an AdmissionReview,
 and a failure inside a rule becomes a denial that says so, never a 5xx.
 """
 
@@ -12,6 +13,7 @@ import logging
 
 import msgspec
 
+from kilter.model import codec
 from kilter.model.asgi import BodyRefused, Receive, Scope, Send, read_body, reply
 from kilter.state.store import ClusterStore
 from kilter.webhooks.admission import ADMISSION_V1, AdmissionReview, Verdict, answer
@@ -31,7 +33,7 @@ class WebhookApp:
         self.store = store
         self.mutator = mutator
         self.validator = validator
-        self.decoder = msgspec.json.Decoder(AdmissionReview)
+        self.decoder = codec.JsonDecoder(AdmissionReview)  # nested too deep: a DecodeError, hence a 400
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":

@@ -21,6 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from kilter.extenders.volcano import wire as vw
+from kilter.model import codec
 from kilter.model.errors import InputError
 from kilter.topology.fleet import Fleet
 
@@ -29,11 +30,11 @@ __all__ = ["BodyReader"]
 S = TypeVar("S", bound=msgspec.Struct)
 
 _FAILED = (msgspec.DecodeError, msgspec.ValidationError)
-_TASK = msgspec.json.Decoder(vw.TaskHead | None)  # prioritize: scores need no Pod
-_TASK_WITH_POD = msgspec.json.Decoder(vw.TaskInfo | None)  # predicate: the ladder reads the Pod's selectors
-_RESOURCE = msgspec.json.Decoder(vw.Resource | None)
-_JOBS = msgspec.json.Decoder(dict[str, vw.JobInfo] | None)
-_QUEUES = msgspec.json.Decoder(dict[str, vw.QueueInfo] | None)
+_TASK = codec.JsonDecoder(vw.TaskHead | None)  # prioritize: scores need no Pod
+_TASK_WITH_POD = codec.JsonDecoder(vw.TaskInfo | None)  # predicate: the ladder reads the Pod's selectors
+_RESOURCE = codec.JsonDecoder(vw.Resource | None)
+_JOBS = codec.JsonDecoder(dict[str, vw.JobInfo] | None)
+_QUEUES = codec.JsonDecoder(dict[str, vw.QueueInfo] | None)
 
 
 class BodyReader:
@@ -41,13 +42,13 @@ class BodyReader:
 
     def __init__(self) -> None:
         self.whole_decodes: Counter[str] = Counter()  # kind name (``PredicateArgs`` ...) -> bodies decoded whole
-        self._decoders: dict[type, msgspec.json.Decoder[Any]] = {}
+        self._decoders: dict[type, codec.JsonDecoder[Any]] = {}
 
     def decode(self, kind: type[S], body: bytes) -> S:
         """``body`` decoded whole as ``kind``; an InputError naming the kind when it does not decode."""
         decoder = self._decoders.get(kind)
         if decoder is None:
-            decoder = self._decoders[kind] = msgspec.json.Decoder(kind)
+            decoder = self._decoders[kind] = codec.JsonDecoder(kind)
         self.whole_decodes[kind.__name__] += 1
         try:
             return cast(S, decoder.decode(body))

@@ -30,6 +30,7 @@ from kilter.state.store import ClusterStore
 from kilter.topology import verdicts
 from kilter.topology.fleet import Fleet
 from kilter.topology.hypernodes import TIER_LABEL_PREFIX, tier_label
+from kilter.topology.plan import MAX_POD_GPUS
 
 __all__ = [
     "GROUP_ANNOTATION",
@@ -89,7 +90,10 @@ def task_gpus(task: vw.TaskHead | None, fleet: Fleet) -> tuple[str, int]:
     resource, milli = asked
     if milli % 1000:
         raise InputError(f"the task asks for {milli / 1000:g} {resource}; kilter places whole GPUs")
-    return resource, int(milli // 1000)
+    gpus = int(milli // 1000)
+    if gpus > MAX_POD_GPUS:  # the gang planner's rule, for every task: no node holds it, nor does an int32
+        raise InputError(f"the task asks for {gpus} {resource}; no node offers more than {MAX_POD_GPUS}")
+    return resource, gpus
 
 
 def task_pod(task: vw.TaskHead) -> Pod:
