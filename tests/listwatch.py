@@ -687,7 +687,8 @@ class ListWatchServer:
             return copy.deepcopy(gone)
 
     def bind(self, namespace: str, name: str, body: bytes) -> Obj:
-        """``POST pods/NAME/binding`` as the apiserver's BindingREST: sets ``spec.nodeName`` once, 409 if set."""
+        """``POST pods/NAME/binding`` as the apiserver's BindingREST: sets ``spec.nodeName`` once, 409 if set or if
+        the Binding's ``metadata.uid`` (a precondition) is not the pod's."""
         try:
             binding = json.loads(body)
         except ValueError:
@@ -704,6 +705,15 @@ class ListWatchServer:
             prev = self._objects[resource].get(key)
             if prev is None:
                 raise _not_found(resource, name)
+            want_uid = (binding.get("metadata") or {}).get("uid") if isinstance(binding, dict) else None
+            have_uid = prev["metadata"].get("uid")
+            if want_uid and want_uid != have_uid:  # BindingREST.assignPod: the uid is a precondition
+                raise ApiError(
+                    409,
+                    "Conflict",
+                    f'Operation cannot be fulfilled on pods/binding "{name}": Precondition failed: '
+                    f"UID in precondition: {want_uid}, UID in object meta: {have_uid}",
+                )
             bound = (prev.get("spec") or {}).get("nodeName")
             if bound:
                 raise ApiError(

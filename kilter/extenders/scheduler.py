@@ -21,7 +21,6 @@ import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from urllib.parse import quote
 
 import msgspec
 import numpy as np
@@ -30,19 +29,20 @@ import numpy.typing as npt
 from kilter.extenders import wire
 from kilter.extenders.explain import DecisionLog, Record
 from kilter.gangs import GangBook, GangPlan, identify
-from kilter.kube.api import ApiError, ApiServer
+from kilter.kube.api import ApiError, ApiServer, check_name, check_namespace, object_path
 from kilter.model import codec
 from kilter.model.core_v1 import Pod, pod_request
 from kilter.model.errors import InputError, KilterError
 from kilter.state.store import MODIFIED, ClusterStore, Event
 from kilter.topology import verdicts
-from kilter.topology.fleet import Fleet
+from kilter.topology.fleet import ENDED_PHASES, Fleet
 from kilter.topology.plan import MAX_POD_GPUS
 from kilter.topology.score import score_pod, score_pod_json
 
 __all__ = ["Answer", "ApiBinder", "Binder", "SchedulerExtender"]
 
 MAX_SCORE = 10
+MAX_SEEN = 100_000  # pods remembered for bind: far more than are pending at once in a 100k-pod cluster
 
 
 @dataclass(frozen=True)
@@ -60,6 +60,18 @@ class _Pod:
     uid: str
     resource: str
     gpus: int
+
+
+@dataclass
+class _Seen:
+    """A pod this process was asked about (filter, prioritize, preempt): what its bind may be checked against."""
+
+    namespace: str
+    name: str
+    gpus: int
+    pending: bool  # the body showed no nodeName
+    node: str = ""  # where kilter bound it
+    gang: str = ""  # the key of the gang whose plan held it, "" if none
 
 
 @dataclass
@@ -82,7 +94,7 @@ class SchedulerExtender:
         self._names = codec.JsonDecoder(list[str])
         self._encoder = msgspec.json.Encoder()
         self._ladder = verdicts.Ladder()
-        self._seen: OrderedDict[str, tuple[int, str]] = OrderedDict()  # pod uid -> (GPUs, resource), for bind
+        self._seen: OrderedDict[str, _Seen] = OrderedDict()  # pods this process filtered, by uid: what bind trusts
 
     # ------------------------------------------------------------------ shared
 
@@ -96,12 +108,20 @@ class SchedulerExtender:
         if gpus > MAX_POD_GPUS:  # the gang planner's rule, for every pod: no node holds it, nor does an int32
             raise InputError(f"the pod asks for {gpus} {resource}; no node offers more than {MAX_POD_GPUS}", path=path)
         uid = pod.metadata.uid or f"{pod.metadata.namespace}/{pod.metadata.name}"
-        if gpus:
-            self._seen[uid] = (gpus, resource)
-            self._seen.move_to_end(uid)
-            while len(self._seen) > 100_000:
-                self._seen.popitem(last=False)
+        self._saw(uid, pod, gpus)
         return _Pod(pod, uid, resource, gpus)
+
+    def _saw(self, uid: str, pod: Pod, gpus: int) -> None:
+        """Remember a pod asked about (bind accepts only those); the oldest forgotten past ``MAX_SEEN``."""
+        meta = pod.metadata
+        seen = self._seen.get(uid)
+        if seen is None or (seen.namespace, seen.name) != (meta.namespace, meta.name):
+            self._seen[uid] = _Seen(meta.namespace, meta.name, gpus, not pod.spec.node_name)
+        elif not seen.node:
+            seen.gpus, seen.pending = gpus, not pod.spec.node_name
+        self._seen.move_to_end(uid)
+        while len(self._seen) > MAX_SEEN:
+            self._seen.popitem(last=False)
 
     def _candidates(self, fleet: Fleet, args: wire.ExtenderArgs) -> _Candidates:
         raw_names = bytes(args.node_names)
@@ -131,7 +151,11 @@ class SchedulerExtender:
         gang = identify(p.pod, self.store)
         if gang is None:
             return None
-        return self.gangs.plan_for(gang, p.pod, p.gpus)
+        plan = self.gangs.plan_for(gang, p.pod, p.gpus)
+        seen = self._seen.get(p.uid)
+        if seen is not None:
+            seen.gang = gang.key if plan is not None else ""
+        return plan
 
     # ------------------------------------------------------------------ filter
 
@@ -371,38 +395,85 @@ class SchedulerExtender:
     # ------------------------------------------------------------------ bind
 
     def bind_request(self, body: bytes) -> wire.BindingArgs | Answer:
-        """The binding asked for, or the answer that refuses it (the API call happens between these two steps)."""
+        """The binding asked for, or the answer that refuses it (the API call happens between these two steps).
+
+        The bind verb is reachable by whoever reaches kilter's port, so nothing
+        in the body is taken on trust: the names must be valid Kubernetes names
+        (they go into an API path), the node must be a Node the state holds,
+        and the pod must be one this process was asked to filter (same uid,
+        namespace and name: kube-scheduler always filters before it binds),
+        pending there, and — when the state holds it — pending in the state
+        with that uid. A pod bound elsewhere is refused: a second binding would
+        move its GPUs in the books while it runs where it is; one bound to this
+        very node already is a retry, answered as done.
+        """
         try:
             args = self._bind_args.decode(body)
             for field_name, value in (
                 ("PodName", args.pod_name),
                 ("PodNamespace", args.pod_namespace),
+                ("PodUID", args.pod_uid),
                 ("Node", args.node),
             ):
                 if not value:
                     raise InputError(f"{field_name} is empty")
+            check_namespace(args.pod_namespace, what="PodNamespace")
+            check_name(args.pod_name, what="PodName")
+            check_name(args.node, what="Node")
+            self._check_bind(args)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             return self.bind_failed(f"malformed ExtenderBindingArgs: {exc}")
         except KilterError as exc:
             return self.bind_failed(str(exc))
         return args
 
+    def _check_bind(self, args: wire.BindingArgs) -> None:
+        """InputError unless the node exists and the pod is one kilter saw pending (see ``bind_request``)."""
+        where = f"pod {args.pod_namespace}/{args.pod_name}"
+        if self.store.node_named(args.node) is None:
+            raise InputError(f"node {args.node} does not exist")
+        seen = self._seen.get(args.pod_uid)
+        if seen is None or (seen.namespace, seen.name) != (args.pod_namespace, args.pod_name):
+            raise InputError(f"{where} (uid {args.pod_uid}) was not filtered by kilter")
+        held = self.store.pod_named(args.pod_namespace, args.pod_name)
+        if held is not None and held.metadata.uid and held.metadata.uid != args.pod_uid:
+            raise InputError(f"{where} has uid {held.metadata.uid}, not {args.pod_uid}")
+        node = held.spec.node_name if held is not None and held.spec.node_name else seen.node
+        if node and node != args.node:
+            raise InputError(f'{where} is already assigned to node "{node}"')
+        if not node and not seen.pending:
+            raise InputError(f"{where} was not pending when kilter filtered it")
+        if held is None:
+            return  # not in the state yet: the API server's binding (with the uid as precondition) decides
+        if held.status.phase in ENDED_PHASES:
+            raise InputError(f"{where} has ended ({held.status.phase})")
+
     def bind_failed(self, message: str) -> Answer:
         return Answer(200, self._encoder.encode(wire.BindingResult(message)), "error")
 
     def bound(self, args: wire.BindingArgs) -> Answer:
-        """The binding happened: book the pod where it went now, without waiting for the feed to show it."""
+        """The binding happened: book the pod where it went now, without waiting for the feed to show it.
+
+        A retried bind to the same node books nothing again. A pod the state
+        does not hold yet is booked as *assumed*, which expires
+        (``ClusterStore.assume``) if the feed never shows it bound. Its GPUs
+        take a slot of a gang's plan only when the filter found the pod in
+        that gang (``_gang``).
+        """
         fleet = self.store.fleet()
-        uid = args.pod_uid or f"{args.pod_namespace}/{args.pod_name}"
+        uid = args.pod_uid
         pod = self.store.pod_named(args.pod_namespace, args.pod_name)
-        if pod is not None:
+        if pod is not None and not pod.spec.node_name:
             bound = msgspec.structs.replace(pod, spec=msgspec.structs.replace(pod.spec, node_name=args.node))
             self.store.apply([Event(MODIFIED, bound)])
         seen = self._seen.get(uid)
-        if seen is not None and args.node in fleet.node_index:
-            gpus, _ = seen
-            if self.gangs.bound(uid, args.node, gpus) is None:
-                self.store.assume(uid, args.node, gpus)
+        if seen is None or seen.node:
+            return Answer(200, self._encoder.encode(wire.BindingResult()), "bound")  # a retry: recorded already
+        seen.pending, seen.node = False, args.node
+        if seen.gpus and args.node in fleet.node_index:
+            gang = self.gangs.bound(uid, args.node, seen.gpus, gang=seen.gang) if seen.gang else None
+            if gang is None:
+                self.store.assume(uid, args.node, seen.gpus)
         return Answer(200, self._encoder.encode(wire.BindingResult()), "bound")
 
 
@@ -414,7 +485,13 @@ class Binder:
 
 
 class ApiBinder(Binder):
-    """Creates the ``pods/binding`` subresource, as kube-scheduler's DefaultBinder does."""
+    """Creates the ``pods/binding`` subresource, as kube-scheduler's DefaultBinder does.
+
+    The path is built by ``object_path`` (names checked and escaped), and the
+    Binding carries the pod's uid, which the API server takes as a
+    precondition: a pod deleted and made again under the same name is not
+    bound in its predecessor's place.
+    """
 
     def __init__(self, api: ApiServer) -> None:
         self.api = api
@@ -427,9 +504,9 @@ class ApiBinder(Binder):
             "apiVersion": "v1",
             "kind": "Binding",
             "metadata": meta,
-            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": check_name(node, what="Node")},
         }
-        path = f"/api/v1/namespaces/{quote(namespace)}/pods/{quote(name)}"
+        path = object_path("/api/v1", "pods", name, namespace=namespace)
         try:
             self.api.call("POST", f"{path}/binding", binding)
         except ApiError as exc:

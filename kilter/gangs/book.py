@@ -274,9 +274,15 @@ class GangBook:
             slot.node_index = index
         return ok
 
-    def bound(self, uid: str, node_name: str, gpus: int) -> GangPlan | None:
-        """A pod was bound: turn its slot's reservation into the pod's own booking."""
-        for plan in self.plans.values():
+    def bound(self, uid: str, node_name: str, gpus: int, *, gang: str | None = None) -> GangPlan | None:
+        """A pod was bound: turn its slot's reservation into the pod's own booking.
+
+        ``gang`` is the key of the pod's gang when the caller knows it: only
+        that gang's plan gives the pod a slot, so a pod of another gang (or of
+        none) bound onto a planned node never takes a slot that is not its own.
+        """
+        plans = self.plans.values() if gang is None else [p for p in (self.plans.get(gang),) if p is not None]
+        for plan in plans:
             slot = next((s for s in plan.slots if s.uid == uid), None)
             if slot is None:
                 slot = next((s for s in plan.slots if not s.uid and s.node == node_name and s.gpus == gpus), None)

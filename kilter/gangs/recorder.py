@@ -13,12 +13,11 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from urllib.parse import quote
 
 from kilter.gangs.book import GangPlan
 from kilter.gangs.identity import GangId, GangKey
 from kilter.gangs.records import KUEUE, MAX_BYTES, PLAN_ANNOTATION, VOLCANO, PlanRecord, encode, owner_of
-from kilter.kube.api import ApiServer
+from kilter.kube.api import ApiServer, object_path
 from kilter.model.errors import InputError, KilterError
 
 __all__ = ["MERGE_PATCH", "PlanRecorder"]
@@ -71,7 +70,7 @@ class PlanRecorder:
             return None
         try:
             paths = self.paths(gang.key, plan.pods)
-        except InputError:  # a key whose name holds a "/": nowhere to put the record
+        except InputError:  # a malformed key, or names no object can have: nowhere to put the record
             paths = []
         if not paths:
             log.info("gang %s: no object to record the plan on", gang.key)
@@ -83,17 +82,17 @@ class PlanRecorder:
             return None
 
     def paths(self, gang_key: str, pods: Sequence[str]) -> list[str]:
-        """Where the record goes: the owner object's path, else each pod's; ``InputError`` for a malformed key."""
+        """Where the record goes: the owner object's path, else each pod's; ``InputError`` for a malformed key or a
+        namespace or name the API server would not accept (checked and escaped by ``object_path``)."""
         key = GangKey.parse(gang_key)
         owner = owner_of(key)
-        ns = quote(key.namespace)
+        ns = key.namespace
         if owner is not None:
-            name = quote(owner[3])
             if owner[1] == "PodGroup":
-                return [f"/apis/{VOLCANO}/v1beta1/namespaces/{ns}/podgroups/{name}"]
+                return [object_path(f"/apis/{VOLCANO}/v1beta1", "podgroups", owner[3], namespace=ns)]
             version = (self.kueue_version() if self.kueue_version is not None else "") or KUEUE_DEFAULT_VERSION
-            return [f"/apis/{KUEUE}/{version}/namespaces/{ns}/workloads/{name}"]
-        return [f"/api/v1/namespaces/{ns}/pods/{quote(pod)}" for pod in pods]
+            return [object_path(f"/apis/{KUEUE}/{version}", "workloads", owner[3], namespace=ns)]
+        return [object_path("/api/v1", "pods", pod, namespace=ns) for pod in pods]
 
     def _write(self, gang_key: str, paths: list[str], value: str) -> None:
         body = {"metadata": {"annotations": {PLAN_ANNOTATION: value}}}

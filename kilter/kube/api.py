@@ -6,6 +6,13 @@ service account when running in the cluster. Calls are plain HTTP/1.1 with
 JSON bodies (lists of Pods and Nodes may come back as protobuf), one
 connection each, so they can run on any worker thread; list pages reuse their
 thread's connection (``keep_alive``). The live list/watch feeder builds on the same connection.
+
+Paths to objects are built by ``object_path`` alone: every namespace and
+name that goes into a URL is checked as kube-apiserver checks it (a
+namespace is a DNS-1123 label, an object's name a DNS-1123 subdomain) and
+then escaped whole (``quote(x, safe="")``). A name comes from a request or
+an object a tenant wrote; unchecked, ``a/../../../apis/foo`` would walk the
+path to another resource with kilter's credentials.
 """
 
 from __future__ import annotations
@@ -13,18 +20,19 @@ from __future__ import annotations
 import contextlib
 import http.client
 import json
+import re
 import ssl
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import quote, urlencode, urlsplit
 
 from kilter.kube.protobuf import is_protobuf, status_message
 from kilter.model.errors import InputError, KilterError
 
-__all__ = ["ApiError", "ApiServer", "connect"]
+__all__ = ["ApiError", "ApiServer", "check_name", "check_namespace", "connect", "object_path"]
 
 
 class ApiError(KilterError):
@@ -35,6 +43,43 @@ class ApiError(KilterError):
             f"cannot reach the API server: {message}" if code == 0 else f"API server answered {code}: {message}"
         )
         self.code = code
+
+
+_DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+def check_namespace(value: str, *, what: str = "namespace") -> str:
+    """``value`` if it is a valid namespace name (a DNS-1123 label, as ``ValidateNamespaceName``); else InputError."""
+    if len(value) > 63 or not _DNS1123_LABEL.fullmatch(value):
+        raise InputError(f"{what} {value[:100]!r} is not a DNS-1123 label (a-z, 0-9 and '-', at most 63)")
+    return value
+
+
+def check_name(value: str, *, what: str = "name") -> str:
+    """``value`` if it is a valid object name (a DNS-1123 subdomain: Pods, Nodes, Events, custom resources); else
+    InputError."""
+    if len(value) > 253 or not _DNS1123_SUBDOMAIN.fullmatch(value):
+        raise InputError(f"{what} {value[:100]!r} is not a DNS-1123 subdomain (a-z, 0-9, '-' and '.', at most 253)")
+    return value
+
+
+def object_path(api: str, plural: str, name: str = "", *, namespace: str | None = None, subresource: str = "") -> str:
+    """The URL path of an object (or, without ``name``, of its collection): ``api`` is ``/api/v1`` or
+    ``/apis/GROUP/VERSION``, kilter's own constant; namespace and name are checked, then escaped.
+
+    InputError when either is not what the API server would accept: such an
+    object cannot exist, and its text must not reach a URL.
+    """
+    parts = [api]
+    if namespace is not None:
+        parts += ["namespaces", quote(check_namespace(namespace), safe="")]
+    parts.append(plural)
+    if name:
+        parts.append(quote(check_name(name), safe=""))
+    if subresource:
+        parts.append(subresource)
+    return "/".join(parts)
 
 
 @dataclass(frozen=True)

@@ -19,9 +19,8 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from urllib.parse import quote
 
-from kilter.kube.api import ApiServer
+from kilter.kube.api import ApiServer, object_path
 from kilter.model.errors import KilterError
 
 __all__ = ["COMPONENT", "EventRecorder", "Involved"]
@@ -95,7 +94,7 @@ class EventRecorder:
             "count": 1,
         }
         try:
-            self.api.call("POST", f"/api/v1/namespaces/{quote(obj.namespace)}/events", event)
+            self.api.call("POST", object_path("/api/v1", "events", namespace=obj.namespace), event)
         except KilterError as exc:
             self.failed += 1
             log.warning("event %s on %s %s/%s not written: %s", reason, obj.kind, obj.namespace, obj.name, exc)

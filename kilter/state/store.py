@@ -31,13 +31,19 @@ holds for its pods still to come are *reserved* (``reservations``): booked
 like pods, and booked again after a fleet rebuild (bound pods, then assumed
 pods, then reservations oldest first), so that whoever holds a plan never
 touches the fleet's bitmap itself.
+
+An assumed booking lasts ``assume_ttl_s`` (``ASSUME_TTL_S``) unless the feed
+shows the pod first: the bind verb is reachable by anyone who reaches
+kilter's port, and a booking the feed never confirms (a forged or failed
+bind, a pod deleted meanwhile) must not hold GPUs for ever.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple, cast
 
@@ -61,6 +67,10 @@ MODIFIED: Literal["MODIFIED"] = "MODIFIED"
 DELETED: Literal["DELETED"] = "DELETED"
 EventType = Literal["ADDED", "MODIFIED", "DELETED"]
 ObjectKey = tuple[str, str, str, str]  # (API group, kind, namespace, name)
+ASSUME_TTL_S = 120.0
+"""How long an assumed booking waits for the feed (seconds). A real bind reaches the watch in well under a second;
+two minutes also covers a relist after 410 Gone of a 100k-pod cluster. Later than that, the bind was forged, failed
+or its pod deleted, and the GPUs go back."""
 Typed = Node | Pod
 Stored = Mapping[str, Any] | Typed
 _FLEET_KINDS = {("", "Node"), (KUEUE, "Topology"), ("topology.volcano.sh", "HyperNode")}
@@ -97,8 +107,18 @@ class Booking:
 
 
 class ClusterStore:
-    def __init__(self, *, catalog: Catalog | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        catalog: Catalog | None = None,
+        assume_ttl_s: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.catalog = catalog or Catalog(BUILTIN)
+        self.assume_ttl_s = ASSUME_TTL_S if assume_ttl_s is None else assume_ttl_s
+        self.clock = clock
+        self._assumed: dict[str, float] = {}  # uid -> when its assumed booking expires (clock seconds), oldest first
+        self.assumed_expired = 0  # assumed bookings dropped because the feed never showed the pod bound
         self.objects: dict[ObjectKey, Stored] = {}
         self.version = 0
         self.generation = 0
@@ -273,12 +293,21 @@ class ClusterStore:
 
     def _unbook(self, uid: str) -> None:
         booking = self._bookings.pop(uid, None)
+        self._assumed.pop(uid, None)
         if booking is not None and self._fleet is not None:
             self._fleet.bitmap.release(booking.node, booking.gpus)
 
     def assume(self, uid: str, node_name: str, gpus: int) -> None:
-        """Book a pod the scheduler bound before the feed shows it bound (no-op if the feed already does)."""
+        """Book a pod the scheduler bound before the feed shows it bound (no-op if the feed already does).
+
+        The booking expires after ``assume_ttl_s`` unless the feed shows the
+        pod by then (its own booking replaces this one).
+        """
         fleet = self.fleet()
+        if uid not in self._bookings:
+            self._assume(fleet, uid, node_name, gpus, self.clock() + self.assume_ttl_s)
+
+    def _assume(self, fleet: Fleet, uid: str, node_name: str, gpus: int, until: float) -> None:
         node = fleet.node_index.get(node_name)
         if node is None:
             raise InputError(f"node {node_name} is not a GPU node kilter knows")
@@ -288,6 +317,22 @@ class ClusterStore:
         if gpus > 0:
             fleet.bitmap.allocate(node, gpus)
             self._bookings[uid] = Booking(node, gpus, assumed=True)
+            self._assumed[uid] = until
+
+    def _expire_assumed(self) -> None:
+        """Drop assumed bookings past their time, oldest first (deadlines are in insertion order: one TTL)."""
+        if not self._assumed:
+            return
+        now = self.clock()
+        while self._assumed:
+            uid, until = next(iter(self._assumed.items()))
+            if until > now:
+                return
+            self._assumed.pop(uid)
+            booking = self._bookings.get(uid)
+            if booking is not None and booking.assumed:
+                self._unbook(uid)
+                self.assumed_expired += 1
 
     def forget(self, uid: str) -> None:
         """Drop an assumed booking (the placement was taken back); what the feed shows bound stays."""
@@ -376,22 +421,27 @@ class ClusterStore:
 
     def fleet(self) -> Fleet:
         """The fleet model with every bound pod booked; rebuilt only after Node or Topology changes."""
-        if self._fleet is None or self._fleet_dirty:
-            state = self.state()
-            assumed = {uid: b for uid, b in self._bookings.items() if b.assumed}
-            old_names = self._fleet.node_names if self._fleet is not None else []
-            self._fleet = build_fleet(
-                state.nodes, (), catalog=self.catalog, topologies=state.topologies, hypernodes=state.hypernodes
-            )
-            self._fleet_dirty = False
-            self._bookings = {}
-            for uid, pod in self._pods_by_uid.items():
-                self._book_pod(uid, pod)
-            for uid, b in assumed.items():
-                if uid not in self._bookings and b.node < len(old_names):
-                    self.assume(uid, old_names[b.node], b.gpus)
-            self._reservations.rebook(self._fleet)
-            self.generation += 1
+        if self._fleet is not None and not self._fleet_dirty:
+            self._expire_assumed()
+            return self._fleet
+        state = self.state()
+        assumed = {uid: (b, self._assumed.get(uid, 0.0)) for uid, b in self._bookings.items() if b.assumed}
+        self._assumed = {}
+        old_names = self._fleet.node_names if self._fleet is not None else []
+        self._fleet = build_fleet(
+            state.nodes, (), catalog=self.catalog, topologies=state.topologies, hypernodes=state.hypernodes
+        )
+        self._fleet_dirty = False
+        self._bookings = {}
+        for uid, pod in self._pods_by_uid.items():
+            self._book_pod(uid, pod)
+        now = self.clock()
+        for uid, (b, until) in assumed.items():
+            name = old_names[b.node] if b.node < len(old_names) else ""
+            if uid not in self._bookings and name in self._fleet.node_index and until > now:
+                self._assume(self._fleet, uid, name, b.gpus, until)  # a node gone takes its assumed pods with it
+        self._reservations.rebook(self._fleet)
+        self.generation += 1
         return self._fleet
 
     def idle_fleet(self) -> Fleet:
@@ -417,9 +467,11 @@ class ClusterStore:
         return out + self.unreadable()
 
     def unreadable(self) -> list[str]:
-        """Why each object kilter holds or was given is left out of the state, by object (empty when none is)."""
+        """Why each object kilter holds or was given is left out of the state (or, a Node whose device count is
+        no count, out of the fleet), by object; empty when none is."""
         self.state()
-        return [why for _, why in sorted({**self._left_out, **self._unconverted}.items())]
+        left_out = [why for _, why in sorted({**self._left_out, **self._unconverted}.items())]
+        return left_out + list(self.fleet().unreadable_nodes.values())
 
     def _list(self, kind: tuple[str, str], cls: type[Any]) -> list[Any]:
         """The typed objects of one kind, rebuilt only when that kind changed (each object converted once).

@@ -111,5 +111,6 @@ def test_a_wrong_token_is_a_bind_error(tmp_path: Path, api: FakeApi) -> None:
     app, store = build_app(serve_config(snapshot, kubeconfig=kubeconfig(tmp_path / "kc", api.port, "bad")))
     with _Server(app, None) as port:
         served = Served(app, store, snapshot, port)
+        served.post("filter", names_args(pod_json("p", 4), ["r1-t00"]))
         _, result = served.post("bind", bind_body(pod_json("p", 4), "r1-t00"))
     assert result == {"Error": "binding failed: API server answered 401: Unauthorized"}
