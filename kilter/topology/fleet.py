@@ -12,6 +12,11 @@ platform without its domain label (GPU Feature Discovery drops
 ``nvidia.com/gpu.clique`` when the fabric is unhealthy) becomes a detached
 one-node domain that only single-pod gangs may use. Other NoSchedule and
 NoExecute taints are matched per pod against its tolerations.
+
+A node whose device count does not read as a whole number of devices
+(``"abc"``, ``"-4"``, ``"0.5"``) or is far beyond any real node is left out
+of the fleet with a warning and named in ``unreadable_nodes``: one bad
+object must not make every answer about the others an error.
 """
 
 from __future__ import annotations
@@ -94,6 +99,7 @@ class Fleet:
     node_domain: npt.NDArray[np.int32]
     domain_group: npt.NDArray[np.int32]
     warnings: list[str] = field(default_factory=list)
+    unreadable_nodes: dict[str, str] = field(default_factory=dict)  # left out, by name: why (its device count)
     _label_codes: dict[str, tuple[npt.NDArray[np.int32], dict[str, int]]] = field(default_factory=dict)
     _json_names: jsonout.JsonNames | None = None
 
@@ -176,15 +182,17 @@ def build_fleet(
     if hypernodes and not topologies:
         nodes, tier_keys = with_hypernode_labels(list(nodes), hypernodes)
     warnings: list[str] = []
+    unreadable: dict[str, str] = {}
     gpu_nodes: list[tuple[Node, Platform, int]] = []
     resources = sorted(catalog.device_resources)
     for node in nodes:
-        alloc = node.status.allocatable or node.status.capacity
-        devices: dict[str, int] = {}
-        for r in resources:
-            raw = alloc.get(r)
-            if raw is not None:
-                devices[r] = quantity.to_count(raw, path=f"node {node.metadata.name}: status.allocatable[{r}]")
+        try:
+            devices = _device_counts(node, resources)
+        except (InputError, ArithmeticError, ValueError) as exc:  # "1e10000000": decimal.Overflow, not InputError
+            why = str(exc) if isinstance(exc, InputError) else "a device count beyond any number kilter holds"
+            unreadable[node.metadata.name] = f"node {node.metadata.name}: {why}; node ignored"
+            warnings.append(unreadable[node.metadata.name])
+            continue
         try:
             platform = catalog.match(node.metadata.labels, devices)
         except UnknownPlatform as exc:
@@ -194,9 +202,10 @@ def build_fleet(
             continue
         count = devices.get(platform.device_resource, 0)
         if count > MAX_NODE_GPUS:
-            warnings.append(
-                f"node {node.metadata.name}: {count} {platform.device_resource} is not a real node; node ignored"
-            )
+            shown = str(count) if count < 10**12 else "over 10^12"  # str() of a 10^5000 raises
+            why = f"node {node.metadata.name}: {shown} {platform.device_resource} is not a real node; node ignored"
+            unreadable[node.metadata.name] = why
+            warnings.append(why)
             continue
         if count <= 0:
             warnings.append(
@@ -332,4 +341,17 @@ def build_fleet(
         node_domain=bitmap.node_domains,
         domain_group=bitmap.domain_groups,
         warnings=warnings,
+        unreadable_nodes=dict(sorted(unreadable.items())),
     )
+
+
+def _device_counts(node: Node, resources: Sequence[str]) -> dict[str, int]:
+    """The node's count of each device resource it offers (allocatable, else capacity); InputError if one is no
+    whole number >= 0."""
+    alloc = node.status.allocatable or node.status.capacity
+    devices: dict[str, int] = {}
+    for r in resources:
+        raw = alloc.get(r)
+        if raw is not None:
+            devices[r] = quantity.to_count(raw, path=f"status.allocatable[{r}]")
+    return devices
