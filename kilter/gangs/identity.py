@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
-from kilter.model.annotations import GANG, GANG_SIZE
+from kilter.model.annotations import GANG, GANG_SIZE, MAX_GANG_SIZE, parse_gang_size
 from kilter.model.core_v1 import Pod
 from kilter.model.errors import InputError
 from kilter.model.jobs import PodSetSpec, read_job
@@ -54,7 +54,6 @@ LWS_SIZE = "leaderworkerset.sigs.k8s.io/size"
 VOLCANO_GROUP = "scheduling.k8s.io/group-name"
 JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"
 KUBEFLOW_JOB = "training.kubeflow.org/job-name"
-MAX_GANG_SIZE = 100_000
 
 KINDS: Final[Mapping[str, tuple[tuple[str, ...], tuple[str, ...]]]] = {
     # the kind in a gang's key -> (labels, annotations) whose values are the key's name parts, in order
@@ -125,11 +124,8 @@ class GangId:
 
 
 def _size(raw: str | None, what: str) -> int | None:
-    if raw is None:
-        return None
-    if not raw.isdigit() or not 1 <= int(raw) <= MAX_GANG_SIZE:
-        raise InputError(f"{what} must be a whole number from 1 to {MAX_GANG_SIZE}, got {raw!r}")
-    return int(raw)
+    """The count ``raw`` spells, by the one gang-size rule the validating webhook applies too (None: not given)."""
+    return None if raw is None else parse_gang_size(raw, what=what)
 
 
 def identify(pod: Pod, store: ClusterStore) -> GangId | None:

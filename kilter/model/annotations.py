@@ -9,6 +9,10 @@ LeaderWorkerSet's) stay next to the code that reads them.
 
 from __future__ import annotations
 
+import re
+
+from kilter.model.errors import InputError
+
 __all__ = [
     "BLOCK",
     "CLUSTER_QUEUE",
@@ -17,6 +21,7 @@ __all__ = [
     "GANG",
     "GANG_SIZE",
     "HYPERNODE_TIER_PREFIX",
+    "MAX_GANG_SIZE",
     "MIN_RUNTIME",
     "PLAN",
     "PLATFORM",
@@ -29,6 +34,7 @@ __all__ = [
     "USAGE_HALF_LIFE",
     "ZONE",
     "hypernode_tier",
+    "parse_gang_size",
 ]
 
 PREFIX = "kilter.dev/"
@@ -40,7 +46,28 @@ GANG = "kilter.dev/gang"
 """Pod label: the gang's name within the pod's namespace (any label value); needs ``GANG_SIZE``."""
 
 GANG_SIZE = "kilter.dev/gang-size"
-"""Pod label (or annotation): the gang's pod count, a whole number from 1 to 100,000."""
+"""Pod label (or annotation): the gang's pod count, a whole number from 1 to 100,000 (``parse_gang_size``)."""
+
+MAX_GANG_SIZE = 100_000
+"""The most pods a gang may declare: a gang of 100,000 pods of one GPU or more already fills the largest fleet
+kilter models (100,000 GPUs, README's benchmarks), so a larger count is a typo, not a job."""
+
+_WHOLE_NUMBER = re.compile(r"[0-9]{1,16}")  # ASCII digits only: no sign, space, exponent or other script's digits
+
+
+def parse_gang_size(raw: str, *, what: str = f"label {GANG_SIZE}") -> int:
+    """The gang's pod count ``raw`` spells; ``InputError`` unless it is a whole number from 1 to ``MAX_GANG_SIZE``.
+
+    The one rule the validating webhook (at submission) and the extender
+    (``kilter.gangs.identity``, at scheduling) both apply, so a count one
+    accepts the other never refuses. ``what`` names where the value came
+    from in the message. Python's ``int`` would also take ``" 4"``, ``"+4"``,
+    ``"1_0"`` or non-ASCII digits; none of those is a count a user meant.
+    """
+    if not _WHOLE_NUMBER.fullmatch(raw) or not 1 <= int(raw) <= MAX_GANG_SIZE:
+        raise InputError(f"{what} must be a whole number from 1 to {MAX_GANG_SIZE:,}, got {raw[:40]!r}")
+    return int(raw)
+
 
 PLAN = "kilter.dev/plan"
 """A gang's recorded plan, written by kilter only (``kilter.gangs.records``), on the PodGroup, the Workload or the

@@ -24,7 +24,7 @@ from typing import Any
 import msgspec
 
 from kilter.model import codec
-from kilter.model.annotations import GANG, GANG_SIZE, PREFIX, TOPOLOGY, TOPOLOGY_POLICY
+from kilter.model.annotations import GANG, GANG_SIZE, PREFIX, TOPOLOGY, TOPOLOGY_POLICY, parse_gang_size
 from kilter.model.core_v1 import PodSpec, pod_request
 from kilter.model.errors import InputError, KilterError
 from kilter.model.jobs import PodSetSpec, read_job
@@ -111,10 +111,11 @@ class Validator:
         topology = notes.get(TOPOLOGY)
         if topology is not None and topology not in TOPOLOGY_VALUES:
             return Verdict(False, f"{TOPOLOGY} must be one of {', '.join(TOPOLOGY_VALUES)}, not {topology!r}", 422)
-        if GANG in labels:
-            size = labels.get(GANG_SIZE, "")
-            if not size.isdigit() or int(size) < 1:
-                return Verdict(False, f"label {GANG} needs {GANG_SIZE} >= 1, got {size!r}", 422)
+        if GANG in labels:  # read as kilter.gangs.identity reads it: the label, else the annotation
+            size = labels.get(GANG_SIZE, notes.get(GANG_SIZE))
+            if size is None:
+                return Verdict(False, f"label {GANG} needs {GANG_SIZE} (the gang's pod count)", 422)
+            parse_gang_size(size, what=f"label {GANG_SIZE}")
         try:
             job = read_job(dict(obj))
         except InputError as exc:
