@@ -22,6 +22,7 @@ import uvicorn
 import uvloop
 
 from kilter.cli import sources
+from kilter.cli.listeners import Guard, ListenerReading, ensure_file_limit, listener_config
 from kilter.cli.serve_config import DEFAULT_KILTER_USER, DEFAULTS, ServeConfig
 from kilter.extenders.explain import DecisionLog
 from kilter.extenders.scheduler import ApiBinder, Binder, SchedulerExtender
@@ -46,7 +47,7 @@ from kilter.webhooks.server import WebhookApp
 from kilter.webhooks.tls import ReloadingTLS
 from kilter.webhooks.validate import Validator
 
-__all__ = ["ServeConfig", "add_parser", "build_app", "run", "webhook_app"]
+__all__ = ["ServeConfig", "add_parser", "build_app", "listeners", "run", "webhook_app"]
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -99,6 +100,33 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         type=int,
         default=d.volcano_max_body_bytes,
         help=f"largest /volcano/* body accepted (default {d.volcano_max_body_bytes}: onSessionOpen of ~11,000 nodes)",
+    )
+    p.add_argument(
+        "--header-timeout",
+        default=f"{d.header_timeout_s:g}s",
+        help="close a connection that has not sent a request's headers within this (from its start, or a "
+        "kept-alive request's first byte)",
+    )
+    p.add_argument(
+        "--body-timeout",
+        default=f"{d.body_timeout_s:g}s",
+        help="close a connection whose request body is not complete this long after its headers",
+    )
+    p.add_argument(
+        "--tls-handshake-timeout",
+        default=f"{d.tls_handshake_timeout_s:g}s",
+        help="close a TLS connection whose handshake takes longer",
+    )
+    p.add_argument(
+        "--keep-alive-timeout",
+        default=f"{d.keep_alive_timeout_s:g}s",
+        help="close a kept-alive connection idle for this long between requests",
+    )
+    p.add_argument(
+        "--max-connections",
+        type=int,
+        default=d.max_connections,
+        help=f"open connections per listener (default {d.max_connections}); more are closed at once, unanswered",
     )
     api = p.add_mutually_exclusive_group()
     api.add_argument(
@@ -280,23 +308,31 @@ def webhook_app(store: ClusterStore, users: Sequence[str]) -> WebhookApp:
     return WebhookApp(store, Mutator(store, validator), validator)
 
 
-def _config(
-    app: Any, host: str, port: int, lifespan: Literal["on", "off"], level: str, tls: ReloadingTLS | None
-) -> uvicorn.Config:
-    config = uvicorn.Config(
-        app,
-        host=host,
-        port=port,
-        loop="uvloop",
-        http="httptools",
-        lifespan=lifespan,
-        access_log=False,
-        log_level=level,
-    )
-    config.load()
+def listeners(
+    config: ServeConfig, app: App, store: ClusterStore, tls: ReloadingTLS | None
+) -> tuple[list[uvicorn.Server], list[Guard]]:
+    """The HTTP listener and, with a certificate, the webhook listener, each under its own ``Guard`` (its own
+    connection cap, so that a flood of one cannot take the other's connections); both counted in /metrics."""
+    log = logging.getLogger("kilter.serve")
+    limits = config.listener_limits
+    http = Guard("http", limits, tls.context if tls is not None and config.http_tls else None)
+    servers = [uvicorn.Server(_listener(app, http, config, config.http_port, "on"))]
+    guards = [http]
     if tls is not None:
-        config.ssl = tls.context
-    return config
+        hooks = webhook_app(store, config.kilter_user)
+        store.idle_fleet()  # built now, not by the first review
+        webhooks = Guard("webhooks", limits, tls.context)
+        servers.append(uvicorn.Server(_listener(hooks, webhooks, config, config.webhook_port, "off")))
+        guards.append(webhooks)
+        log.info("admission webhooks on https://%s:%d (/mutate, /validate)", config.address, config.webhook_port)
+    else:
+        log.info("admission webhooks not started: no --tls-cert-file/--tls-key-file (see kilter serve --help)")
+    app.metrics.registry.register(ListenerReading(guards))
+    return servers, guards
+
+
+def _listener(app: Any, guard: Guard, config: ServeConfig, port: int, lifespan: Literal["on", "off"]) -> uvicorn.Config:
+    return listener_config(app, guard, host=config.address, port=port, lifespan=lifespan, log_level=config.log_level)
 
 
 async def _serve_all(servers: list[uvicorn.Server], controller: Controller | None) -> None:
@@ -320,20 +356,8 @@ def run(args: argparse.Namespace) -> int:
     settle()
     for warning in store.fleet().warnings:
         logging.getLogger("kilter.state").warning("%s", warning)
-    servers = [
-        uvicorn.Server(
-            _config(app, config.address, config.http_port, "on", config.log_level, tls if config.http_tls else None)
-        )
-    ]
-    if tls is not None:
-        hooks = webhook_app(store, config.kilter_user)
-        store.idle_fleet()  # built now, not by the first review
-        servers.append(
-            uvicorn.Server(_config(hooks, config.address, config.webhook_port, "off", config.log_level, tls))
-        )
-        log.info("admission webhooks on https://%s:%d (/mutate, /validate)", config.address, config.webhook_port)
-    else:
-        log.info("admission webhooks not started: no --tls-cert-file/--tls-key-file (see kilter serve --help)")
+    servers, guards = listeners(config, app, store, tls)
+    ensure_file_limit(config.max_connections * len(guards))
     controller = None
     if isinstance(app.binder, ApiBinder):
         gangs = app.extender.gangs

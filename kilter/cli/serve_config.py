@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, cast
 
+from kilter.cli.listeners import ListenerLimits
 from kilter.extenders.server import DEFAULT_MAX_BODY_BYTES, DEFAULT_VOLCANO_BODY_BYTES
 from kilter.model.errors import InputError
 from kilter.quota.policy import parse_duration
@@ -59,6 +60,17 @@ class ServeConfig:
     volcano_max_body_bytes: int = DEFAULT_VOLCANO_BODY_BYTES
     """Largest ``/volcano/*`` body read, in bytes: ``onSessionOpen`` carries the whole session (~110 MB at 5,000
     nodes)."""
+    header_timeout_s: float = ListenerLimits.header_timeout_s
+    """Seconds a connection has to deliver a request's headers (from its start, or a keep-alive request's first
+    byte); then it is closed."""
+    body_timeout_s: float = ListenerLimits.body_timeout_s
+    """Seconds from a request's last header to its last body byte; then the connection is closed."""
+    tls_handshake_timeout_s: float = ListenerLimits.handshake_timeout_s
+    """Seconds a TLS handshake may take (and a TLS close waits for the peer's close_notify)."""
+    keep_alive_timeout_s: float = ListenerLimits.keep_alive_s
+    """Seconds an idle kept-alive connection stays open between requests."""
+    max_connections: int = ListenerLimits.max_connections
+    """Open connections per listener, TLS handshakes included; more are closed at once, unanswered."""
     kubeconfig: Path | None = None
     """A kubeconfig: watch its cluster as the state (unless a snapshot is given) and bind pods through it."""
     in_cluster: bool = False
@@ -85,6 +97,19 @@ class ServeConfig:
             raise InputError(f"--max-body-bytes must be at least {MIN_BODY_BYTES}")
         if self.volcano_max_body_bytes < MIN_BODY_BYTES:
             raise InputError(f"--volcano-max-body-bytes must be at least {MIN_BODY_BYTES}")
+        if self.max_connections < 1:
+            raise InputError("--max-connections must be at least 1")
+
+    @property
+    def listener_limits(self) -> ListenerLimits:
+        """The deadlines and the connection cap every listener runs under."""
+        return ListenerLimits(
+            header_timeout_s=self.header_timeout_s,
+            body_timeout_s=self.body_timeout_s,
+            handshake_timeout_s=self.tls_handshake_timeout_s,
+            keep_alive_s=self.keep_alive_timeout_s,
+            max_connections=self.max_connections,
+        )
 
     @property
     def has_cluster(self) -> bool:
@@ -107,6 +132,11 @@ class ServeConfig:
             kilter_user=tuple(args.kilter_user),
             max_body_bytes=args.max_body_bytes,
             volcano_max_body_bytes=args.volcano_max_body_bytes,
+            header_timeout_s=_positive(args.header_timeout, "--header-timeout"),
+            body_timeout_s=_positive(args.body_timeout, "--body-timeout"),
+            tls_handshake_timeout_s=_positive(args.tls_handshake_timeout, "--tls-handshake-timeout"),
+            keep_alive_timeout_s=_positive(args.keep_alive_timeout, "--keep-alive-timeout"),
+            max_connections=args.max_connections,
             kubeconfig=args.kubeconfig,
             in_cluster=args.in_cluster,
             context=args.context,
@@ -118,6 +148,14 @@ class ServeConfig:
             reload_interval_s=parse_duration(args.reload_interval, path="--reload-interval"),
             log_level=cast(LogLevel, args.log_level),
         )
+
+
+def _positive(text: str, flag: str) -> float:
+    """A duration flag that must be above zero (a zero deadline would close every connection at once)."""
+    seconds = parse_duration(text, path=flag)
+    if seconds <= 0:
+        raise InputError(f"{flag} must be above zero, got {text!r}")
+    return seconds
 
 
 DEFAULTS = ServeConfig()

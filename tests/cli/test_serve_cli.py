@@ -25,6 +25,9 @@ def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
         (("--demo", "--http-tls"), "--http-tls needs --tls-cert-file and --tls-key-file"),
         (("--demo", "--max-body-bytes", "10"), "--max-body-bytes must be at least 1024"),
         (("--demo", "--volcano-max-body-bytes", "10"), "--volcano-max-body-bytes must be at least 1024"),
+        (("--demo", "--header-timeout", "0s"), "--header-timeout must be above zero"),
+        (("--demo", "--body-timeout", "never"), "'never' is not a duration"),
+        (("--demo", "--max-connections", "0"), "--max-connections must be at least 1"),
         (("--demo", "--kubeconfig", "/nonexistent/kubeconfig"), "cannot use /nonexistent/kubeconfig"),
     ],
 )
@@ -51,7 +54,8 @@ def test_the_flags_parse_to_the_configs_own_defaults() -> None:
 def test_every_flag_reaches_its_field() -> None:
     argv = ["serve", "--demo", "--http-port", "1", "--address", "127.0.0.1", "--webhook-port", "2"]
     argv += ["--kilter-user", "u1", "--kilter-user", "u2", "--max-body-bytes", "2048", "--in-cluster"]
-    argv += ["--volcano-max-body-bytes", "4096"]
+    argv += ["--volcano-max-body-bytes", "4096", "--header-timeout", "3s", "--body-timeout", "1m"]
+    argv += ["--tls-handshake-timeout", "2s", "--keep-alive-timeout", "500ms", "--max-connections", "64"]
     argv += ["--context", "c", "--leader-elect", "--lease", "ns/l", "--queues", "q.yaml"]
     argv += ["--gang-timeout", "1h30m", "--reload-interval", "250ms", "--log-level", "debug", "--platforms", "p.yaml"]
     config = ServeConfig.from_args(build_parser().parse_args(argv))
@@ -63,6 +67,11 @@ def test_every_flag_reaches_its_field() -> None:
         kilter_user=("u1", "u2"),
         max_body_bytes=2048,
         volcano_max_body_bytes=4096,
+        header_timeout_s=3.0,
+        body_timeout_s=60.0,
+        tls_handshake_timeout_s=2.0,
+        keep_alive_timeout_s=0.5,
+        max_connections=64,
         in_cluster=True,
         context="c",
         leader_elect=True,

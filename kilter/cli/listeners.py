@@ -1,0 +1,298 @@
+"""What a connection to ``kilter serve`` may cost: read deadlines, a TLS handshake deadline and a cap per listener.
+
+uvicorn's httptools protocol has an idle keep-alive timeout but no deadline on
+reading a request, and ``limit_concurrency`` answers 503, a 5xx kilter never
+sends. Without deadlines, a client that sends half a header, a body a byte a
+minute, or finishes a TLS handshake and says nothing holds a file descriptor
+for as long as it likes, and a few hundred such clients on the webhook port
+once left the extender port refusing connections (a lowered file limit, shared
+by both). So each listener runs ``GuardedHttp``, uvicorn's protocol with:
+
+* a connection cap: past ``max_connections`` open connections (counted from
+  the TCP accept, TLS handshakes included) a new one is aborted at once. Not
+  answered: an answer means reading a request, the very cost the cap bounds,
+  and the only fitting status would be 503. kube-scheduler, Volcano and the
+  apiserver treat a refused connection like any failed call (and retry);
+* TLS done here (``loop.start_tls``) rather than by the loop's server, so that
+  the handshake has its own deadline and is counted against the cap;
+* a header deadline (from the connection's start, or a keep-alive request's
+  first byte, to its last header) and a body deadline (from there to the last
+  body byte). A connection that misses one is aborted: its fd is free at once
+  (a TLS close would wait for the peer's close_notify);
+* uvicorn's own idle keep-alive timeout between requests.
+
+Each listener's open connections and the connections it closed, by reason,
+are counted (``ListenerReading``, shown in the HTTP listener's /metrics): the
+tests assert those, not clocks. The listener owns these rules, not the apps:
+they hold for every path, before any app sees a request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import asyncio.sslproto
+import ipaddress
+import logging
+import resource
+import ssl
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal, cast
+
+import uvicorn
+import uvloop
+import uvloop.loop
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from kilter.model.asgi import Scope, peer_address
+from kilter.model.errors import InputError
+
+__all__ = [
+    "FILE_RESERVE",
+    "Guard",
+    "GuardedHttp",
+    "ListenerLimits",
+    "ListenerReading",
+    "TrustRule",
+    "ensure_file_limit",
+    "listener_config",
+    "split_networks",
+]
+
+log = logging.getLogger("kilter.serve")
+
+FILE_RESERVE = 128
+"""File descriptors kept beyond the listeners' caps: the state feed, the API server, the snapshot, logs."""
+
+CloseReason = Literal["cap", "handshake", "header-timeout", "body-timeout"]
+
+
+@dataclass(frozen=True)
+class ListenerLimits:
+    """How long a connection may take to deliver a request, and how many a listener holds (seconds, counts)."""
+
+    header_timeout_s: float = 10.0
+    """From a connection's start (after TLS), or a keep-alive request's first byte, to its last header."""
+    body_timeout_s: float = 30.0
+    """From the last header to the last body byte: 256 MiB at ~70 Mbit/s; every client of kilter gives up sooner
+    (kube-scheduler 2 s, Volcano 1 s, the apiserver at most 30 s)."""
+    handshake_timeout_s: float = 5.0
+    """TLS handshake, and TLS shutdown (close_notify) on a graceful close: milliseconds on a cluster network."""
+    keep_alive_s: float = 15.0
+    """Idle time between requests on a kept-alive connection before it is closed."""
+    max_connections: int = 256
+    """Open connections of one listener, handshakes included; more are aborted at accept."""
+
+
+@dataclass
+class Guard:
+    """One listener's limits, its TLS context (None: plain HTTP), and its counts."""
+
+    name: str
+    limits: ListenerLimits
+    tls: ssl.SSLContext | None = None
+    open: int = 0
+    closed: dict[str, int] = field(default_factory=dict)
+
+    def close(self, reason: CloseReason) -> None:
+        self.closed[reason] = self.closed.get(reason, 0) + 1
+
+
+class GuardedHttp(HttpToolsProtocol):
+    """uvicorn's httptools protocol under a listener's ``Guard`` (set per listener by ``listener_config``)."""
+
+    guard: ClassVar[Guard]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._deadline: asyncio.TimerHandle | None = None
+        self._counted = False
+        self._tls_started = False
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        guard = self.guard
+        if self._tls_started:  # the TLS layer, its handshake done
+            self._start(transport)
+            return
+        if guard.open >= guard.limits.max_connections:
+            guard.close("cap")
+            transport.abort()
+            return
+        guard.open += 1
+        self._counted = True
+        if guard.tls is None:
+            self._start(transport)
+            return
+        # The TLS layer takes over the TCP connection now, before the loop reads its first byte (it starts
+        # reading when this returns), and calls connection_made again once the handshake is done.
+        self._tls_started = True
+        handshake: asyncio.Future[None] = self.loop.create_future()
+        handshake.add_done_callback(self._handshake_done)
+        limits = guard.limits
+        tls = _tls_protocol(self.loop)(
+            self.loop,
+            self,
+            guard.tls,
+            handshake,
+            server_side=True,
+            ssl_handshake_timeout=limits.handshake_timeout_s,
+            ssl_shutdown_timeout=limits.handshake_timeout_s,
+        )
+        transport.set_protocol(tls)
+        tls.connection_made(transport)
+
+    def _handshake_done(self, handshake: asyncio.Future[None]) -> None:
+        """A handshake that failed, passed its deadline or lost its peer: uvicorn never saw the connection."""
+        if handshake.cancelled() or handshake.exception() is not None:
+            self.guard.close("handshake")
+            self._uncount()
+
+    def _start(self, transport: asyncio.Transport) -> None:
+        super().connection_made(transport)
+        self._arm("header-timeout")
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self._counted:
+            return  # aborted at accept: uvicorn never saw it
+        self._disarm()
+        self._uncount()
+        if self.transport is not None:
+            super().connection_lost(exc)
+
+    def _uncount(self) -> None:
+        if self._counted:
+            self._counted = False
+            self.guard.open -= 1
+
+    def on_message_begin(self) -> None:
+        if self._deadline is None:  # a keep-alive request's first byte
+            self._arm("header-timeout")
+        super().on_message_begin()
+
+    def on_headers_complete(self) -> None:
+        self._arm("body-timeout")
+        super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        self._disarm()
+        super().on_message_complete()
+
+    def _arm(self, reason: CloseReason) -> None:
+        self._disarm()
+        limits = self.guard.limits
+        delay = limits.header_timeout_s if reason == "header-timeout" else limits.body_timeout_s
+        self._deadline = self.loop.call_later(delay, self._expire, reason)
+
+    def _disarm(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+
+    def _expire(self, reason: CloseReason) -> None:
+        self._deadline = None
+        if self.transport is not None and not self.transport.is_closing():
+            self.guard.close(reason)
+            self.transport.abort()  # over TLS this aborts the TCP connection under it too
+
+
+def _tls_protocol(loop: asyncio.AbstractEventLoop) -> Any:
+    """The loop's own TLS protocol class (uvloop's is native, and its transports take a fast path for it)."""
+    if isinstance(loop, uvloop.Loop):
+        return getattr(uvloop.loop, "SSLProtocol")  # noqa: B009 - not in uvloop's stubs
+    return asyncio.sslproto.SSLProtocol
+
+
+def listener_config(
+    app: Any,
+    guard: Guard,
+    *,
+    host: str,
+    port: int,
+    lifespan: Literal["on", "off"],
+    log_level: str,
+) -> uvicorn.Config:
+    """A uvicorn listener for ``app`` under ``guard``: httptools on uvloop, no WebSocket upgrade (kilter serves
+    none, and an unanswered upgrade would be uvicorn's 500), TLS from the guard."""
+    protocol = cast(type[GuardedHttp], type(f"GuardedHttp_{guard.name}", (GuardedHttp,), {"guard": guard}))
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        loop="uvloop",
+        http=protocol,
+        ws="none",
+        lifespan=lifespan,
+        access_log=False,
+        log_level=log_level,
+        timeout_keep_alive=max(1, round(guard.limits.keep_alive_s)),
+    )
+    config.load()
+    return config
+
+
+def ensure_file_limit(connections: int) -> int:
+    """Raise the soft file limit so that ``connections`` (all listeners' caps) plus ``FILE_RESERVE`` fit; the
+    limit now in force. Refuses (``InputError``) when even the hard limit is too low: a cap the process cannot
+    honour would let one listener's flood take the other's descriptors."""
+    needed = connections + FILE_RESERVE
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= needed:
+        return soft
+    if hard != resource.RLIM_INFINITY and hard < needed:
+        raise InputError(
+            f"--max-connections: {connections} connections need {needed} file descriptors, the limit is {hard}"
+        )
+    resource.setrlimit(resource.RLIMIT_NOFILE, (needed, hard))
+    return needed
+
+
+class TrustRule:
+    """Who may call ``/scheduler/*``, ``/volcano/*`` and ``/debug/*``: peers in ``networks``, and every peer of a
+    listener that verified a client certificate (``client_certs``: the handshake already refused the rest)."""
+
+    def __init__(self, networks: Sequence[str], *, client_certs: bool = False) -> None:
+        self.networks = tuple(_network(n) for n in networks)
+        self.client_certs = client_certs
+
+    def __call__(self, scope: Scope) -> bool:
+        if self.client_certs:
+            return True
+        address = peer_address(scope)
+        return address is not None and any(address in n for n in self.networks)
+
+
+def _network(text: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
+    try:
+        return ipaddress.ip_network(text.strip(), strict=False)
+    except ValueError:
+        raise InputError(f"--trusted-networks: {text!r} is not a CIDR such as 10.244.0.0/16") from None
+
+
+class ListenerReading(Collector):
+    """The guards' counts at scrape time: open connections and closed ones by reason, per listener."""
+
+    def __init__(self, guards: Iterable[Guard]) -> None:
+        self.guards = list(guards)
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        open_ = GaugeMetricFamily(
+            "kilter_listener_connections_open", "Open connections, TLS handshakes included", labels=["listener"]
+        )
+        closed = CounterMetricFamily(
+            "kilter_listener_connections_closed",
+            "Connections kilter closed: over the cap, failed or slow TLS handshake, header or body deadline",
+            labels=["listener", "reason"],
+        )
+        for guard in self.guards:
+            open_.add_metric([guard.name], guard.open)
+            for reason in ("cap", "handshake", "header-timeout", "body-timeout"):
+                closed.add_metric([guard.name, reason], guard.closed.get(reason, 0))
+        yield open_
+        yield closed
+
+
+def split_networks(text: str) -> tuple[str, ...]:
+    """``--trusted-networks``' comma-separated CIDRs, blanks dropped."""
+    return tuple(part.strip() for part in text.split(",") if part.strip())

@@ -1,0 +1,125 @@
+"""Each listener of ``kilter serve`` closes connections that stall or pass its cap, and counts them; one listener's
+flood leaves the other answering. Deadlines are small here (0.5 s); each check waits for the server to close the
+socket, with the client's own timeout as the hang detector."""
+
+from __future__ import annotations
+
+import http.client
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.cli.listening import Listening, closed_by_server, listening, wait_for
+
+FAST = {
+    "header_timeout_s": 0.5,
+    "body_timeout_s": 0.5,
+    "tls_handshake_timeout_s": 0.5,
+    "keep_alive_timeout_s": 1.0,
+    "max_connections": 8,
+}
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[Listening]:
+    with listening(tmp_path, **FAST) as s:
+        yield s
+
+
+def healthz(port: int) -> int:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        conn.request("GET", "/healthz")
+        return conn.getresponse().status
+    finally:
+        conn.close()
+
+
+def test_a_client_that_stops_halfway_through_its_headers_is_closed(served: Listening) -> None:
+    with socket.create_connection(("127.0.0.1", served.http_port), timeout=10) as sock:
+        sock.sendall(b"POST /scheduler/filter HTTP/1.1\r\nHost: kilter\r\nContent-Ty")
+        assert closed_by_server(sock)
+    assert served.http.closed.get("header-timeout") == 1
+    assert healthz(served.http_port) == 200
+
+
+def test_a_client_that_stops_halfway_through_its_body_is_closed(served: Listening) -> None:
+    with socket.create_connection(("127.0.0.1", served.http_port), timeout=10) as sock:
+        sock.sendall(b'POST /scheduler/filter HTTP/1.1\r\nHost: kilter\r\nContent-Length: 1000\r\n\r\n{"Pod":')
+        assert closed_by_server(sock)
+    assert served.http.closed.get("body-timeout") == 1
+
+
+def test_a_connection_that_sends_nothing_is_closed(served: Listening) -> None:
+    with socket.create_connection(("127.0.0.1", served.http_port), timeout=10) as sock:
+        assert closed_by_server(sock)
+    assert served.http.closed.get("header-timeout") == 1
+
+
+def test_a_kept_alive_connection_serves_request_after_request(served: Listening) -> None:
+    conn = http.client.HTTPConnection("127.0.0.1", served.http_port, timeout=10)
+    try:
+        for _ in range(3):
+            conn.request("GET", "/healthz")
+            assert conn.getresponse().read() == b"ok\n"
+    finally:
+        conn.close()
+    assert served.http.closed == {}
+
+
+def test_an_idle_kept_alive_connection_is_closed(served: Listening) -> None:
+    with socket.create_connection(("127.0.0.1", served.http_port), timeout=10) as sock:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: kilter\r\n\r\n")
+        assert closed_by_server(sock)  # the answer, then EOF once the keep-alive timeout passes
+    assert served.http.closed == {}  # closed as idle, not for a missed deadline
+
+
+def test_a_tls_client_that_handshakes_and_sends_nothing_is_closed(served: Listening) -> None:
+    raw = socket.create_connection(("127.0.0.1", served.webhook_port), timeout=10)
+    with served.client_tls.wrap_socket(raw, server_hostname="127.0.0.1") as sock:
+        assert closed_by_server(sock)
+    assert served.webhooks.closed.get("header-timeout") == 1
+
+
+def test_a_tls_client_that_never_finishes_its_handshake_is_closed(served: Listening) -> None:
+    with socket.create_connection(("127.0.0.1", served.webhook_port), timeout=10) as sock:
+        sock.sendall(b"\x16\x03\x01\x02\x00\x01")  # the start of a ClientHello, and no more
+        assert closed_by_server(sock)
+    assert wait_for(lambda: served.webhooks.closed.get("handshake") == 1)
+
+
+def test_every_connection_closed_is_counted_back_out(served: Listening) -> None:
+    socks = [socket.create_connection(("127.0.0.1", served.webhook_port), timeout=10) for _ in range(3)]
+    assert wait_for(lambda: served.webhooks.open == 3)
+    for sock in socks:
+        sock.close()
+    assert wait_for(lambda: served.webhooks.open == 0)
+
+
+def test_the_listeners_counts_are_in_metrics(served: Listening) -> None:
+    with socket.create_connection(("127.0.0.1", served.http_port), timeout=10) as sock:
+        assert closed_by_server(sock)
+    conn = http.client.HTTPConnection("127.0.0.1", served.http_port, timeout=10)
+    conn.request("GET", "/metrics")
+    text = conn.getresponse().read().decode()
+    conn.close()
+    assert 'kilter_listener_connections_closed_total{listener="http",reason="header-timeout"} 1.0' in text
+    assert 'kilter_listener_connections_open{listener="webhooks"} 0.0' in text
+
+
+def test_with_the_webhook_listener_flooded_to_its_cap_the_http_listener_still_answers(tmp_path: Path) -> None:
+    # Handshakes may take 60 s here, so the flood stays open for the whole test: only the cap can close the 9th.
+    with listening(tmp_path, tls_handshake_timeout_s=60.0, max_connections=8) as served:
+        flood = [socket.create_connection(("127.0.0.1", served.webhook_port), timeout=10) for _ in range(8)]
+        try:
+            assert wait_for(lambda: served.webhooks.open == 8)
+            with socket.create_connection(("127.0.0.1", served.webhook_port), timeout=10) as ninth:
+                assert closed_by_server(ninth)
+            assert served.webhooks.closed == {"cap": 1}
+            assert healthz(served.http_port) == 200
+            assert served.webhooks.open == 8
+        finally:
+            for sock in flood:
+                sock.close()
