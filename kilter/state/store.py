@@ -47,6 +47,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple, cast
 
+import msgspec
 from msgspec import structs
 
 from kilter.model import codec
@@ -128,6 +129,7 @@ class ClusterStore:
         self.feed_failures = 0  # reloads that failed since start
         self._left_out: dict[ObjectKey, str] = {}  # Nodes and Pods the last replace could not type: why
         self._unconverted: dict[ObjectKey, str] = {}  # objects of the other kinds state() could not convert
+        self._duplicates: dict[ObjectKey, str] = {}  # objects the last replace was given twice: which copy it kept
         self._fleet: Fleet | None = None
         self._fleet_dirty = True
         self._bookings: dict[str, Booking] = {}
@@ -164,11 +166,14 @@ class ClusterStore:
         type (``spec.containers: "oops"``), or an object without a name, is
         left out with a warning, as a live reflector skips an object it
         cannot read: refusing the whole snapshot for it would stall every
-        other change (see ``unreadable``).
+        other change (see ``unreadable``). An object given twice (two Nodes
+        of one name) is kept once, the same copy whatever the order of the
+        file (``_newer``), and named in ``problems``.
         """
         incoming: dict[ObjectKey, Stored] = {}
         ignored: dict[str, int] = {}
         left_out: dict[ObjectKey, str] = {}
+        duplicates: dict[ObjectKey, str] = {}
         for obj in objects:
             try:
                 key = object_key(obj)
@@ -180,13 +185,19 @@ class ClusterStore:
                 ignored[name] = ignored.get(name, 0) + 1
                 continue
             try:
-                incoming[key] = _typed(key, obj)
+                typed = _typed(key, obj)
             except InputError as exc:
                 left_out[key] = f"{_where(key)} left out, kilter cannot read it: {exc}"
-        for key, why in left_out.items():
-            if self._left_out.get(key) != why:
+                continue
+            held = incoming.get(key)
+            incoming[key] = typed if held is None else _newer(held, typed)
+            if held is not None:
+                other = held if incoming[key] is typed else typed
+                duplicates[key] = f"{_where(key)} appears more than once; kilter keeps {_which(incoming[key], other)}"
+        for key, why in [*left_out.items(), *duplicates.items()]:
+            if self._left_out.get(key, self._duplicates.get(key)) != why:
                 log.warning("%s", why)
-        self._left_out = left_out
+        self._left_out, self._duplicates = left_out, duplicates
         changes = self._difference(incoming, self.objects)
         self.ignored = ignored
         self._apply(changes)
@@ -462,9 +473,9 @@ class ClusterStore:
 
     def problems(self) -> list[str]:
         """What is wrong with the state kilter serves, one line each, for ``/readyz``: the state is older than its
-        source, objects were left out. Empty when nothing is."""
+        source, objects were left out, objects came twice. Empty when nothing is."""
         out = [self.feed_error] if self.feed_error else []
-        return out + self.unreadable()
+        return out + self.unreadable() + [why for _, why in sorted(self._duplicates.items())]
 
     def unreadable(self) -> list[str]:
         """Why each object kilter holds or was given is left out of the state (or, a Node whose device count is
@@ -524,6 +535,33 @@ def _typed(key: ObjectKey, obj: Stored) -> Stored:
     if cls is None or isinstance(obj, cls):
         return obj
     return codec.convert(obj, cls, path=_where(key))
+
+
+def _resource_version(obj: Stored) -> str:
+    if isinstance(obj, Node | Pod):
+        return obj.metadata.resource_version or ""
+    meta = obj.get("metadata")
+    version = meta.get("resourceVersion") if isinstance(meta, Mapping) else None
+    return version if isinstance(version, str) else ""
+
+
+def _newer(a: Stored, b: Stored) -> Stored:
+    """Of two copies of one object, the one to keep, whichever came first.
+
+    The higher resourceVersion where both are numbers (the API server's are
+    etcd revisions: the later write); else the copy whose JSON with sorted
+    keys sorts first — arbitrary, but the same for every order of the file.
+    """
+    va, vb = _resource_version(a), _resource_version(b)
+    if va.isdigit() and vb.isdigit() and int(va) != int(vb):
+        return a if int(va) > int(vb) else b
+    return a if msgspec.json.encode(a, order="sorted") <= msgspec.json.encode(b, order="sorted") else b
+
+
+def _which(kept: Stored, other: Stored) -> str:
+    version = _resource_version(kept)
+    by_version = version.isdigit() and version != _resource_version(other)
+    return f"the copy of resourceVersion {version[:32]}" if by_version else "the copy first by content"
 
 
 def _where(key: ObjectKey) -> str:
