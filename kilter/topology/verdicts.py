@@ -74,6 +74,7 @@ OUTCOMES = (  # per code: "passed", "failed" (may resolve by itself) or "unresol
 )
 _RESOLVABLE = np.array([o == "failed" for o in OUTCOMES], dtype=bool)
 MAX_CACHED_MASKS = 256
+MAX_CACHED_MASK_KEY_BYTES = 16 * 1024  # a selector longer than this is judged again each time rather than kept
 _Count = TypeVar("_Count", int, float)  # whole GPUs (Kubernetes requests) or milli-units (Volcano's Resource)
 
 
@@ -160,6 +161,8 @@ class Ladder:
             return self._masks[key]
         mask = eligibility.node_mask(fleet, spec, path=path)
         extended = None if mask is None else np.append(mask, False)
+        if len(key) > MAX_CACHED_MASK_KEY_BYTES:
+            return extended  # 256 selectors of 100,000 keys each would keep ~600 MB of keys alive
         if len(self._masks) >= MAX_CACHED_MASKS:
             self._masks.clear()
         self._masks[key] = extended
