@@ -1,9 +1,18 @@
-"""What the extender last decided about each pod, kept compact and rendered on request.
+"""What the extender last decided about each pod, kept compact and bounded, and rendered on request.
 
 A filter over 5,000 nodes must not build 5,000 sentences on the hot path, so
 a record keeps the arrays the decision used (node indices, verdict codes,
 free and total GPUs, scores) and turns them into per-node lines only when
 ``/debug/explain`` asks.
+
+A request names whatever nodes its sender likes, so nothing here grows with
+the request: a node kilter knows is kept as its index into the fleet's own
+names list (shared by every record); of the nodes kilter does not know, the
+first ``MAX_UNKNOWN_NAMES`` keep their names and the rest are only counted;
+a record keeps at most ``MAX_ENTRIES`` nodes in all; and the log as a whole
+keeps at most ``entries`` nodes across its records. What a record leaves
+out is said in its rendered ``note``. Rendering is then bounded too: at most
+``per_pod`` records of ``MAX_ENTRIES`` nodes for one pod.
 """
 
 from __future__ import annotations
@@ -11,23 +20,40 @@ from __future__ import annotations
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["DecisionLog", "Record"]
+__all__ = ["MAX_ENTRIES", "MAX_UNKNOWN_NAMES", "DecisionLog", "Record"]
 
 Reason = Callable[[int, int, int], str]  # (verdict code, free GPUs, total GPUs) -> sentence
+
+MAX_ENTRIES = 16_384
+"""Nodes one record keeps: every node of a 16,384-node fleet (65,536 GPUs at four a node), ~200 KB of arrays."""
+
+MAX_UNKNOWN_NAMES = 100
+"""Names kept per record of nodes kilter does not know (the rest are counted): enough to spot a typo or a
+misconfigured node pool, without keeping a list a client can make as long as the body limit allows."""
 
 
 @dataclass
 class Record:
+    """One decision: per node (in request order) its verdict, free and total GPUs, score.
+
+    ``names`` with ``index`` is the fleet's names list (shared, not copied)
+    and each node's index into it, -1 for a node kilter does not know; the
+    caller passes the names as sent (``sent``, aligned with ``index``) when
+    some are unknown, and ``bounded()`` keeps only the unknown ones it keeps
+    (``unknown``: position -> name). Without ``index``, ``names`` are the
+    nodes themselves. ``DecisionLog.add`` keeps only ``bounded()`` records.
+    """
+
     verb: str
     at: float
     summary: str
-    names: Sequence[str]  # the nodes in request order, or (with ``index``) the fleet's names list, shared
+    names: Sequence[str]
     index: npt.NDArray[np.int32] | None = None
     codes: npt.NDArray[np.int8] | None = None
     free: npt.NDArray[np.int16] | None = None
@@ -36,12 +62,61 @@ class Record:
     reason: Reason | None = None
     verdicts: tuple[str, ...] = ()
     extra: dict[str, str] = field(default_factory=dict)
+    sent: Sequence[str] = ()  # with ``index``: the names as sent, aligned with it (until bounded)
+    unknown: dict[int, str] = field(default_factory=dict)  # position -> name of each unknown node kept
+    left_out_unknown: int = 0  # nodes kilter does not know, counted but not kept
+    left_out: int = 0  # further nodes past MAX_ENTRIES, counted but not kept
+
+    @property
+    def size(self) -> int:
+        """Nodes this record keeps: its share of the log's ``entries`` budget."""
+        return len(self.index) if self.index is not None else len(self.names)
+
+    def bounded(self) -> Record:
+        """This record keeping at most ``MAX_UNKNOWN_NAMES`` unknown nodes and ``MAX_ENTRIES`` nodes in all."""
+        if self.index is None:
+            if len(self.names) <= MAX_ENTRIES:
+                return self
+            kept_names = list(self.names[:MAX_ENTRIES])
+            extra = {n: self.extra[n] for n in kept_names if n in self.extra}
+            cut = self._take(np.arange(MAX_ENTRIES))
+            return replace(cut, names=kept_names, extra=extra, left_out=len(self.names) - MAX_ENTRIES)
+        unknown = np.flatnonzero(self.index < 0)
+        keep = self.index >= 0
+        keep[unknown[:MAX_UNKNOWN_NAMES]] = True
+        candidates = np.flatnonzero(keep)
+        kept = candidates[:MAX_ENTRIES]
+        cut = self._take(kept) if len(kept) < len(self.index) else self
+        assert cut.index is not None
+        at = np.flatnonzero(cut.index < 0)
+        sent = self.sent if len(self.sent) else None
+        names = {j: sent[i] for j, i in zip(at.tolist(), kept[at].tolist(), strict=True)} if sent is not None else {}
+        return replace(
+            cut,
+            sent=(),
+            unknown=names,
+            left_out_unknown=len(unknown) - min(len(unknown), MAX_UNKNOWN_NAMES),
+            left_out=len(candidates) - len(kept),
+        )
+
+    def _take(self, at: npt.NDArray[np.intp]) -> Record:
+        def part(a: Any) -> Any:
+            return None if a is None else a[at]  # fancy indexing copies: the request's arrays are not kept
+
+        return replace(
+            self,
+            index=part(self.index),
+            codes=part(self.codes),
+            free=part(self.free),
+            total=part(self.total),
+            scores=part(self.scores),
+        )
 
     def render(self) -> dict[str, Any]:
         nodes: list[dict[str, Any]] = []
         order = self.index.tolist() if self.index is not None else range(len(self.names))
         for i, at in enumerate(order):
-            name = self.names[at]
+            name = self.names[at] if at >= 0 else self.unknown.get(i) or (self.sent[i] if self.sent else "?")
             entry: dict[str, Any] = {"node": name}
             if self.codes is not None and self.reason is not None:
                 code = int(self.codes[i])
@@ -52,39 +127,76 @@ class Record:
             if self.scores is not None:
                 entry["score"] = int(self.scores[i])
             nodes.append(entry)
-        return {
+        rendered: dict[str, Any] = {
             "verb": self.verb,
             "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.at)),
             "summary": self.summary,
             "nodes": nodes,
         }
+        note = self.note()
+        if note:
+            rendered["note"] = note
+        return rendered
+
+    def note(self) -> str:
+        """What this record left out, in words ("" when it kept every node)."""
+        parts = []
+        if self.left_out_unknown:
+            parts.append(
+                f"{self.left_out_unknown:,} more nodes kilter does not know were not kept "
+                f"(only the first {MAX_UNKNOWN_NAMES:,} are)"
+            )
+        if self.left_out:
+            parts.append(f"{self.left_out:,} more nodes past the first {MAX_ENTRIES:,} were not kept")
+        return "; ".join(parts)
 
 
 class DecisionLog:
-    """The last ``per_pod`` records per pod, at most ``records`` in all (least recently decided pods go first).
+    """The last ``per_pod`` records per pod, at most ``records`` in all and ``entries`` nodes across them.
 
-    A record over 5,000 nodes holds ~45 KB of arrays, so the default budget
-    of 2,000 records stays under ~100 MB whatever the cluster size.
+    The least recently decided pods go first. A record holds at most
+    ``MAX_ENTRIES`` nodes at ~13 bytes each (index, verdict, free, total,
+    score), so the default budget of 4,000,000 nodes keeps the arrays near
+    50 MB whatever the requests hold; unknown nodes' names add at most
+    ``MAX_UNKNOWN_NAMES`` strings a record.
     """
 
-    def __init__(self, *, records: int = 2_000, per_pod: int = 4) -> None:
+    def __init__(self, *, records: int = 2_000, per_pod: int = 4, entries: int = 4_000_000) -> None:
         self.records = records
         self.per_pod = per_pod
+        self.entries = entries
         self._log: OrderedDict[str, deque[Record]] = OrderedDict()
         self._count = 0
+        self._size = 0
+
+    @property
+    def size(self) -> int:
+        """Nodes kept across all records (what ``entries`` bounds)."""
+        return self._size
+
+    @property
+    def names_kept(self) -> int:
+        """Node names the records hold themselves (not counting the fleet's shared names list)."""
+        return sum(len(r.unknown) + (len(r.names) if r.index is None else 0) for e in self._log.values() for r in e)
 
     def add(self, namespace: str, name: str, record: Record) -> None:
+        record = record.bounded()
         key = f"{namespace}/{name}"
         entries = self._log.get(key)
         if entries is None:
-            entries = self._log[key] = deque(maxlen=self.per_pod)
+            entries = self._log[key] = deque()
         else:
             self._log.move_to_end(key)
-        self._count += len(entries) < self.per_pod
+        if len(entries) == self.per_pod:
+            self._size -= entries.popleft().size
+            self._count -= 1
         entries.append(record)
-        while self._count > self.records and len(self._log) > 1:
+        self._count += 1
+        self._size += record.size
+        while (self._count > self.records or self._size > self.entries) and len(self._log) > 1:
             _, dropped = self._log.popitem(last=False)
             self._count -= len(dropped)
+            self._size -= sum(r.size for r in dropped)
 
     def explain(self, namespace: str, name: str) -> list[dict[str, Any]] | None:
         entries = self._log.get(f"{namespace}/{name}")

@@ -191,13 +191,14 @@ class SchedulerExtender:
                 "filter",
                 time.time(),
                 f"{summary}; {gang_note}" if gang_note else summary,
-                fleet.node_names if cand.names is None else cand.names,
-                cand.index.copy() if cand.names is None else None,
+                fleet.node_names,
+                cand.index.copy() if cand.names is None else cand.index,
                 codes,
                 free.astype(np.int16),
                 total.astype(np.int16),
                 reason=reason_of,
                 verdicts=verdicts.OUTCOMES,
+                sent=cand.names or (),
             ),
         )
         outcome = "gang" if plan is not None else ("fits" if len(passing) else "no-fit")
@@ -312,9 +313,10 @@ class SchedulerExtender:
                 "prioritize",
                 time.time(),
                 f"{len(index)} nodes scored 0..{MAX_SCORE} for {p.gpus} {p.resource}",
-                fleet.node_names if shown is None else shown,
-                index if shown is None else None,
+                fleet.node_names,
+                index,
                 scores=scores,
+                sent=shown or (),
             ),
         )
         return Answer(200, body_out, "scored")
