@@ -250,14 +250,16 @@ def ensure_file_limit(connections: int) -> int:
 
 class TrustRule:
     """Who may call ``/scheduler/*``, ``/volcano/*`` and ``/debug/*``: peers in ``networks``, and every peer of a
-    listener that verified a client certificate (``client_certs``: the handshake already refused the rest)."""
+    listener that verified a client certificate (``client_certs``: the handshake already refused the rest). The
+    peer is the connection's, never a header (``X-Forwarded-For`` is anyone's to write). A scope without
+    ``client`` is an in-process call (``asgi.is_local_caller``)."""
 
     def __init__(self, networks: Sequence[str], *, client_certs: bool = False) -> None:
         self.networks = tuple(_network(n) for n in networks)
         self.client_certs = client_certs
 
     def __call__(self, scope: Scope) -> bool:
-        if self.client_certs:
+        if self.client_certs or "client" not in scope:  # every caller passed the handshake; an in-process call
             return True
         address = peer_address(scope)
         return address is not None and any(address in n for n in self.networks)

@@ -83,6 +83,20 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--tls-key-file", type=Path, help="the certificate's private key (PEM)")
     p.add_argument("--http-tls", action="store_true", help="serve the HTTP listener over HTTPS too, same certificate")
     p.add_argument(
+        "--http-client-ca",
+        type=Path,
+        help="with --http-tls: require client certificates signed by this CA (PEM); their holders are trusted "
+        "from any address",
+    )
+    p.add_argument(
+        "--trusted-networks",
+        metavar="CIDR[,CIDR...]",
+        default=",".join(d.trusted_networks),
+        help="callers that may use /scheduler/*, /volcano/* and /debug/*, by peer address; replaces the default "
+        f"{','.join(d.trusted_networks)} (loopback: list it too to keep it). Others get 403; /healthz, /readyz "
+        "and /metrics answer everyone",
+    )
+    p.add_argument(
         "--kilter-user",
         action="append",
         default=[],
@@ -225,6 +239,7 @@ def build_app(config: ServeConfig) -> tuple[App, ClusterStore]:
         volcano=volcano,
         sync_status=live.status if live is not None else None,
         # Writers stop before the Lease is released, so the next leader never overlaps with this one.
+        trusted=config.trust_rule,
         shutdown=[
             *([recorder.close] if recorder is not None else []),
             *([elector.stop] if elector is not None else []),
@@ -315,7 +330,10 @@ def listeners(
     connection cap, so that a flood of one cannot take the other's connections); both counted in /metrics."""
     log = logging.getLogger("kilter.serve")
     limits = config.listener_limits
-    http = Guard("http", limits, tls.context if tls is not None and config.http_tls else None)
+    http_tls = tls
+    if tls is not None and config.http_client_ca is not None:
+        http_tls = ReloadingTLS(tls.cert, tls.key, client_ca=config.http_client_ca)
+    http = Guard("http", limits, http_tls.context if http_tls is not None and config.http_tls else None)
     servers = [uvicorn.Server(_listener(app, http, config, config.http_port, "on"))]
     guards = [http]
     if tls is not None:

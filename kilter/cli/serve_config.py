@@ -16,16 +16,27 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, cast
 
-from kilter.cli.listeners import ListenerLimits
+from kilter.cli.listeners import ListenerLimits, TrustRule, split_networks
 from kilter.extenders.server import DEFAULT_MAX_BODY_BYTES, DEFAULT_VOLCANO_BODY_BYTES
 from kilter.model.errors import InputError
 from kilter.quota.policy import parse_duration
 
-__all__ = ["DEFAULTS", "DEFAULT_KILTER_USER", "DEFAULT_LEASE", "MIN_BODY_BYTES", "LogLevel", "ServeConfig"]
+__all__ = [
+    "DEFAULTS",
+    "DEFAULT_KILTER_USER",
+    "DEFAULT_LEASE",
+    "DEFAULT_TRUSTED_NETWORKS",
+    "MIN_BODY_BYTES",
+    "LogLevel",
+    "ServeConfig",
+]
 
 DEFAULT_LEASE = "kube-system/kilter"
 DEFAULT_KILTER_USER = "system:serviceaccount:kube-system:kilter-scheduler"
 MIN_BODY_BYTES = 1024  # below this not even a one-node filter body fits
+
+DEFAULT_TRUSTED_NETWORKS = ("127.0.0.0/8", "::1/128")
+"""Loopback: kube-scheduler calls its kilter sidecar on 127.0.0.1, and kubectl port-forward arrives there too."""
 
 LogLevel = Literal["debug", "info", "warning", "error"]
 
@@ -52,6 +63,12 @@ class ServeConfig:
     """PEM private key of ``tls_cert_file``."""
     http_tls: bool = False
     """Serve the HTTP listener over HTTPS too, with the same certificate."""
+    http_client_ca: Path | None = None
+    """PEM CA bundle: with ``http_tls``, the HTTP listener requires client certificates it signed (mutual TLS),
+    and every caller that passes is trusted wherever it connects from."""
+    trusted_networks: tuple[str, ...] = DEFAULT_TRUSTED_NETWORKS
+    """CIDRs whose callers may use /scheduler/*, /volcano/* and /debug/* (by the peer address of the connection);
+    loopback only by default. /healthz, /readyz and /metrics answer everyone."""
     kilter_user: tuple[str, ...] = ()
     """Users allowed to write kilter-only annotations; empty: kilter's service account only."""
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
@@ -99,6 +116,14 @@ class ServeConfig:
             raise InputError(f"--volcano-max-body-bytes must be at least {MIN_BODY_BYTES}")
         if self.max_connections < 1:
             raise InputError("--max-connections must be at least 1")
+        if self.http_client_ca is not None and not self.http_tls:
+            raise InputError("--http-client-ca needs --http-tls: client certificates are checked in the TLS handshake")
+        TrustRule(self.trusted_networks)  # each CIDR parses, or the one-line refusal names it
+
+    @property
+    def trust_rule(self) -> TrustRule:
+        """Who the HTTP listener answers on /scheduler/*, /volcano/* and /debug/*."""
+        return TrustRule(self.trusted_networks, client_certs=self.http_client_ca is not None)
 
     @property
     def listener_limits(self) -> ListenerLimits:
@@ -129,6 +154,8 @@ class ServeConfig:
             tls_cert_file=args.tls_cert_file,
             tls_key_file=args.tls_key_file,
             http_tls=args.http_tls,
+            http_client_ca=args.http_client_ca,
+            trusted_networks=split_networks(args.trusted_networks),
             kilter_user=tuple(args.kilter_user),
             max_body_bytes=args.max_body_bytes,
             volcano_max_body_bytes=args.volcano_max_body_bytes,

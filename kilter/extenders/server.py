@@ -10,6 +10,9 @@ verb runs on the event-loop thread, which also applies state events, so the
 state never changes under a decision. A failure no verb foresaw is logged,
 counted (``kilter_internal_errors_total``) and answered in the protocol by the
 one map in ``last_resort``: never a 5xx, never a dead server, never an allow.
+The verbs and /debug answer trusted callers only (``trusted``, by default
+loopback: kube-scheduler calls its sidecar on 127.0.0.1); anyone else gets a
+403 before the body is read, counted in ``kilter_untrusted_requests_total``.
 """
 
 from __future__ import annotations
@@ -49,6 +52,8 @@ DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
 # 256 MiB leaves room for ~11,000 such nodes.
 DEFAULT_VOLCANO_BODY_BYTES = 256 * 1024 * 1024
 VERBS = ("filter", "prioritize", "preempt", "bind")
+TRUSTED_PREFIXES = ("/scheduler/", "/volcano/", "/debug/")
+"""Paths only trusted callers reach (``App.trusted``); /healthz, /readyz and /metrics are for probes and Prometheus."""
 LEGACY_PREFIX = "v1.9/"  # /volcano/v1.9/<verb>: Volcano up to v1.9, whose predicate answer was a list
 KNOWN_PATHS = {
     *(f"/scheduler/{v}" for v in VERBS),
@@ -84,6 +89,12 @@ class Metrics:
         )
         self.decisions = Counter(
             "kilter_extender_decisions", "Answers by verb and outcome", ["verb", "outcome"], registry=self.registry
+        )
+        self.untrusted = Counter(
+            "kilter_untrusted_requests",
+            "Requests refused with 403: the caller is not trusted (--trusted-networks, --http-client-ca), by path",
+            ["path"],
+            registry=self.registry,
         )
         self.internal_errors = Counter(
             "kilter_internal_errors",
@@ -160,8 +171,10 @@ class App:
         volcano: VolcanoExtender | None = None,
         sync_status: Callable[[], dict[str, dict[str, object]]] | None = None,
         shutdown: list[Callable[[], None]] | None = None,
+        trusted: Callable[[Scope], bool] = asgi.is_local_caller,
     ) -> None:
         self.store = store
+        self.trusted = trusted
         self.volcano = volcano
         self.sync_status = sync_status
         self.shutdown = shutdown or []
@@ -181,6 +194,9 @@ class App:
             return
         path: str = scope["path"]
         method: str = scope["method"]
+        if path.startswith(TRUSTED_PREFIXES) and not self.trusted(scope):
+            await self._untrusted(scope, send)
+            return
         try:
             if path.startswith("/scheduler/"):
                 verb = path[len("/scheduler/") :]
@@ -339,6 +355,18 @@ class App:
         else:
             doc, status = {**head, "decisions": notes}, 200
         await self._reply(send, scope["path"], status, json.dumps(doc).encode(), "application/json")
+
+    async def _untrusted(self, scope: Scope, send: Send) -> None:
+        """403 and one line, before any byte of the body is read; the connection closes with it."""
+        path = scope["path"]
+        known = path if path in KNOWN_PATHS else "other"
+        self.metrics.untrusted.labels(known).inc()
+        peer = asgi.peer_address(scope)
+        message = (
+            f"{path}: caller {peer or 'unknown'} is not trusted; kilter answers loopback callers, "
+            "--trusted-networks and, with --http-client-ca, verified client certificates\n"
+        )
+        await self._reply(send, path, 403, message.encode(), "text/plain", close=True)
 
     async def _too_large(self, send: Send, path: str, limit: int, flag: str) -> None:
         message = f"request body above the limit of {limit} bytes ({flag})\n".encode()

@@ -12,10 +12,21 @@ memory. Saying so (413 and which limit) is each server's own line.
 from __future__ import annotations
 
 import enum
+import ipaddress
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-__all__ = ["BodyRefused", "Message", "Receive", "Scope", "Send", "read_body", "reply"]
+__all__ = [
+    "BodyRefused",
+    "Message",
+    "Receive",
+    "Scope",
+    "Send",
+    "is_local_caller",
+    "peer_address",
+    "read_body",
+    "reply",
+]
 
 Scope = MutableMapping[str, Any]
 """One connection's request: ``type``, ``path``, ``method``, ``headers`` as (lower-case bytes, bytes) pairs, …"""
@@ -80,6 +91,32 @@ async def reply(
         headers.append((b"connection", b"close"))
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
+
+
+def peer_address(scope: Scope) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """The caller's IP address from the scope's ``client`` (host, port); None when the server gave none (a Unix
+    socket) or it is not an IP address. An IPv4-mapped IPv6 address (``::ffff:10.0.0.1``) is its IPv4 address,
+    so that one rule covers a dual-stack listener."""
+    client = scope.get("client")
+    if not client:
+        return None
+    try:
+        address = ipaddress.ip_address(client[0])
+    except ValueError:
+        return None
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    return address
+
+
+def is_local_caller(scope: Scope) -> bool:
+    """Whether the caller is on this host: a peer on the loopback (127.0.0.0/8, ::1), the default trust rule, or
+    no peer at all. A scope without ``client`` is an in-process call (a test, an embedding calling the app):
+    uvicorn sets ``client`` on every connection it accepts, so no network caller arrives without one."""
+    if "client" not in scope:
+        return True
+    address = peer_address(scope)
+    return address is not None and address.is_loopback
 
 
 def _content_length(scope: Scope) -> int | None:

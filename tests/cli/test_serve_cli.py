@@ -28,6 +28,8 @@ def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
         (("--demo", "--header-timeout", "0s"), "--header-timeout must be above zero"),
         (("--demo", "--body-timeout", "never"), "'never' is not a duration"),
         (("--demo", "--max-connections", "0"), "--max-connections must be at least 1"),
+        (("--demo", "--trusted-networks", "10.0.0.0/8,pods"), "--trusted-networks: 'pods' is not a CIDR"),
+        (("--demo", "--http-client-ca", "ca.crt"), "--http-client-ca needs --http-tls"),
         (("--demo", "--kubeconfig", "/nonexistent/kubeconfig"), "cannot use /nonexistent/kubeconfig"),
     ],
 )
@@ -46,6 +48,17 @@ def test_an_unreadable_certificate_is_named(capsys: pytest.CaptureFixture[str], 
     assert code == 2 and "cannot load the TLS certificate" in err
 
 
+def test_by_default_only_loopback_callers_are_trusted() -> None:
+    rule = ServeConfig().trust_rule
+    assert (
+        rule({"client": ("127.0.0.1", 1)})
+        and rule({"client": ("::1", 1)})
+        and rule({"client": ("::ffff:127.0.0.9", 1)})
+    )
+    assert not rule({"client": ("10.0.0.1", 1)}) and not rule({"client": None})
+    assert rule({}), "no client at all: an in-process call, not a network caller"
+
+
 def test_the_flags_parse_to_the_configs_own_defaults() -> None:
     args = build_parser().parse_args(["serve", "--snapshot", "cluster.yaml"])
     assert ServeConfig.from_args(args) == ServeConfig(snapshot=Path("cluster.yaml"))
@@ -56,6 +69,7 @@ def test_every_flag_reaches_its_field() -> None:
     argv += ["--kilter-user", "u1", "--kilter-user", "u2", "--max-body-bytes", "2048", "--in-cluster"]
     argv += ["--volcano-max-body-bytes", "4096", "--header-timeout", "3s", "--body-timeout", "1m"]
     argv += ["--tls-handshake-timeout", "2s", "--keep-alive-timeout", "500ms", "--max-connections", "64"]
+    argv += ["--http-tls", "--http-client-ca", "ca.crt", "--trusted-networks", "10.244.0.0/16, fd00::/8"]
     argv += ["--context", "c", "--leader-elect", "--lease", "ns/l", "--queues", "q.yaml"]
     argv += ["--gang-timeout", "1h30m", "--reload-interval", "250ms", "--log-level", "debug", "--platforms", "p.yaml"]
     config = ServeConfig.from_args(build_parser().parse_args(argv))
@@ -72,6 +86,9 @@ def test_every_flag_reaches_its_field() -> None:
         tls_handshake_timeout_s=2.0,
         keep_alive_timeout_s=0.5,
         max_connections=64,
+        http_tls=True,
+        http_client_ca=Path("ca.crt"),
+        trusted_networks=("10.244.0.0/16", "fd00::/8"),
         in_cluster=True,
         context="c",
         leader_elect=True,

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 
-from kilter.model.asgi import BodyRefused, Message, Scope, read_body, reply
+import pytest
+
+from kilter.model.asgi import BodyRefused, Message, Scope, is_local_caller, peer_address, read_body, reply
 
 
 class Wire:
@@ -73,3 +76,28 @@ def test_a_reply_is_one_start_and_one_body_with_its_length_timing_and_close() ->
         ],
     }
     assert body == {"type": "http.response.body", "body": b"too big\n"}
+
+
+@pytest.mark.parametrize(
+    ("client", "address", "loopback"),
+    [
+        pytest.param(("127.0.0.1", 50000), "127.0.0.1", True, id="IPv4 loopback"),
+        pytest.param(("127.8.9.10", 1), "127.8.9.10", True, id="all of 127.0.0.0/8"),
+        pytest.param(("::1", 1), "::1", True, id="IPv6 loopback"),
+        pytest.param(("::ffff:127.0.0.1", 1), "127.0.0.1", True, id="IPv4-mapped loopback is IPv4"),
+        pytest.param(("::ffff:10.1.2.3", 1), "10.1.2.3", False, id="IPv4-mapped pod address is IPv4"),
+        pytest.param(("10.244.1.7", 1), "10.244.1.7", False, id="a pod address"),
+        pytest.param(("/run/kilter.sock", None), None, False, id="not an IP address"),
+        pytest.param(None, None, False, id="a client the server could not name"),
+    ],
+)
+def test_the_peer_is_the_ip_address_of_the_scopes_client(
+    client: tuple[str, int | None] | None, address: str | None, loopback: bool
+) -> None:
+    s: Scope = {"type": "http", "client": client}
+    assert peer_address(s) == (ipaddress.ip_address(address) if address else None)
+    assert is_local_caller(s) is loopback
+
+
+def test_a_scope_without_a_client_is_an_in_process_call_and_local() -> None:
+    assert is_local_caller({"type": "http"}) and peer_address({"type": "http"}) is None
