@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from kilter.cli.main import build_parser
+from kilter.cli.serve_config import ServeConfig
 from kilter.extenders.server import VERBS
 from kilter.topology.catalog import BUILTIN, Catalog
 from tests.manifests.yamldocs import Obj, documents, one
@@ -255,6 +256,28 @@ def test_kilter_listens_where_the_kubelet_probes_reach(kilter_args: argparse.Nam
     for probe in probes.values():
         assert probe["port"] == kilter_args.http_port
         assert probe.get("scheme", "HTTP") == "HTTP"
+
+
+def test_kilter_trusts_the_scheduler_on_loopback_and_no_pod_address(
+    kilter_args: argparse.Namespace, extender: Obj
+) -> None:
+    # The verbs answer by the connection's peer address (kilter's trust rule), NetworkPolicy or not: kube-scheduler
+    # calls from the loopback address of urlPrefix; a caller from the pod network (any pod IP) must get 403.
+    config = ServeConfig.from_args(kilter_args)
+    host = urlsplit(extender["urlPrefix"]).hostname
+    assert host is not None
+    assert config.trust_rule({"client": (host, 40000)}), "kube-scheduler's calls would be refused"
+    for network in config.trusted_networks:
+        assert ipaddress.ip_network(network).is_loopback, f"{network} lets callers off the pod's loopback in"
+    assert config.http_client_ca is None
+    assert not config.trust_rule({"client": ("10.244.1.7", 40000)})
+
+
+def test_the_extenders_bodies_fit_kilters_limit_for_node_names(kilter_args: argparse.Namespace, extender: Obj) -> None:
+    # nodeCacheCapable sends ~20 bytes a node: 5,000 nodes and a Pod at etcd's 1.5 MiB limit fit the default.
+    config = ServeConfig.from_args(kilter_args)
+    assert extender["nodeCacheCapable"] is True
+    assert config.max_body_bytes >= 5000 * 20 + int(1.5 * 1024 * 1024)
 
 
 def test_no_service_exposes_kilter(deployment_docs: list[Obj], kilter_args: argparse.Namespace) -> None:

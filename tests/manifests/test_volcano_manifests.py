@@ -20,6 +20,7 @@ import pytest
 import yaml
 
 from kilter.cli.main import build_parser
+from kilter.cli.serve_config import ServeConfig
 from kilter.extenders.volcano import VOLCANO_VERBS
 from kilter.extenders.volcano.quota_jobs import CLUSTER_QUEUE_ANNOTATION
 from kilter.model import codec
@@ -412,6 +413,34 @@ def test_kilter_listens_where_the_service_and_probes_reach(kilter_args: argparse
         port = probe["port"]
         assert (container_ports[port] if isinstance(port, str) else port) == kilter_args.http_port
         assert probe.get("scheme", "HTTP") == "HTTP"
+
+
+def test_kilter_trusts_the_pod_network_and_loopback_and_nothing_beyond_private_addresses(
+    kilter_args: argparse.Namespace,
+) -> None:
+    # volcano-scheduler calls from its pod IP over plain HTTP (the plugin has no TLS settings: no client
+    # certificate to check), so the verbs are held to the pod network by kilter's trust rule, NetworkPolicy or not.
+    config = ServeConfig.from_args(kilter_args)
+    assert config.http_client_ca is None and not config.http_tls
+    networks = [ipaddress.ip_network(n) for n in config.trusted_networks]
+    assert any(n.is_loopback for n in networks), "kubectl port-forward (/debug/volcano) arrives on loopback"
+    pod_networks = [n for n in networks if not n.is_loopback]
+    assert pod_networks, "volcano-scheduler's pod address must be trusted"
+    for network in pod_networks:
+        assert network.is_private and network.prefixlen >= 8, f"{network} reaches beyond a cluster's pod network"
+    pod_ip = str(next(pod_networks[0].hosts()))
+    assert config.trust_rule({"client": (pod_ip, 40000)})
+    assert not config.trust_rule({"client": ("203.0.113.9", 40000)}), "an address outside the cluster"
+
+
+def test_readme_shows_the_trusted_networks_of_the_manifest(kilter_args: argparse.Namespace) -> None:
+    text = README_FILE.read_text(encoding="utf-8")
+    assert f"| kilter `--trusted-networks` | `{kilter_args.trusted_networks}` |" in text
+
+
+def test_the_volcano_body_limit_fits_a_5000_node_session(kilter_args: argparse.Namespace) -> None:
+    # onSessionOpen of 5,004 nodes is ~110 MB (bench/results/volcano.json).
+    assert ServeConfig.from_args(kilter_args).volcano_max_body_bytes > 110_000_000
 
 
 def test_service_selects_the_pod(service: Obj, pod_labels: dict[str, str]) -> None:

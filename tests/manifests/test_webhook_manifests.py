@@ -17,7 +17,7 @@ import pytest
 
 from kilter.cli.main import build_parser
 from kilter.cli.serve import webhook_app
-from kilter.cli.serve_config import DEFAULT_KILTER_USER
+from kilter.cli.serve_config import DEFAULT_KILTER_USER, ServeConfig
 from kilter.model import codec
 from kilter.model.jobs import supported_kinds
 from kilter.model.kueue import ClusterQueue
@@ -245,6 +245,16 @@ def test_every_webhook_has_the_common_settings(webhooks: list[tuple[str, Obj]]) 
         timeout = webhook["timeoutSeconds"]
         assert isinstance(timeout, int) and not isinstance(timeout, bool) and 1 <= timeout <= 30, name
         assert webhook.get("failurePolicy") in ("Ignore", "Fail"), f"{name}: failurePolicy is an explicit choice"
+
+
+def test_kilters_read_deadlines_outlast_every_webhooks_timeout(
+    webhooks: list[tuple[str, Obj]], kilter_args: argparse.Namespace
+) -> None:
+    # A review the apiserver still waits for is never cut by kilter's own deadlines.
+    config = ServeConfig.from_args(kilter_args)
+    for _, webhook in webhooks:
+        assert config.header_timeout_s + config.body_timeout_s >= webhook["timeoutSeconds"], webhook["name"]
+        assert config.tls_handshake_timeout_s <= webhook["timeoutSeconds"], webhook["name"]
 
 
 def test_every_webhook_skips_kube_system_and_kueue_system(webhooks: list[tuple[str, Obj]]) -> None:
