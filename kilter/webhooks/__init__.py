@@ -1,6 +1,6 @@
 """Admission webhooks (mutating, validating) over TLS with certificate reload."""
 
-from kilter.webhooks import admission, admissioncheck, mutate, server, tls, validate
+from kilter.webhooks import admission, admissioncheck, mutate, plan_guard, server, tls, validate
 from kilter.webhooks.mutate import Mutator
 from kilter.webhooks.server import WebhookApp
 from kilter.webhooks.validate import Validator
@@ -12,6 +12,7 @@ __all__ = [
     "admission",
     "admissioncheck",
     "mutate",
+    "plan_guard",
     "server",
     "tls",
     "validate",

@@ -4,6 +4,8 @@ Checked on CREATE and UPDATE:
 
 * ClusterQueues and Cohorts: every ``kilter.dev/*`` annotation is one kilter
   knows and parses; ``kilter.dev/decayed-usage`` is written by kilter only.
+* Pods, PodGroups and Workloads: ``kilter.dev/plan`` is written by kilter
+  only (``plan_guard``).
 * Jobs of every kind kilter reads (and plain pods): ``kilter.dev/topology``
   and the gang labels are well formed; Kueue's TAS pod-set annotations are
   consistent; a pod set confined by a required constraint fits the largest
@@ -35,6 +37,7 @@ from kilter.quota.policy import DECAYED_USAGE, MIN_RUNTIME, USAGE_HALF_LIFE, par
 from kilter.quota.tree import QuotaTree, build_tree
 from kilter.state.store import ClusterStore
 from kilter.topology.plan import gang_request, plan_gang
+from kilter.webhooks import plan_guard
 from kilter.webhooks.admission import AdmissionRequest, Verdict
 
 __all__ = ["QUEUE_KEYS", "TOPOLOGY", "TOPOLOGY_POLICY", "Validator", "pod_set_shape"]
@@ -70,6 +73,9 @@ class Validator:
             return Verdict()
         obj = request.object
         try:
+            forged = plan_guard.forged_plan(request, self.store, kilter_users=self.kilter_users)
+            if forged:
+                return Verdict(False, forged, 403)
             if request.kind.group == KUEUE and request.kind.kind in ("ClusterQueue", "Cohort"):
                 return self._queue(request, obj)
             return self._job(request, obj)

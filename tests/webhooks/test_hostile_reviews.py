@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -9,6 +10,7 @@ from typing import Any
 import pytest
 
 from kilter.cli.serve import build_app
+from kilter.gangs import records
 from tests.extenders.conftest import (
     Served,
     _Server,
@@ -18,7 +20,7 @@ from tests.extenders.conftest import (
     serve_config,
     write_snapshot,
 )
-from tests.webhooks.conftest import Hooks, admission_review, start
+from tests.webhooks.conftest import KILTER_USER, Hooks, admission_review, start
 
 
 @pytest.fixture
@@ -88,3 +90,106 @@ def test_a_gang_size_the_webhook_allows_the_extender_plans(hooks: Hooks, extende
     assert hooks.review("/validate", admission_review(pod))["response"]["allowed"] is True
     status, result = extender.post("filter", names_args(pod, ["r1-t00"]))
     assert status == 200 and result["Error"] == ""
+
+
+# ---------------------------------------------------------------------- kilter.dev/plan is kilter's
+
+PLAN = "kilter.dev/plan"
+JOB_CONTROLLER = "system:serviceaccount:kube-system:job-controller"
+
+
+def plan_value(gang: str, nodes: tuple[str, ...] = ("r1-t00", "r1-t01")) -> str:
+    return records.encode(records.PlanRecord(gang, 1_780_000_000.0, tuple((n, 4) for n in nodes)))
+
+
+ISSUED = plan_value("ml/workload/wl")  # what kilter's AdmissionCheck put in the Workload's podSetUpdates
+
+
+def plan_workload() -> dict[str, Any]:
+    """Workload ml/wl as Kueue admitted it, with kilter's check Ready and its plan record for pod set main."""
+    update = {"name": "main", "annotations": {PLAN: ISSUED}}
+    check = {"name": "kilter", "state": "Ready", "lastTransitionTime": "2026-12-01T10:00:00Z", "message": "planned"}
+    return {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "Workload",
+        "metadata": {"name": "wl", "namespace": "ml", "uid": "uid-wl"},
+        "spec": {
+            "queueName": "team",
+            "podSets": [{"name": "main", "count": 2, "template": {"spec": pod_json("x")["spec"]}}],
+        },
+        "status": {"admissionChecks": [{**check, "podSetUpdates": [update]}]},
+    }
+
+
+@pytest.fixture
+def planned(tmp_path: Path) -> Iterator[Hooks]:
+    yield from start(tmp_path, [*cluster_objects(), plan_workload()])
+
+
+def with_plan(obj: dict[str, Any], value: str | None) -> dict[str, Any]:
+    out = copy.deepcopy(obj)
+    notes = out["metadata"].setdefault("annotations", {})
+    notes.pop(PLAN, None)
+    if value is not None:
+        notes[PLAN] = value
+    return out
+
+
+def podgroup() -> dict[str, Any]:
+    return {
+        "apiVersion": "scheduling.volcano.sh/v1beta1",
+        "kind": "PodGroup",
+        "metadata": {"name": "pg", "namespace": "ml"},
+        "spec": {"minMember": 2, "queue": "default"},
+    }
+
+
+def decide(hooks: Hooks, obj: dict[str, Any] | None, *, user: str, old: dict[str, Any] | None = None) -> Any:
+    review = admission_review(obj, operation="UPDATE" if old is not None else "CREATE", old=old, user=user)
+    return hooks.review("/validate", review)["response"]
+
+
+OBJECTS = {"Pod": lambda: pod_json("p"), "PodGroup": podgroup, "Workload": plan_workload}
+
+
+@pytest.mark.parametrize("kind", list(OBJECTS))
+def test_only_kilter_may_create_an_object_carrying_a_plan(planned: Hooks, kind: str) -> None:
+    obj = with_plan(OBJECTS[kind](), plan_value("ml/workload/other"))
+    denied = decide(planned, obj, user="alice@example.com")
+    assert denied["allowed"] is False and denied["status"]["code"] == 403
+    assert denied["status"]["message"] == (
+        "annotation kilter.dev/plan is written by kilter only; remove it from your change "
+        "(user alice@example.com is not kilter)"
+    )
+    assert decide(planned, obj, user=KILTER_USER)["allowed"] is True
+    assert decide(planned, with_plan(obj, None), user="alice@example.com")["allowed"] is True
+
+
+@pytest.mark.parametrize("kind", list(OBJECTS))
+def test_only_kilter_may_change_or_remove_a_plan_others_may_edit_around_it(planned: Hooks, kind: str) -> None:
+    old = with_plan(OBJECTS[kind](), ISSUED)
+    changed = with_plan(old, plan_value("ml/workload/wl", ("r2-t00", "r2-t01")))
+    assert decide(planned, changed, old=old, user="alice@example.com")["allowed"] is False
+    assert decide(planned, with_plan(old, None), old=old, user="alice@example.com")["allowed"] is False
+    assert decide(planned, changed, old=old, user=KILTER_USER)["allowed"] is True
+    relabelled = copy.deepcopy(old)
+    relabelled["metadata"]["labels"] = {"team": "b"}
+    assert decide(planned, relabelled, old=old, user="alice@example.com")["allowed"] is True
+
+
+def test_a_pod_its_job_controller_creates_with_the_record_kilter_issued_for_its_workload_is_allowed(
+    planned: Hooks,
+) -> None:
+    pod = with_plan(pod_json("wl-0"), ISSUED)
+    assert decide(planned, pod, user=JOB_CONTROLLER)["allowed"] is True
+    for forged in (
+        plan_value("ml/workload/wl", ("r2-t00", "r2-t01")),  # kilter's gang, other nodes
+        ISSUED.replace("}", " }", 1),  # the same record, other bytes
+        plan_value("ml/workload/ghost"),  # a Workload the state does not hold
+        "not a record",
+    ):
+        assert decide(planned, with_plan(pod, forged), user=JOB_CONTROLLER)["allowed"] is False, forged
+    elsewhere = with_plan(pod_json("wl-0"), ISSUED)
+    elsewhere["metadata"]["namespace"] = "other"
+    review = admission_review(elsewhere, user=JOB_CONTROLLER)
+    assert planned.review("/validate", review)["response"]["allowed"] is False  # another namespace's record
