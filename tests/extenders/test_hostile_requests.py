@@ -156,12 +156,19 @@ def volcano_node(name: str) -> dict[str, Any]:
     return vp.node_info(name, gpus=4, used_gpus=0, labels={CLIQUE: name.split("-")[0]})
 
 
-@pytest.mark.parametrize("gpus", [2**31, 2**64])
+@pytest.mark.parametrize(
+    ("gpus", "shown"),
+    [
+        (2**31, "2147483648"),
+        (2**64, "18446744073709551616"),
+        (10**30, "999999999999999945575230987042"),  # Volcano's milli-units are a float64: 1e33 as it holds it
+    ],
+)
 def test_a_volcano_task_asking_for_more_gpus_than_any_node_holds_gets_each_verbs_error(
-    fleet: Served, gpus: int
+    fleet: Served, gpus: int, shown: str
 ) -> None:
     task = vp.task_info(vp.pod("ml", "huge", "uid-huge", gpus=gpus, group="huge"))
-    refusal = f"the task asks for {gpus} nvidia.com/gpu; no node offers more than {MAX_POD_GPUS}"
+    refusal = f"the task asks for {shown} nvidia.com/gpu; no node offers more than {MAX_POD_GPUS}"
     bodies = {
         "predicate": vp.predicate_args(task, volcano_node("r1-t00")),
         "prioritize": vp.prioritize_args(task, [volcano_node("r1-t00"), volcano_node("r1-t01")]),

@@ -13,6 +13,7 @@ once per session and state version.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 
 import msgspec
@@ -88,12 +89,12 @@ def task_gpus(task: vw.TaskHead | None, fleet: Fleet) -> tuple[str, int]:
     if asked is None:
         return "", 0
     resource, milli = asked
+    if milli > MAX_POD_GPUS * 1000:  # the gang planner's rule, for every task: no node holds it, nor does an int32
+        whole = int(milli) // 1000 if math.isfinite(milli) else milli
+        raise InputError(f"the task asks for {whole} {resource}; no node offers more than {MAX_POD_GPUS}")
     if milli % 1000:
         raise InputError(f"the task asks for {milli / 1000:g} {resource}; kilter places whole GPUs")
-    gpus = int(milli // 1000)
-    if gpus > MAX_POD_GPUS:  # the gang planner's rule, for every task: no node holds it, nor does an int32
-        raise InputError(f"the task asks for {gpus} {resource}; no node offers more than {MAX_POD_GPUS}")
-    return resource, gpus
+    return resource, int(milli // 1000)
 
 
 def task_pod(task: vw.TaskHead) -> Pod:
