@@ -1,9 +1,16 @@
-"""``kilter queues``: quota, borrowing and fair-share state of every ClusterQueue and Cohort."""
+"""``kilter queues``: quota, borrowing and fair-share state of every ClusterQueue and Cohort.
+
+A cohort cycle is no error here: Kueue accepts the objects and marks what is
+under the cycle inactive, so the command shows those ClusterQueues with
+``active: false`` and Kueue's reason and message (``inactive``), names them
+on stderr, and exits 0. A spec Kueue's webhooks would refuse still exits 2.
+"""
 
 from __future__ import annotations
 
 import argparse
 import math
+import sys
 import time
 from typing import Any
 
@@ -104,6 +111,8 @@ def _node_dict(s: NodeStatus, *, cohort: bool) -> dict[str, Any]:
         "active": s.active,
         "resources": resources,
     }
+    if not s.active:
+        out["inactive"] = {"reason": s.inactive_reason, "message": s.inactive_message}
     if s.decay is not None:
         out["decayedUsage"] = decay.to_annotation(s.decay)
     return out
@@ -137,7 +146,7 @@ def queues_data(
 ) -> dict[str, Any]:
     """The JSON document of ``kilter queues``: {"clusterQueues": [...], "cohorts": [...]} (+ "pending")."""
     tree = build_tree(state.cluster_queues, state.cohorts)
-    tree.raise_problems()
+    tree.raise_problems(cycles=False)
     infos = workload_infos(state.workloads, state.local_queues, state.priority_classes)
     apply_usage(tree, Ledger(infos, sorted(tree.cluster_queues)).per_cluster_queue())
     cqs, cohorts = tree_status(tree, now=now)
@@ -221,6 +230,14 @@ def render_table(data: dict[str, Any]) -> str:
         for n in data[key]
     ]
     out = render.table(("KIND", "NAME", "PARENT", "WEIGHT", "SHARE", "DOMINANT", "BORROWING"), nodes)
+    inactive = [
+        (kind, n["name"], n["inactive"]["reason"], n["inactive"]["message"])
+        for kind, key in (("ClusterQueue", "clusterQueues"), ("Cohort", "cohorts"))
+        for n in data[key]
+        if "inactive" in n
+    ]
+    if inactive:
+        out += "\n" + render.table(("KIND", "INACTIVE", "REASON", "MESSAGE"), inactive)
     rows = [
         (
             n["name"],
@@ -266,5 +283,8 @@ def run(args: argparse.Namespace) -> int:
     if not data["clusterQueues"] and not data["cohorts"]:
         raise InputError("the snapshot holds no ClusterQueues or Cohorts")
     sources.print_warnings(state)
+    for n in data["clusterQueues"]:
+        if "inactive" in n:
+            print(f"warning: ClusterQueue {n['name']} is inactive: {n['inactive']['message']}", file=sys.stderr)
     print(render_table(data) if args.output == "table" else render.dump(data, args.output), end="")
     return 0

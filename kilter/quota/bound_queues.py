@@ -3,7 +3,11 @@
 Volcano has no cohorts; kilter gives its Queues Kueue's. A queue is bound
 to the ClusterQueue of the same name, or to the one its
 ``kilter.dev/cluster-queue`` annotation names (``bind_queues``); queues bound
-to nothing are not kilter's business (every answer abstains for them). The
+to nothing are not kilter's business (every answer abstains for them). A
+queue bound to an *inactive* ClusterQueue (under a cohort cycle, or of a
+spec Kueue would refuse) is refused everything, as Kueue's inactive
+ClusterQueue admits nothing: not enqueued, overused, no victims, no task
+placed, each with the ClusterQueue's reason. The
 jobs of bound queues are charged to their ClusterQueues as
 ``bound_jobs`` says, and the answers are the quota engine's own, so that the
 Volcano verbs and ``kilter simulate --quota volcano`` decide alike:
@@ -137,6 +141,14 @@ class BoundQueues:
         node = self.tree.cluster_queues.get(cq) if cq else None
         return cq if node is not None and node.active else None
 
+    def inactive(self, queue: str) -> str:
+        """Why ``queue``'s ClusterQueue admits nothing ("" when it is bound to none, or to an active one)."""
+        cq = self.binding.get(queue)
+        node = self.tree.cluster_queues.get(cq) if cq else None
+        if node is None or node.active:
+            return ""
+        return f"ClusterQueue {node.name} is inactive ({node.inactive_reason}): {node.inactive_message}"
+
     def _usage(self, job: BoundJob, cq_name: str) -> dict[FR, int]:
         amounts = bound_jobs.held(job, permitted=self.permitted)
         return bound_jobs.usage_of(job, self.tree.cluster_queues[cq_name], amounts=amounts, flavors=self.flavors)
@@ -162,7 +174,7 @@ class BoundQueues:
         job = self.jobs.get(job_key)
         cq_name = self.cluster_queue(job.queue) if job is not None else None
         if job is None or cq_name is None:
-            return ""
+            return self.inactive(job.queue) if job is not None and taken else ""
         holding = dict(job.holding)
         for r, v in asks.items():
             holding[r] = max(holding.get(r, 0) + (v if taken else -v), 0)
@@ -233,6 +245,8 @@ class BoundQueues:
         """Whether Volcano may enqueue the job now: it fits, or fits once Kueue's preemption reclaims quota."""
         cq_name = self.cluster_queue(job.queue)
         if cq_name is None:
+            if inactive := self.inactive(job.queue):
+                return EnqueueAnswer(Verdict.REJECT, inactive)
             return EnqueueAnswer(Verdict.ABSTAIN, f"queue {job.queue} is bound to no ClusterQueue kilter knows")
         cq = self.tree.cluster_queues[cq_name]
         with self._lifted(job, cq) as admitted:
@@ -255,6 +269,8 @@ class BoundQueues:
         """
         cq_name = self.cluster_queue(queue)
         if cq_name is None:
+            if inactive := self.inactive(queue):
+                return True, inactive  # holds more than it may: nothing
             return False, f"queue {queue} is bound to no ClusterQueue kilter knows"
         cq = self.tree.cluster_queues[cq_name]
         over = [
@@ -271,6 +287,8 @@ class BoundQueues:
         """The jobs whose quota ``job`` may take for what it still misses (Kueue's preemption in its ClusterQueue)."""
         cq_name = self.cluster_queue(job.queue)
         if cq_name is None:
+            if inactive := self.inactive(job.queue):
+                return VictimsAnswer(Verdict.REJECT, frozenset(), inactive)
             return VictimsAnswer(
                 Verdict.ABSTAIN, frozenset(), f"queue {job.queue} is bound to no ClusterQueue kilter knows"
             )

@@ -44,6 +44,8 @@ class NodeStatus:
     borrowing: bool
     resources: tuple[ResourceStatus, ...]
     decay: DecayState | None = None
+    inactive_reason: str = ""  # Kueue's Active condition reason when not active
+    inactive_message: str = ""
 
 
 def apply_usage(tree: QuotaTree, per_cq: Mapping[str, Mapping[FR, int]]) -> None:
@@ -93,6 +95,8 @@ def node_status(node: Node, lendable: LendableCache, *, now: float) -> NodeStatu
         borrowing=borrowing,
         resources=tuple(rows),
         decay=state,
+        inactive_reason=node.inactive_reason,
+        inactive_message=node.inactive_message,
     )
 
 

@@ -7,7 +7,10 @@ each child lends, i.e. child subtree minus child localQuota) and ``usage``
 (a ClusterQueue's admitted usage; a Cohort's sum of the children's usage above
 their localQuota). A cohort named by a ClusterQueue or a ``parentName`` but
 absent from the cluster is an implicit empty cohort; cohorts on a cycle, and
-everything under them, are inactive, as Kueue disables them.
+everything under them, are inactive, as Kueue disables them: a ClusterQueue
+under a cycle gets Kueue's ``Active: False`` reason ``CohortCycleDetected``
+and its message (``inactive_reason``, ``inactive_message``), and admits
+nothing until the cycle is cut.
 
 Objects that Kueue's webhooks would reject are reported as problems (with
 field paths) and their node is inactive rather than silently used.
@@ -28,9 +31,11 @@ from kilter.model.kueue import ClusterQueue, ClusterQueuePreemption, Cohort, Res
 from kilter.quota import amount
 from kilter.quota.policy import Policy, parse_policy
 
-__all__ = ["FR", "Node", "Problem", "Quota", "QuotaTree", "build_tree"]
+__all__ = ["COHORT_CYCLE", "FR", "INVALID_SPEC", "Node", "Problem", "Quota", "QuotaTree", "build_tree"]
 
 FR = tuple[str, str]  # (flavor, resource)
+COHORT_CYCLE = "CohortCycleDetected"  # Kueue's ClusterQueueActiveReasonCohortCycleDetected
+INVALID_SPEC = "InvalidSpec"  # kilter's own: a spec Kueue's webhooks would have refused
 
 
 @dataclass(frozen=True)
@@ -48,6 +53,7 @@ class Problem:
     name: str
     path: str
     message: str
+    cycle: bool = False  # a cohort cycle: Kueue accepts the objects and reports them inactive, not invalid
 
     def __str__(self) -> str:
         return f"{self.kind} {self.name}: {self.message} (at {self.path})"
@@ -65,6 +71,8 @@ class Node:
     preemption: ClusterQueuePreemption | None = None
     explicit: bool = True
     active: bool = True
+    inactive_reason: str = ""  # why not active, as Kueue's ClusterQueue Active condition's reason says it
+    inactive_message: str = ""
     groups: list[tuple[tuple[str, ...], tuple[str, ...]]] = field(default_factory=list)
     admission_mode: str = ""
     parent_name: str = ""
@@ -135,11 +143,18 @@ class QuotaTree:
         tops += [q for q in self.cluster_queues.values() if q.parent is None and q.active]
         return sorted(tops, key=lambda n: (n.kind, n.name))
 
-    def raise_problems(self) -> None:
-        if self.problems:
-            first = str(self.problems[0])
-            more = f" (and {len(self.problems) - 1} more)" if len(self.problems) > 1 else ""
+    def raise_problems(self, *, cycles: bool = True) -> None:
+        """A ConfigError naming the first problem; with ``cycles`` False, cohort cycles are no problem to raise
+        (Kueue accepts them and marks what is under them inactive)."""
+        problems = [p for p in self.problems if cycles or not p.cycle]
+        if problems:
+            first = str(problems[0])
+            more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
             raise ConfigError(first + more)
+
+    def inactive_cluster_queues(self) -> list[Node]:
+        """The ClusterQueues that admit nothing (their spec is invalid, or a cohort above them is), by name."""
+        return [self.cluster_queues[n] for n in sorted(self.cluster_queues) if not self.cluster_queues[n].active]
 
     def post_order(self, root: Node) -> list[Node]:
         """Every node under ``root``, children before parents (an explicit stack, no recursion)."""
@@ -286,7 +301,10 @@ def _node(
         node.policy = parse_policy(obj.metadata.annotations, path="$")
     except InputError as exc:
         problems.append(Problem(kind, name, exc.path, exc.message))
-    node.active = len(problems) == n_before
+    if len(problems) > n_before:
+        node.active = False
+        node.inactive_reason = INVALID_SPEC
+        node.inactive_message = f"Can't admit new workloads: {problems[n_before].message}"
     return node
 
 
@@ -337,14 +355,31 @@ def _disable_cycles(cos: dict[str, Node], problems: list[Problem]) -> None:
             names = " -> ".join(n.name for n in [*cycle, node])
             for member in cycle:
                 member.active = False
-                problems.append(Problem("Cohort", member.name, "$.spec.parentName", f"cohort cycle {names}"))
+                member.inactive_reason = COHORT_CYCLE
+                member.inactive_message = _cycle_message(member.name)
+                problems.append(
+                    Problem("Cohort", member.name, "$.spec.parentName", f"cohort cycle {names}", cycle=True)
+                )
             cycle[-1].parent.child_cohorts.remove(cycle[-1])  # type: ignore[union-attr]
             cycle[-1].parent = None
         for n in chain:
             state[n.name] = 2
 
 
+def _cycle_message(cohort: str) -> str:
+    """Kueue's message on a ClusterQueue whose cohort's hierarchy has a cycle (its Active condition)."""
+    return f'Can\'t admit new workloads: Cohort "{cohort}" has a cycle in hierarchy.'
+
+
 def _disable_below_inactive(tree: QuotaTree) -> None:
+    """Everything under an inactive cohort is inactive, with the reason of the nearest inactive one above it
+    (Kueue's message names the node's own cohort: it "has a cycle in hierarchy")."""
     for node in [*tree.cohorts.values(), *tree.cluster_queues.values()]:
-        if node.active and any(not a.active for a in node.ancestors()):
+        above = next((a for a in node.ancestors() if not a.active), None)
+        if node.active and above is not None:
             node.active = False
+            node.inactive_reason = above.inactive_reason
+            if above.inactive_reason == COHORT_CYCLE:
+                node.inactive_message = _cycle_message(node.parent_name)
+            else:
+                node.inactive_message = f"Can't admit new workloads: {above.kind} {above.name} is inactive"

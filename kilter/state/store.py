@@ -53,6 +53,7 @@ from msgspec import structs
 from kilter.model import codec
 from kilter.model.core_v1 import Node, Pod, pod_request
 from kilter.model.errors import InputError
+from kilter.quota.tree import build_tree
 from kilter.state.cluster import KNOWN_KINDS, KUEUE, TYPES, ClusterState
 from kilter.state.reservations import Held, Reservations
 from kilter.state.snapshot import RawObjects
@@ -129,6 +130,7 @@ class ClusterStore:
         self.feed_failures = 0  # reloads that failed since start
         self._left_out: dict[ObjectKey, str] = {}  # Nodes and Pods the last replace could not type: why
         self._unconverted: dict[ObjectKey, str] = {}  # objects of the other kinds state() could not convert
+        self._inactive: tuple[int, list[str]] | None = None  # (version, inactive ClusterQueues of that version)
         self._duplicates: dict[ObjectKey, str] = {}  # objects the last replace was given twice: which copy it kept
         self._fleet: Fleet | None = None
         self._fleet_dirty = True
@@ -473,9 +475,23 @@ class ClusterStore:
 
     def problems(self) -> list[str]:
         """What is wrong with the state kilter serves, one line each, for ``/readyz``: the state is older than its
-        source, objects were left out, objects came twice. Empty when nothing is."""
+        source, objects were left out, objects came twice, ClusterQueues are inactive. Empty when nothing is."""
         out = [self.feed_error] if self.feed_error else []
-        return out + self.unreadable() + [why for _, why in sorted(self._duplicates.items())]
+        out += self.unreadable() + [why for _, why in sorted(self._duplicates.items())]
+        return out + self.inactive_cluster_queues()
+
+    def inactive_cluster_queues(self) -> list[str]:
+        """Each ClusterQueue of the state that admits nothing, with Kueue's reason (a cohort cycle above it, a
+        spec Kueue refuses); per state version."""
+        state = self.state()
+        if self._inactive is None or self._inactive[0] != self.version:
+            tree = build_tree(state.cluster_queues, state.cohorts)
+            lines = [
+                f"ClusterQueue {n.name} inactive ({n.inactive_reason}): {n.inactive_message}"
+                for n in tree.inactive_cluster_queues()
+            ]
+            self._inactive = (self.version, lines)
+        return self._inactive[1]
 
     def unreadable(self) -> list[str]:
         """Why each object kilter holds or was given is left out of the state (or, a Node whose device count is

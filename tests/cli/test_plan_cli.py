@@ -129,13 +129,10 @@ def test_plan_needs_a_source(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 2 and "--snapshot" in err
 
 
-def test_a_broken_snapshot_exits_2_without_a_traceback(tmp_path: Path) -> None:
+def plan_over(tmp_path: Path, node_status: str) -> subprocess.CompletedProcess[str]:
     snap = tmp_path / "snap.yaml"
-    snap.write_text(
-        "apiVersion: v1\nkind: List\nitems:\n"
-        "- apiVersion: v1\n  kind: Node\n  status: {allocatable: {nvidia.com/gpu: 2.5}}\n"
-    )
-    result = subprocess.run(
+    snap.write_text(f"apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: Node\n  status: {node_status}\n")
+    return subprocess.run(
         [
             sys.executable,
             "-m",
@@ -151,9 +148,21 @@ def test_a_broken_snapshot_exits_2_without_a_traceback(tmp_path: Path) -> None:
         text=True,
         check=False,
     )
+
+
+def test_a_broken_snapshot_exits_2_without_a_traceback(tmp_path: Path) -> None:
+    result = plan_over(tmp_path, '{allocatable: "oops"}')
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
-    assert "whole number" in result.stderr
+    assert "status.allocatable" in result.stderr
+
+
+def test_a_node_with_a_fractional_gpu_count_is_ignored_with_a_warning_not_a_traceback(tmp_path: Path) -> None:
+    # One such Node must not refuse the whole snapshot; with no other node, the plan finds no room (exit 1).
+    result = plan_over(tmp_path, "{allocatable: {nvidia.com/gpu: 2.5}}")
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    assert "whole number" in result.stderr and "node ignored" in result.stderr
 
 
 def test_demo_plans_prints_the_fleet_and_every_example_plan(capsys: pytest.CaptureFixture[str]) -> None:

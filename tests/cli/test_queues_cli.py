@@ -135,16 +135,6 @@ def test_the_table_lists_queues_and_their_resources(capsys: pytest.CaptureFixtur
             id="lending above nominal",
         ),
         pytest.param(
-            {
-                "apiVersion": "kueue.x-k8s.io/v1beta2",
-                "kind": "Cohort",
-                "metadata": {"name": "x"},
-                "spec": {"parentName": "x"},
-            },
-            "cohort cycle",
-            id="a cohort that is its own parent",
-        ),
-        pytest.param(
             {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n"}}, "no ClusterQueues", id="no queues at all"
         ),
     ],

@@ -7,10 +7,15 @@ permitted and the tasks allocated in this session. Building it costs a pass
 over every job, so it is rebuilt only when the state or the session changes;
 permits and allocations in between are applied to the cached view and
 recorded in the session, which replays them when the view is rebuilt.
+
+A ClusterQueue the view finds inactive (a cohort cycle above it) is logged
+once per change of that set: its queues' jobs are refused from then on
+(``BoundQueues.inactive``), and that must not pass unseen.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Sequence
 
 from kilter.extenders.volcano import wire as vw
@@ -32,6 +37,8 @@ from kilter.state.store import ClusterStore
 
 __all__ = ["QuotaViews", "offered_victims"]
 
+log = logging.getLogger("kilter.volcano")
+
 
 class QuotaViews:
     """The current quota view, and the state's jobs, each rebuilt only when what it is made of changed."""
@@ -52,6 +59,7 @@ class QuotaViews:
         self.notes = notes
         self._view: tuple[tuple[int, int], BoundQueues] | None = None
         self._state_jobs: tuple[int, dict[str, BoundJob]] | None = None
+        self._inactive: tuple[str, ...] = ()  # the inactive ClusterQueues last logged
 
     def current(self) -> BoundQueues:
         key = (self.store.version, self.sessions.serial)
@@ -83,6 +91,13 @@ class QuotaViews:
         )
         for job_key, asks, node in self.sessions.placed.values():
             view.place(job_key, asks, node, taken=True)
+        inactive = tuple(
+            f"{n.name} ({n.inactive_reason}): {n.inactive_message}" for n in view.tree.inactive_cluster_queues()
+        )
+        if inactive != self._inactive:
+            for line in inactive:
+                log.warning("ClusterQueue %s; the jobs of its Volcano queues are refused", line)
+            self._inactive = inactive
         return view
 
     def _jobs_from_state(self) -> dict[str, BoundJob]:
