@@ -113,19 +113,23 @@ class Record:
         )
 
     def render(self) -> dict[str, Any]:
+        n = self.size
+        order = self.index.tolist() if self.index is not None else range(n)
+        zeros = [0] * n
+        codes = self.codes.tolist() if self.codes is not None and self.reason is not None else None
+        free = self.free.tolist() if self.free is not None else zeros
+        total = self.total.tolist() if self.total is not None else zeros
+        scores = self.scores.tolist() if self.scores is not None else None
         nodes: list[dict[str, Any]] = []
-        order = self.index.tolist() if self.index is not None else range(len(self.names))
         for i, at in enumerate(order):
             name = self.names[at] if at >= 0 else self.unknown.get(i) or (self.sent[i] if self.sent else "?")
             entry: dict[str, Any] = {"node": name}
-            if self.codes is not None and self.reason is not None:
-                code = int(self.codes[i])
+            if codes is not None and self.reason is not None:
+                code = codes[i]
                 entry["verdict"] = self.verdicts[code]
-                free = int(self.free[i]) if self.free is not None else 0
-                total = int(self.total[i]) if self.total is not None else 0
-                entry["reason"] = self.extra.get(name) or self.reason(code, free, total)
-            if self.scores is not None:
-                entry["score"] = int(self.scores[i])
+                entry["reason"] = self.extra.get(name) or self.reason(code, free[i], total[i])
+            if scores is not None:
+                entry["score"] = scores[i]
             nodes.append(entry)
         rendered: dict[str, Any] = {
             "verb": self.verb,
