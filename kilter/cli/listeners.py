@@ -19,6 +19,8 @@ by both). So each listener runs ``GuardedHttp``, uvicorn's protocol with:
   first byte, to its last header) and a body deadline (from there to the last
   body byte). A connection that misses one is aborted: its fd is free at once
   (a TLS close would wait for the peer's close_notify);
+* a size limit on a request's line and headers (httptools keeps them whole,
+  however long): past 64 KiB the answer is 431 and a close;
 * uvicorn's own idle keep-alive timeout between requests.
 
 Each listener's open connections and the connections it closed, by reason,
@@ -50,6 +52,7 @@ from kilter.model.asgi import Scope, peer_address
 from kilter.model.errors import InputError
 
 __all__ = [
+    "CLOSE_REASONS",
     "FILE_RESERVE",
     "Guard",
     "GuardedHttp",
@@ -66,7 +69,8 @@ log = logging.getLogger("kilter.serve")
 FILE_RESERVE = 128
 """File descriptors kept beyond the listeners' caps: the state feed, the API server, the snapshot, logs."""
 
-CloseReason = Literal["cap", "handshake", "header-timeout", "body-timeout"]
+CloseReason = Literal["cap", "handshake", "header-timeout", "body-timeout", "headers-too-large"]
+CLOSE_REASONS: tuple[CloseReason, ...] = ("cap", "handshake", "header-timeout", "body-timeout", "headers-too-large")
 
 
 @dataclass(frozen=True)
@@ -84,6 +88,9 @@ class ListenerLimits:
     """Idle time between requests on a kept-alive connection before it is closed."""
     max_connections: int = 256
     """Open connections of one listener, handshakes included; more are aborted at accept."""
+    max_header_bytes: int = 64 * 1024
+    """Request line and headers of one request: kilter's callers send well under 4 KiB (Go's server allows 1 MiB,
+    nginx 32 KiB); past it the answer is 431 and a close."""
 
 
 @dataclass
@@ -110,6 +117,8 @@ class GuardedHttp(HttpToolsProtocol):
         self._deadline: asyncio.TimerHandle | None = None
         self._counted = False
         self._tls_started = False
+        self._header_bytes = 0
+        self._refused = False  # answered 431: the rest of what the client sends is dropped
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         guard = self.guard
@@ -169,13 +178,50 @@ class GuardedHttp(HttpToolsProtocol):
     def on_message_begin(self) -> None:
         if self._deadline is None:  # a keep-alive request's first byte
             self._arm("header-timeout")
+        self._header_bytes = 0
         super().on_message_begin()
 
+    def on_url(self, url: bytes) -> None:
+        if self._count_header_bytes(len(url)):
+            super().on_url(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if self._count_header_bytes(len(name) + len(value)):
+            super().on_header(name, value)
+
+    def _count_header_bytes(self, size: int) -> bool:
+        """Whether the request line and headers are still within ``max_header_bytes``; past it, the connection
+        is answered 431 and closed (httptools itself keeps every byte of an endless header until the deadline)."""
+        if self._refused:
+            return False
+        self._header_bytes += size
+        if self._header_bytes <= self.guard.limits.max_header_bytes:
+            return True
+        self._refused = True
+        self._disarm()
+        self.guard.close("headers-too-large")
+        message = f"request line and headers above {self.guard.limits.max_header_bytes} bytes\n".encode()
+        self.transport.write(
+            b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: text/plain\r\nconnection: close\r\n"
+            + f"content-length: {len(message)}\r\n\r\n".encode()
+            + message
+        )
+        self.transport.close()
+        return False
+
     def on_headers_complete(self) -> None:
+        if self._refused:
+            return
         self._arm("body-timeout")
         super().on_headers_complete()
 
+    def on_body(self, body: bytes) -> None:
+        if not self._refused:
+            super().on_body(body)
+
     def on_message_complete(self) -> None:
+        if self._refused:
+            return
         self._disarm()
         super().on_message_complete()
 
@@ -284,12 +330,13 @@ class ListenerReading(Collector):
         )
         closed = CounterMetricFamily(
             "kilter_listener_connections_closed",
-            "Connections kilter closed: over the cap, failed or slow TLS handshake, header or body deadline",
+            "Connections kilter closed: over the cap, failed or slow TLS handshake, header or body deadline, "
+            "headers past their size limit",
             labels=["listener", "reason"],
         )
         for guard in self.guards:
             open_.add_metric([guard.name], guard.open)
-            for reason in ("cap", "handshake", "header-timeout", "body-timeout"):
+            for reason in CLOSE_REASONS:
                 closed.add_metric([guard.name, reason], guard.closed.get(reason, 0))
         yield open_
         yield closed

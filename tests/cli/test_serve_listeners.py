@@ -123,3 +123,29 @@ def test_with_the_webhook_listener_flooded_to_its_cap_the_http_listener_still_an
         finally:
             for sock in flood:
                 sock.close()
+
+
+def test_a_client_that_sends_headers_without_end_gets_431_and_a_close(served: Listening) -> None:
+    with socket.create_connection(("127.0.0.1", served.http_port), timeout=10) as sock:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: kilter\r\n")
+        answer = b""
+        try:
+            for i in range(200):  # 200 x 1 KiB, well past the 64 KiB limit, faster than the header deadline
+                sock.sendall(b"X-Pad-%d: %s\r\n" % (i, b"x" * 1024))
+            answer = sock.recv(4096)
+        except (ConnectionResetError, BrokenPipeError):
+            pass  # closed while we were still sending: the answer may be lost with it
+        assert answer == b"" or answer.startswith(b"HTTP/1.1 431"), answer
+        assert closed_by_server(sock)
+    assert served.http.closed.get("headers-too-large") == 1
+    assert healthz(served.http_port) == 200
+
+
+def test_a_websocket_upgrade_is_answered_as_plain_http(served: Listening) -> None:
+    # kilter serves no WebSocket; uvicorn would answer an upgrade its app does not accept with a 500.
+    with socket.create_connection(("127.0.0.1", served.http_port), timeout=10) as sock:
+        sock.sendall(
+            b"GET /healthz HTTP/1.1\r\nHost: kilter\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
+            b"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"
+        )
+        assert sock.recv(4096).startswith(b"HTTP/1.1 200")
