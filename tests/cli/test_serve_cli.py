@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import resource
 from pathlib import Path
 
 import pytest
 
+from kilter.cli.listeners import ensure_file_limit
 from kilter.cli.main import build_parser, main
 from kilter.cli.serve_config import ServeConfig
+from kilter.model.errors import InputError
+from tests.extenders.conftest import make_certificates
 
 
 def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
@@ -99,3 +103,18 @@ def test_every_flag_reaches_its_field() -> None:
         log_level="debug",
         platforms=Path("p.yaml"),
     )
+
+
+def test_an_unreadable_client_ca_is_named(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    cert, key, _ = make_certificates(tmp_path)
+    args = ("--demo", "--tls-cert-file", str(cert), "--tls-key-file", str(key), "--http-tls")
+    code, err = run(capsys, *args, "--http-client-ca", str(tmp_path / "missing.pem"))
+    assert code == 2 and "client CA" in err and "missing.pem" in err and err.count("\n") == 1
+
+
+def test_the_file_limit_is_raised_to_fit_the_caps_or_the_caps_are_refused() -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    assert ensure_file_limit(1) == soft  # already enough: left alone
+    if hard != resource.RLIM_INFINITY:
+        with pytest.raises(InputError, match="--max-connections"):
+            ensure_file_limit(hard)
