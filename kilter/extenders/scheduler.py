@@ -153,8 +153,8 @@ class SchedulerExtender:
             return None
         plan = self.gangs.plan_for(gang, p.pod, p.gpus)
         seen = self._seen.get(p.uid)
-        if seen is not None:
-            seen.gang = gang.key if plan is not None else ""
+        if seen is not None:  # bind gives the pod a slot only of a plan the book holds for it (not a refusal)
+            seen.gang = gang.key if plan is not None and self.gangs.plans.get(gang.key) is plan else ""
         return plan
 
     # ------------------------------------------------------------------ filter

@@ -1,6 +1,6 @@
 """Gangs: who belongs to one (``GangKey``), their plans and reservations (``GangBook``), and plan records."""
 
-from kilter.gangs import book, identity, recorder, records, refit
+from kilter.gangs import book, identity, recorder, records, refit, trust
 from kilter.gangs.book import GangBook, GangPlan, Slot
 from kilter.gangs.identity import GangId, GangKey, GangSelector, gang_of, identify, in_gang
 from kilter.gangs.recorder import PlanRecorder
@@ -23,4 +23,5 @@ __all__ = [
     "recorder",
     "records",
     "refit",
+    "trust",
 ]

@@ -54,12 +54,16 @@ class PlanRecorder:
         self.wall = wall
         self.written = 0
         self.failed = 0
+        self.unverified = 0  # plans not written (yet): no pod of the gang the state holds asked for them
         self._stop_at: float | None = None
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kilter-plans")
 
     def on_planned(self, gang: GangId, plan: GangPlan) -> Future[None] | None:
         """Queue the record of ``plan`` (called on the event loop when a plan is made); its future, if queued."""
         if not self.is_writer():
+            return None
+        if not plan.verified:  # made for a pod the state does not show: the request may name any pod (``trust``)
+            self.unverified += 1
             return None
         record = PlanRecord(gang.key, self.wall(), tuple((s.node, s.gpus) for s in plan.slots))
         value = encode(record)

@@ -1,0 +1,162 @@
+"""A gang's plan is for pods kilter's state holds (issue #17): a request body alone can neither hoard GPUs nor
+take another gang's slots, nor make kilter write a plan record on a pod it names.
+
+The fleet: two GB200 NVL72 racks (144 GPUs) and an MI355X node (8), 152 GPUs,
+so one namespace's unadmitted gangs may hold 76 of them in open plans.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kilter.cli.serve import build_app
+from kilter.gangs import GangBook, PlanRecorder
+from tests.extenders.conftest import (
+    Served,
+    _Server,
+    cluster_objects,
+    names_args,
+    pod_json,
+    serve_config,
+    write_snapshot,
+)
+from tests.fakeapi import Answer, Call, FakeApi, running
+from tests.live_mode import kubeconfig
+
+RACKS = [f"r{r}-t{t:02d}" for r in (1, 2) for t in range(18)]
+
+
+def gang_pod(name: str, gang: str, size: int, *, namespace: str = "ml") -> dict[str, Any]:
+    pod = pod_json(name, 4, labels={"kilter.dev/gang": gang, "kilter.dev/gang-size": str(size)})
+    pod["metadata"]["namespace"] = namespace
+    return pod
+
+
+def serve(tmp_path: Path, objects: list[dict[str, Any]], **overrides: Any) -> Iterator[Served]:
+    snapshot = tmp_path / "snapshot.json"
+    write_snapshot(snapshot, objects)
+    app, store = build_app(serve_config(snapshot, **overrides))
+    with _Server(app, None) as port:
+        yield Served(app, store, snapshot, port)
+
+
+@pytest.fixture
+def snapshot_served(tmp_path: Path) -> Iterator[Served]:
+    yield from serve(tmp_path, cluster_objects())
+
+
+def book(served: Served) -> GangBook:
+    return served.app.extender.gangs
+
+
+def test_a_pod_that_does_not_exist_cannot_reserve_more_than_its_namespace_cap(snapshot_served: Served) -> None:
+    # 23 pods x 4 GPUs = 92 GPUs, over the cap of 152 // 2 = 76: refused before any plan is made.
+    _, result = snapshot_served.post("filter", names_args(gang_pod("ghost-0", "hoard", 23), RACKS))
+    assert result["NodeNames"] == []
+    assert "more would pass its cap of 76" in result["FailedNodes"]["r1-t00"]
+    assert book(snapshot_served).plans == {} and book(snapshot_served).refused == 1
+    assert snapshot_served.store.reservation("ml/gang/hoard") == ()
+    _, single = snapshot_served.post("filter", names_args(pod_json("real", 4), RACKS))
+    assert len(single["NodeNames"]) == 33  # 36 trays but the cordoned one and the two busy ones
+
+
+def test_a_plan_for_a_pod_that_never_reaches_the_state_is_dropped_after_the_grace(snapshot_served: Served) -> None:
+    gangs = book(snapshot_served)
+    now = [0.0]
+    gangs.clock = lambda: now[0]
+    _, result = snapshot_served.post("filter", names_args(gang_pod("ghost-0", "ghosts", 10), RACKS))
+    assert len(result["NodeNames"]) == 10  # 40 GPUs: under the cap, planned (not recorded) for a while
+    assert len(snapshot_served.store.reservation("ml/gang/ghosts")) == 10
+    now[0] = gangs.limits.grace_s + 1
+    snapshot_served.post("filter", names_args(pod_json("real", 4), RACKS))  # any gang verb expires plans
+    _, again = snapshot_served.post("filter", names_args(gang_pod("other-0", "other", 2), RACKS))
+    assert gangs.unverified_dropped == 1 and "ml/gang/ghosts" not in gangs.plans
+    assert snapshot_served.store.reservation("ml/gang/ghosts") == ()
+    assert len(again["NodeNames"]) == 2
+
+
+def test_pods_forged_with_another_gangs_labels_get_none_of_its_slots(tmp_path: Path) -> None:
+    victims = [gang_pod(f"train-{i}", "train", 4) for i in range(4)]
+    for served in serve(tmp_path, [*cluster_objects(), *victims]):
+        _, first = served.post("filter", names_args(victims[0], RACKS))
+        planned = first["NodeNames"]
+        assert len(planned) == 4 and book(served).plans["ml/gang/train"].verified
+        for i in range(3):  # fakes kilter's state does not hold, claiming the gang, each filtered then bound
+            fake = gang_pod(f"fake-{i}", "train", 4)
+            _, held = served.post("filter", names_args(fake, planned))
+            assert held["NodeNames"] == []
+            assert "waits until kilter's state shows pod ml/fake-" in held["FailedNodes"][planned[0]]
+            bound = {"PodName": f"fake-{i}", "PodNamespace": "ml", "PodUID": f"uid-fake-{i}", "Node": planned[i]}
+            served.post("bind", bound)
+        plan = book(served).plans["ml/gang/train"]
+        assert [s.uid for s in plan.slots] == ["", "", "", ""]
+        for victim in victims[1:]:
+            _, result = served.post("filter", names_args(victim, RACKS))
+            assert result["NodeNames"] == planned
+
+
+def test_a_body_naming_a_pod_the_state_holds_under_another_uid_or_gang_gets_no_plan(tmp_path: Path) -> None:
+    real = pod_json("solo", 4)  # a plain pod of the state, in no gang
+    for served in serve(tmp_path, [*cluster_objects(), real]):
+        forged = gang_pod("solo", "grab", 8)  # the same pod, claiming a gang of 8
+        _, result = served.post("filter", names_args(forged, RACKS))
+        assert len(result["NodeNames"]) == 33  # placed as the plain pod it is
+        other_uid = gang_pod("solo", "grab", 8)
+        other_uid["metadata"]["uid"] = "uid-forged"
+        served.post("filter", names_args(other_uid, RACKS))
+        assert book(served).plans == {} and book(served).refused == 2
+
+
+def test_twenty_thousand_made_up_gangs_keep_the_book_bounded(snapshot_served: Served) -> None:
+    gangs = book(snapshot_served)
+    conn = http.client.HTTPConnection("127.0.0.1", snapshot_served.port, timeout=30)
+    try:
+        for i in range(20_000):
+            pod = gang_pod(f"g{i}-0", f"g{i}", 2, namespace=f"ns{i % 500}")
+            conn.request("POST", "/scheduler/filter", json.dumps(names_args(pod, RACKS[:4])).encode())
+            response = conn.getresponse()
+            assert response.status == 200
+            response.read()
+    finally:
+        conn.close()
+    # Unseen pods count as one namespace: at most 32 plans of 2 pods x 4 GPUs (and 76 GPUs: 9 such plans).
+    assert len(gangs.plans) <= gangs.limits.max_plans_per_namespace
+    assert len(gangs.plans) == 76 // 8
+    assert gangs.refused == 20_000 - len(gangs.plans)
+    assert sum(len(snapshot_served.store.reservation(k)) for k in gangs.plans) == 2 * len(gangs.plans)
+
+
+# ---------------------------------------------------------------- plan records with an API server
+
+
+@pytest.fixture
+def api() -> Iterator[FakeApi]:
+    def respond(call: Call) -> Answer:
+        return 200, call.body
+
+    with running(respond) as server:
+        yield server
+
+
+def test_a_forged_filter_makes_no_plan_record_on_the_pod_it_names(tmp_path: Path, api: FakeApi) -> None:
+    real = gang_pod("real-0", "real", 2)
+    config = {"kubeconfig": kubeconfig(tmp_path / "kubeconfig", api.port, "t")}
+    for served in serve(tmp_path, [*cluster_objects(), real], **config):
+        recorder = served.app.extender.gangs.on_planned.__self__  # type: ignore[union-attr]
+        assert isinstance(recorder, PlanRecorder)
+        served.post("filter", names_args(gang_pod("coredns-abc", "x", 2, namespace="kube-system"), RACKS))
+        assert recorder.unverified == 1
+        served.post("filter", names_args(real, RACKS))  # a pod the state holds: its gang's plan is recorded
+        deadline = time.monotonic() + 10
+        while recorder.written < 1:
+            assert time.monotonic() < deadline, "the plan record was not written"
+            time.sleep(0.02)
+        patched = [c.path for c in api.calls if c.method == "PATCH"]
+        assert patched == ["/api/v1/namespaces/ml/pods/real-0"]
