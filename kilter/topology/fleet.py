@@ -13,10 +13,12 @@ platform without its domain label (GPU Feature Discovery drops
 one-node domain that only single-pod gangs may use. Other NoSchedule and
 NoExecute taints are matched per pod against its tolerations.
 
-A node whose device count does not read as a whole number of devices
+One bad object must not make every answer about the others an error. A
+node whose device count does not read as a whole number of devices
 (``"abc"``, ``"-4"``, ``"0.5"``) or is far beyond any real node is left out
-of the fleet with a warning and named in ``unreadable_nodes``: one bad
-object must not make every answer about the others an error.
+of the fleet with a warning and named in ``unreadable_nodes``; a bound pod
+whose GPU request does not read as a count fills its node, with a warning
+(what it holds is unknown, so nothing else is placed beside it).
 """
 
 from __future__ import annotations
@@ -329,9 +331,14 @@ def build_fleet(
         i = node_index.get(pod.spec.node_name) if pod.spec.node_name else None
         if i is None or pod.status.phase in ENDED_PHASES:
             continue
-        used[i] += pod_request(
-            pod.spec, node_resource[i], path=f"pod {pod.metadata.namespace}/{pod.metadata.name}: spec"
-        )
+        where = f"pod {pod.metadata.namespace}/{pod.metadata.name}"
+        try:
+            used[i] += pod_request(pod.spec, node_resource[i], path=f"{where}: spec")
+        except (InputError, ArithmeticError, ValueError) as exc:
+            # What it holds is unknown: its node is counted full rather than offered to another pod.
+            used[i] = node_gpus[i]
+            unread = str(exc) if isinstance(exc, InputError) else "a GPU request beyond any number kilter holds"
+            warnings.append(f"{where}: {unread}; node {node_names[i]} counted as full")
     gpus_arr = np.asarray(node_gpus, dtype=np.int32)
     over = np.nonzero(used > gpus_arr)[0]
     for i in over[:5]:

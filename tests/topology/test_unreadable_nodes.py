@@ -26,7 +26,7 @@ from tests.extenders.conftest import (
     serve_config,
     write_snapshot,
 )
-from tests.topology.builders import CLIQUE, node
+from tests.topology.builders import CLIQUE, node, pod, rack
 
 BAD_COUNTS = ["abc", "-4", "0.5", "1e10000000"]
 
@@ -96,3 +96,12 @@ def test_a_reload_that_brings_a_bad_gpu_count_keeps_the_other_nodes_answering(tm
             time.sleep(0.05)
         assert result["NodeNames"] == ["r1-t00"] and list(refused(result)) == ["r1-t03"]
         assert unreadable_metric(served) == 1
+
+
+def test_a_bound_pod_whose_gpu_request_is_no_count_fills_its_node_and_is_named() -> None:
+    bad = pod("bad", "r1-t01", 1)
+    bad.spec.containers[0].resources.limits["nvidia.com/gpu"] = "abc"
+    fleet = build_fleet(rack("r1", trays=3), [bad, pod("ok", "r1-t02", 1)])
+    free = fleet.bitmap.node_free_gpus
+    assert [free(fleet.node_index[n]) for n in ("r1-t00", "r1-t01", "r1-t02")] == [4, 0, 3]
+    assert any(w.startswith("pod default/bad:") and "counted as full" in w for w in fleet.warnings)
