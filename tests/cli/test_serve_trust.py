@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import http.client
 import json
+import socket
 import ssl
 from pathlib import Path
 
 import pytest
 
-from tests.cli.listening import Listening, listening, wait_for
+from tests.cli.listening import Listening, closed_by_server, listening, wait_for
 from tests.extenders.conftest import make_certificates, names_args, pod_json
 
 FILTER = json.dumps(names_args(pod_json("p", 4), ["r1-t00"])).encode()
@@ -94,3 +95,12 @@ def test_with_a_client_ca_a_certificate_another_ca_signed_fails_the_handshake(tm
         client.load_cert_chain(other_cert, other_key)
         with pytest.raises((ssl.SSLError, ConnectionError)):
             call(s, "POST", "/scheduler/filter", tls=client)
+
+
+def test_an_untrusted_caller_is_refused_before_its_body_is_read(tmp_path: Path) -> None:
+    with listening(tmp_path, address="127.0.0.2", trusted_networks=("10.0.0.0/8",)) as served:
+        s = socket.create_connection(("127.0.0.2", served.http_port), timeout=10, source_address=("127.0.0.1", 0))
+        with s:
+            s.sendall(b"POST /volcano/onSessionOpen HTTP/1.1\r\nHost: k\r\nContent-Length: 200000000\r\n\r\n{")
+            assert s.recv(4096).startswith(b"HTTP/1.1 403")
+            assert closed_by_server(s)
