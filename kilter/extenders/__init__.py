@@ -2,6 +2,7 @@
 
 from kilter.extenders import (
     explain,
+    filter_answer,
     last_resort,
     scheduler,
     server,
@@ -18,6 +19,7 @@ __all__ = [
     "SchedulerExtender",
     "VolcanoExtender",
     "explain",
+    "filter_answer",
     "last_resort",
     "scheduler",
     "server",

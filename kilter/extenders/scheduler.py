@@ -24,9 +24,8 @@ from dataclasses import dataclass
 
 import msgspec
 import numpy as np
-import numpy.typing as npt
 
-from kilter.extenders import wire
+from kilter.extenders import filter_answer, wire
 from kilter.extenders.explain import DecisionLog, Record
 from kilter.gangs import GangBook, GangPlan, identify
 from kilter.kube.api import ApiError, ApiServer, check_name, check_namespace, object_path
@@ -74,13 +73,6 @@ class _Seen:
     gang: str = ""  # the key of the gang whose plan held it, "" if none
 
 
-@dataclass
-class _Candidates:
-    index: npt.NDArray[np.int32]
-    names: list[str] | None  # the names as sent, when they had to be decoded
-    raw_items: list[msgspec.Raw] | None  # full Node objects, in Nodes mode
-
-
 class SchedulerExtender:
     def __init__(self, store: ClusterStore, gangs: GangBook, log: DecisionLog) -> None:
         self.store = store
@@ -123,7 +115,7 @@ class SchedulerExtender:
         while len(self._seen) > MAX_SEEN:
             self._seen.popitem(last=False)
 
-    def _candidates(self, fleet: Fleet, args: wire.ExtenderArgs) -> _Candidates:
+    def _candidates(self, fleet: Fleet, args: wire.ExtenderArgs) -> filter_answer.Candidates:
         raw_names = bytes(args.node_names)
         if raw_names != b"null":
             try:
@@ -131,21 +123,21 @@ class SchedulerExtender:
             except ValueError as exc:
                 raise InputError(f"NodeNames: {exc}") from None
             if found is not None and found[1] == 0:
-                return _Candidates(found[0], None, None)
+                return filter_answer.Candidates(found[0], None, None)
             names = self._names.decode(raw_names)
             index = np.empty(len(names), dtype=np.int32)
             fleet.name_index.lookup(names, index)
-            return _Candidates(index, names, None)
+            return filter_answer.Candidates(index, names, None)
         if args.nodes is None or args.nodes.items is None:
             raise InputError("neither NodeNames nor Nodes is set")
         items = args.nodes.items
         try:
-            names = [_fast_name(item) or self._node_name.decode(item).metadata.name for item in items]
+            names = [filter_answer.fast_name(item) or self._node_name.decode(item).metadata.name for item in items]
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             raise InputError(f"Nodes.items: {exc}") from None
         index = np.empty(len(names), dtype=np.int32)
         fleet.name_index.lookup(names, index)
-        return _Candidates(index, names, items)
+        return filter_answer.Candidates(index, names, items)
 
     def _gang(self, p: _Pod) -> GangPlan | None:
         gang = identify(p.pod, self.store)
@@ -166,13 +158,13 @@ class SchedulerExtender:
             fleet = self.store.fleet()
             cand = self._candidates(fleet, args)
             if not p.gpus:
-                return Answer(200, self._pass_through(args), "not-gpu")
+                return Answer(200, filter_answer.pass_through(args), "not-gpu")
             plan = self._gang(p)
             hold = plan.hold(p.uid, p.gpus) if plan is not None else None
             judged = (
                 self._ladder.judge(fleet, cand.index, resource=p.resource, gpus=p.gpus, spec=p.pod.spec, hold=hold)
                 if fleet.n_nodes
-                else _all_unknown(len(cand.index))
+                else filter_answer.all_unknown(len(cand.index))
             )
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             return self._filter_error(f"malformed ExtenderArgs: {exc}")
@@ -181,7 +173,16 @@ class SchedulerExtender:
         codes, free, total = judged.codes, judged.free, judged.total
         reason_of = verdicts.Reasons(gpus=p.gpus, resource=p.resource, hold=hold)
         passing = np.flatnonzero(codes == verdicts.PASS)
-        body_out = self._filter_body(fleet, cand, passing, codes, free, total, reason_of)
+        body_out = filter_answer.filter_body(
+            fleet,
+            cand,
+            passing=passing,
+            codes=codes,
+            free=free,
+            total=total,
+            reason_of=reason_of,
+            encoder=self._encoder,
+        )
         summary = f"{len(passing)} of {len(cand.index)} nodes pass for {p.gpus} {p.resource}"
         gang_note = plan.describe() if plan is not None else ""
         self.log.add(
@@ -204,72 +205,8 @@ class SchedulerExtender:
         outcome = "gang" if plan is not None else ("fits" if len(passing) else "no-fit")
         return Answer(200, body_out, outcome)
 
-    def _filter_body(
-        self,
-        fleet: Fleet,
-        cand: _Candidates,
-        passing: npt.NDArray[np.intp],
-        codes: npt.NDArray[np.int8],
-        free: npt.NDArray[np.int32],
-        total: npt.NDArray[np.int32],
-        reason_of: verdicts.Reasons,
-    ) -> bytes:
-        """The ExtenderFilterResult, written from indices: one message per distinct reason, not per node."""
-        names = fleet.json_names()
-        index = cand.index
-        known = index >= 0
-        failed = verdicts.is_resolvable(codes)
-        sized = (codes == verdicts.FULL) | (codes == verdicts.TOO_SMALL)
-        base = int(total.max(initial=0)) + 1
-        free_c = np.clip(free, 0, base - 1).astype(np.int64)
-        keys = codes.astype(np.int64) * (base * base) + np.where(sized, free_c * base + total, 0)
-        maps: list[bytes] = []
-        for wanted in (failed & known, ~failed & known & (codes != verdicts.PASS)):
-            at = np.flatnonzero(wanted)
-            first, value_of = _group(keys[at])
-            values = [
-                self._encoder.encode(reason_of(int(codes[at[j]]), int(free[at[j]]), int(total[at[j]])))
-                for j in first.tolist()
-            ]
-            maps.append(names.object(index[at], value_of, values))
-        unknown = np.flatnonzero(~known)
-        if len(unknown):
-            assert cand.names is not None  # unknown nodes only come with decoded names
-            extra = b",".join(
-                self._encoder.encode(cand.names[i]) + b":" + self._encoder.encode(reason_of(verdicts.UNKNOWN, 0, 0))
-                for i in unknown.tolist()
-            )
-            maps[1] = maps[1][:-1] + (b"," if len(maps[1]) > 2 else b"") + extra + b"}"
-        if cand.raw_items is not None:
-            items = cand.raw_items
-            kept = b",".join([items[i] for i in passing.tolist()])  # Raw is bytes-like: joined without a copy each
-            nodes_part, names_part = b'{"metadata":{},"items":[' + kept + b"]}", b"null"
-        else:
-            nodes_part, names_part = b"null", names.array(index[passing])
-        return (
-            b'{"Nodes":'
-            + nodes_part
-            + b',"NodeNames":'
-            + names_part
-            + b',"FailedNodes":'
-            + maps[0]
-            + b',"FailedAndUnresolvableNodes":'
-            + maps[1]
-            + b',"Error":""}'
-        )
-
     def _filter_error(self, message: str) -> Answer:
         return Answer(200, self._encoder.encode(wire.FilterResult(error=message)), "error")
-
-    def _pass_through(self, args: wire.ExtenderArgs) -> bytes:
-        if bytes(args.node_names) != b"null":
-            return (
-                b'{"Nodes":null,"NodeNames":' + bytes(args.node_names) + b',"FailedNodes":{},'
-                b'"FailedAndUnresolvableNodes":{},"Error":""}'
-            )
-        items = args.nodes.items if args.nodes is not None and args.nodes.items is not None else []
-        nodes = b'{"metadata":{},"items":[' + b",".join(bytes(i) for i in items) + b"]}"
-        return b'{"Nodes":' + nodes + b',"NodeNames":null,"FailedNodes":{},"FailedAndUnresolvableNodes":{},"Error":""}'
 
     # ------------------------------------------------------------------ prioritize
 
@@ -525,51 +462,3 @@ class ApiBinder(Binder):
         spec = pod.get("spec") if isinstance(pod, dict) else None
         same_pod = not uid or (isinstance(meta, dict) and meta.get("uid") == uid)
         return same_pod and isinstance(spec, dict) and spec.get("nodeName") == node
-
-
-def _group(keys: npt.NDArray[np.int64]) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.int32]]:
-    """For each distinct key, the position of its first occurrence; for each key, which distinct one it is.
-
-    Keys are few and small (verdict, free and total GPUs), so a dense table
-    beats sorting; huge keys fall back to ``np.unique``.
-    """
-    if not len(keys):
-        return np.zeros(0, dtype=np.intp), np.zeros(0, dtype=np.int32)
-    top = int(keys.max()) + 1
-    if top > 1 << 20:
-        _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
-        return first, inverse.astype(np.int32).reshape(-1)
-    slot = np.full(top, -1, dtype=np.int64)
-    slot[keys[::-1]] = np.arange(len(keys) - 1, -1, -1)  # the first occurrence wins
-    first = np.flatnonzero(slot >= 0)
-    number = np.full(top, -1, dtype=np.int32)
-    number[first] = np.arange(len(first), dtype=np.int32)
-    return slot[first].astype(np.intp), number[keys]
-
-
-def _all_unknown(n: int) -> verdicts.Verdicts:
-    """The verdicts over a fleet with no GPU node at all (Volcano's placeholder List): no name is one kilter knows."""
-    zeros = np.zeros(n, dtype=np.int32)
-    return verdicts.Verdicts(np.full(n, verdicts.UNKNOWN, dtype=np.int8), zeros, zeros.copy())
-
-
-_NAME_FIRST = b'{"metadata":{"name":"'
-
-
-def _fast_name(item: msgspec.Raw) -> str | None:
-    """The node's name when the object starts as Go's encoder writes a Node (``{"metadata":{"name":"…``).
-
-    Saves parsing 16-50 KB of Node per item just to find its name; anything
-    else (other key order, an escaped name) goes through the decoder.
-    """
-    head = memoryview(item)[:320].tobytes()
-    if not head.startswith(_NAME_FIRST):
-        return None
-    end = head.find(b'"', len(_NAME_FIRST))
-    name = head[len(_NAME_FIRST) : end] if end > 0 else b"\\"
-    if b"\\" in name:
-        return None
-    try:
-        return name.decode()
-    except UnicodeDecodeError:
-        return None
