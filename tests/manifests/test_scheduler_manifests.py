@@ -273,6 +273,11 @@ def test_kilter_trusts_the_scheduler_on_loopback_and_no_pod_address(
     assert not config.trust_rule({"client": ("10.244.1.7", 40000)})
 
 
+def test_the_pods_loopback_is_its_own(pod_spec: Obj) -> None:
+    # With hostNetwork the pod's loopback would be the node's: every process on the node would be trusted.
+    assert not pod_spec.get("hostNetwork", False)
+
+
 def test_the_extenders_bodies_fit_kilters_limit_for_node_names(kilter_args: argparse.Namespace, extender: Obj) -> None:
     # nodeCacheCapable sends ~20 bytes a node: 5,000 nodes and a Pod at etcd's 1.5 MiB limit fit the default.
     config = ServeConfig.from_args(kilter_args)

@@ -433,6 +433,11 @@ def test_kilter_trusts_the_pod_network_and_loopback_and_nothing_beyond_private_a
     assert not config.trust_rule({"client": ("203.0.113.9", 40000)}), "an address outside the cluster"
 
 
+def test_the_pods_loopback_is_its_own(pod_spec: Obj) -> None:
+    # With hostNetwork the trusted loopback would be the node's: every process on the node would be trusted.
+    assert not pod_spec.get("hostNetwork", False)
+
+
 def test_readme_shows_the_trusted_networks_of_the_manifest(kilter_args: argparse.Namespace) -> None:
     text = README_FILE.read_text(encoding="utf-8")
     assert f"| kilter `--trusted-networks` | `{kilter_args.trusted_networks}` |" in text
