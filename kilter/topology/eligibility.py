@@ -5,11 +5,10 @@ planner never sees a label. ``None`` means every node is eligible, which
 keeps the common case (GPU pods with no selector) on the planner's fastest path.
 
 A selector may name any number of keys: a ``nodeSelector`` key that no node
-carries matches nothing, so the mask is empty at once; a requirement on such
-a key is decided without touching the fleet's arrays, identical requirements
-of a term are read once, and a term stops at its first requirement that
-leaves no node. So a pod naming 100,000 keys costs set lookups, not 100,000
-passes over the nodes.
+carries matches nothing, so the mask is empty at once; a term's requirements
+are merged per key and operator before any array is read (``_Term``), and a
+requirement on a key no node carries is decided without one. So a pod
+naming 100,000 keys costs set lookups, not 100,000 passes over the nodes.
 """
 
 from __future__ import annotations
@@ -48,32 +47,78 @@ def _label_in(fleet: Fleet, key: str, values: Sequence[str]) -> Mask:
     return np.isin(codes, np.asarray(wanted, dtype=np.int32)) if wanted else np.zeros(len(codes), dtype=bool)
 
 
-def _requirement(fleet: Fleet, req: NodeSelectorRequirement, path: str) -> Mask | None:
-    """The nodes meeting one matchExpressions requirement; None = every node (NotIn or DoesNotExist on a label key
-    no node carries)."""
-    op = req.operator
-    if op in ("Gt", "Lt") and (len(req.values) != 1 or not req.values[0].lstrip("-").isdigit()):
-        raise InputError(f"{op} needs exactly one integer value", path=path)
-    if op not in ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"):
-        raise InputError(f"unknown node selector operator {op!r}", path=path)
-    if not fleet.has_label_key(req.key):
-        return None if op in ("NotIn", "DoesNotExist") else np.zeros(fleet.n_nodes, dtype=bool)
-    if op in ("In", "NotIn"):
-        hit = _label_in(fleet, req.key, req.values)
-        if op == "In":
-            return hit
-        codes, _ = fleet.label_codes(req.key)
-        return ~hit | (codes < 0)
-    if op in ("Exists", "DoesNotExist"):
-        codes, _ = fleet.label_codes(req.key)
-        return (codes >= 0) if op == "Exists" else (codes < 0)
-    bound = int(req.values[0])  # Gt or Lt
-    out = np.zeros(fleet.n_nodes, dtype=bool)
-    for i, labels in enumerate(fleet.node_labels):
-        v = labels.get(req.key)
-        if v is not None and v.lstrip("-").isdigit():
-            out[i] = int(v) > bound if op == "Gt" else int(v) < bound
-    return out
+MAX_INT_DIGITS = (
+    18  # Gt/Lt values are int64 (Kubernetes parses them with strconv.ParseInt); int() of 5,000 digits raises
+)
+
+
+def _integer(text: str) -> int | None:
+    """A Gt/Lt value or node label as an integer, or None when it is none (too long to be an int64 included)."""
+    digits = text[1:] if text.startswith("-") else text
+    return int(text) if digits.isdigit() and len(digits) <= MAX_INT_DIGITS else None
+
+
+class _Term:
+    """One nodeSelectorTerm's matchExpressions, merged per key and operator (their AND): In keeps the values all
+    its requirements allow, NotIn the union, Gt the highest bound, Lt the lowest. Built in one pass over the
+    requirements, so the fleet's arrays are read once per key and operator, not once per requirement."""
+
+    def __init__(self, reqs: Sequence[NodeSelectorRequirement], base: str) -> None:
+        self.ins: dict[str, set[str]] = {}
+        self.not_ins: dict[str, set[str]] = {}
+        self.gts: dict[str, int] = {}
+        self.lts: dict[str, int] = {}
+        self.exists: set[str] = set()
+        self.not_exists: set[str] = set()
+        for r, req in enumerate(reqs):
+            op, key = req.operator, req.key
+            if op == "In":
+                held = self.ins.get(key)
+                self.ins[key] = set(req.values) if held is None else held & set(req.values)
+            elif op == "NotIn":
+                self.not_ins.setdefault(key, set()).update(req.values)
+            elif op in ("Gt", "Lt"):
+                bound = _integer(req.values[0]) if len(req.values) == 1 else None
+                if bound is None:
+                    raise InputError(f"{op} needs exactly one integer value", path=f"{base}[{r}]")
+                bounds = self.gts if op == "Gt" else self.lts
+                bounds[key] = bound if key not in bounds else (max if op == "Gt" else min)(bounds[key], bound)
+            elif op == "Exists":
+                self.exists.add(key)
+            elif op == "DoesNotExist":
+                self.not_exists.add(key)
+            else:
+                raise InputError(f"unknown node selector operator {op!r}", path=f"{base}[{r}]")
+
+    def mask(self, fleet: Fleet) -> Mask:
+        """The nodes meeting every requirement. A key no node carries decides without reading an array: In,
+        Exists, Gt and Lt on it match no node, NotIn and DoesNotExist every node."""
+        if any(not fleet.has_label_key(k) for k in (*self.ins, *self.exists, *self.gts, *self.lts)):
+            return np.zeros(fleet.n_nodes, dtype=bool)
+        out = np.ones(fleet.n_nodes, dtype=bool)
+        for key in sorted(self.ins):
+            out &= _label_in(fleet, key, sorted(self.ins[key]))
+        for key in sorted(self.exists):
+            out &= fleet.label_codes(key)[0] >= 0
+        for key in sorted(k for k in self.not_ins if fleet.has_label_key(k)):
+            codes, _ = fleet.label_codes(key)
+            out &= ~_label_in(fleet, key, sorted(self.not_ins[key])) | (codes < 0)
+        for key in sorted(k for k in self.not_exists if fleet.has_label_key(k)):
+            out &= fleet.label_codes(key)[0] < 0
+        for op, bounds in (("Gt", self.gts), ("Lt", self.lts)):
+            for key, bound in sorted(bounds.items()):
+                out &= _compare(fleet, key, bound, greater=op == "Gt")
+        return out
+
+
+def _compare(fleet: Fleet, key: str, bound: int, *, greater: bool) -> Mask:
+    """Nodes whose label ``key`` is an integer above (``greater``) or below ``bound``; once per distinct value."""
+    codes, table = fleet.label_codes(key)
+    by_code = np.zeros(len(table) + 1, dtype=bool)  # the last slot, read by code -1: the label is absent
+    for value, code in table.items():
+        number = _integer(value)
+        by_code[code] = number is not None and (number > bound if greater else number < bound)
+    return by_code[codes]
 
 
 def _field_requirement(fleet: Fleet, req: NodeSelectorRequirement, path: str) -> Mask:
@@ -105,20 +150,9 @@ def node_mask(fleet: Fleet, spec: PodSpec, *, path: str = "$.spec") -> Mask | No
         terms_mask = np.zeros(fleet.n_nodes, dtype=bool)
         base = f"{path}.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms"
         for t, term in enumerate(required.node_selector_terms):
-            term_mask = np.ones(fleet.n_nodes, dtype=bool)
             if not term.match_expressions and not term.match_fields:
                 continue
-            seen: set[tuple[str, str, tuple[str, ...]]] = set()
-            for r, req in enumerate(term.match_expressions):
-                what = (req.key, req.operator, tuple(req.values))
-                if what in seen:
-                    continue
-                seen.add(what)
-                met = _requirement(fleet, req, f"{base}[{t}].matchExpressions[{r}]")
-                if met is not None:
-                    term_mask &= met
-                    if not term_mask.any():
-                        break  # no node left for this term: its other requirements cannot add one
+            term_mask = _Term(term.match_expressions, f"{base}[{t}].matchExpressions").mask(fleet)
             for r, req in enumerate(term.match_fields):
                 term_mask &= _field_requirement(fleet, req, f"{base}[{t}].matchFields[{r}]")
             terms_mask |= term_mask

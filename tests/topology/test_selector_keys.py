@@ -9,16 +9,20 @@ node, ``NotIn``/``DoesNotExist`` on it match every node.
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kilter.cli.serve import build_app
 from kilter.model import codec
 from kilter.model.core_v1 import PodSpec
+from kilter.model.errors import InputError
 from kilter.topology import eligibility
 from kilter.topology.fleet import Fleet, build_fleet
 from tests.extenders.conftest import (
@@ -126,3 +130,70 @@ def test_filters_naming_thousands_of_keys_fail_the_selector_rung_and_keep_the_ca
         assert status == 200 and result["NodeNames"] == ["r1-t00"]
         f = served.store.fleet()
         assert f.label_cache_size <= carried(f)
+
+
+# ---------------------------------------------------------------------- merged requirements vs Kubernetes' rules
+
+KEYS = ["a", "b", "absent"]
+VALUES = ["1", "5", "-3", "x", ""]
+
+
+def kubernetes_matches(labels: dict[str, str], req: dict[str, Any]) -> bool:
+    """One requirement as Kubernetes' labels.Requirement.Matches reads it, node by node: the oracle."""
+    key, op, values = req["key"], req["operator"], req.get("values", [])
+    if op == "In":
+        return key in labels and labels[key] in values
+    if op == "NotIn":
+        return key not in labels or labels[key] not in values
+    if op == "Exists":
+        return key in labels
+    if op == "DoesNotExist":
+        return key not in labels
+    text = labels.get(key, "")
+    if re.fullmatch(r"-?[0-9]+", text) is None:
+        return False
+    return int(text) > int(values[0]) if op == "Gt" else int(text) < int(values[0])
+
+
+requirement = st.one_of(
+    st.builds(
+        lambda k, op, vs: {"key": k, "operator": op, "values": vs},
+        st.sampled_from(KEYS),
+        st.sampled_from(["In", "NotIn"]),
+        st.lists(st.sampled_from(VALUES), max_size=3),
+    ),
+    st.builds(
+        lambda k, op: {"key": k, "operator": op}, st.sampled_from(KEYS), st.sampled_from(["Exists", "DoesNotExist"])
+    ),
+    st.builds(
+        lambda k, op, v: {"key": k, "operator": op, "values": [v]},
+        st.sampled_from(KEYS),
+        st.sampled_from(["Gt", "Lt"]),
+        st.sampled_from(["0", "2", "-4"]),
+    ),
+)
+
+
+@given(
+    labels=st.lists(
+        st.dictionaries(st.sampled_from(KEYS[:2]), st.sampled_from(VALUES), max_size=2), min_size=1, max_size=5
+    ),
+    reqs=st.lists(requirement, min_size=1, max_size=8),
+)
+@settings(max_examples=300, deadline=None)
+def test_merged_requirements_match_exactly_the_nodes_kubernetes_would(
+    labels: list[dict[str, str]], reqs: list[dict[str, Any]]
+) -> None:
+    nodes = rack("r1", trays=len(labels))
+    for n, extra in zip(nodes, labels, strict=True):
+        n.metadata.labels.update(extra)
+    f = build_fleet(nodes)
+    mask = eligibility.node_mask(f, expressions(*reqs))
+    assert mask is not None
+    want = [all(kubernetes_matches(f.node_labels[i], r) for r in reqs) for i in range(f.n_nodes)]
+    assert mask.tolist() == want
+
+
+def test_a_gt_value_of_thousands_of_digits_is_refused_as_input_not_a_crash() -> None:
+    with pytest.raises(InputError, match="Gt needs exactly one integer value"):
+        eligibility.node_mask(fleet(), expressions({"key": CLIQUE, "operator": "Gt", "values": ["9" * 5000]}))
