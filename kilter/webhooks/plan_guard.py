@@ -8,13 +8,14 @@ placement or hold nodes. So on CREATE, and on UPDATE when the value changes
 
 * the request comes from one of kilter's users (``--kilter-user``: the
   plan recorder and the AdmissionCheck controller write as kilter), or
-* it is a Pod created with exactly the record kilter put in the
-  podSetUpdates of its gang's Workload (``NS/workload/NAME``, same
-  namespace): Kueue copies those annotations into the job's pod template,
-  so the job's own controller creates the pods carrying it.
+* it puts on a Pod exactly the record kilter put in the podSetUpdates of
+  its gang's Workload (``NS/workload/NAME``, same namespace): Kueue copies
+  those annotations into a job's pod template, so the job's own controller
+  creates the pods carrying it, and writes them onto the pods of a plain
+  pod group when it ungates them (an UPDATE by Kueue).
 
 Only that copied record depends on kilter's state: a pod whose Workload the
-state does not show yet is refused, and its controller retries the create.
+state does not show yet is refused, and its controller retries.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ def forged_plan(request: AdmissionRequest, store: ClusterStore, *, kilter_users:
     value = _plan(request.object)
     if value == _plan(request.old_object) or request.user_info.username in kilter_users:
         return ""
-    if value is not None and request.kind.kind == "Pod" and request.operation == "CREATE":
+    if value is not None and request.kind.kind == "Pod":
         namespace = request.namespace or _namespace(request.object)
         if _issued_for_workload(store, namespace, value):
             return ""

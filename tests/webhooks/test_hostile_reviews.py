@@ -96,6 +96,7 @@ def test_a_gang_size_the_webhook_allows_the_extender_plans(hooks: Hooks, extende
 
 PLAN = "kilter.dev/plan"
 JOB_CONTROLLER = "system:serviceaccount:kube-system:job-controller"
+KUEUE_CONTROLLER = "system:serviceaccount:kueue-system:kueue-controller-manager"
 
 
 def plan_value(gang: str, nodes: tuple[str, ...] = ("r1-t00", "r1-t01")) -> str:
@@ -177,7 +178,7 @@ def test_only_kilter_may_change_or_remove_a_plan_others_may_edit_around_it(plann
     assert decide(planned, relabelled, old=old, user="alice@example.com")["allowed"] is True
 
 
-def test_a_pod_its_job_controller_creates_with_the_record_kilter_issued_for_its_workload_is_allowed(
+def test_a_pod_given_the_record_kilter_issued_for_its_workload_is_allowed_whoever_copies_it(
     planned: Hooks,
 ) -> None:
     pod = with_plan(pod_json("wl-0"), ISSUED)
@@ -189,6 +190,11 @@ def test_a_pod_its_job_controller_creates_with_the_record_kilter_issued_for_its_
         "not a record",
     ):
         assert decide(planned, with_plan(pod, forged), user=JOB_CONTROLLER)["allowed"] is False, forged
+    ungated = decide(planned, pod, old=pod_json("wl-0"), user=KUEUE_CONTROLLER)  # Kueue's plain pod groups
+    assert ungated["allowed"] is True
+    assert (
+        decide(planned, with_plan(pod, "not a record"), old=pod_json("wl-0"), user=KUEUE_CONTROLLER)["allowed"] is False
+    )
     elsewhere = with_plan(pod_json("wl-0"), ISSUED)
     elsewhere["metadata"]["namespace"] = "other"
     review = admission_review(elsewhere, user=JOB_CONTROLLER)
