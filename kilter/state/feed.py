@@ -82,6 +82,9 @@ class SnapshotFeed:
         while True:
             await asyncio.sleep(self.interval_s)
             stamp = self._current_stamp()
+            if stamp is None and self._stamp is not None:
+                self._stamp = None  # read again whole once it is back
+                self._failed("the file is gone")
             if stamp is None or stamp == self._stamp:
                 continue
             self._stamp = stamp
