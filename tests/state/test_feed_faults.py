@@ -83,7 +83,8 @@ def passes_r1_t00(served: Served) -> bool:
 def test_a_reload_with_an_unreadable_pod_loads_the_rest_and_later_reloads_still_happen(fleet: Served) -> None:
     assert readyz(fleet) == (200, ["ok"])
     fleet.replace([*cluster_objects(), bad_pod(), pod_json("filler", 4, node="r1-t00")])
-    until("the filler pod loaded", lambda: not passes_r1_t00(fleet))  # the rest of the file did load
+    until("the bad pod named", lambda: any("Pod ml/bad" in line for line in readyz(fleet)[1]))
+    assert not passes_r1_t00(fleet)  # the rest of the file did load: the filler pod holds r1-t00
     status, lines = readyz(fleet)
     assert status == 200 and lines[0] == "ok"
     assert len(lines) == 2 and "Pod ml/bad" in lines[1] and "spec.containers" in lines[1]
