@@ -141,6 +141,22 @@ def test_a_pod_asking_for_more_gpus_than_any_node_holds_is_refused_by_every_verb
     still_serving(fleet)
 
 
+@pytest.mark.parametrize("asked", ["1e999999999", "9" * 5000, "8Ei"])
+def test_a_gpu_quantity_past_what_kubernetes_holds_is_capped_and_refused_by_every_verb(
+    fleet: Served, asked: str
+) -> None:
+    pod = pod_json("vast", 4)
+    for container in pod["spec"]["containers"]:
+        container["resources"] = {"limits": {"nvidia.com/gpu": asked}, "requests": {"nvidia.com/gpu": asked}}
+    refusal = f"the pod asks for {2**63 - 1} nvidia.com/gpu; no node offers more than {MAX_POD_GPUS}"  # the cap
+    status, result = fleet.post("filter", names_args(pod, ["r1-t00"]))
+    assert status == 200 and result["Error"].startswith(refusal)
+    for verb in ("prioritize", "preempt"):
+        status, text = fleet.post(verb, names_args(pod, ["r1-t00"]))
+        assert status == 400 and text.startswith(refusal), verb
+    assert internal_errors(fleet) == 0
+
+
 def test_a_pod_asking_for_as_many_gpus_as_the_limit_is_too_big_for_every_node_not_refused(fleet: Served) -> None:
     pod = pod_json("big", MAX_POD_GPUS)
     status, result = fleet.post("filter", names_args(pod, ["r1-t00"]))

@@ -52,3 +52,26 @@ def test_milli_rounds_up_like_kubernetes() -> None:
 def test_non_finite_numbers_are_input_errors(value: float) -> None:
     with pytest.raises(InputError, match="finite"):
         quantity.parse_quantity(value)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        pytest.param("1e999999999", id="an exponent Decimal would overflow on"),
+        pytest.param("1.5e400000000", id="a fraction times such an exponent"),
+        pytest.param("9" * 5000, id="more digits than int() converts"),
+        pytest.param("10000000000000000000", id="one digit more than 2^63-1 has"),
+        pytest.param("8Ei", id="2^63 exactly"),
+        pytest.param(2**70, id="a JSON integer past int64"),
+        pytest.param(1e300, id="a JSON float past int64"),
+    ],
+)
+def test_quantities_past_what_kubernetes_holds_are_capped_at_2_to_the_63_minus_1(text: str | int | float) -> None:
+    assert quantity.parse_quantity(text) == 2**63 - 1
+    assert quantity.to_count(text) == 2**63 - 1  # a device count no node offers: refused downstream, not a crash
+    assert quantity.parse_quantity(f"-{text}" if isinstance(text, str) else -text) == -(2**63 - 1)
+
+
+def test_the_cap_itself_and_tiny_quantities_are_read_as_they_are() -> None:
+    assert quantity.to_count(str(2**63 - 1)) == 2**63 - 1
+    assert quantity.parse_quantity("1e-999999999") == 0
