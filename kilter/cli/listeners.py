@@ -19,6 +19,9 @@ by both). So each listener runs ``GuardedHttp``, uvicorn's protocol with:
   first byte, to its last header) and a body deadline (from there to the last
   body byte). A connection that misses one is aborted: its fd is free at once
   (a TLS close would wait for the peer's close_notify);
+* a response deadline, as long as the body's: from a request's last byte to
+  its answer's last byte taken by the socket (a client that stops reading a
+  large answer would otherwise hold its connection, and the answer, forever);
 * a size limit on a request's line and headers (httptools keeps them whole,
   however long): past 64 KiB the answer is 431 and a close;
 * uvicorn's own idle keep-alive timeout between requests.
@@ -69,8 +72,15 @@ log = logging.getLogger("kilter.serve")
 FILE_RESERVE = 128
 """File descriptors kept beyond the listeners' caps: the state feed, the API server, the snapshot, logs."""
 
-CloseReason = Literal["cap", "handshake", "header-timeout", "body-timeout", "headers-too-large"]
-CLOSE_REASONS: tuple[CloseReason, ...] = ("cap", "handshake", "header-timeout", "body-timeout", "headers-too-large")
+CloseReason = Literal["cap", "handshake", "header-timeout", "body-timeout", "response-timeout", "headers-too-large"]
+CLOSE_REASONS: tuple[CloseReason, ...] = (
+    "cap",
+    "handshake",
+    "header-timeout",
+    "body-timeout",
+    "response-timeout",
+    "headers-too-large",
+)
 
 
 @dataclass(frozen=True)
@@ -81,7 +91,8 @@ class ListenerLimits:
     """From a connection's start (after TLS), or a keep-alive request's first byte, to its last header."""
     body_timeout_s: float = 30.0
     """From the last header to the last body byte: 256 MiB at ~70 Mbit/s; every client of kilter gives up sooner
-    (kube-scheduler 2 s, Volcano 1 s, the apiserver at most 30 s)."""
+    (kube-scheduler 2 s, Volcano 1 s, the apiserver at most 30 s). Also from the last body byte to the answer's
+    last byte handed to the socket."""
     handshake_timeout_s: float = 5.0
     """TLS handshake, and TLS shutdown (close_notify) on a graceful close: milliseconds on a cluster network."""
     keep_alive_s: float = 15.0
@@ -222,13 +233,20 @@ class GuardedHttp(HttpToolsProtocol):
     def on_message_complete(self) -> None:
         if self._refused:
             return
-        self._disarm()
+        self._arm("response-timeout")
         super().on_message_complete()
+
+    def on_response_complete(self) -> None:
+        # uvicorn calls this once the answer is handed to the transport, flushed or not; an answer still in the
+        # write buffer keeps its deadline (and a close on keep-alive would wait for the flush forever).
+        if self.transport.get_write_buffer_size() == 0:
+            self._disarm()
+        super().on_response_complete()
 
     def _arm(self, reason: CloseReason) -> None:
         self._disarm()
         limits = self.guard.limits
-        delay = limits.header_timeout_s if reason == "header-timeout" else limits.body_timeout_s
+        delay = limits.header_timeout_s if reason == "header-timeout" else limits.body_timeout_s  # body, response
         self._deadline = self.loop.call_later(delay, self._expire, reason)
 
     def _disarm(self) -> None:
@@ -238,9 +256,16 @@ class GuardedHttp(HttpToolsProtocol):
 
     def _expire(self, reason: CloseReason) -> None:
         self._deadline = None
-        if self.transport is not None and not self.transport.is_closing():
-            self.guard.close(reason)
-            self.transport.abort()  # over TLS this aborts the TCP connection under it too
+        transport = self.transport
+        if transport is None:
+            return
+        unsent = transport.get_write_buffer_size()
+        if reason == "response-timeout" and self.cycle.response_complete and unsent == 0:
+            return  # answered and taken in time
+        if transport.is_closing() and unsent == 0:
+            return  # already on its way out
+        self.guard.close(reason)
+        transport.abort()  # over TLS this aborts the TCP connection under it too
 
 
 def _tls_protocol(loop: asyncio.AbstractEventLoop) -> Any:
@@ -330,8 +355,8 @@ class ListenerReading(Collector):
         )
         closed = CounterMetricFamily(
             "kilter_listener_connections_closed",
-            "Connections kilter closed: over the cap, failed or slow TLS handshake, header or body deadline, "
-            "headers past their size limit",
+            "Connections kilter closed: over the cap, failed or slow TLS handshake, header, body or response "
+            "deadline, headers past their size limit",
             labels=["listener", "reason"],
         )
         for guard in self.guards:

@@ -5,6 +5,7 @@ socket, with the client's own timeout as the hang detector."""
 from __future__ import annotations
 
 import http.client
+import json
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.cli.listening import Listening, closed_by_server, listening, wait_for
+from tests.extenders.conftest import names_args, pod_json
 
 FAST = {
     "header_timeout_s": 0.5,
@@ -149,3 +151,18 @@ def test_a_websocket_upgrade_is_answered_as_plain_http(served: Listening) -> Non
             b"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"
         )
         assert sock.recv(4096).startswith(b"HTTP/1.1 200")
+
+
+def test_a_client_that_stops_reading_a_large_answer_is_closed(served: Listening) -> None:
+    # 600,000 unknown node names (7.2 MB, under the 8 MiB limit): an answer failing each by name is tens of MB.
+    names = [f"n-{i:07d}" for i in range(600_000)]
+    body = json.dumps(names_args(pod_json("p", 4), names)).encode()
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.settimeout(10)
+    with sock:
+        sock.connect(("127.0.0.1", served.http_port))
+        head = f"POST /scheduler/filter HTTP/1.1\r\nHost: kilter\r\nContent-Length: {len(body)}\r\n\r\n"
+        sock.sendall(head.encode() + body)
+        assert wait_for(lambda: served.http.closed.get("response-timeout") == 1, within_s=30)
+        assert closed_by_server(sock, within_s=30)
