@@ -126,7 +126,7 @@ def test_a_volcano_body_nested_too_deep_gets_the_verbs_own_error(fleet: Served, 
 # ---------------------------------------------------------------------- more GPUs than any node
 
 
-@pytest.mark.parametrize("gpus", [MAX_POD_GPUS + 1, 2**31, 2**64])
+@pytest.mark.parametrize("gpus", [MAX_POD_GPUS + 1, 2**31, 2**63 - 1])
 def test_a_pod_asking_for_more_gpus_than_any_node_holds_is_refused_by_every_verb(fleet: Served, gpus: int) -> None:
     pod = pod_json(f"huge{gpus}", gpus)
     refusal = f"the pod asks for {gpus} nvidia.com/gpu; no node offers more than {MAX_POD_GPUS}"
@@ -176,14 +176,16 @@ def volcano_node(name: str) -> dict[str, Any]:
     ("gpus", "shown"),
     [
         (2**31, "2147483648"),
-        (2**64, "18446744073709551616"),
-        (10**30, "999999999999999945575230987042"),  # Volcano's milli-units are a float64: 1e33 as it holds it
+        (2**64, "9223372036854775808"),  # capped at 2^63-1, then 1,000 times that as a float64 of milli-units
+        (10**30, "999999999999999945575230987042"),  # a body no Kubernetes pod gives: 1e33 milli-units, as a float64
     ],
 )
 def test_a_volcano_task_asking_for_more_gpus_than_any_node_holds_gets_each_verbs_error(
     fleet: Served, gpus: int, shown: str
 ) -> None:
     task = vp.task_info(vp.pod("ml", "huge", "uid-huge", gpus=gpus, group="huge"))
+    if gpus == 10**30:
+        task["Resreq"]["ScalarResources"]["nvidia.com/gpu"] = 1e33
     refusal = f"the task asks for {shown} nvidia.com/gpu; no node offers more than {MAX_POD_GPUS}"
     bodies = {
         "predicate": vp.predicate_args(task, volcano_node("r1-t00")),
