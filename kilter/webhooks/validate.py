@@ -19,6 +19,7 @@ state) is allowed: the webhook refuses only what it can prove.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any
@@ -196,8 +197,15 @@ class Validator:
 
 
 def pod_set_shape(gang: tuple[PodSetSpec, ...]) -> bytes:
-    """What a gang's judgement depends on: per pod set its count, topology request and pod spec."""
-    return _ENCODE([(ps.name, ps.count, ps.topology, ps.template.spec) for ps in gang])
+    """What a gang's judgement depends on: per pod set its count, topology request and pod spec, as a digest.
+
+    The memos keyed by it keep up to 4,096 shapes; a 32-byte BLAKE2b digest
+    keeps them a few hundred KB where the specs themselves (a review may
+    carry 16 MiB) could have made them gigabytes.
+    """
+    return hashlib.blake2b(
+        _ENCODE([(ps.name, ps.count, ps.topology, ps.template.spec) for ps in gang]), digest_size=32
+    ).digest()
 
 
 _ENCODE = msgspec.json.Encoder().encode

@@ -11,6 +11,8 @@ import pytest
 
 from kilter.cli.serve import build_app
 from kilter.gangs import records
+from kilter.model.jobs import read_job
+from kilter.webhooks.validate import pod_set_shape
 from tests.extenders.conftest import (
     Served,
     _Server,
@@ -199,3 +201,25 @@ def test_a_pod_given_the_record_kilter_issued_for_its_workload_is_allowed_whoeve
     elsewhere["metadata"]["namespace"] = "other"
     review = admission_review(elsewhere, user=JOB_CONTROLLER)
     assert planned.review("/validate", review)["response"]["allowed"] is False  # another namespace's record
+
+
+# ---------------------------------------------------------------------- memos stay small
+
+
+def job_with_selector(size: int, salt: str) -> dict[str, Any]:
+    """A batch Job whose pod template carries a node selector of ``size`` entries (a big, distinct pod spec)."""
+    template = {"spec": {"nodeSelector": {f"k{i}-{salt}": "v" * 32 for i in range(size)}, "containers": []}}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": f"j-{salt}", "namespace": "ml"},
+        "spec": {"parallelism": 2, "completions": 2, "template": template},
+    }
+
+
+def test_a_pod_set_shape_is_a_fixed_size_digest_however_big_the_spec() -> None:
+    big = read_job(job_with_selector(20_000, "a")).gangs[0]  # ~1 MB of spec
+    same = read_job(job_with_selector(20_000, "a")).gangs[0]
+    other = read_job(job_with_selector(20_000, "b")).gangs[0]
+    assert len(pod_set_shape(big)) == 32
+    assert pod_set_shape(big) == pod_set_shape(same) and pod_set_shape(big) != pod_set_shape(other)
