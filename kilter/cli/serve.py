@@ -28,7 +28,7 @@ from kilter.extenders.explain import DecisionLog
 from kilter.extenders.scheduler import ApiBinder, Binder, SchedulerExtender
 from kilter.extenders.server import App
 from kilter.extenders.volcano import PodGroupEvents, VolcanoExtender
-from kilter.gangs import GangBook, GangId, GangKey, PlanRecorder
+from kilter.gangs import GangBook, GangId, GangKey, PlanKeys, PlanRecorder
 from kilter.kube.api import ApiServer, connect
 from kilter.kube.events import EventRecorder
 from kilter.kube.follower import LeaseFollower
@@ -172,6 +172,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         default=f"{d.gang_timeout_s / 60:g}m",
         help="drop a gang's plan if not all pods bind within this",
     )
+    p.add_argument("--plan-key-file", type=Path, help="keys signing kilter.dev/plan records, one per line (a Secret)")
     p.add_argument(
         "--reload-interval",
         default=f"{d.reload_interval_s:g}s",
@@ -219,11 +220,15 @@ def build_app(config: ServeConfig) -> tuple[App, ClusterStore]:
             elector.start()
 
         startup.append(campaign)
+    keys = PlanKeys.load(config.plan_key_file)
     recorder = _plan_recorder(api, live)
     if recorder is not None:
-        recorder.is_writer = is_writer
+        recorder.is_writer, recorder.keys = is_writer, keys
     gangs = GangBook(
-        store, timeout_s=config.gang_timeout_s, on_planned=recorder.on_planned if recorder is not None else None
+        store,
+        timeout_s=config.gang_timeout_s,
+        on_planned=recorder.on_planned if recorder is not None else None,
+        keys=keys,
     )
     extender = SchedulerExtender(store, gangs, DecisionLog())
     binder = ApiBinder(api) if api is not None else Binder()

@@ -104,6 +104,8 @@ class ServeConfig:
     """YAML of ClusterQueues, Cohorts and ResourceFlavors for Volcano queues when Kueue is not installed."""
     gang_timeout_s: float = 300.0
     """Seconds after which a gang's plan is dropped if not all its pods are bound."""
+    plan_key_file: Path | None = None
+    """Keys signing ``kilter.dev/plan`` records, one per line (the first signs); None: a random key per process."""
     reload_interval_s: float = 1.0
     """Seconds between checks of the snapshot file for changes."""
     log_level: LogLevel = "info"
@@ -172,6 +174,7 @@ class ServeConfig:
             follow_lease=args.follow_lease,
             queues=args.queues,
             gang_timeout_s=parse_duration(args.gang_timeout, path="--gang-timeout"),
+            plan_key_file=args.plan_key_file,
             reload_interval_s=parse_duration(args.reload_interval, path="--reload-interval"),
             log_level=cast(LogLevel, args.log_level),
         )

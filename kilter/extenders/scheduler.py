@@ -109,11 +109,17 @@ class SchedulerExtender:
         seen = self._seen.get(uid)
         if seen is None or (seen.namespace, seen.name) != (meta.namespace, meta.name):
             self._seen[uid] = _Seen(meta.namespace, meta.name, gpus, not pod.spec.node_name)
-        elif not seen.node:
-            seen.gpus, seen.pending = gpus, not pod.spec.node_name
+        elif not seen.node or self._pending_in_state(uid, pod):
+            seen.gpus, seen.pending, seen.node = gpus, not pod.spec.node_name, ""
         self._seen.move_to_end(uid)
         while len(self._seen) > MAX_SEEN:
             self._seen.popitem(last=False)
+
+    def _pending_in_state(self, uid: str, pod: Pod) -> bool:
+        """The state holds the pod, with this uid, unbound: what kilter bound before is no longer so (a pod put
+        back, a binding the API undid), and the pod may be bound again."""
+        held = self.store.pod_named(pod.metadata.namespace, pod.metadata.name)
+        return held is not None and held.metadata.uid == uid and not held.spec.node_name
 
     def _candidates(self, fleet: Fleet, args: wire.ExtenderArgs) -> filter_answer.Candidates:
         raw_names = bytes(args.node_names)
@@ -377,7 +383,7 @@ class SchedulerExtender:
         held = self.store.pod_named(args.pod_namespace, args.pod_name)
         if held is not None and held.metadata.uid and held.metadata.uid != args.pod_uid:
             raise InputError(f"{where} has uid {held.metadata.uid}, not {args.pod_uid}")
-        node = held.spec.node_name if held is not None and held.spec.node_name else seen.node
+        node = held.spec.node_name if held is not None else seen.node  # the state's word, else what kilter did
         if node and node != args.node:
             raise InputError(f'{where} is already assigned to node "{node}"')
         if not node and not seen.pending:

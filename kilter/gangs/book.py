@@ -31,11 +31,12 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 from kilter.gangs import records, refit, trust
 from kilter.gangs.identity import INDEXED_ANNOTATIONS, INDEXED_LABELS, GangId, gang_of, in_gang
+from kilter.gangs.keys import PlanKeys
 from kilter.model.core_v1 import Pod, PodTemplateSpec
 from kilter.model.jobs import PodSetSpec
 from kilter.model.jobs import topology_request as _topology_request
@@ -81,6 +82,7 @@ class GangPlan:
     verified: bool = True  # a pod of the gang that the state holds asked for it (``trust``); else not recorded yet
     asker: tuple[str, str, str] = ("", "", "")  # namespace, name and uid of the unseen pod an unverified plan is for
     admitted: bool = False  # a queue admitted the gang: exempt from the namespace's caps
+    uids: dict[str, str] = field(default_factory=dict)  # UID of each object the record goes on, by name (signing)
 
     @property
     def open_gpus(self) -> int:
@@ -128,6 +130,7 @@ class GangBook:
         wall: Callable[[], float] = time.time,
         on_planned: PlanHook | None = None,
         limits: trust.Limits | None = None,
+        keys: PlanKeys | None = None,
     ):
         self.store = store
         store.index_pods(INDEXED_LABELS, INDEXED_ANNOTATIONS)
@@ -140,6 +143,7 @@ class GangBook:
         self.replanned = 0
         self.adopted = 0  # plans taken from records in the cluster
         self.limits = limits or trust.Limits()
+        self.keys = keys or PlanKeys.ephemeral()  # verify records read here; the recorder signs with the same
         self.refused = 0  # plans not made: a stranger asked, or a cap was reached
         self.unverified_dropped = 0  # plans for pods that never showed up in the state
 
@@ -194,8 +198,8 @@ class GangBook:
         self.planned += 1
         if made.origin == "record":
             self.adopted += 1
-        elif made.feasible and self.on_planned is not None:
-            self.on_planned(gang, made)  # told of unverified plans too; ``PlanRecorder`` writes only verified ones
+        elif made.feasible:
+            self._tell(made)  # told of unverified plans too; ``PlanRecorder`` writes only verified ones
         return made
 
     # ------------------------------------------------------------------ trust and caps
@@ -208,8 +212,8 @@ class GangBook:
         plan.verified, plan.asker = True, ("", "", "")
         members = in_gang(plan.gang.key).members(self.store)
         plan.pods = tuple(sorted(p.metadata.name for p in members if not p.spec.node_name))
-        if plan.feasible and plan.origin == "planned" and self.on_planned is not None:
-            self.on_planned(plan.gang, plan)
+        if plan.feasible and plan.origin == "planned":
+            self._tell(plan)
 
     def _room_for_unseen(self, plan: GangPlan) -> bool:
         """The plan has more open slots than the gang has unplaced pods in the state: a pod the feed has not shown
@@ -253,9 +257,24 @@ class GangBook:
         adopted = GangPlan(gang, plan, slots, self.clock(), self.store.generation, origin="admission-check")
         self.plans[gang.key] = adopted
         self.planned += 1
-        if self.on_planned is not None:
-            self.on_planned(gang, adopted)
+        self._tell(adopted)
         return adopted
+
+    def _tell(self, plan: GangPlan) -> None:
+        """Hand ``plan`` to ``on_planned``, with the UIDs of the objects its record goes on (the signature binds
+        the record to its object)."""
+        if self.on_planned is None:
+            return
+        owner = records.owner_of(plan.gang.key)
+        if owner is not None:
+            meta = (self.store.get(*owner) or {}).get("metadata")
+            uid = meta.get("uid") if isinstance(meta, Mapping) else None
+            plan.uids = {owner[3]: uid} if isinstance(uid, str) and uid else {}
+        else:
+            ns = trust.namespace_of(plan.gang.key)
+            held = (self.store.pod_named(ns, name) for name in plan.pods)
+            plan.uids = {p.metadata.name: p.metadata.uid for p in held if p is not None and p.metadata.uid}
+        self.on_planned(plan.gang, plan)
 
     def _make(self, gang: GangId, pod: Pod, gpus: int) -> GangPlan | None:
         fleet = self.store.fleet()
@@ -301,10 +320,10 @@ class GangBook:
         owner = records.owner_of(gang.key)
         if owner is not None:
             where = f"{owner[1]} {owner[2]}/{owner[3]}"
-            record = records.read_object(self.store.get(*owner), where=where)
+            record = records.read_object(self.store.get(*owner), where=where, keys=self.keys)
         else:
             where = f"the pods of gang {gang.key}"
-            record = records.newest(members or ())
+            record = records.newest(members or (), keys=self.keys, owner_uid=self._owner_uid)
         if record is None:
             return None
         if record.gang != gang.key:
@@ -322,6 +341,14 @@ class GangBook:
         else:
             log.info("gang %s: took up the plan recorded at %s", gang.key, record.at)
         return adopted
+
+    def _owner_uid(self, gang_key: str) -> str:
+        """The UID of the Workload or PodGroup a record's gang key names ("" if the state holds none): what a
+        podSetUpdates record on a pod is signed for."""
+        owner = records.owner_of(gang_key)
+        meta = (self.store.get(*owner) or {}).get("metadata") if owner is not None else None
+        uid = meta.get("uid") if isinstance(meta, Mapping) else None
+        return uid if isinstance(uid, str) else ""
 
     def _adopt_record(
         self, gang: GangId, request: GangRequest, record: records.PlanRecord, members: Sequence[Pod]

@@ -4,7 +4,10 @@ Records are written as JSON merge patches (RFC 7386,
 ``application/merge-patch+json``) of ``metadata.annotations`` only, on one
 worker thread, so a verb never waits for the API server; only while
 ``is_writer()`` holds (the elected leader), and a failed write is logged,
-never raised. A record over ``records.MAX_BYTES`` is not written.
+never raised. A record over ``records.MAX_BYTES`` is not written. Each
+object gets the record signed for its own UID (``records``, ``keys``), as
+the gang book gives it (``GangPlan.uids``); an object kilter's state does
+not show is not written, as there is nothing to sign for.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 from kilter.gangs.book import GangPlan
 from kilter.gangs.identity import GangId, GangKey
+from kilter.gangs.keys import PlanKeys
 from kilter.gangs.records import KUEUE, MAX_BYTES, PLAN_ANNOTATION, VOLCANO, PlanRecord, encode, owner_of
 from kilter.kube.api import ApiServer, object_path
 from kilter.model.errors import InputError, KilterError
@@ -47,14 +51,17 @@ class PlanRecorder:
         is_writer: Callable[[], bool] = _always,
         kueue_version: Callable[[], str] | None = None,
         wall: Callable[[], float] = time.time,
+        keys: PlanKeys | None = None,
     ) -> None:
         self.api = api
+        self.keys = keys or PlanKeys.ephemeral(announce=False)  # ``kilter serve`` sets the gang book's keys
         self.is_writer = is_writer
         self.kueue_version = kueue_version
         self.wall = wall
         self.written = 0
         self.failed = 0
         self.unverified = 0  # plans not written (yet): no pod of the gang the state holds asked for them
+        self.unknown = 0  # objects not written: kilter's state does not show their UID, so nothing to sign for
         self._stop_at: float | None = None
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kilter-plans")
 
@@ -66,21 +73,28 @@ class PlanRecorder:
             self.unverified += 1
             return None
         record = PlanRecord(gang.key, self.wall(), tuple((s.node, s.gpus) for s in plan.slots))
-        value = encode(record)
-        if len(value) > MAX_BYTES:
-            log.warning(
-                "gang %s: the plan's record is %d bytes, over %d; not recorded", gang.key, len(value), MAX_BYTES
-            )
+        size = len(encode(record, keys=self.keys))
+        if size > MAX_BYTES:
+            log.warning("gang %s: the plan's record is %d bytes, over %d; not recorded", gang.key, size, MAX_BYTES)
             return None
         try:
+            owner = owner_of(gang.key)
+            names = [owner[3]] if owner is not None else list(plan.pods)
             paths = self.paths(gang.key, plan.pods)
         except InputError:  # a malformed key, or names no object can have: nowhere to put the record
-            paths = []
-        if not paths:
-            log.info("gang %s: no object to record the plan on", gang.key)
+            names, paths = [], []
+        writes = []
+        for name, path in zip(names, paths, strict=True):
+            uid = plan.uids.get(name, "")
+            if uid:
+                writes.append((path, encode(record, keys=self.keys, uid=uid)))
+            else:
+                self.unknown += 1
+        if not writes:
+            log.info("gang %s: no object kilter's state shows to record the plan on", gang.key)
             return None
         try:
-            return self._pool.submit(self._write, gang.key, paths, value)
+            return self._pool.submit(self._write, gang.key, writes)
         except RuntimeError:  # shut down: the server is stopping
             log.info("gang %s: plan not recorded, kilter is stopping", gang.key)
             return None
@@ -98,11 +112,12 @@ class PlanRecorder:
             return [object_path(f"/apis/{KUEUE}/{version}", "workloads", owner[3], namespace=ns)]
         return [object_path("/api/v1", "pods", pod, namespace=ns) for pod in pods]
 
-    def _write(self, gang_key: str, paths: list[str], value: str) -> None:
-        body = {"metadata": {"annotations": {PLAN_ANNOTATION: value}}}
-        for i, path in enumerate(paths):
+    def _write(self, gang_key: str, writes: list[tuple[str, str]]) -> None:
+        """PATCH each (path, value): the record, signed for that object."""
+        for i, (path, value) in enumerate(writes):
+            body = {"metadata": {"annotations": {PLAN_ANNOTATION: value}}}
             if self._stop_at is not None and time.monotonic() > self._stop_at:
-                log.warning("gang %s: kilter is stopping; %d plan records not written", gang_key, len(paths) - i)
+                log.warning("gang %s: kilter is stopping; %d plan records not written", gang_key, len(writes) - i)
                 return
             try:
                 if not self.is_writer():

@@ -14,15 +14,25 @@ owns the gang:
   groups, JobSet and Kubeflow jobs) every pod of the gang that was still
   unbound when the plan was made.
 
-The value is compact JSON, one ``[node, GPUs]`` pair per planned pod::
+The value is compact JSON, one ``[node, GPUs]`` pair per planned pod, and a
+signature::
 
-    {"v":1,"gang":"ml/gang/train","at":"2025-06-01T12:00:00Z","slots":[["gb200-r01-t00",4],["gb200-r01-t01",4]]}
+    {"v":2,"gang":"ml/gang/train","at":"2025-06-01T12:00:00Z","slots":[["gb200-r01-t00",4],["gb200-r01-t01",4]],
+     "sig":"<64 hex digits>"}
 
-``v`` is the format version (readers ignore versions they do not know),
-``gang`` the gang's key (a record naming another gang is ignored), ``at``
-when the plan was made (RFC 3339, UTC). Reading never raises: a record that
-does not decode is ignored with a log line and the gang is planned afresh.
-Where the pods carry records, the newest one counts. ``refit.fit`` says
+``v`` is the format version (readers ignore versions they do not know; v1
+records, unsigned, are ignored), ``gang`` the gang's key (a record naming
+another gang is ignored), ``at`` when the plan was made (RFC 3339, UTC, whole
+seconds, ``Z``). ``sig`` is the hex HMAC-SHA256 (``keys.PlanKeys``) of
+``signed_message``: the bytes ``kilter.dev/plan`` LF, the UID of the object
+the record is on, LF, then the record's JSON without ``sig`` exactly as
+written above (keys in that order, no spaces). A record in a Workload's
+podSetUpdates is signed with the Workload's UID (the pods it reaches do not
+exist yet), and verifies on those pods too. Only signed records that a key
+verifies are adopted (``read_object``, ``newest``): anyone who may annotate a
+pod could otherwise steer where its gang goes. Reading never raises: a record
+that does not decode or verify is ignored with a log line and the gang is
+planned afresh. Where the pods carry records, the newest one counts. ``refit.fit`` says
 whether a record still fits the fleet for the pods left to place; the gang
 book takes a record up only while it is younger than the gang timeout, the
 time the plan would have lived in memory, so a gang stuck on its plan still
@@ -35,13 +45,14 @@ from __future__ import annotations
 
 import datetime
 import logging
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
 
 from kilter.gangs.identity import GangKey
+from kilter.gangs.keys import PlanKeys
 from kilter.model.annotations import PLAN
 from kilter.model.core_v1 import Pod
 from kilter.model.errors import InputError
@@ -59,12 +70,14 @@ __all__ = [
     "newest",
     "owner_of",
     "read_object",
+    "signed_message",
+    "verifies",
 ]
 
 log = logging.getLogger("kilter.plans")
 
 PLAN_ANNOTATION = PLAN
-RECORD_VERSION = 1
+RECORD_VERSION = 2
 MAX_BYTES = 128 * 1024  # the API server caps all annotations of an object at 256 KiB together
 VOLCANO = "scheduling.volcano.sh"
 KUEUE = "kueue.x-k8s.io"
@@ -72,22 +85,31 @@ KUEUE = "kueue.x-k8s.io"
 
 @dataclass(frozen=True)
 class PlanRecord:
-    """A recorded plan: the gang's key, when it was made (Unix seconds), and (node, GPUs) per planned pod."""
+    """A recorded plan: the gang's key, when it was made (Unix seconds), and (node, GPUs) per planned pod.
+
+    ``sig`` is the signature it was read with ("" when unsigned); records are
+    compared by content only.
+    """
 
     gang: str
     at_s: float
     slots: tuple[tuple[str, int], ...]
+    sig: str = field(default="", compare=False)
 
     @property
     def at(self) -> str:
         return _rfc3339(self.at_s)
 
 
-class _Wire(msgspec.Struct):
+class _Body(msgspec.Struct):
     v: int
     gang: str
     at: str
     slots: list[tuple[str, int]]
+
+
+class _Wire(_Body):
+    sig: str = ""
 
 
 _decoder = msgspec.json.Decoder(_Wire)
@@ -101,10 +123,28 @@ def _rfc3339(t: float) -> str:
         return f"{t:.0f} s after 1970"
 
 
-def encode(record: PlanRecord) -> str:
-    """The annotation's value (compact JSON, keys in the documented order)."""
-    wire = _Wire(RECORD_VERSION, record.gang, record.at, [(n, g) for n, g in record.slots])
-    return _encoder.encode(wire).decode()
+def _body(record: PlanRecord) -> bytes:
+    return _encoder.encode(_Body(RECORD_VERSION, record.gang, record.at, [(n, g) for n, g in record.slots]))
+
+
+def signed_message(record: PlanRecord, uid: str) -> bytes:
+    """What ``sig`` signs: ``kilter.dev/plan``, LF, the object's UID, LF, the record's JSON without ``sig``."""
+    return b"%s\n%s\n%s" % (PLAN_ANNOTATION.encode(), uid.encode(), _body(record))
+
+
+def encode(record: PlanRecord, *, keys: PlanKeys | None = None, uid: str = "") -> str:
+    """The annotation's value (compact JSON, keys in the documented order), signed for the object ``uid`` with
+    ``keys``; without keys unsigned, which no reader adopts (a decision's identity, a test's junk)."""
+    body = _body(record)
+    if keys is None:
+        return body.decode()
+    sig = keys.sign(signed_message(record, uid))
+    return (body[:-1] + b',"sig":"' + sig.encode() + b'"}').decode()
+
+
+def verifies(record: PlanRecord, keys: PlanKeys, uids: Iterable[str]) -> bool:
+    """Whether one of ``keys`` signed ``record`` for one of the object ``uids`` (empty ones are skipped)."""
+    return bool(record.sig) and any(keys.verify(signed_message(record, uid), record.sig) for uid in uids if uid)
 
 
 def decode(raw: str, *, where: str) -> PlanRecord | None:
@@ -119,7 +159,7 @@ def decode(raw: str, *, where: str) -> PlanRecord | None:
         log.warning("%s: %s %s; ignored", where, PLAN_ANNOTATION, problem)
         return None
     at = datetime.datetime.fromisoformat(wire.at)
-    return PlanRecord(wire.gang, at.timestamp(), tuple(wire.slots))
+    return PlanRecord(wire.gang, at.timestamp(), tuple(wire.slots), wire.sig)
 
 
 def _problem(wire: _Wire) -> str:
@@ -156,25 +196,44 @@ def owner_of(gang_key: str | GangKey) -> ObjectKey | None:
     return None
 
 
-def read_object(obj: Mapping[str, Any] | None, *, where: str) -> PlanRecord | None:
-    """The record an object (as the store holds it) carries, if any."""
+def read_object(obj: Mapping[str, Any] | None, *, where: str, keys: PlanKeys) -> PlanRecord | None:
+    """The record an object (as the store holds it) carries, if any and signed for that object by ``keys``."""
     meta = obj.get("metadata") if obj is not None else None
     notes = meta.get("annotations") if isinstance(meta, Mapping) else None
     raw = notes.get(PLAN_ANNOTATION) if isinstance(notes, Mapping) else None
-    return decode(raw, where=where) if isinstance(raw, str) else None
+    record = decode(raw, where=where) if isinstance(raw, str) else None
+    uid = meta.get("uid") if isinstance(meta, Mapping) else None
+    return _trusted(record, keys, (uid if isinstance(uid, str) else "",), where)
 
 
-def newest(pods: Iterable[Pod]) -> PlanRecord | None:
-    """The newest record among the pods' annotations (each distinct value decoded once; ties: first pod by name)."""
+def newest(pods: Iterable[Pod], *, keys: PlanKeys, owner_uid: Callable[[str], str] | None = None) -> PlanRecord | None:
+    """The newest record among the pods' annotations that ``keys`` verify for the pod, or for the owner object
+    ``owner_uid`` gives the UID of (by the record's gang key: a podSetUpdates record); each distinct value decoded
+    once; ties: first pod by name."""
     found: dict[str, PlanRecord | None] = {}
     best: PlanRecord | None = None
     for pod in sorted(pods, key=lambda p: p.metadata.name):
         raw = pod.metadata.annotations.get(PLAN_ANNOTATION)
         if raw is None:
             continue
+        where = f"pod {pod.metadata.namespace}/{pod.metadata.name}"
         if raw not in found:
-            found[raw] = decode(raw, where=f"pod {pod.metadata.namespace}/{pod.metadata.name}")
+            found[raw] = decode(raw, where=where)
         record = found[raw]
-        if record is not None and (best is None or record.at_s > best.at_s):
+        if record is None:
+            continue
+        uids = (pod.metadata.uid, owner_uid(record.gang) if owner_uid is not None else "")
+        if _trusted(record, keys, uids, where) is not None and (best is None or record.at_s > best.at_s):
             best = record
     return best
+
+
+def _trusted(record: PlanRecord | None, keys: PlanKeys, uids: Iterable[str], where: str) -> PlanRecord | None:
+    """``record`` if ``keys`` verify it for one of ``uids``; else None, with a log line."""
+    if record is None:
+        return None
+    if verifies(record, keys, uids):
+        return record
+    how = "is not signed" if not record.sig else "has a signature no plan key verifies for this object"
+    log.warning("%s: %s %s (not written by kilter); ignored", where, PLAN_ANNOTATION, how)
+    return None

@@ -10,6 +10,8 @@ three idle trays, the best fit for the last three pods on their own.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import http.client
 import json
 import time
@@ -23,8 +25,8 @@ import pytest
 
 from kilter.cli.serve import build_app
 from kilter.extenders.server import App
-from kilter.gangs import GangBook, GangId, GangPlan, PlanRecorder, identify
-from kilter.gangs.records import PLAN_ANNOTATION, PlanRecord, decode, encode
+from kilter.gangs import GangBook, GangId, GangPlan, PlanKeys, PlanRecorder, identify
+from kilter.gangs.records import PLAN_ANNOTATION, PlanRecord, decode, encode, verifies
 from kilter.kube.api import ApiServer
 from kilter.model import codec
 from kilter.model.core_v1 import Pod
@@ -40,23 +42,32 @@ PODGROUPS = Resource("scheduling.volcano.sh", "v1beta1", "podgroups", "PodGroup"
 GANG = {"kilter.dev/gang": "train", "kilter.dev/gang-size": "4"}
 KEY = "ml/gang/train"
 T0 = 1_748_779_200.0  # 2025-06-01T12:00:00Z
+KEY_TEXT = "0123456789abcdef" * 4
+KEYS = PlanKeys([KEY_TEXT.encode()], source="test")
 
 
 # ---------------------------------------------------------------------------- the record
 
 
-def test_a_record_encodes_compactly_and_decodes_back() -> None:
+def test_a_record_encodes_compactly_signed_for_its_object_and_decodes_back() -> None:
     record = PlanRecord("ml/gang/train", T0, (("gb200-r01-t00", 4), ("gb200-r01-t00", 4), ("gb200-r02-t03", 8)))
-    raw = encode(record)
-    assert raw == (
-        '{"v":1,"gang":"ml/gang/train","at":"2025-06-01T12:00:00Z",'
+    body = (
+        '{"v":2,"gang":"ml/gang/train","at":"2025-06-01T12:00:00Z",'
         '"slots":[["gb200-r01-t00",4],["gb200-r01-t00",4],["gb200-r02-t03",8]]}'
     )
-    assert decode(raw, where="test") == record
+    sig = hmac.new(KEY_TEXT.encode(), b"kilter.dev/plan\nuid-1\n" + body.encode(), hashlib.sha256).hexdigest()
+    raw = encode(record, keys=KEYS, uid="uid-1")
+    assert raw == body[:-1] + f',"sig":"{sig}"}}'
+    assert encode(record) == body  # unsigned: what no reader adopts
+    decoded = decode(raw, where="test")
+    assert decoded == record and decoded is not None and decoded.sig == sig
+    assert verifies(decoded, KEYS, ["uid-1"])
+    assert not verifies(decoded, KEYS, ["uid-2"])  # copied onto another object
+    assert not verifies(decoded, PlanKeys([b"x" * 32], source="other"), ["uid-1"])  # another kilter's key
 
 
 def _raw(**fields: Any) -> str:
-    base: dict[str, Any] = {"v": 1, "gang": KEY, "at": "2025-06-01T12:00:00Z", "slots": [["a", 4]]}
+    base: dict[str, Any] = {"v": 2, "gang": KEY, "at": "2025-06-01T12:00:00Z", "slots": [["a", 4]]}
     base.update(fields)
     return json.dumps({k: v for k, v in base.items() if v is not ...})
 
@@ -69,9 +80,11 @@ def _raw(**fields: Any) -> str:
         pytest.param("null", id="null"),
         pytest.param("[]", id="an array"),
         pytest.param("{", id="cut short"),
-        pytest.param('{"v":1,"gang":"g","at":"2025-06-01T12:00:00Z","slots":[["a",4]]', id="no closing brace"),
-        pytest.param(_raw(v=2), id="a later format version"),
-        pytest.param(_raw(v="1"), id="version as a string"),
+        pytest.param('{"v":2,"gang":"g","at":"2025-06-01T12:00:00Z","slots":[["a",4]]', id="no closing brace"),
+        pytest.param(_raw(v=3), id="a later format version"),
+        pytest.param(_raw(v=1), id="format 1, unsigned"),
+        pytest.param(_raw(v="2"), id="version as a string"),
+        pytest.param(_raw(sig=7), id="signature as a number"),
         pytest.param(_raw(gang=...), id="no gang"),
         pytest.param(_raw(gang=""), id="empty gang"),
         pytest.param(_raw(at="yesterday"), id="time not RFC 3339"),
@@ -106,8 +119,25 @@ def test_unknown_fields_are_ignored_so_a_later_writer_may_add_some() -> None:
 # ---------------------------------------------------------------------------- the gang book, in process
 
 
-def member(i: int, *, node: str = "", record: str | None = None) -> dict[str, Any]:
-    return pod_json(f"train-{i}", 4, labels=GANG, annotations={PLAN_ANNOTATION: record} if record else None, node=node)
+@dataclass(frozen=True)
+class Signed:
+    """A record kilter wrote: signed, on each object, for that object's UID."""
+
+    nodes: tuple[str, ...]
+    at: float = T0
+    gang: str = KEY
+    gpus: int = 4
+    keys: PlanKeys = KEYS
+    uid: str = ""  # sign for this UID instead of the object's (a record copied from elsewhere)
+
+    def on(self, uid: str) -> str:
+        record = PlanRecord(self.gang, self.at, tuple((n, self.gpus) for n in self.nodes))
+        return encode(record, keys=self.keys, uid=self.uid or uid)
+
+
+def member(i: int, *, node: str = "", record: Signed | str | None = None) -> dict[str, Any]:
+    raw = record.on(f"uid-train-{i}") if isinstance(record, Signed) else record
+    return pod_json(f"train-{i}", 4, labels=GANG, annotations={PLAN_ANNOTATION: raw} if raw else None, node=node)
 
 
 def book_over(*pods: dict[str, Any], hook: list[GangPlan] | None = None) -> tuple[GangBook, ClusterStore]:
@@ -115,7 +145,8 @@ def book_over(*pods: dict[str, Any], hook: list[GangPlan] | None = None) -> tupl
     store = ClusterStore()
     store.replace([*cluster_objects(), *pods])
     told = hook if hook is not None else []
-    return GangBook(store, wall=lambda: T0 + 10, on_planned=lambda gang, plan: told.append(plan)), store
+    book = GangBook(store, wall=lambda: T0 + 10, on_planned=lambda gang, plan: told.append(plan), keys=KEYS)
+    return book, store
 
 
 def plan_of(book: GangBook, store: ClusterStore, pod: dict[str, Any]) -> GangPlan:
@@ -127,8 +158,8 @@ def plan_of(book: GangBook, store: ClusterStore, pod: dict[str, Any]) -> GangPla
     return plan
 
 
-def recorded(nodes: list[str], *, at: float = T0, gang: str = KEY, gpus: int = 4) -> str:
-    return encode(PlanRecord(gang, at, tuple((n, gpus) for n in nodes)))
+def recorded(nodes: list[str], *, at: float = T0, gang: str = KEY, gpus: int = 4) -> Signed:
+    return Signed(tuple(nodes), at, gang, gpus)
 
 
 R1_PICK = ["r1-t10", "r1-t11", "r1-t12", "r1-t13"]
@@ -169,9 +200,12 @@ def test_without_a_record_the_plan_is_made_here_and_handed_to_on_planned() -> No
         pytest.param(recorded(R1_PICK[:3]), id="fewer slots than pods"),
         pytest.param(recorded(R1_PICK, gpus=2), id="slots of another shape"),
         pytest.param("garbage", id="junk"),
+        pytest.param(encode(PlanRecord(KEY, T0, tuple((n, 4) for n in R1_PICK))), id="unsigned (a tenant wrote it)"),
+        pytest.param(Signed(tuple(R1_PICK), keys=PlanKeys([b"t" * 32], source="tenant")), id="signed with another key"),
+        pytest.param(Signed(tuple(R1_PICK), uid="uid-of-another-pod"), id="signed for another object"),
     ],
 )
-def test_a_record_that_no_longer_holds_is_ignored_and_the_gang_planned_afresh(raw: str) -> None:
+def test_a_record_that_no_longer_holds_is_ignored_and_the_gang_planned_afresh(raw: Signed | str) -> None:
     told: list[GangPlan] = []
     book, store = book_over(*(member(i, record=raw) for i in range(4)), hook=told)
     plan = plan_of(book, store, member(0, record=raw))
@@ -211,7 +245,8 @@ def test_a_record_on_the_workload_is_read_there() -> None:
         "metadata": {
             "name": "job-train",
             "namespace": "ml",
-            "annotations": {PLAN_ANNOTATION: recorded(R1_PICK, gang="ml/workload/job-train")},
+            "uid": "uid-wl",
+            "annotations": {PLAN_ANNOTATION: recorded(R1_PICK, gang="ml/workload/job-train").on("uid-wl")},
         },
         "spec": {
             "queueName": "q",
@@ -264,18 +299,20 @@ def test_the_recorder_patches_only_while_it_is_the_writer_and_never_raises() -> 
         cluster.add(pod_json("train-0", 4, labels=GANG))
         api = ApiServer("http", cluster.host, cluster.port)
         writer = [False]
-        recorder = PlanRecorder(api, is_writer=lambda: writer[0], wall=lambda: T0)
+        recorder = PlanRecorder(api, is_writer=lambda: writer[0], wall=lambda: T0, keys=KEYS)
         try:
-            gang, plan = gang_plan(KEY, ("train-0", "missing"))
+            gang, plan = gang_plan(KEY, ("train-0", "missing", "unknown"))
+            plan.uids = {"train-0": "uid-train-0", "missing": "uid-missing"}  # the state shows no "unknown"
             assert recorder.on_planned(gang, plan) is None  # a follower writes nothing
             writer[0] = True
             written = recorder.on_planned(gang, plan)
             assert written is not None
             written.result()  # the missing pod's 404 is logged, not raised
-            assert (recorder.written, recorder.failed) == (1, 1)
+            assert (recorder.written, recorder.failed, recorder.unknown) == (1, 1, 1)
             notes = cluster.get_object(PODS, "ml", "train-0")["metadata"]["annotations"]
             record = decode(notes[PLAN_ANNOTATION], where="test")
             assert record == PlanRecord(KEY, T0, tuple((s.node, s.gpus) for s in plan.slots))
+            assert verifies(record, KEYS, ["uid-train-0"])
             patches = [r for r in cluster.requests if r.method == "PATCH"]
             assert [r.path for r in patches] == [
                 "/api/v1/namespaces/ml/pods/train-0",
@@ -341,12 +378,24 @@ def wait_for(what: str, ready: Callable[[], bool]) -> None:
         time.sleep(0.02)
 
 
+def key_file(tmp_path: Path) -> Path:
+    """The plan keys every kilter of a test shares (``--plan-key-file``): KEYS, after a key being rotated out."""
+    path = tmp_path / "plan-keys"
+    if not path.exists():
+        path.write_text(f"{KEY_TEXT}\n\n{'f' * 64}\n")
+    return path
+
+
 @contextmanager
-def kilter(cluster: ListWatchServer, tmp_path: Path, name: str) -> Iterator[Kilter]:
-    """``kilter serve --kubeconfig`` on the cluster, once its feed has listed everything."""
-    app, store = build_app(
-        serve_config(None, kubeconfig=kubeconfig(tmp_path / f"{name}.kubeconfig", cluster.port, TOKEN))
+def kilter(cluster: ListWatchServer, tmp_path: Path, name: str, *, keys: bool = True) -> Iterator[Kilter]:
+    """``kilter serve --kubeconfig`` on the cluster, once its feed has listed everything; with the shared plan key
+    file, or (``keys=False``) without one."""
+    config = serve_config(
+        None,
+        kubeconfig=kubeconfig(tmp_path / f"{name}.kubeconfig", cluster.port, TOKEN),
+        plan_key_file=key_file(tmp_path) if keys else None,
     )
+    app, store = build_app(config)
     with _Server(app, None) as port:
         k = Kilter(app, store, port)
         wait_for(f"{name} to be ready", lambda: k.call("GET", "/readyz")[0] == 200)
@@ -401,7 +450,7 @@ def test_a_restarted_kilter_keeps_the_rest_of_the_gang_on_the_recorded_plan(tmp_
 
 def test_a_record_whose_nodes_are_gone_is_ignored_and_the_new_plan_recorded(tmp_path: Path) -> None:
     stale = recorded(["gone-0", "gone-1", "gone-2", "gone-3"], at=time.time())
-    pods = [pod_json(f"train-{i}", 4, labels=GANG, annotations={PLAN_ANNOTATION: stale}) for i in range(4)]
+    pods = [member(i, record=stale) for i in range(4)]
     with ListWatchServer([PODS, NODES], token=TOKEN) as cluster:
         for obj in [*fleet(), *pods]:
             cluster.add(obj)
