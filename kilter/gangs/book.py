@@ -37,9 +37,11 @@ from dataclasses import dataclass, field
 from kilter.gangs import records, refit, trust
 from kilter.gangs.identity import INDEXED_ANNOTATIONS, INDEXED_LABELS, GangId, gang_of, in_gang
 from kilter.gangs.keys import PlanKeys
-from kilter.model.core_v1 import Pod, PodTemplateSpec
+from kilter.model.core_v1 import Pod, PodTemplateSpec, pod_request
+from kilter.model.errors import InputError
 from kilter.model.jobs import PodSetSpec
 from kilter.model.jobs import topology_request as _topology_request
+from kilter.quota.tree import QuotaTree, build_tree
 from kilter.state.store import ClusterStore
 from kilter.topology import verdicts
 from kilter.topology.plan import GangRequest, Plan, gang_request, plan_gang
@@ -143,6 +145,7 @@ class GangBook:
         self.replanned = 0
         self.adopted = 0  # plans taken from records in the cluster
         self.limits = limits or trust.Limits()
+        self._tree: tuple[int, QuotaTree] | None = None
         self.keys = keys or PlanKeys.ephemeral()  # verify records read here; the recorder signs with the same
         self.refused = 0  # plans not made: a stranger asked, or a cap was reached
         self.unverified_dropped = 0  # plans for pods that never showed up in the state
@@ -180,6 +183,9 @@ class GangBook:
             self._drop(current)
             self.replanned += 1
         admitted = trust.is_admitted(self.store, gang)
+        beyond = "" if admitted else self._beyond_queue(gang, pod, gpus)
+        if beyond:
+            return self._refusal(gang, beyond)
         plans, verified = self.plans.values(), who.kind == "member"
         full = trust.full(plans, self.limits, gang, gpus, verified=verified, admitted=admitted, fleet=self._fleet_gpus)
         if full:
@@ -234,6 +240,26 @@ class GangBook:
         self.refused += 1
         log.info("gang %s: not planned: %s", gang.key, why)
         return GangPlan(gang, Plan(False, why, gang.key), [], self.clock(), self.store.generation, verified=False)
+
+    def _beyond_queue(self, gang: GangId, pod: Pod, gpus: int) -> str:
+        """Why the gang asks more GPUs than the queue the pod names could ever admit ("" if it does not, or no queue
+        is known): a gang of 23 pods in a queue of 8 GPUs would otherwise hold 92 for nothing."""
+        fleet = self.store.fleet()
+        asked = [r for r in sorted(fleet.catalog.device_resources) if _asks(pod, r)]
+        if not asked:
+            return ""
+        limit = trust.queue_limit(self.store, pod, asked[0], self._quota_tree)
+        want = sum(ps.count for ps in gang.pod_sets) * gpus if gang.pod_sets else (gang.size or 1) * gpus
+        if limit is None or want <= limit[1]:
+            return ""
+        return f"gang {gang.key} asks {want} {asked[0]}; {limit[0]} could admit at most {limit[1]}"
+
+    def _quota_tree(self) -> QuotaTree:
+        """The Kueue quota tree of the current state, built once per state version."""
+        if self._tree is None or self._tree[0] != self.store.version:
+            state = self.store.state()
+            self._tree = (self.store.version, build_tree(state.cluster_queues, state.cohorts))
+        return self._tree[1]
 
     def _fleet_gpus(self) -> int:
         fleet = self.store.fleet()
@@ -453,6 +479,13 @@ class GangBook:
         if slot.reserved:
             self.store.release_slot(plan.gang.key, slot.node, slot.gpus)
         slot.reserved = False
+
+
+def _asks(pod: Pod, resource: str) -> bool:
+    try:
+        return pod_request(pod.spec, resource, path="$.spec") > 0
+    except InputError:
+        return False
 
 
 def _shrink(pod_sets: tuple[PodSetSpec, ...], bound: int) -> tuple[PodSetSpec, ...]:

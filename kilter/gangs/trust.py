@@ -20,6 +20,9 @@ tenant's gang with its labels. So (issue #17):
   Volcano PodGroup Inqueue or Running, Volcano's own session) are exempt:
   their queue's quota bounds them. Unverified plans count together, as one
   namespace, whatever namespace they name;
+* a gang no queue admitted yet may not ask more GPUs than its queue could
+  ever admit (``queue_limit``: a Kueue ClusterQueue's quota with all it may
+  borrow, a Volcano Queue's capability), when the state knows the queue;
 * the book holds at most ``max_plans`` plans and ``max_unverified``
   unverified ones, whatever the keys, so 20,000 made-up gang names cost a
   bounded book and a refusal each, not a plan each.
@@ -31,9 +34,12 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Literal, NamedTuple, Protocol
 
-from kilter.gangs.identity import GangId, GangKey, identify
+from kilter.gangs.identity import VOLCANO_GROUP, GangId, GangKey, identify
 from kilter.model.core_v1 import Pod
 from kilter.model.errors import InputError
+from kilter.quota import amount
+from kilter.quota.available import potential_available
+from kilter.quota.tree import QuotaTree
 from kilter.state.store import ClusterStore
 
 __all__ = [
@@ -46,10 +52,12 @@ __all__ = [
     "is_admitted",
     "namespace_of",
     "over_cap",
+    "queue_limit",
     "scope_of",
 ]
 
 UNSEEN_NAMESPACE = "(pods kilter's state does not show yet)"
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 VOLCANO_ADMITTED = ("Inqueue", "Running")
 
 
@@ -197,6 +205,46 @@ def _over(limits: Limits, scope: str, held: int, ask: int, fleet_gpus: int) -> s
     if held + ask <= cap:
         return ""
     return f"namespace {scope} holds {held} GPUs in open gang plans; {ask} more would pass its cap of {cap}"
+
+
+def queue_limit(store: ClusterStore, pod: Pod, resource: str, tree: Callable[[], QuotaTree]) -> tuple[str, int] | None:
+    """The queue the pod names and the most ``resource`` it could ever admit; None when the state knows no queue
+    of the pod's, or the queue sets no limit on ``resource``.
+
+    Kueue: the LocalQueue of the pod's ``kueue.x-k8s.io/queue-name`` label,
+    its ClusterQueue's ``potentialAvailable`` summed over the flavors of
+    ``resource`` (nominal quota plus all it may borrow; ``tree`` builds the
+    quota tree). Volcano: the Queue of the pod's PodGroup, its
+    ``capability`` (no entry: no limit, as Volcano reads it).
+    """
+    ns = pod.metadata.namespace
+    local = pod.metadata.labels.get(KUEUE_QUEUE_LABEL)
+    if local:
+        spec = _spec(store.get("kueue.x-k8s.io", "LocalQueue", ns, local))
+        cq_name = spec.get("clusterQueue")
+        node = tree().cluster_queues.get(cq_name) if isinstance(cq_name, str) else None
+        if node is None:
+            return None
+        frs = [fr for fr in node.quotas if fr[1] == resource]
+        most = sum(max(0, potential_available(node, fr)) for fr in frs)
+        return f"ClusterQueue {cq_name}", min(most, amount.UNLIMITED)
+    group = pod.metadata.annotations.get(VOLCANO_GROUP)
+    queue_name = _spec(store.get("scheduling.volcano.sh", "PodGroup", ns, group)).get("queue") if group else None
+    if not isinstance(queue_name, str):
+        return None
+    capability = _spec(store.get("scheduling.volcano.sh", "Queue", "", queue_name)).get("capability")
+    limit = capability.get(resource) if isinstance(capability, Mapping) else None
+    if not isinstance(limit, str | int):
+        return None
+    try:
+        return f"Queue {queue_name}", amount.from_quantity(resource, limit, path=f"Queue {queue_name}: capability")
+    except InputError:
+        return None
+
+
+def _spec(obj: Mapping[str, object] | None) -> Mapping[str, object]:
+    spec = obj.get("spec") if obj is not None else None
+    return spec if isinstance(spec, Mapping) else {}
 
 
 def _status(obj: Mapping[str, object] | None) -> Mapping[str, object]:

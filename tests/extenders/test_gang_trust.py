@@ -27,6 +27,7 @@ from tests.extenders.conftest import (
     serve_config,
     write_snapshot,
 )
+from tests.extenders.volcano.conftest import cluster_queue, quota_objects
 from tests.fakeapi import Answer, Call, FakeApi, running
 from tests.live_mode import kubeconfig
 
@@ -160,3 +161,26 @@ def test_a_forged_filter_makes_no_plan_record_on_the_pod_it_names(tmp_path: Path
             time.sleep(0.02)
         patched = [c.path for c in api.calls if c.method == "PATCH"]
         assert patched == ["/api/v1/namespaces/ml/pods/real-0"]
+
+
+def test_a_gang_may_not_ask_more_than_its_kueue_queue_could_ever_admit(tmp_path: Path) -> None:
+    small = cluster_queue("small", 8, borrowing=0)  # 8 GPUs and nothing borrowed: potentialAvailable is 8
+    local = {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "LocalQueue",
+        "metadata": {"name": "q", "namespace": "ml"},
+        "spec": {"clusterQueue": "small"},
+    }
+    queued = {"kueue.x-k8s.io/queue-name": "q"}
+    big = [gang_pod(f"big-{i}", "big", 3) for i in range(3)]  # 3 x 4 = 12 GPUs
+    fits = [gang_pod(f"fits-{i}", "fits", 2) for i in range(2)]  # 2 x 4 = 8 GPUs
+    for pod in [*big, *fits]:
+        pod["metadata"]["labels"].update(queued)
+    for served in serve(tmp_path, [*cluster_objects(), *quota_objects(), small, local, *big, *fits]):
+        _, refused = served.post("filter", names_args(big[0], RACKS))
+        assert refused["NodeNames"] == []
+        reason = "gang ml/gang/big asks 12 nvidia.com/gpu; ClusterQueue small could admit at most 8"
+        assert refused["FailedNodes"]["r1-t00"].endswith(reason)
+        _, planned = served.post("filter", names_args(fits[0], RACKS))
+        assert len(planned["NodeNames"]) == 2
+        assert list(book(served).plans) == ["ml/gang/fits"]
