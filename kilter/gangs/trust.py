@@ -103,7 +103,8 @@ def asker(store: ClusterStore, gang: GangId, pod: Pod) -> Asker:
     where = f"pod {meta.namespace}/{meta.name}"
     if meta.uid and held.metadata.uid and held.metadata.uid != meta.uid:
         return Asker("stranger", pod, f"{where} has uid {held.metadata.uid} in kilter's state, not {meta.uid}")
-    if gang.source != "volcano":
+    same_labels = (held.metadata.labels, held.metadata.annotations) == (meta.labels, meta.annotations)
+    if gang.source != "volcano" and not same_labels:  # a gang is read from labels and annotations alone
         try:
             own = identify(held, store)
         except InputError as exc:
