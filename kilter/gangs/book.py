@@ -280,7 +280,8 @@ class GangBook:
         slots = [Slot(fleet.node_names[n], n, g) for n, g in zip(plan.node_indices, plan.gpus, strict=True)]
         if not self._reserve(gang, slots):
             return None
-        adopted = GangPlan(gang, plan, slots, self.clock(), self.store.generation, origin="admission-check")
+        now, generation = self.clock(), self.store.generation
+        adopted = GangPlan(gang, plan, slots, now, generation, origin="admission-check", admitted=True)  # Kueue's
         self.plans[gang.key] = adopted
         self.planned += 1
         self._tell(adopted)
