@@ -45,60 +45,42 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, NamedTuple, cast
-
-import msgspec
-from msgspec import structs
+from typing import Any, cast
 
 from kilter.model import codec
 from kilter.model.core_v1 import Node, Pod, pod_request
 from kilter.model.errors import InputError
 from kilter.quota.tree import build_tree
+from kilter.state import copies
 from kilter.state.cluster import KNOWN_KINDS, KUEUE, TYPES, ClusterState
+from kilter.state.events import (
+    ADDED,
+    DELETED,
+    MODIFIED,
+    TYPED_KINDS,
+    Event,
+    ObjectKey,
+    Stored,
+    object_key,
+    same_view,
+    typed_view,
+    where,
+)
+from kilter.state.pod_index import PodIndex
 from kilter.state.reservations import Held, Reservations
 from kilter.state.snapshot import RawObjects
 from kilter.topology.catalog import BUILTIN, Catalog
 from kilter.topology.fleet import ENDED_PHASES, Fleet, build_fleet
 
-__all__ = ["ADDED", "DELETED", "MODIFIED", "ClusterStore", "Event", "ObjectKey", "object_key"]
+__all__ = ["ADDED", "DELETED", "MODIFIED", "ClusterStore", "Event", "ObjectKey", "Stored", "object_key"]
 
 log = logging.getLogger("kilter.state")
 
-ADDED: Literal["ADDED"] = "ADDED"
-MODIFIED: Literal["MODIFIED"] = "MODIFIED"
-DELETED: Literal["DELETED"] = "DELETED"
-EventType = Literal["ADDED", "MODIFIED", "DELETED"]
-ObjectKey = tuple[str, str, str, str]  # (API group, kind, namespace, name)
 ASSUME_TTL_S = 120.0
 """How long an assumed booking waits for the feed (seconds). A real bind reaches the watch in well under a second;
 two minutes also covers a relist after 410 Gone of a 100k-pod cluster. Later than that, the bind was forged, failed
 or its pod deleted, and the GPUs go back."""
-Typed = Node | Pod
-Stored = Mapping[str, Any] | Typed
 _FLEET_KINDS = {("", "Node"), (KUEUE, "Topology"), ("topology.volcano.sh", "HyperNode")}
-_TYPED_KINDS: dict[tuple[str, str], type[Typed]] = {("", "Node"): Node, ("", "Pod"): Pod}
-
-
-class Event(NamedTuple):
-    """One watch event: what happened to which object (as the API returns it, or already typed for Nodes and Pods)."""
-
-    type: EventType
-    object: Stored
-
-
-def object_key(obj: Stored) -> ObjectKey:
-    if isinstance(obj, Node | Pod):
-        return "", obj.kind, obj.metadata.namespace, obj.metadata.name
-    api_version = obj.get("apiVersion")
-    kind = obj.get("kind")
-    meta = obj.get("metadata")
-    if not isinstance(api_version, str) or not isinstance(kind, str) or not isinstance(meta, Mapping):
-        raise InputError("an object needs apiVersion, kind and metadata")
-    name = meta.get("name")
-    if not isinstance(name, str) or not name:
-        raise InputError(f"{kind} without metadata.name")
-    namespace = meta.get("namespace") or ""
-    return api_version.rpartition("/")[0], kind, str(namespace), name
 
 
 @dataclass(frozen=True)
@@ -137,8 +119,7 @@ class ClusterStore:
         self._bookings: dict[str, Booking] = {}
         self._reservations = Reservations()
         self._pods_by_uid: dict[str, Pod] = {}
-        self._index_keys: tuple[frozenset[str], frozenset[str]] = (frozenset(), frozenset())  # labels, annotations
-        self._index: dict[tuple[str, bool, str, str], dict[str, Pod]] | None = None  # built on first use
+        self._pod_index = PodIndex(self._pods_by_uid)
         self._by_kind: dict[tuple[str, str], dict[ObjectKey, Stored]] = {kind: {} for kind in KNOWN_KINDS}
         self._kind_version: Counter[tuple[str, str]] = Counter()
         self._typed: dict[ObjectKey, Any] = {}  # the other kinds' typed views, converted once per change
@@ -170,7 +151,7 @@ class ClusterStore:
         cannot read: refusing the whole snapshot for it would stall every
         other change (see ``unreadable``). An object given twice (two Nodes
         of one name) is kept once, the same copy whatever the order of the
-        file (``_newer``), and named in ``problems``.
+        file (``copies.newer``), and named in ``problems``.
         """
         incoming: dict[ObjectKey, Stored] = {}
         ignored: dict[str, int] = {}
@@ -187,15 +168,16 @@ class ClusterStore:
                 ignored[name] = ignored.get(name, 0) + 1
                 continue
             try:
-                typed = _typed(key, obj)
+                typed = typed_view(key, obj)
             except InputError as exc:
-                left_out[key] = f"{_where(key)} left out, kilter cannot read it: {exc}"
+                left_out[key] = f"{where(key)} left out, kilter cannot read it: {exc}"
                 continue
             held = incoming.get(key)
-            incoming[key] = typed if held is None else _newer(held, typed)
+            incoming[key] = typed if held is None else copies.newer(held, typed)
             if held is not None:
                 other = held if incoming[key] is typed else typed
-                duplicates[key] = f"{_where(key)} appears more than once; kilter keeps {_which(incoming[key], other)}"
+                kept = copies.kept_copy(incoming[key], other)
+                duplicates[key] = f"{where(key)} appears more than once; kilter keeps {kept}"
         for key, why in [*left_out.items(), *duplicates.items()]:
             if self._left_out.get(key, self._duplicates.get(key)) != why:
                 log.warning("%s", why)
@@ -211,7 +193,7 @@ class ClusterStore:
         incoming: dict[ObjectKey, Stored] = {}
         for obj in objects:
             key = object_key(obj)
-            incoming[key] = _typed(key, obj)
+            incoming[key] = typed_view(key, obj)
         held = self._by_kind.get((group, kind))
         if held is not None and not held and incoming:
             return self._add_all((group, kind), incoming)
@@ -241,7 +223,7 @@ class ClusterStore:
             old = self.objects.get(key)
             if old is None:
                 changes.append((key, Event(ADDED, obj)))
-            elif not _same(old, obj):
+            elif not same_view(old, obj):
                 changes.append((key, Event(MODIFIED, obj)))
         return changes
 
@@ -257,8 +239,8 @@ class ClusterStore:
             del self._by_kind[kind][key]
             obj: Stored | None = None
         else:
-            obj = _typed(key, event.object)
-            if old is not None and _same(old, obj):
+            obj = typed_view(key, event.object)
+            if old is not None and same_view(old, obj):
                 return False
             self.objects[key] = self._by_kind[kind][key] = obj
         self._typed.pop(key, None)
@@ -275,17 +257,14 @@ class ClusterStore:
         if old is not None:
             uid = _uid(old)
             self._pods_by_uid.pop(uid, None)
-            if self._index is not None:
-                for entry in self._entries(old):
-                    self._index.get(entry, {}).pop(uid, None)
+            self._pod_index.drop(uid, old)
             if not self._fleet_dirty:
                 self._unbook(uid)
         if new is None:
             return
         uid = _uid(new)
         self._pods_by_uid[uid] = new
-        if self._index is not None:
-            self._index_add(uid, new)
+        self._pod_index.add(uid, new)
         if not self._fleet_dirty:
             self._unbook(uid)
             self._book_pod(uid, new)
@@ -391,44 +370,11 @@ class ClusterStore:
 
     def index_pods(self, labels: Iterable[str], annotations: Iterable[str]) -> None:
         """Make pods findable by these label and annotation keys (``pods_with``); the index is built on first use."""
-        self._index_keys = (frozenset(labels), frozenset(annotations))
-        self._index = None
+        self._pod_index.index(labels, annotations)
 
     def pods_with(self, namespace: str, labels: Mapping[str, str], annotations: Mapping[str, str]) -> list[Pod]:
-        """The pods of ``namespace`` that carry every one of these labels and annotations.
-
-        Through the index when a key is indexed (a gang's pods among 100,000
-        without reading them all), else by reading every pod.
-        """
-        wanted = [(namespace, True, k, v) for k, v in labels.items() if k in self._index_keys[0]]
-        wanted += [(namespace, False, k, v) for k, v in annotations.items() if k in self._index_keys[1]]
-        if wanted:
-            if self._index is None:
-                self._index = {}
-                for uid, pod in self._pods_by_uid.items():
-                    self._index_add(uid, pod)
-            candidates: Iterable[Pod] = min((self._index.get(e, {}) for e in wanted), key=len).values()
-        else:
-            candidates = self._pods_by_uid.values()
-        return [
-            p
-            for p in candidates
-            if p.metadata.namespace == namespace
-            and all(p.metadata.labels.get(k) == v for k, v in labels.items())
-            and all(p.metadata.annotations.get(k) == v for k, v in annotations.items())
-        ]
-
-    def _index_add(self, uid: str, pod: Pod) -> None:
-        assert self._index is not None
-        for entry in self._entries(pod):
-            self._index.setdefault(entry, {})[uid] = pod
-
-    def _entries(self, pod: Pod) -> list[tuple[str, bool, str, str]]:
-        meta = pod.metadata
-        label_keys, note_keys = self._index_keys
-        out = [(meta.namespace, True, k, v) for k, v in meta.labels.items() if k in label_keys]
-        out += [(meta.namespace, False, k, v) for k, v in meta.annotations.items() if k in note_keys]
-        return out
+        """The pods of ``namespace`` that carry every one of these labels and annotations (``PodIndex``)."""
+        return self._pod_index.pods_with(namespace, labels, annotations)
 
     # ------------------------------------------------------------------ reading
 
@@ -468,7 +414,7 @@ class ClusterStore:
         """Typed objects of the current version (for quota and job lookups)."""
         if self._state is None or self._state[0] != self.version:
             lists = {name: self._list(kind, cls) for name, (kind, cls) in TYPES.items()}
-            received = {kind: list(self._by_kind[kind].values()) for kind in KNOWN_KINDS if kind not in _TYPED_KINDS}
+            received = {kind: list(self._by_kind[kind].values()) for kind in KNOWN_KINDS if kind not in TYPED_KINDS}
             raw = RawObjects(cast(dict[tuple[str, str], list[dict[str, Any]]], received), Counter(self.ignored))
             self._state = (self.version, ClusterState(catalog=self.catalog, raw=raw, **lists))
         return self._state[1]
@@ -521,9 +467,9 @@ class ClusterStore:
             typed = self._typed.get(key)
             if typed is None:
                 try:
-                    typed = self._typed[key] = codec.convert(obj, cls, path=_where(key))
+                    typed = self._typed[key] = codec.convert(obj, cls, path=where(key))
                 except InputError as exc:
-                    self._unconverted[key] = f"{_where(key)} left out, kilter cannot read it: {exc}"
+                    self._unconverted[key] = f"{where(key)} left out, kilter cannot read it: {exc}"
                     log.warning("%s", self._unconverted[key])
                     continue
             out.append(typed)
@@ -543,56 +489,6 @@ class ClusterStore:
     def node_named(self, name: str) -> Node | None:
         obj = self.objects.get(("", "Node", "", name))
         return obj if isinstance(obj, Node) else None
-
-
-def _typed(key: ObjectKey, obj: Stored) -> Stored:
-    """Nodes and Pods as the store keeps them (typed); the other kinds as they are."""
-    cls = _TYPED_KINDS.get(key[:2])
-    if cls is None or isinstance(obj, cls):
-        return obj
-    return codec.convert(obj, cls, path=_where(key))
-
-
-def _resource_version(obj: Stored) -> str:
-    if isinstance(obj, Node | Pod):
-        return obj.metadata.resource_version or ""
-    meta = obj.get("metadata")
-    version = meta.get("resourceVersion") if isinstance(meta, Mapping) else None
-    return version if isinstance(version, str) else ""
-
-
-def _newer(a: Stored, b: Stored) -> Stored:
-    """Of two copies of one object, the one to keep, whichever came first.
-
-    The higher resourceVersion where both are numbers (the API server's are
-    etcd revisions: the later write); else the copy whose JSON with sorted
-    keys sorts first — arbitrary, but the same for every order of the file.
-    """
-    va, vb = _resource_version(a), _resource_version(b)
-    if va.isdigit() and vb.isdigit() and int(va) != int(vb):
-        return a if int(va) > int(vb) else b
-    return a if msgspec.json.encode(a, order="sorted") <= msgspec.json.encode(b, order="sorted") else b
-
-
-def _which(kept: Stored, other: Stored) -> str:
-    version = _resource_version(kept)
-    by_version = version.isdigit() and version != _resource_version(other)
-    return f"the copy of resourceVersion {version[:32]}" if by_version else "the copy first by content"
-
-
-def _where(key: ObjectKey) -> str:
-    return f"{key[1]} {key[2]}/{key[3]}" if key[2] else f"{key[1]} {key[3]}"
-
-
-def _same(old: Stored, new: Stored) -> bool:
-    """Nothing kilter reads changed. A typed view holds only what kilter reads, so a new resourceVersion alone
-    (a kubelet's heartbeat, a status condition kilter skips) is no change: no rebuild, no new version."""
-    if old == new:
-        return True
-    if isinstance(new, Node | Pod) and type(old) is type(new):
-        version = new.metadata.resource_version
-        return structs.replace(old, metadata=structs.replace(old.metadata, resource_version=version)) == new
-    return False
 
 
 def _uid(pod: Pod) -> str:
