@@ -25,9 +25,15 @@ from kilter.cli.serve_config import ServeConfig
 __all__ = ["run_on_ephemeral_port", "serve_config", "server_process"]
 
 
+# The full-Node filter posts 500 Nodes (~8.4 MB): past the 8 MiB NodeNames default, as a cluster in full-Node
+# mode (``nodeCacheCapable: false``) would raise it with ``--max-body-bytes``.
+FULL_NODE_BODY_BYTES = 64 * 1024 * 1024
+
+
 def serve_config(snapshot: Path) -> ServeConfig:
-    """What ``kilter serve --snapshot FILE`` runs with: its defaults."""
-    return ServeConfig(snapshot=snapshot)
+    """What ``kilter serve --snapshot FILE --max-body-bytes 64Mi`` runs with: its defaults, with room for the
+    full-Node filter."""
+    return ServeConfig(snapshot=snapshot, max_body_bytes=FULL_NODE_BODY_BYTES)
 
 
 def run_on_ephemeral_port(config: uvicorn.Config, port_out: Connection) -> None:
