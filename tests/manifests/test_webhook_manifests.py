@@ -11,19 +11,24 @@ from __future__ import annotations
 import argparse
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 
+import celpy
 import pytest
+from celpy.adapter import json_to_cel
 
 from kilter.cli.main import build_parser
 from kilter.cli.serve import webhook_app
 from kilter.cli.serve_config import DEFAULT_KILTER_USER, ServeConfig
 from kilter.model import codec
+from kilter.model.annotations import PLAN
 from kilter.model.jobs import supported_kinds
 from kilter.model.kueue import ClusterQueue
 from kilter.quota.policy import DECAYED_USAGE, parse_policy
 from kilter.state.cluster import from_objects
 from kilter.state.store import ClusterStore
+from kilter.webhooks import plan_guard
 from kilter.webhooks.admissioncheck import CHECKS, CONTROLLER_NAME, WORKLOADS, our_checks
 from kilter.webhooks.validate import QUEUE_KEYS, TOPOLOGY_POLICY, TOPOLOGY_VALUES
 from tests.manifests.test_scheduler_manifests import go_duration_s
@@ -40,6 +45,9 @@ KUEUE_MUTATING = "kueue-mutating-webhook-configuration"  # Kueue's, installed wi
 EXCLUDED_NAMESPACES = ("kube-system", "kueue-system")
 NAMESPACE_LABEL = "kubernetes.io/metadata.name"
 KUEUE = "kueue.x-k8s.io"
+VOLCANO = "scheduling.volcano.sh"
+# (API group, kind) of each object kilter reads plan records from -> the resource a webhook rule names.
+PLAN_RESOURCES = {("", "Pod"): "pods", (KUEUE, "Workload"): "workloads", (VOLCANO, "PodGroup"): "podgroups"}
 QUEUE_RESOURCES = {(KUEUE, "clusterqueues"), (KUEUE, "cohorts")}
 
 # (API group, kind) of every kind kilter's job readers could support -> the resource a webhook rule names.
@@ -159,8 +167,15 @@ def queue_webhook(validating: Obj) -> Obj:
 
 
 @pytest.fixture(scope="module")
-def job_webhook(validating: Obj, queue_webhook: Obj) -> Obj:
-    others: list[Obj] = [w for w in validating["webhooks"] if w is not queue_webhook]
+def plan_webhook(validating: Obj) -> Obj:
+    found: list[Obj] = [w for w in validating["webhooks"] if _covered(w) & {(VOLCANO, "podgroups")}]
+    assert len(found) == 1, "one validating webhook for plan records (the only one that covers PodGroups)"
+    return found[0]
+
+
+@pytest.fixture(scope="module")
+def job_webhook(validating: Obj, queue_webhook: Obj, plan_webhook: Obj) -> Obj:
+    others: list[Obj] = [w for w in validating["webhooks"] if w is not queue_webhook and w is not plan_webhook]
     assert len(others) == 1, "one validating webhook for jobs"
     return others[0]
 
@@ -220,7 +235,7 @@ def test_configurations_are_admissionregistration_v1(docs: list[Obj], mutating: 
         assert config["apiVersion"] == "admissionregistration.k8s.io/v1"
         assert "namespace" not in config["metadata"], "webhook configurations are cluster-scoped"
     assert len(mutating["webhooks"]) == 1
-    assert len(validating["webhooks"]) == 2, "one for queues (Fail), one for jobs (Ignore)"
+    assert len(validating["webhooks"]) == 3, "one for queues (Fail), one for jobs (Ignore), one for plans (Fail)"
 
 
 def test_kilter_mutates_before_kueue(mutating: Obj) -> None:
@@ -265,11 +280,13 @@ def test_every_webhook_skips_kube_system_and_kueue_system(webhooks: list[tuple[s
         assert _selects(selector, {NAMESPACE_LABEL: "team-a"}), f"{webhook['name']} must reach user namespaces"
 
 
-def test_failure_policies(mutating: Obj, queue_webhook: Obj, job_webhook: Obj) -> None:
-    # Mutation is a convenience and job checks prefer availability; kilter's own queue state must be protected.
+def test_failure_policies(mutating: Obj, queue_webhook: Obj, job_webhook: Obj, plan_webhook: Obj) -> None:
+    # Mutation is a convenience and job checks prefer availability; kilter's own queue state and its plan records
+    # must be protected.
     assert [w["failurePolicy"] for w in mutating["webhooks"]] == ["Ignore"]
     assert job_webhook["failurePolicy"] == "Ignore"
     assert queue_webhook["failurePolicy"] == "Fail"
+    assert plan_webhook["failurePolicy"] == "Fail"
 
 
 def test_cert_manager_injects_the_ca_of_the_certificate(mutating: Obj, validating: Obj, certificate: Obj) -> None:
@@ -336,6 +353,93 @@ def test_job_webhook_match_conditions_keep_creates(job_webhook: Obj) -> None:
     for condition in conditions:
         # Written as "not an UPDATE, or ...": CREATEs are always reviewed.
         assert condition["expression"].strip().startswith("request.operation != 'UPDATE'")
+
+
+def _condition(webhook: Obj, name: str) -> Callable[[str, Obj, Obj | None], bool]:
+    """A webhook's matchCondition as the apiserver evaluates it (CEL over request, object and oldObject)."""
+    (expression,) = [c["expression"] for c in webhook.get("matchConditions") or [] if c["name"] == name]
+    env = celpy.Environment()
+    program = env.program(env.compile(expression))
+
+    def matches(operation: str, obj: Obj, old: Obj | None) -> bool:
+        activation = {
+            "request": json_to_cel({"operation": operation}),
+            "object": json_to_cel(obj),
+            "oldObject": json_to_cel(old),
+        }
+        return bool(program.evaluate(activation))
+
+    return matches
+
+
+def _pod(annotations: dict[str, str] | None, *, finalizers: list[str] | None = None) -> Obj:
+    meta: Obj = {"name": "p", "namespace": "team-a"}
+    if annotations is not None:
+        meta["annotations"] = annotations
+    if finalizers is not None:
+        meta["finalizers"] = finalizers
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta}
+
+
+def test_plan_webhook_covers_every_object_a_plan_record_is_read_from(plan_webhook: Obj) -> None:
+    assert set(PLAN_RESOURCES) == set(plan_guard.GUARDED_KINDS)
+    wanted = {(group, PLAN_RESOURCES[(group, kind)]) for group, kind in plan_guard.GUARDED_KINDS}
+    assert _covered(plan_webhook) == wanted
+    for rule in plan_webhook["rules"]:
+        assert sorted(rule["operations"]) == ["CREATE", "UPDATE"]
+        assert rule["scope"] == "Namespaced"
+        assert all("/" not in r for r in rule["resources"]), "records live in metadata, not in a subresource"
+    assert plan_webhook["clientConfig"]["service"]["path"] == "/validate"
+
+
+@pytest.mark.parametrize(
+    ("operation", "new", "old", "reaches_kilter"),
+    [
+        pytest.param("CREATE", {PLAN: "r"}, None, True, id="a pod created with a record"),
+        pytest.param("CREATE", {"team": "a"}, None, False, id="a pod created without one"),
+        pytest.param("CREATE", None, None, False, id="a pod created without annotations"),
+        pytest.param("UPDATE", {PLAN: "r"}, {PLAN: "r"}, False, id="a record kept as it was"),
+        pytest.param("UPDATE", {PLAN: "r2"}, {PLAN: "r"}, True, id="a record changed"),
+        pytest.param("UPDATE", {PLAN: "r"}, None, True, id="a record added"),
+        pytest.param("UPDATE", {PLAN: ""}, {}, True, id="an empty record added"),
+        pytest.param("UPDATE", {}, {PLAN: "r"}, True, id="a record removed"),
+        pytest.param("UPDATE", None, {PLAN: "r"}, True, id="a record removed with every annotation"),
+    ],
+)
+def test_plan_webhook_hears_of_every_write_of_a_record_and_of_nothing_else(
+    plan_webhook: Obj, operation: str, new: dict[str, str] | None, old: dict[str, str] | None, reaches_kilter: bool
+) -> None:
+    matches = _condition(plan_webhook, "writes-a-plan-record")
+    old_obj = _pod(old) if operation == "UPDATE" else None
+    assert matches(operation, _pod(new), old_obj) is reaches_kilter
+
+
+def test_a_finalizer_removed_from_a_pod_carrying_a_record_never_waits_on_kilter(plan_webhook: Obj) -> None:
+    # failurePolicy Fail: while kilter is down, only what reaches it is refused. Kueue removes its finalizer from
+    # every pod of an admitted gang; that must not depend on kilter being up.
+    matches = _condition(plan_webhook, "writes-a-plan-record")
+    held = {PLAN: "r", "team": "a"}
+    assert not matches("UPDATE", _pod(held, finalizers=[]), _pod(held, finalizers=["kueue.x-k8s.io/managed"]))
+
+
+def test_kilter_refuses_a_tenants_record_on_each_kind_the_plan_webhook_sends(plan_webhook: Obj) -> None:
+    for (group, kind), _ in sorted(PLAN_RESOURCES.items()):
+        api_version = f"{group}/v1beta2" if group == KUEUE else f"{group}/v1beta1" if group else "v1"
+        record = '{"v":2,"gang":"team-a/gang/x","at":"2025-06-01T12:00:00Z"}'
+        meta: Obj = {"name": "x", "namespace": "team-a", "annotations": {PLAN: record}}
+        obj: Obj = {"apiVersion": api_version, "kind": kind, "metadata": meta}
+        response = _review(obj)
+        assert response["allowed"] is False, kind
+        assert PLAN in response["status"]["message"], kind
+
+
+def test_job_webhook_match_condition_sends_creates_and_metadata_changes_only(job_webhook: Obj) -> None:
+    matches = _condition(job_webhook, "create-or-metadata-change")
+    plain = _pod({"team": "a"})
+    assert matches("CREATE", plain, None)
+    assert not matches("UPDATE", _pod({"team": "a"}, finalizers=[]), _pod({"team": "a"}, finalizers=["f"]))
+    assert matches("UPDATE", _pod({"team": "b"}), plain)
+    assert matches("UPDATE", _pod(None), plain)
 
 
 # ---------------------------------------------------------------------------- Service, certificate, deployment
