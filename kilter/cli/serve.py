@@ -28,7 +28,7 @@ from kilter.extenders.explain import DecisionLog
 from kilter.extenders.scheduler import ApiBinder, Binder, SchedulerExtender
 from kilter.extenders.server import App
 from kilter.extenders.volcano import PodGroupEvents, VolcanoExtender
-from kilter.gangs import GangBook, GangId, GangKey, PlanKeys, PlanRecorder
+from kilter.gangs import GangBook, GangId, GangKey, KeySecret, PlanKeys, PlanRecorder, key_secret
 from kilter.kube.api import ApiServer, connect
 from kilter.kube.events import EventRecorder
 from kilter.kube.follower import LeaseFollower
@@ -174,6 +174,17 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     p.add_argument("--plan-key-file", type=Path, help="keys signing kilter.dev/plan records, one per line (a Secret)")
     p.add_argument(
+        "--plan-key-secret",
+        metavar="NAMESPACE/NAME",
+        help="a Secret holding the keys of kilter.dev/plan records (data.keys): created with a random key when "
+        "absent, re-read every minute, rotated by the writing replica; needs a cluster, excludes --plan-key-file",
+    )
+    p.add_argument(
+        "--plan-key-rotation",
+        default=f"{d.plan_key_rotation_s / 86400:g}d",
+        help="with --plan-key-secret: put a new key first once the first is this old, keeping the previous one",
+    )
+    p.add_argument(
         "--reload-interval",
         default=f"{d.reload_interval_s:g}s",
         help="how often to check the snapshot file for changes",
@@ -220,7 +231,13 @@ def build_app(config: ServeConfig) -> tuple[App, ClusterStore]:
             elector.start()
 
         startup.append(campaign)
-    keys = PlanKeys.load(config.plan_key_file)
+    keys, keys_from = _plan_keys(config, api, is_writer)
+    if keys_from is not None:
+
+        async def follow_keys() -> None:
+            keys_from.start()
+
+        startup.append(follow_keys)
     recorder = _plan_recorder(api, live)
     if recorder is not None:
         recorder.is_writer, recorder.keys = is_writer, keys
@@ -247,12 +264,38 @@ def build_app(config: ServeConfig) -> tuple[App, ClusterStore]:
         trusted=config.trust_rule,
         shutdown=[
             *([recorder.close] if recorder is not None else []),
+            *([keys_from.stop] if keys_from is not None else []),
             *([elector.stop] if elector is not None else []),
             *([live.stop] if live is not None else []),
         ],
     )
     app.is_writer = is_writer
+    if keys_from is not None:
+        app.metrics.registry.register(key_secret.KeySecretReading(keys_from))
     return app, store
+
+
+def _plan_keys(
+    config: ServeConfig, api: ApiServer | None, is_writer: Callable[[], bool]
+) -> tuple[PlanKeys, KeySecret | None]:
+    """The keys signing plan records: a Secret's (read or created now, then followed), a file's, or this process's.
+
+    InputError for a Secret that is malformed or cannot be read (RBAC), so that ``kilter serve`` exits 2 rather
+    than sign with a key no other replica holds.
+    """
+    if config.plan_key_secret is None:
+        return PlanKeys.load(config.plan_key_file), None
+    if api is None:
+        raise InputError("--plan-key-secret needs a cluster: --kubeconfig FILE or --in-cluster")
+    least_s = config.gang_timeout_s + 2 * key_secret.REREAD_INTERVAL_S
+    if config.plan_key_rotation_s <= least_s:
+        raise InputError(
+            f"--plan-key-rotation must be longer than --gang-timeout plus {2 * key_secret.REREAD_INTERVAL_S:g}s "
+            f"({least_s:g}s): a record must still verify after the next rotation"
+        )
+    namespace, name = key_secret.parse_ref(config.plan_key_secret)
+    secret = KeySecret(api, namespace, name, is_writer=is_writer, rotation_s=config.plan_key_rotation_s)
+    return secret.load(), secret
 
 
 def _elector(config: ServeConfig, api: ApiServer | None) -> LeaderElector | LeaseFollower | None:
@@ -391,7 +434,9 @@ def run(args: argparse.Namespace) -> int:
                 gangs.adopt(GangId(key, CONTROLLER_NAME, len(decision.plan.node_indices)), decision.plan)
 
         recorder = EventRecorder(app.binder.api, is_writer=app.is_writer)
-        controller = Controller(store, app.binder.api, on_ready=adopt, is_writer=app.is_writer, events=recorder)
+        controller = Controller(
+            store, app.binder.api, on_ready=adopt, is_writer=app.is_writer, events=recorder, keys=gangs.keys
+        )
         log.info("AdmissionCheck controller %s running", CONTROLLER_NAME)
     uvloop.run(_serve_all(servers, controller))
     return 0

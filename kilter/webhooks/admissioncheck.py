@@ -9,7 +9,10 @@ the fleet as it is now:
   lies in one scale-up domain to that domain (``nodeSelector`` on the
   domain label) and put the plan's record on the others' pods (annotation
   ``kilter.dev/plan``, the JSON of ``kilter.gangs.records`` for gang
-  ``NS/workload/NAME`` with the slots of that pod set's planned pods);
+  ``NS/workload/NAME`` with the slots of that pod set's planned pods,
+  signed with the server's plan keys for the Workload's UID: the pods do
+  not exist yet, and the gang book verifies a pod's record against the
+  Workload it names, so a restarted kilter takes the plan up again);
 * it does not fit now but would on the idle fleet: ``Retry`` with
   ``requeueAfterSeconds`` (Kueue releases the quota and tries again);
 * it could never fit: ``Rejected``, with the reason.
@@ -32,7 +35,8 @@ from typing import Any
 
 from kilter.gangs import records
 from kilter.gangs.identity import GangKey
-from kilter.kube.api import ApiError, ApiServer
+from kilter.gangs.keys import PlanKeys
+from kilter.kube.api import ApiError, ApiServer, object_path
 from kilter.kube.events import EventRecorder, Involved
 from kilter.model.annotations import CONTROLLER_NAME, PLAN
 from kilter.model.errors import InputError, KilterError
@@ -51,8 +55,10 @@ __all__ = [
     "CheckDecision",
     "Controller",
     "active_status",
+    "check_status_path",
     "decide",
     "our_checks",
+    "workload_status_path",
 ]
 
 PLAN_ANNOTATION = PLAN
@@ -132,10 +138,14 @@ def active_status(check: str, now: str | None = None) -> dict[str, Any]:
     }
 
 
-def decide(state: ClusterState, fleet: Fleet, idle: Fleet, *, now_s: float | None = None) -> list[CheckDecision]:
+def decide(
+    state: ClusterState, fleet: Fleet, idle: Fleet, *, now_s: float | None = None, keys: PlanKeys | None = None
+) -> list[CheckDecision]:
     """The status kilter would write now for every Workload waiting on one of its checks.
 
-    ``now_s`` (Unix seconds; default the clock) is the time the plan records in podSetUpdates carry.
+    ``now_s`` (Unix seconds; default the clock) is the time the plan records in podSetUpdates carry; ``keys``
+    sign them for the Workload's UID (without keys they are unsigned, which no gang book adopts: what
+    ``kilter admission-check`` prints).
     """
     at_s = time.time() if now_s is None else now_s
     mine = set(our_checks(state))
@@ -152,7 +162,7 @@ def decide(state: ClusterState, fleet: Fleet, idle: Fleet, *, now_s: float | Non
         obj = raw.get((wl.metadata.namespace, wl.metadata.name))
         if obj is None:
             continue
-        verdict, message, updates, retry, plan = _judge(wl, obj, fleet, idle, at_s)
+        verdict, message, updates, retry, plan = _judge(wl, obj, fleet, idle, at_s, keys)
         out.extend(
             CheckDecision(
                 wl.metadata.namespace, wl.metadata.name, check, verdict, message, updates, retry, plan, wl.metadata.uid
@@ -163,7 +173,7 @@ def decide(state: ClusterState, fleet: Fleet, idle: Fleet, *, now_s: float | Non
 
 
 def _judge(
-    wl: Workload, obj: Mapping[str, Any], fleet: Fleet, idle: Fleet, at_s: float
+    wl: Workload, obj: Mapping[str, Any], fleet: Fleet, idle: Fleet, at_s: float, keys: PlanKeys | None
 ) -> tuple[str, str, list[dict[str, Any]], int | None, Plan | None]:
     try:
         job = read_job(dict(obj))
@@ -176,13 +186,13 @@ def _judge(
         return "Rejected", f"kilter cannot plan this workload: {exc}", [], None, None
     plan = plan_gang(fleet, request)
     if plan.feasible:
-        return "Ready", f"placed: {plan.reason}", _updates(fleet, plan, wl, at_s), None, plan
+        return "Ready", f"placed: {plan.reason}", _updates(fleet, plan, wl, at_s, keys), None, plan
     if plan_gang(idle, request).feasible:
         return "Retry", f"does not fit now: {plan.reason}", [], RETRY_AFTER_S, None
     return "Rejected", f"can never fit this fleet: {plan.reason}", [], None, None
 
 
-def _updates(fleet: Fleet, plan: Plan, wl: Workload, at_s: float) -> list[dict[str, Any]]:
+def _updates(fleet: Fleet, plan: Plan, wl: Workload, at_s: float, keys: PlanKeys | None) -> list[dict[str, Any]]:
     """Per pod set: a ``nodeSelector`` on its one domain, else its plan record as an annotation of its pods.
 
     A record over ``records.MAX_BYTES`` (a pod set of thousands of pods)
@@ -196,7 +206,8 @@ def _updates(fleet: Fleet, plan: Plan, wl: Workload, at_s: float) -> list[dict[s
         if pinned is not None:
             updates.append({"name": ps.name, "nodeSelector": {pinned[0]: pinned[1]}})
             continue
-        value = records.encode(records.PlanRecord(gang, at_s, tuple((n, ps.gpus_per_pod) for n in ps.nodes)))
+        record = records.PlanRecord(gang, at_s, tuple((n, ps.gpus_per_pod) for n in ps.nodes))
+        value = records.encode(record, keys=keys, uid=wl.metadata.uid)
         if len(value) > records.MAX_BYTES:
             log.warning(
                 "workload %s: the plan record of pod set %s is %d bytes; not put on its pods", gang, ps.name, len(value)
@@ -221,6 +232,18 @@ def _one_domain(fleet: Fleet, nodes: Sequence[str]) -> tuple[str, str] | None:
 
 WORKLOADS = "/apis/kueue.x-k8s.io/v1beta2/namespaces/{namespace}/workloads/{name}/status"
 CHECKS = "/apis/kueue.x-k8s.io/v1beta2/admissionchecks/{name}/status"
+"""The shapes of the paths the controller writes (what its RBAC must allow); ``workload_status_path`` and
+``check_status_path`` build them, every name checked and escaped."""
+
+
+def workload_status_path(namespace: str, name: str) -> str:
+    """``workloads/NAME/status`` of a Workload; InputError for a namespace or name no API server accepts."""
+    return object_path(f"/apis/{API}", "workloads", name, namespace=namespace, subresource="status")
+
+
+def check_status_path(name: str) -> str:
+    """``admissionchecks/NAME/status`` (cluster-scoped); InputError for a name no API server accepts."""
+    return object_path(f"/apis/{API}", "admissionchecks", name, subresource="status")
 
 
 class Controller:
@@ -229,7 +252,9 @@ class Controller:
     What was written is remembered per (workload, check), so an unchanged
     decision is not written again while the state still shows the entry
     Pending; a new decision (the fleet changed, the workload was evicted and
-    reset) is.
+    reset) is. ``keys`` sign the plan records of podSetUpdates (the server's
+    ``PlanKeys``, the gang book's own); without them the records are unsigned
+    and no gang book takes them up after a restart.
     """
 
     def __init__(
@@ -242,8 +267,10 @@ class Controller:
         is_writer: Callable[[], bool] = lambda: True,
         events: EventRecorder | None = None,
         wall: Callable[[], float] = time.time,
+        keys: PlanKeys | None = None,
     ) -> None:
         self.store = store
+        self.keys = keys
         self.wall = wall  # Unix seconds: the time of the plan records in podSetUpdates
         self.api = api
         self.interval_s = interval_s
@@ -256,7 +283,7 @@ class Controller:
     def pending_writes(self) -> list[CheckDecision]:
         state = self.store.state()
         fresh = []
-        for d in decide(state, self.store.fleet(), self.store.idle_fleet(), now_s=self.wall()):
+        for d in decide(state, self.store.fleet(), self.store.idle_fleet(), now_s=self.wall(), keys=self.keys):
             key = (d.namespace, d.workload, d.check)
             if self.written.get(key) != _signature(d):
                 fresh.append(d)
@@ -265,10 +292,12 @@ class Controller:
     async def run_once(self) -> None:
         loop = asyncio.get_running_loop()
         for check in our_checks(self.store.state()):
-            await self._write(loop, CHECKS.format(name=check), active_status(check))
+            path = self._path(check_status_path, check)
+            if path is not None:
+                await self._write(loop, path, active_status(check))
         for d in self.pending_writes():
-            path = WORKLOADS.format(namespace=d.namespace, name=d.workload)
-            if await self._write(loop, path, d.apply_body()):
+            path = self._path(workload_status_path, d.namespace, d.workload)
+            if path is not None and await self._write(loop, path, d.apply_body()):
                 self.written[(d.namespace, d.workload, d.check)] = _signature(d)
                 if d.state == "Ready" and self.on_ready is not None:
                     self.on_ready(d)
@@ -293,6 +322,16 @@ class Controller:
             return
         workload = Involved(API, "Workload", d.namespace, d.workload, d.workload_uid)
         self.events.record(workload, reason, d.message, warning=d.state == "Rejected")
+
+    def _path(self, build: Callable[..., str], *names: str) -> str | None:
+        """The path ``build`` makes of ``names``, or None (counted, with a log line) when a name could not be an
+        object's (a snapshot's typo, not the API server's): that object is skipped, the round goes on."""
+        try:
+            return build(*names)
+        except InputError as exc:
+            self.errors += 1
+            log.warning("not written: %s", exc)
+            return None
 
     async def _write(self, loop: asyncio.AbstractEventLoop, path: str, body: dict[str, Any]) -> bool:
         try:

@@ -10,13 +10,26 @@ from typing import Any
 
 import pytest
 
-from kilter.gangs import GangBook, GangId
+from kilter.gangs import GangBook, GangId, PlanKeys, records
 from kilter.kube.api import ApiServer
 from kilter.kube.events import EventRecorder
+from kilter.model import codec
+from kilter.model.core_v1 import Pod
 from kilter.state.store import ClusterStore
-from kilter.webhooks.admissioncheck import CONTROLLER_NAME, CheckDecision, Controller
+from kilter.webhooks.admissioncheck import (
+    CHECKS,
+    CONTROLLER_NAME,
+    WORKLOADS,
+    CheckDecision,
+    Controller,
+    check_status_path,
+    workload_status_path,
+)
+from tests.extenders.conftest import pod_json
 from tests.fakeapi import Answer, Call, FakeApi, running, status
-from tests.webhooks.test_admissioncheck import CHECK, objects
+from tests.webhooks.test_admissioncheck import CHECK, objects, workload
+
+KEYS = PlanKeys([b"k" * 64], source="test keys")
 
 
 class StatusWriter:
@@ -150,3 +163,61 @@ def test_each_written_decision_is_an_event_on_its_workload(api: FakeApi) -> None
     assert posted["never"]["reason"] == "KilterCheckRejected" and posted["never"]["type"] == "Warning"
     assert posted["later"]["reason"] == "KilterCheckRetry"
     assert all(b["involvedObject"]["kind"] == "Workload" for b in posted.values())
+
+
+def spans_record(api: FakeApi) -> str:
+    """The plan record the controller put in the podSetUpdates of Workload ml/spans (its pods span two racks)."""
+    spans = next(b for p, _, _, b in patches(api) if p.endswith("/spans/status"))
+    value = spans["status"]["admissionChecks"][0]["podSetUpdates"][0]["annotations"][records.PLAN_ANNOTATION]
+    assert isinstance(value, str)
+    return value
+
+
+def test_the_plan_records_of_pod_set_updates_are_signed_for_the_workloads_uid(api: FakeApi) -> None:
+    store = ClusterStore()
+    store.replace(objects())
+    asyncio.run(Controller(store, ApiServer("http", "127.0.0.1", api.port), keys=KEYS).run_once())
+    record = records.decode(spans_record(api), where="test")
+    assert record is not None and record.gang == "ml/workload/spans"
+    assert records.verifies(record, KEYS, ["uid-spans"])
+    assert not records.verifies(record, KEYS, ["uid-fits"])  # copied onto another Workload's pods: not kilter's
+    assert not records.verifies(record, PlanKeys([b"o" * 64], source="another kilter"), ["uid-spans"])
+
+
+def test_a_record_kueue_copies_onto_a_pod_is_taken_up_by_the_gang_book_after_a_restart(api: FakeApi) -> None:
+    # What GangBook._from_record reads for a gang whose record sits on its pods: the newest one a key verifies
+    # for the pod or for the Workload the record names.
+    store = ClusterStore()
+    store.replace(objects())
+    asyncio.run(Controller(store, ApiServer("http", "127.0.0.1", api.port), keys=KEYS).run_once())
+    value = spans_record(api)
+    pod = codec.convert(pod_json("spans-0", annotations={records.PLAN_ANNOTATION: value}), Pod)
+    uids = {"ml/workload/spans": "uid-spans"}
+    found = records.newest([pod], keys=KEYS, owner_uid=lambda gang: uids.get(gang, ""))
+    assert found is not None and found.gang == "ml/workload/spans"
+    assert records.newest([pod], keys=KEYS, owner_uid=lambda gang: "uid-spans-made-again") is None
+
+
+def test_without_keys_the_controller_writes_records_no_gang_book_takes_up(api: FakeApi) -> None:
+    ctl, _ = controller(api)
+    asyncio.run(ctl.run_once())
+    record = records.decode(spans_record(api), where="test")
+    assert record is not None and record.sig == ""
+
+
+def test_the_status_paths_are_built_with_each_name_checked_and_escaped() -> None:
+    assert workload_status_path("ml", "fits") == WORKLOADS.format(namespace="ml", name="fits")
+    assert check_status_path(CHECK) == CHECKS.format(name=CHECK)
+
+
+def test_a_workload_whose_name_no_api_server_accepts_is_skipped_and_the_round_goes_on(api: FakeApi) -> None:
+    store = ClusterStore()
+    bad = workload("fits", 4)
+    bad["metadata"]["name"] = "../../pods/victim"
+    store.replace([*objects(), bad])
+    ctl = Controller(store, ApiServer("http", "127.0.0.1", api.port))
+    asyncio.run(ctl.run_once())
+    paths = [p for p, _, _, _ in patches(api)]
+    assert ctl.errors == 1
+    assert all("victim" not in p for p in paths)
+    assert WORKLOADS.format(namespace="ml", name="spans") in paths
