@@ -26,8 +26,8 @@ import threading
 import time
 from collections.abc import Callable
 
-from kilter.kube.api import ApiError, ApiServer
-from kilter.kube.leader import JITTER, LeaseRecord
+from kilter.kube.api import ApiError, ApiServer, object_path
+from kilter.kube.leader import JITTER, LEASES_API, LeaseRecord
 
 __all__ = ["LeaseFollower"]
 
@@ -39,6 +39,8 @@ class LeaseFollower:
 
     Same surface as ``LeaderElector`` (``is_leader``, ``holder``, ``start``,
     ``stop``, ``last_error``), so ``kilter serve`` gates its writers on either.
+    A ``namespace`` or ``name`` the API server would not accept is an
+    InputError here, at startup.
     """
 
     def __init__(
@@ -57,7 +59,7 @@ class LeaseFollower:
         self.hostname = hostname
         self.retry_period_s = retry_period_s
         self.last_error = ""
-        self.path = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{name}"
+        self.path = object_path(LEASES_API, "leases", name, namespace=namespace)  # InputError for a bad name
         self._clock = clock
         self._random = random.Random()
         self._lock = threading.Lock()

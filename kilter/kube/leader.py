@@ -55,14 +55,16 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from kilter.kube.api import ApiError, ApiServer
+from kilter.kube.api import ApiError, ApiServer, object_path
 from kilter.model.errors import ConfigError
 
-__all__ = ["JITTER", "LeaderElector", "LeaseRecord", "micro_time"]
+__all__ = ["JITTER", "LEASES_API", "LeaderElector", "LeaseRecord", "micro_time"]
 
 log = logging.getLogger("kilter.state")
 
 Obj = dict[str, Any]
+
+LEASES_API = "/apis/coordination.k8s.io/v1"
 
 JITTER = 1.2
 """A follower waits between ``retry_period_s`` and (1 + JITTER) × that, as client-go's ``JitterFactor``; it keeps
@@ -134,7 +136,9 @@ class LeaderElector:
     a test can move time by hand.
 
     ``identity`` must differ between replicas (the pod name): a Lease that
-    names us is renewed, not contested.
+    names us is renewed, not contested. A ``namespace`` or ``name`` the API
+    server would not accept (``--lease ../x``) is an InputError here, at
+    startup, and never reaches a URL.
 
     ``is_leader`` and ``holder`` are safe to read from any thread.
     ``last_error`` is the latest failure ("" after a successful call).
@@ -171,7 +175,8 @@ class LeaderElector:
         self.on_started_leading = on_started_leading
         self.on_stopped_leading = on_stopped_leading
         self.last_error = ""
-        self.path = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{name}"
+        self.path = object_path(LEASES_API, "leases", name, namespace=namespace)  # InputError for a bad name
+        self.collection = object_path(LEASES_API, "leases", namespace=namespace)
         self._clock = clock
         self._random = random.Random()
         self._lock = threading.Lock()  # guards the four fields below, which other threads read
@@ -305,7 +310,7 @@ class LeaderElector:
                 "metadata": {"name": self.name, "namespace": self.namespace},
                 "spec": record.spec(),
             }
-            path = self.path.rsplit("/", 1)[0]
+            path = self.collection
         else:
             spec = lease.get("spec")
             body = {**lease, "spec": {**(spec if isinstance(spec, dict) else {}), **record.spec()}}

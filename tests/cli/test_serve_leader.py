@@ -100,3 +100,22 @@ def test_campaigning_and_following_at_once_is_refused(tmp_path: Path, capsys: py
     argv = ["serve", "--demo", "--kubeconfig", str(config), "--leader-elect", "--follow-lease", "kube-system/x"]
     assert main(argv) == 2
     assert "exclude each other" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        pytest.param(["--leader-elect", "--lease", "kilter-system/.."], id="a lease named .."),
+        pytest.param(["--leader-elect", "--lease", "kilter-system/Kilter_Lease"], id="a lease name with _"),
+        pytest.param(["--leader-elect", "--lease", "kilter%2Fsystem/kilter"], id="an escaped slash in the namespace"),
+        pytest.param(["--follow-lease", "kube-system/kube scheduler"], id="a followed lease name with a space"),
+        pytest.param(["--follow-lease=-kube-system/kube-scheduler"], id="a namespace starting with -"),
+    ],
+)
+def test_a_lease_no_api_server_would_accept_is_refused_at_startup(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: list[str]
+) -> None:
+    config = kubeconfig(tmp_path / "kubeconfig", 1, "kilter")  # port 1: nothing is ever asked of it
+    assert main(["serve", "--demo", "--kubeconfig", str(config), *flags]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err

@@ -9,6 +9,7 @@ import pytest
 from kilter.kube.api import ApiServer
 from kilter.kube.follower import LeaseFollower
 from kilter.kube.leader import LeaderElector
+from kilter.model.errors import InputError
 from tests.fakeapi import FakeApi
 from tests.kube.test_leader import FAST, NAME, NAMESPACE, Clock, LeaseStore, eventually, serving
 
@@ -89,3 +90,12 @@ def test_no_lease_or_an_unreachable_server_means_no_writes(server: FakeApi, stor
     store.failing = True
     beside.poll()
     assert not beside.is_leader and "500" in beside.last_error
+
+
+@pytest.mark.parametrize("namespace, name", [("kube-system", "../pods"), ("kube system", "kube-scheduler")])
+def test_a_lease_no_api_server_would_accept_is_an_input_error(server: FakeApi, namespace: str, name: str) -> None:
+    with pytest.raises(InputError):
+        LeaseFollower(api(server, "kilter"), namespace, name, "node-a")
+    with pytest.raises(InputError):
+        LeaderElector(api(server, "kilter"), namespace, name, "node-a_1f3a", **FAST)
+    assert server.calls == []
