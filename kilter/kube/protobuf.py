@@ -55,9 +55,20 @@ def _tuple(*slots: Any) -> tuple[Any, ...]:
     return slots
 
 
+_OWNER = Message(
+    v1.OwnerReference,
+    ("", "", "", "", None),
+    {
+        5: (0, SHARED_STRING, None, 0),  # apiVersion
+        1: (1, SHARED_STRING, None, 0),  # kind
+        3: (2, STRING, None, 0),  # name
+        4: (3, STRING, None, 0),  # uid
+        6: (4, BOOL, None, 0),  # controller (a *bool: absent stays None)
+    },
+)
 _META = Message(
     v1.ObjectMeta,
-    ("", "", "", "", None, _EMPTY, _EMPTY),
+    ("", "", "", "", None, _EMPTY, _EMPTY, ()),
     {
         1: (0, STRING, None, 0),  # name
         3: (1, SHARED_STRING, None, 0),  # namespace
@@ -66,6 +77,7 @@ _META = Message(
         8: (4, TIME, None, 0),  # creationTimestamp
         11: (5, STRING_MAP, None, 0),  # labels
         12: (6, STRING_MAP, None, SHARED),  # annotations: replicas often carry the same
+        13: (7, MESSAGE, _OWNER, REPEATED | SHARED),  # ownerReferences: a job's pods carry the same, one tuple
     },
 )
 

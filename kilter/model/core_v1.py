@@ -30,6 +30,7 @@ __all__ = [
     "NodeSpec",
     "NodeStatus",
     "ObjectMeta",
+    "OwnerReference",
     "Pod",
     "PodSpec",
     "PodStatus",
@@ -44,6 +45,18 @@ __all__ = [
 Quantity = str | int | float
 
 
+class OwnerReference(msgspec.Struct, rename="camel", gc=False):
+    """``metav1.OwnerReference``: an object this one belongs to, in its namespace; ``controller`` marks the one
+    that manages it (at most one per object: a Job of its pods, a ReplicaSet of its pods). ``controller`` is a
+    ``*bool`` upstream, so absent is None, not False. Gang membership is checked against it (``gangs.owners``)."""
+
+    api_version: str = ""
+    kind: str = ""
+    name: str = ""
+    uid: str = ""
+    controller: bool | None = None
+
+
 class ObjectMeta(msgspec.Struct, rename="camel", gc=False):
     name: str = ""
     namespace: str = ""
@@ -52,6 +65,15 @@ class ObjectMeta(msgspec.Struct, rename="camel", gc=False):
     creation_timestamp: str | None = None  # metav1.Time marshals a zero time as null
     labels: dict[str, str] = {}
     annotations: dict[str, str] = {}
+    owner_references: tuple[OwnerReference, ...] = ()
+
+    @property
+    def controller(self) -> OwnerReference | None:
+        """The owner that manages the object (``controller: true``), if any."""
+        for ref in self.owner_references:
+            if ref.controller:
+                return ref
+        return None
 
 
 class Taint(msgspec.Struct, rename="camel", gc=False):
