@@ -18,9 +18,12 @@ Usage::
         server.add({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "ns"}})
         ...  # point the client at 127.0.0.1:server.port
 
-Reads are GET (discovery, list, watch, get); the one write over HTTP is PATCH
-of an object with a JSON merge patch (RFC 7386), what kilter's plan records
-use. The test itself writes through ``add``, ``update`` and ``delete``.
+Reads are GET (discovery, list, watch, get). Writes over HTTP are PATCH of
+an object with a JSON merge patch (RFC 7386), what kilter's plan records
+use; POST to a collection (create: 409 AlreadyExists when the name is
+taken) and PUT of an object (update: a ``metadata.resourceVersion`` in the
+body is a precondition, 409 Conflict when stale), what the plan-key Secret
+uses. The test itself writes through ``add``, ``update`` and ``delete``.
 
 Choices where the contract is loose or version-dependent:
 
@@ -36,6 +39,16 @@ Choices where the contract is loose or version-dependent:
   "Too large resource version"; a watch from a future resourceVersion just
   waits for events after it, as the cacher does.
 * BOOKMARK objects carry only kind, apiVersion and metadata.resourceVersion.
+* POST and PUT take JSON. The server owns uid, creationTimestamp and
+  resourceVersion: a create sets them (one that carries a resourceVersion is
+  refused with the apiserver's 500, "resourceVersion should not be set on
+  objects to be created"), an update keeps the stored ones. A PUT without a
+  resourceVersion is unconditional, as for Secrets, Leases and most built-in
+  kinds (``AllowUnconditionalUpdate``); a PUT of an absent object is 404
+  (no ``AllowCreateOnUpdate``). A name or namespace in the body that is not
+  the URL's is 400. A Secret's ``data`` values must be base64, as the
+  apiserver decodes them into bytes (400 otherwise). An update that changes
+  nothing writes nothing, as for PATCH.
 * PATCH takes ``application/merge-patch+json`` only (kube-apiserver also takes
   JSON patch, strategic merge patch and apply); any other content type is 415
   with the apiserver's message naming what this server accepts. A patch that is
@@ -82,6 +95,7 @@ __all__ = [
     "MERGE_PATCH",
     "NODES",
     "PODS",
+    "SECRETS",
     "ApiError",
     "ListWatchServer",
     "Request",
@@ -133,6 +147,7 @@ class Resource:
 
 PODS = Resource("", "v1", "pods", "Pod", namespaced=True)
 NODES = Resource("", "v1", "nodes", "Node", namespaced=False)
+SECRETS = Resource("", "v1", "secrets", "Secret", namespaced=True)
 
 
 class Request(NamedTuple):
@@ -581,6 +596,36 @@ def _not_found(resource: Resource, name: str) -> ApiError:
     return ApiError(404, "NotFound", f'{resource.qualified} "{name}" not found', details=_details(resource, name))
 
 
+def _written_object(resource: Resource, namespace: str | None, body: bytes) -> Obj:
+    """The object a POST or PUT body carries, checked as the apiserver's decoder and ``rest.BeforeCreate`` /
+    ``BeforeUpdate`` check it: JSON of this kind, in the URL's namespace (filled in when absent)."""
+    cannot = f'{resource.kind} in version "{resource.version}" cannot be handled as a {resource.kind}'
+    try:
+        obj = json.loads(body)
+    except ValueError as exc:
+        raise _bad_request(f"{cannot}: {exc}") from None
+    if not isinstance(obj, dict) or not isinstance(obj.get("metadata", {}), dict):
+        raise _bad_request(f"{cannot}: the body is not an object with metadata")
+    if obj.get("kind", resource.kind) != resource.kind or obj.get("apiVersion", resource.group_version) != (
+        resource.group_version
+    ):
+        raise _bad_request(f"{cannot}: kind {obj.get('kind')!r} of {obj.get('apiVersion')!r}")
+    obj["kind"], obj["apiVersion"] = resource.kind, resource.group_version
+    meta = obj.setdefault("metadata", {})
+    if resource.namespaced:
+        if meta.get("namespace") not in (None, "", namespace):
+            raise _bad_request("the namespace of the provided object does not match the namespace sent on the request")
+        meta["namespace"] = namespace
+    if resource.kind == "Secret":
+        data = obj.get("data") or {}
+        for value in data.values() if isinstance(data, dict) else [None]:
+            try:
+                base64.b64decode(value if isinstance(value, str) else "?", validate=True)
+            except binascii.Error as exc:
+                raise _bad_request(f"{cannot}: illegal base64 data: {exc}") from None
+    return obj
+
+
 def merge_patch(target: Any, patch: Any) -> Any:
     """RFC 7386 MergePatch: objects merge key by key, ``null`` removes a key, anything else replaces."""
     if not isinstance(patch, dict):
@@ -914,6 +959,82 @@ class ListWatchServer:
             raise _not_found(resource, name)
         return copy.deepcopy(obj)
 
+    def create_object(self, resource: Resource, namespace: str | None, body: bytes) -> Obj:
+        """POST to a collection, as the apiserver's create: the stored object (uid, resourceVersion and
+        creationTimestamp the server's), ADDED to watchers; 409 AlreadyExists when the name is taken."""
+        obj = _written_object(resource, namespace, body)
+        meta = obj["metadata"]
+        name = meta.get("name")
+        if not isinstance(name, str) or not name:
+            raise ApiError(
+                422,
+                "Invalid",
+                f'{resource.kind} "" is invalid: metadata.name: Required value: name or generateName is required',
+                details={"kind": resource.kind, "causes": [{"reason": "FieldValueRequired", "field": "metadata.name"}]},
+            )
+        if meta.get("resourceVersion"):
+            raise ApiError(
+                500,
+                "InternalError",
+                "Internal error occurred: resourceVersion should not be set on objects to be created",
+                details={"causes": [{"message": "resourceVersion should not be set on objects to be created"}]},
+            )
+        with self._lock:
+            key = _key(obj, resource)
+            if key in self._objects[resource]:
+                raise ApiError(
+                    409,
+                    "AlreadyExists",
+                    f'{resource.qualified} "{name}" already exists',
+                    details=_details(resource, name),
+                )
+            meta["uid"] = str(uuid.uuid4())
+            meta["creationTimestamp"] = _now()
+            self._commit(resource, key, "ADDED", obj, None)
+            return copy.deepcopy(obj)
+
+    def update_object(self, resource: Resource, namespace: str | None, name: str, body: bytes) -> Obj:
+        """PUT of an object, as the apiserver's update: a resourceVersion in the body must be the stored one (409
+        Conflict otherwise, one writer of several wins); the stored object, MODIFIED to watchers."""
+        obj = _written_object(resource, namespace, body)
+        meta = obj["metadata"]
+        if meta.get("name") != name:
+            raise _bad_request(
+                f"the name of the object ({meta.get('name')}) does not match the name on the URL ({name})"
+            )
+        with self._lock:
+            key = _key(obj, resource)
+            prev = self._objects[resource].get(key)
+            if prev is None:
+                raise _not_found(resource, name)
+            wanted_rv = meta.get("resourceVersion")
+            have_uid = prev["metadata"].get("uid")
+            if meta.get("uid") and meta["uid"] != have_uid:
+                raise ApiError(
+                    409,
+                    "Conflict",
+                    f'Operation cannot be fulfilled on {resource.qualified} "{name}": Precondition failed: '
+                    f"UID in precondition: {meta['uid']}, UID in object meta: {have_uid}",
+                    details=_details(resource, name),
+                )
+            if wanted_rv and wanted_rv != prev["metadata"].get("resourceVersion"):
+                raise ApiError(
+                    409,
+                    "Conflict",
+                    f'Operation cannot be fulfilled on {resource.qualified} "{name}": the object has been modified; '
+                    "please apply your changes to the latest version and try again",
+                    details=_details(resource, name),
+                )
+            for owned in ("uid", "creationTimestamp", "resourceVersion"):
+                if owned in prev["metadata"]:
+                    meta[owned] = prev["metadata"][owned]
+                else:
+                    meta.pop(owned, None)
+            if obj == prev:
+                return copy.deepcopy(prev)
+            self._commit(resource, key, "MODIFIED", obj, prev)
+            return copy.deepcopy(obj)
+
     def patch_object(self, resource: Resource, namespace: str | None, name: str, content_type: str, body: bytes) -> Obj:
         """PATCH with a JSON merge patch: the stored object merged, a new resourceVersion, MODIFIED to watchers."""
         media = content_type.split(";", 1)[0].strip().lower()  # parameters (charset) are ignored, as patch.go does
@@ -1231,6 +1352,12 @@ class _Handler(BaseHTTPRequestHandler):
                 self._json(201, cluster.bind(parts[3], parts[5], body))
                 return
             resource, namespace, name = cluster.route(parts)
+            if self.command == "POST" and name is None and (namespace is not None or not resource.namespaced):
+                self._json(201, cluster.create_object(resource, namespace, body))
+                return
+            if self.command == "PUT" and name is not None:
+                self._json(200, cluster.update_object(resource, namespace, name, body))
+                return
             if self.command == "PATCH" and name is not None:
                 content_type = self.headers.get("Content-Type", "")
                 self._json(200, cluster.patch_object(resource, namespace, name, content_type, body))

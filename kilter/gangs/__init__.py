@@ -1,8 +1,9 @@
 """Gangs: who belongs to one (``GangKey``), their plans and reservations (``GangBook``), and plan records."""
 
-from kilter.gangs import book, identity, keys, recorder, records, refit, trust
+from kilter.gangs import book, identity, key_secret, keys, recorder, records, refit, trust
 from kilter.gangs.book import GangBook, GangPlan, Slot
 from kilter.gangs.identity import GangId, GangKey, GangSelector, gang_of, identify, in_gang
+from kilter.gangs.key_secret import KeySecret
 from kilter.gangs.keys import PlanKeys
 from kilter.gangs.recorder import PlanRecorder
 from kilter.gangs.records import PlanRecord
@@ -13,6 +14,7 @@ __all__ = [
     "GangKey",
     "GangPlan",
     "GangSelector",
+    "KeySecret",
     "PlanKeys",
     "PlanRecord",
     "PlanRecorder",
@@ -22,6 +24,7 @@ __all__ = [
     "identify",
     "identity",
     "in_gang",
+    "key_secret",
     "keys",
     "recorder",
     "records",

@@ -15,7 +15,10 @@ pod): one key per line, at least 32 characters each (``openssl rand -hex
 32``); blank lines are skipped. The first key signs, every key verifies, so
 a key is rotated by putting the new one first, waiting out the gang timeout
 (records older than that are never adopted anyway), then dropping the old.
-Without a file each process draws a random key: records it wrote verify,
+With ``--plan-key-secret`` the keys live in a Secret that kilter creates,
+re-reads and rotates itself (``kilter.gangs.key_secret``), swapping them
+into the one ``PlanKeys`` every reader holds (``replace``).
+Without either, each process draws a random key: records it wrote verify,
 nothing from before a restart or from another replica does (logged once).
 """
 
@@ -46,6 +49,22 @@ class PlanKeys:
         self._keys = tuple(keys)
         self.source = source
 
+    @staticmethod
+    def parse(text: str, *, source: str) -> tuple[bytes, ...]:
+        """The keys of key-file text (one per line, blank lines and surrounding spaces skipped), first first;
+        InputError naming ``source`` (a flag and its file or Secret) if it holds no key or a key is too short."""
+        keys: list[bytes] = []
+        for number, line in enumerate(text.splitlines(), start=1):
+            key = line.strip()
+            if not key:
+                continue
+            if len(key) < MIN_KEY_CHARS:
+                raise InputError(f"{source}: the key on line {number} is shorter than {MIN_KEY_CHARS}")
+            keys.append(key.encode())
+        if not keys:
+            raise InputError(f"{source}: no key in it")
+        return tuple(keys)
+
     @classmethod
     def from_file(cls, path: Path) -> PlanKeys:
         """The keys of a key file; InputError if it cannot be read, holds no key, or a key is too short."""
@@ -53,17 +72,7 @@ class PlanKeys:
             text = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             raise InputError(f"--plan-key-file {path}: {exc}") from None
-        keys: list[bytes] = []
-        for number, line in enumerate(text.splitlines(), start=1):
-            key = line.strip()
-            if not key:
-                continue
-            if len(key) < MIN_KEY_CHARS:
-                raise InputError(f"--plan-key-file {path}: the key on line {number} is shorter than {MIN_KEY_CHARS}")
-            keys.append(key.encode())
-        if not keys:
-            raise InputError(f"--plan-key-file {path}: no key in it")
-        return cls(keys, source=str(path))
+        return cls(cls.parse(text, source=f"--plan-key-file {path}"), source=str(path))
 
     @classmethod
     def ephemeral(cls, *, announce: bool = True) -> PlanKeys:
@@ -71,8 +80,8 @@ class PlanKeys:
         (a default soon replaced by the keys the server loads)."""
         if announce:
             log.warning(
-                "no --plan-key-file: plan records are signed with a key of this process only; records written "
-                "before a restart, or by another replica, will not be adopted"
+                "no --plan-key-file or --plan-key-secret: plan records are signed with a key of this process only; "
+                "records written before a restart, or by another replica, will not be adopted"
             )
         return cls([secrets.token_hex(32).encode()], source="a random key of this process")
 
@@ -81,6 +90,23 @@ class PlanKeys:
         """The keys of ``path``, or a random key of this process when None."""
         return cls.ephemeral() if path is None else cls.from_file(path)
 
+    @property
+    def keys(self) -> tuple[bytes, ...]:
+        """The keys as now held, the signing one first."""
+        return self._keys
+
+    def replace(self, keys: Sequence[bytes]) -> None:
+        """Hold ``keys`` from now on (a re-read or rotated Secret, ``kilter.gangs.key_secret``).
+
+        In place, because the gang book and the recorder share this object:
+        both sign and verify with the new keys from their next call. One
+        attribute is swapped whole, so a reader on another thread sees the old
+        tuple or the new one, never a mix.
+        """
+        if not keys:
+            raise InputError(f"{self.source}: no plan key")
+        self._keys = tuple(keys)
+
     def sign(self, message: bytes) -> str:
         """The hex HMAC-SHA256 of ``message`` under the first key."""
         return hmac.new(self._keys[0], message, hashlib.sha256).hexdigest()
@@ -88,7 +114,7 @@ class PlanKeys:
     def verify(self, message: bytes, signature: str) -> bool:
         """Whether any key signed ``message`` as ``signature`` (compared in constant time)."""
         given = signature.encode("ascii", "replace")
+        held = self._keys  # one tuple for the whole check, even if ``replace`` runs meanwhile
         return any(
-            hmac.compare_digest(hmac.new(key, message, hashlib.sha256).hexdigest().encode(), given)
-            for key in self._keys
+            hmac.compare_digest(hmac.new(key, message, hashlib.sha256).hexdigest().encode(), given) for key in held
         )

@@ -24,6 +24,7 @@ __all__ = [
     "MAX_GANG_SIZE",
     "MIN_RUNTIME",
     "PLAN",
+    "PLAN_KEY_ROTATED_AT",
     "PLATFORM",
     "PREFIX",
     "PRODUCT",
@@ -72,6 +73,11 @@ def parse_gang_size(raw: str, *, what: str = f"label {GANG_SIZE}") -> int:
 PLAN = "kilter.dev/plan"
 """A gang's recorded plan, written by kilter only (``kilter.gangs.records``), on the PodGroup, the Workload or the
 gang's pods. Compact JSON: ``{"v":1,"gang":"NS/KIND/NAME","at":"RFC 3339 UTC","slots":[["node",GPUs],...]}``."""
+
+PLAN_KEY_ROTATED_AT = "kilter.dev/plan-key-rotated-at"
+"""Annotation of the Secret of ``--plan-key-secret``, written by kilter only (``kilter.gangs.key_secret``): when
+its first key was put first, RFC 3339 in UTC (``2026-12-04T11:00:00Z``); the writing replica rotates the key once
+this is ``--plan-key-rotation`` old."""
 
 TOPOLOGY = "kilter.dev/topology"
 """Job (or pod template) annotation: ``auto`` opts the job in to topology-aware placement, ``off`` opts it out."""
