@@ -18,6 +18,7 @@ from typing import Literal, cast
 
 from kilter.cli.listeners import ListenerLimits, TrustRule, split_networks
 from kilter.extenders.server import DEFAULT_MAX_BODY_BYTES, DEFAULT_VOLCANO_BODY_BYTES
+from kilter.gangs.key_secret import DEFAULT_ROTATION_S
 from kilter.model.errors import InputError
 from kilter.quota.policy import parse_duration
 
@@ -106,6 +107,11 @@ class ServeConfig:
     """Seconds after which a gang's plan is dropped if not all its pods are bound."""
     plan_key_file: Path | None = None
     """Keys signing ``kilter.dev/plan`` records, one per line (the first signs); None: a random key per process."""
+    plan_key_secret: str | None = None
+    """NAMESPACE/NAME of a Secret holding those keys, which kilter creates, re-reads and rotates (needs a cluster);
+    excludes ``plan_key_file``."""
+    plan_key_rotation_s: float = DEFAULT_ROTATION_S
+    """Seconds after which the writing replica puts a new key first in ``plan_key_secret``, keeping the previous."""
     reload_interval_s: float = 1.0
     """Seconds between checks of the snapshot file for changes."""
     log_level: LogLevel = "info"
@@ -120,6 +126,8 @@ class ServeConfig:
             raise InputError("--max-connections must be at least 1")
         if self.http_client_ca is not None and not self.http_tls:
             raise InputError("--http-client-ca needs --http-tls: client certificates are checked in the TLS handshake")
+        if self.plan_key_file is not None and self.plan_key_secret is not None:
+            raise InputError("--plan-key-file and --plan-key-secret exclude each other: the keys come from one place")
         TrustRule(self.trusted_networks)  # each CIDR parses, or the one-line refusal names it
 
     @property
@@ -175,6 +183,8 @@ class ServeConfig:
             queues=args.queues,
             gang_timeout_s=parse_duration(args.gang_timeout, path="--gang-timeout"),
             plan_key_file=args.plan_key_file,
+            plan_key_secret=args.plan_key_secret,
+            plan_key_rotation_s=parse_duration(args.plan_key_rotation, path="--plan-key-rotation"),
             reload_interval_s=parse_duration(args.reload_interval, path="--reload-interval"),
             log_level=cast(LogLevel, args.log_level),
         )
