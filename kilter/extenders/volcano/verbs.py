@@ -313,7 +313,12 @@ class VolcanoExtender:
         if refused:
             self.notes.add(task.job, "allocate", f"{task.name} refused: {refused}")
             return answers.error_message(f"kilter: {refused}", "refused")
-        if gpus and task.node_name in fleet.node_index and self.gangs.bound(uid, task.node_name, gpus) is None:
+        # Only the task's own gang's plan gives it a slot: a task of another job allocated onto a planned node
+        # books its own GPUs and leaves that gang's slot open (as the bind verb does).
+        slot = None
+        if gpus and task.job and task.node_name in fleet.node_index:
+            slot = self.gangs.bound(uid, task.node_name, gpus, gang=shaping.gang_key(task.job))
+        if gpus and slot is None and task.node_name in fleet.node_index:
             self.store.assume(uid, task.node_name, gpus)
         return Answer(200, b'{"errorMessage":""}', "allocated")
 

@@ -365,3 +365,21 @@ def test_go_bodies_of_the_hot_verbs_are_read_without_a_whole_decode(volcano: Vol
         before = Counter(ext.whole_decodes)
         assert ext.call(verb, json.dumps(args, indent=1).encode()).status == 200, verb
         assert ext.whole_decodes - before == Counter({kinds[verb]: 1}), verb
+
+
+def test_a_task_of_another_job_allocated_on_a_planned_node_takes_no_slot_of_that_gang(volcano: Volcano) -> None:
+    gang, solo = gpu_job("gang", 4, 4), gpu_job("solo", 1, 4)
+    open_session(volcano, [gang, solo])
+    first = task_of(gang, 0)
+    planned = sorted(n for n in R1 + R2 if predicate(volcano, first, n)[0] == vp.SUCCESS)
+    assert len(planned) == 4
+    # Volcano places the solo task there anyway (another plugin chose it): it books its own 4 GPUs...
+    status, body = volcano.post(
+        "allocateFunc", vp.task_args(dict(task_of(solo), NodeName=planned[0], Status=vp.ALLOCATED))
+    )
+    assert (status, body) == (200, {"errorMessage": ""})
+    plan = volcano.app.extender.gangs.plans["ml/podgroup/gang"]
+    assert [s.uid for s in plan.slots] == ["", "", "", ""]  # ...and every slot of the gang's plan is still open
+    status, body = volcano.post("allocateFunc", vp.task_args(dict(first, NodeName=planned[0], Status=vp.ALLOCATED)))
+    assert body == {"errorMessage": ""}
+    assert sorted(s.uid for s in plan.slots) == ["", "", "", first["UID"]]
