@@ -13,9 +13,12 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+import msgspec
 import pytest
 
 from bench import coldstart
+from kilter.kube import protobuf
+from kilter.model.core_v1 import Pod
 from tests.kube_protobuf import MAGIC, MEDIA_TYPE, encode, envelope
 from tests.listwatch import NODES, PODS, ListWatchServer, Resource, _negotiate
 
@@ -213,6 +216,35 @@ def test_pod_and_node_lists_answer_protobuf_when_the_client_prefers_it(server: L
         assert (code, content_type) == (200, "application/json") and json.loads(body)["kind"] == "NodeList"
     code, content_type, _ = get(server, "/api/v1/nodes/n", PREFER_PROTOBUF)  # a get stays JSON here
     assert (code, content_type) == (200, "application/json")
+
+
+def test_owner_references_served_as_protobuf_and_as_json_read_as_the_same_views(server: ListWatchServer) -> None:
+    job = {"apiVersion": "batch/v1", "kind": "Job", "name": "train", "uid": "uid-job", "controller": True}
+    other = {"apiVersion": "v1", "kind": "ConfigMap", "name": "cm", "uid": "uid-cm"}
+    for name, owners in (("a", [job]), ("b", [job]), ("c", [other, job]), ("d", [{**other, "controller": False}])):
+        server.add(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": name, "namespace": "ns", "ownerReferences": owners},
+            }
+        )
+    server.add({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "e", "namespace": "ns"}, "spec": {}})
+    _, content_type, body = get(server, "/api/v1/namespaces/ns/pods", PREFER_PROTOBUF)
+    assert content_type == MEDIA_TYPE
+    page = protobuf.decode_page(protobuf.Decoder(), Pod, body)
+    _, _, as_json = get(server, "/api/v1/namespaces/ns/pods", "application/json")
+    from_json = [msgspec.convert(item, Pod) for item in json.loads(as_json)["items"]]
+    assert page.skipped == [] and page.items == from_json
+    controllers = {p.metadata.name: p.metadata.controller for p in page.items}
+    assert {n: c.uid if c else None for n, c in controllers.items()} == {
+        "a": "uid-job",
+        "b": "uid-job",
+        "c": "uid-job",
+        "d": None,
+        "e": None,
+    }
+    assert page.items[0].metadata.owner_references is page.items[1].metadata.owner_references
 
 
 def test_custom_resources_answer_json_to_a_protobuf_preference_and_406_to_protobuf_only(

@@ -7,7 +7,9 @@ not exist (``kilter.dev/gang-size: 23``), or claim a place in another
 tenant's gang with its labels. So (issue #17):
 
 * the pod that asks is looked up in the state. Held there under another uid,
-  or with other gang labels than the body shows, it is a *stranger*: no plan.
+  or with other gang labels than the body shows, or not under the owner the
+  state knows for the gang (``owners``: a tenant's own pod carrying another
+  gang's labels), it is a *stranger*: no plan.
   Held there as the body says, it is a *member* and the plan is *verified*.
   Not held there yet (the feed lags kube-scheduler's informer by a moment)
   it is *unseen*: a plan is made but not recorded in the cluster, and it is
@@ -34,6 +36,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Literal, NamedTuple, Protocol
 
+from kilter.gangs import owners
 from kilter.gangs.identity import VOLCANO_GROUP, GangId, GangKey, identify
 from kilter.model.core_v1 import Pod
 from kilter.model.errors import InputError
@@ -95,6 +98,9 @@ def asker(store: ClusterStore, gang: GangId, pod: Pod) -> Asker:
 
     A gang known from Volcano's session (``source == "volcano"``) is keyed by
     the job Volcano sent, not by the pod's labels, so only its uid is checked.
+    Any other gang's member must also be under the gang's owner, as the state
+    shows it (``owners``: the owners of its Workload or PodGroup, or the one
+    controller of a ``kilter.dev/gang`` gang's pods).
     """
     meta = pod.metadata
     held = store.pod_named(meta.namespace, meta.name)
@@ -111,6 +117,10 @@ def asker(store: ClusterStore, gang: GangId, pod: Pod) -> Asker:
             return Asker("stranger", pod, f"{where}: {exc}")
         if own is None or own.key != gang.key:
             return Asker("stranger", pod, f"{where} is not in gang {gang.key} in kilter's state")
+    if gang.source != "volcano":
+        why = owners.stranger(store, gang.key, held)
+        if why:
+            return Asker("stranger", pod, f"{where} {why}")
     return Asker("member", held)
 
 
