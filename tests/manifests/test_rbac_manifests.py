@@ -5,8 +5,9 @@ reflectors of ``kilter.state.live.default_resources``, ``ApiBinder``,
 ``PodGroupEvents`` and the AdmissionCheck controller's server-side apply run
 against a recording API server, each request is turned into the attributes
 the API server authorizes (group, resource, verb, namespace, name) and
-checked with RBAC's own matching rules. Plan records and the Lease, whose
-code is not in this tree yet, are spelled out below.
+checked with RBAC's own matching rules; so are the plan-key Secret's
+(``KeySecret``: created, read, rotated). Plan records and the Lease are
+spelled out below.
 """
 
 from __future__ import annotations
@@ -23,8 +24,9 @@ import pytest
 
 from kilter.extenders.scheduler import ApiBinder
 from kilter.extenders.volcano.events import PodGroupEvents
-from kilter.gangs import GangId, GangPlan, PlanRecorder, Slot
-from kilter.kube.api import ApiServer
+from kilter.gangs import GangId, GangPlan, KeySecret, PlanRecorder, Slot
+from kilter.gangs.key_secret import DEFAULT_ROTATION_S
+from kilter.kube.api import ApiError, ApiServer
 from kilter.state.live import default_resources
 from kilter.state.reflector import Batch, Reflector, Resource
 from kilter.topology.catalog import BUILTIN, Catalog
@@ -41,6 +43,7 @@ NAMESPACE = "kube-system"
 ACCOUNT = "kilter"
 SUBJECT = {"kind": "ServiceAccount", "name": ACCOUNT, "namespace": NAMESPACE}
 LEASE = "kilter"  # the leader's Lease, kube-system/kilter
+PLAN_KEYS = "kilter-plan-keys"  # the Secret of the plan keys, kube-system/kilter-plan-keys
 COORDINATION = "coordination.k8s.io"
 KUEUE = "kueue.x-k8s.io"
 VOLCANO = "scheduling.volcano.sh"
@@ -169,6 +172,21 @@ class RecordingApi(ApiServer):
         return cast(http.client.HTTPConnection, _Stream()), cast(http.client.HTTPResponse, _Stream())
 
 
+@dataclass(frozen=True)
+class SecretApi(RecordingApi):
+    """Holds one Secret: absent (404) until created, then answered as last written."""
+
+    held: list[Any] = field(default_factory=list)
+
+    def call(self, method: str, path: str, body: Any = None, *, content_type: str = "application/json") -> Any:
+        self.requests.append((method, path))
+        if method != "GET":
+            self.held.append(body)
+        elif not self.held:
+            raise ApiError(404, "not found")
+        return self.held[-1]
+
+
 def _api(served: tuple[str, ...] = ()) -> RecordingApi:
     return RecordingApi("https", "apiserver.invalid", 443, served=served)
 
@@ -217,12 +235,27 @@ def write_requests() -> list[tuple[str, str]]:
             ("team-a/gang/g", ("g-0",)),
         ):
             gang = GangId(key, "test", 1)
-            plan = GangPlan(gang, Plan(True, "", key), [Slot("gb200-r001-t00", 0, 4)], 0.0, 0, pods=pods)
+            slots = [Slot("gb200-r001-t00", 0, 4)]
+            uids = {"pretrain": "uid-2", "g-0": "uid-3"}  # records are signed for the UIDs the state shows
+            plan = GangPlan(gang, Plan(True, "", key), slots, 0.0, 0, pods=pods, uids=uids)
             written = recorder.on_planned(gang, plan)
             assert written is not None
             written.result()
     finally:
         recorder.close()
+    return api.requests
+
+
+@pytest.fixture(scope="module")
+def secret_requests() -> list[tuple[str, str]]:
+    """The plan-key Secret's requests: created when absent, read, and rotated once its key is due."""
+    api = SecretApi("https", "apiserver.invalid", 443)
+    now = [0.0]
+    keys = KeySecret(api, NAMESPACE, PLAN_KEYS, clock=lambda: now[0])
+    keys.load()
+    now[0] = DEFAULT_ROTATION_S
+    keys.refresh()
+    assert keys.rotations == 1 and keys.failures == 0
     return api.requests
 
 
@@ -242,8 +275,8 @@ def cluster_role(docs: list[Obj]) -> Obj:
 @pytest.fixture(scope="module")
 def lease_role(docs: list[Obj]) -> Obj:
     roles = [d for d in docs if d.get("kind") == "Role"]
-    assert len(roles) == 1, "one Role: the Lease"
-    return roles[0]
+    assert sorted(r["metadata"]["name"] for r in roles) == ["kilter-leader-election", "kilter-plan-keys"]
+    return one(docs, "Role", "kilter-leader-election")
 
 
 def _grants(role: Obj) -> set[tuple[str, str, str]]:
@@ -412,6 +445,44 @@ def test_leader_election_may_do_what_it_needs_and_no_more(docs: list[Obj]) -> No
     assert not may("get", name="kube-scheduler") and not may("update", name="kube-controller-manager")
     assert not may("patch") and not may("delete") and not may("list", name="") and not may("watch", name="")
     assert not may("create", namespace="default", name="")
+
+
+# ---------------------------------------------------------------------------- the plan-key Secret
+
+
+def may_keep_plan_keys_in(docs: list[Obj], subject: Obj, namespace: str, name: str = PLAN_KEYS) -> None:
+    """Asserts that ``subject`` may create Secrets in ``namespace`` and get and update the one named ``name``
+    there, and do nothing else with Secrets (the other manifests' tests ask this of their accounts too)."""
+
+    def may(verb: str, in_namespace: str = namespace, named: str = name) -> bool:
+        return allowed(docs, subject, Attributes("", "secrets", verb, in_namespace, named))
+
+    assert may("create", named="") and may("get") and may("update")
+    assert not may("get", named="kilter-webhooks-tls") and not may("update", named="other")
+    for verb in ("list", "watch", "patch", "delete", "deletecollection"):
+        assert not may(verb) and not may(verb, named=""), verb
+    assert not may("create", in_namespace="default", named="") and not may("get", in_namespace="default")
+
+
+def test_the_plan_key_secret_may_be_created_read_and_rotated(
+    docs: list[Obj], secret_requests: list[tuple[str, str]]
+) -> None:
+    seen = set()
+    for method, url in secret_requests:
+        a = attributes(method, url)
+        assert a is not None, url
+        assert allowed(docs, SUBJECT, a), f"{method} {url} -> {a}"
+        seen.add((a.verb, a.name))
+    assert seen == {("get", PLAN_KEYS), ("create", ""), ("update", PLAN_KEYS)}
+
+
+def test_the_plan_key_role_is_held_to_its_secret(docs: list[Obj]) -> None:
+    role = one(docs, "Role", "kilter-plan-keys")
+    assert role["metadata"]["namespace"] == NAMESPACE
+    assert _grants(role) == {("", "secrets", "create"), ("", "secrets", "get"), ("", "secrets", "update")}
+    named = [rule for rule in role["rules"] if rule.get("resourceNames")]
+    assert [(sorted(r["verbs"]), r["resourceNames"]) for r in named] == [(["get", "update"], [PLAN_KEYS])]
+    may_keep_plan_keys_in(docs, SUBJECT, NAMESPACE)
 
 
 # ---------------------------------------------------------------------------- ServiceAccounts across manifests/

@@ -20,6 +20,7 @@ from kilter.cli.main import build_parser
 from kilter.cli.serve_config import ServeConfig
 from kilter.extenders.server import VERBS
 from kilter.topology.catalog import BUILTIN, Catalog
+from tests.manifests.test_rbac_manifests import may_keep_plan_keys_in
 from tests.manifests.yamldocs import Obj, documents, one
 
 MANIFESTS = Path(__file__).resolve().parents[2] / "manifests" / "scheduler"
@@ -336,6 +337,27 @@ def test_service_account_holds_the_scheduler_roles(deployment_docs: list[Obj], d
         if "leases" in rule["resources"] and lease in rule.get("resourceNames", [])
     ]
     assert any({"get", "update"} <= set(rule["verbs"]) for rule in grants), f"no get/update on Lease {lease}"
+
+
+def test_kilter_keeps_its_plan_keys_in_a_secret_of_its_namespace_that_its_account_may_keep(
+    deployment_docs: list[Obj], deployment: Obj, pod_spec: Obj, kilter_args: argparse.Namespace
+) -> None:
+    namespace = deployment["metadata"]["namespace"]
+    assert kilter_args.plan_key_secret == f"{namespace}/kilter-plan-keys" and kilter_args.plan_key_file is None
+    assert ServeConfig.from_args(kilter_args).has_cluster, "--plan-key-secret needs a cluster"
+    subject = {"kind": "ServiceAccount", "name": pod_spec["serviceAccountName"], "namespace": namespace}
+    may_keep_plan_keys_in(deployment_docs, subject, namespace)
+
+
+def test_the_webhook_lets_this_kilter_and_the_one_beside_volcano_write_plan_records(
+    deployment: Obj, pod_spec: Obj, kilter_args: argparse.Namespace
+) -> None:
+    volcano = one(documents(MANIFESTS.parent / "volcano" / "kilter.yaml"), "Deployment", "kilter-volcano")
+    accounts = [
+        (deployment["metadata"]["namespace"], pod_spec["serviceAccountName"]),
+        (volcano["metadata"]["namespace"], volcano["spec"]["template"]["spec"]["serviceAccountName"]),
+    ]
+    assert kilter_args.kilter_user == [f"system:serviceaccount:{ns}:{account}" for ns, account in accounts]
 
 
 def test_everything_lives_in_kube_system(deployment_docs: list[Obj]) -> None:

@@ -28,6 +28,7 @@ from kilter.model.kueue import ClusterQueue, Cohort
 from kilter.quota.tree import build_tree
 from kilter.state import snapshot
 from kilter.topology.catalog import BUILTIN, Catalog
+from tests.manifests.test_rbac_manifests import may_keep_plan_keys_in
 from tests.manifests.test_scheduler_manifests import go_duration_s
 from tests.manifests.yamldocs import Obj, documents, one
 
@@ -506,6 +507,15 @@ def test_rbac_grants_exactly_what_kilter_needs(kilter_docs: list[Obj], deploymen
         ("scheduling.volcano.sh", "podgroups", "patch"),  # the plan's HyperNode annotation
     }
     assert granted == wanted
+
+
+def test_kilter_keeps_its_plan_keys_in_a_secret_of_its_namespace_that_its_account_may_keep(
+    kilter_docs: list[Obj], pod_spec: Obj, kilter_args: argparse.Namespace
+) -> None:
+    assert kilter_args.plan_key_secret == f"{NAMESPACE}/kilter-plan-keys" and kilter_args.plan_key_file is None
+    assert ServeConfig.from_args(kilter_args).has_cluster, "--plan-key-secret needs a cluster"
+    subject = {"kind": "ServiceAccount", "name": pod_spec["serviceAccountName"], "namespace": NAMESPACE}
+    may_keep_plan_keys_in(kilter_docs, subject, NAMESPACE)
 
 
 def test_namespaced_objects_live_in_volcano_system(kilter_docs: list[Obj]) -> None:
