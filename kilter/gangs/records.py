@@ -53,6 +53,7 @@ import msgspec
 
 from kilter.gangs.identity import GangKey
 from kilter.gangs.keys import PlanKeys
+from kilter.model import codec
 from kilter.model.annotations import PLAN
 from kilter.model.core_v1 import Pod
 from kilter.model.errors import InputError
@@ -112,7 +113,7 @@ class _Wire(_Body):
     sig: str = ""
 
 
-_decoder = msgspec.json.Decoder(_Wire)
+_decoder = codec.JsonDecoder(_Wire)  # a record nested past the recursion limit is bad JSON, not a RecursionError
 _encoder = msgspec.json.Encoder()
 
 

@@ -41,6 +41,7 @@ import msgspec
 
 from kilter.kube import protobuf
 from kilter.kube.api import ApiError, ApiServer
+from kilter.model import codec
 from kilter.model.core_v1 import Node, Pod
 from kilter.state.store import ADDED, DELETED, MODIFIED, Event, Stored
 
@@ -96,8 +97,11 @@ class _WatchEvent(msgspec.Struct):
     object: msgspec.Raw = msgspec.Raw(b"{}")
 
 
-_event = msgspec.json.Decoder(_WatchEvent)
-_dict = msgspec.json.Decoder(Obj)
+# codec.JsonDecoder: JSON nested past the recursion limit is a DecodeError like any bad JSON, never a
+# RecursionError, which no handler here catches and which ended the reflector's thread.
+_event = codec.JsonDecoder(_WatchEvent)
+_dict = codec.JsonDecoder(Obj)
+_loose = codec.JsonDecoder(_ListPage[msgspec.Raw])
 
 
 class Gone(Exception):
@@ -147,8 +151,8 @@ class Reflector:
         self._thread: threading.Thread | None = None
         self._conn: Any = None
         item: Any = resource.typed or Obj
-        self._page: msgspec.json.Decoder[_ListPage[Any]] = msgspec.json.Decoder(_ListPage[item])
-        self._object: msgspec.json.Decoder[Any] = msgspec.json.Decoder(item)
+        self._page: codec.JsonDecoder[_ListPage[Any]] = codec.JsonDecoder(_ListPage[item])
+        self._object: codec.JsonDecoder[Any] = codec.JsonDecoder(item)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -275,7 +279,7 @@ class Reflector:
         except msgspec.ValidationError:
             if self.resource.typed is None:
                 raise
-        loose = msgspec.json.decode(raw, type=_ListPage[msgspec.Raw])
+        loose = _loose.decode(raw)
         items = []
         for item in loose.items or ():
             try:
@@ -352,8 +356,23 @@ class Reflector:
             conn.close()
 
     def _on_line(self, line: bytes) -> Event | None:
-        """The store's event for one line of the watch (None for a bookmark or an object kilter never kept)."""
-        event = _event.decode(line)
+        """The store's event for one line of the watch (None for a bookmark, an object kilter never kept, or a line
+        it cannot read).
+
+        A line that is no watch event kilter can read (nested past the
+        recursion limit, say) is skipped and counted in ``unreadable``: its
+        object, if it names one, cannot be found in it, and failing the watch
+        would only resume from the same version and meet the same line again.
+        The watch's resourceVersion stays where it was.
+        """
+        try:
+            return self._on_event(_event.decode(line))
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            self.unreadable += 1
+            log.warning("%s: a watch event kilter cannot read was skipped: %s", self.resource.name, exc)
+            return None
+
+    def _on_event(self, event: _WatchEvent) -> Event | None:
         if event.type == "ERROR":
             status = _dict.decode(event.object)
             if status.get("code") == 410:
@@ -366,7 +385,7 @@ class Reflector:
             try:
                 obj = self._object.decode(event.object)
             except msgspec.ValidationError as exc:
-                return self._unreadable(event.object, exc)
+                return self._unreadable(event.object, exc)  # a DecodeError of its own (too deep) skips the line
             version = obj.metadata.resource_version
         if isinstance(version, str) and version:
             self.resource_version = version

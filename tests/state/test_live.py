@@ -212,6 +212,37 @@ def test_a_pod_that_turns_unreadable_on_the_watch_is_forgotten_and_the_watch_goe
     assert pods.lists == 1 and pods.last_error == ""  # no relist, no retry loop on the bad event
 
 
+def send_raw_event(server: ListWatchServer, plural: str, line: bytes) -> None:
+    """Put ``line`` on every open watch of ``plural`` as it stands (the test server encodes what it holds with
+    Python's json, which refuses objects this deep)."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        with server._lock:
+            watches = [w for w in server._watches if w.resource.plural == plural]
+            for watch in watches:
+                watch.out.put(line)
+        if watches:
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"no watch of {plural} opened")
+
+
+def test_a_watch_event_nested_1000_deep_is_skipped_and_counted_and_the_watch_goes_on(
+    server: ListWatchServer, harness: Callable[..., Harness]
+) -> None:
+    server.add(node_dict("n0"))
+    h = harness(api_type=JsonApi)
+    h.settled(lambda s: s.ready)
+    deep = b"[" * 1_000 + b"]" * 1_000
+    pod = b'{"apiVersion":"v1","kind":"Pod","metadata":{"name":"deep","namespace":"ml","resourceVersion":"2"}'
+    send_raw_event(server, "pods", b'{"type":"ADDED","object":' + pod + b',"spec":{"x":' + deep + b"}}}\n")
+    server.add(gpu_pod("b", node="n0", gpus=2))  # after the unreadable event: still arrives
+    h.settled(lambda s: s.pod_named("ml", "b") is not None)
+    pods = next(r for r in h.feed.reflectors if r.resource.plural == "pods")
+    assert pods.unreadable == 1 and pods.lists == 1 and pods.last_error == ""
+    assert h.on_loop(lambda: h.store.pod_named("ml", "deep")) is None
+
+
 def test_a_dropped_watch_resumes_from_the_last_version_without_a_relist(
     server: ListWatchServer, harness: Callable[..., Harness]
 ) -> None:
