@@ -185,6 +185,21 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="with --plan-key-secret: put a new key first once the first is this old, keeping the previous one",
     )
     p.add_argument(
+        "--max-namespace-gang-gpus",
+        type=int,
+        default=d.max_namespace_gang_gpus,
+        metavar="N",
+        help="GPUs the open plans of one namespace's gangs no queue admitted yet may hold (default: half the "
+        "fleet's GPUs); pods kilter's state does not show yet count as one namespace",
+    )
+    p.add_argument(
+        "--max-namespace-gang-plans",
+        type=int,
+        default=d.max_namespace_gang_plans,
+        metavar="N",
+        help=f"open plans of one namespace's gangs no queue admitted yet (default {d.max_namespace_gang_plans})",
+    )
+    p.add_argument(
         "--reload-interval",
         default=f"{d.reload_interval_s:g}s",
         help="how often to check the snapshot file for changes",
@@ -246,6 +261,7 @@ def build_app(config: ServeConfig) -> tuple[App, ClusterStore]:
         timeout_s=config.gang_timeout_s,
         on_planned=recorder.on_planned if recorder is not None else None,
         keys=keys,
+        limits=config.gang_limits,
     )
     extender = SchedulerExtender(store, gangs, DecisionLog())
     binder = ApiBinder(api) if api is not None else Binder()

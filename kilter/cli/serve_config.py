@@ -18,6 +18,7 @@ from typing import Literal, cast
 
 from kilter.cli.listeners import ListenerLimits, TrustRule, split_networks
 from kilter.extenders.server import DEFAULT_MAX_BODY_BYTES, DEFAULT_VOLCANO_BODY_BYTES
+from kilter.gangs import trust
 from kilter.gangs.key_secret import DEFAULT_ROTATION_S
 from kilter.model.errors import InputError
 from kilter.quota.policy import parse_duration
@@ -112,6 +113,11 @@ class ServeConfig:
     excludes ``plan_key_file``."""
     plan_key_rotation_s: float = DEFAULT_ROTATION_S
     """Seconds after which the writing replica puts a new key first in ``plan_key_secret``, keeping the previous."""
+    max_namespace_gang_gpus: int | None = trust.Limits.namespace_gpus
+    """GPUs the open plans of one namespace's gangs that no queue admitted yet may hold (``trust.Limits``; pods
+    kilter's state does not show yet count as one namespace); None: half the fleet's GPUs, as it is then."""
+    max_namespace_gang_plans: int = trust.Limits.max_plans_per_namespace
+    """Open plans of one namespace's gangs that no queue admitted yet; more such gangs wait (are refused)."""
     reload_interval_s: float = 1.0
     """Seconds between checks of the snapshot file for changes."""
     log_level: LogLevel = "info"
@@ -128,6 +134,10 @@ class ServeConfig:
             raise InputError("--http-client-ca needs --http-tls: client certificates are checked in the TLS handshake")
         if self.plan_key_file is not None and self.plan_key_secret is not None:
             raise InputError("--plan-key-file and --plan-key-secret exclude each other: the keys come from one place")
+        if self.max_namespace_gang_gpus is not None and self.max_namespace_gang_gpus < 1:
+            raise InputError("--max-namespace-gang-gpus must be at least 1")
+        if self.max_namespace_gang_plans < 1:
+            raise InputError("--max-namespace-gang-plans must be at least 1")
         TrustRule(self.trusted_networks)  # each CIDR parses, or the one-line refusal names it
 
     @property
@@ -144,6 +154,13 @@ class ServeConfig:
             handshake_timeout_s=self.tls_handshake_timeout_s,
             keep_alive_s=self.keep_alive_timeout_s,
             max_connections=self.max_connections,
+        )
+
+    @property
+    def gang_limits(self) -> trust.Limits:
+        """The bounds of the gang book: the namespace caps of the flags, the rest ``trust.Limits``' own."""
+        return trust.Limits(
+            max_plans_per_namespace=self.max_namespace_gang_plans, namespace_gpus=self.max_namespace_gang_gpus
         )
 
     @property
@@ -185,6 +202,8 @@ class ServeConfig:
             plan_key_file=args.plan_key_file,
             plan_key_secret=args.plan_key_secret,
             plan_key_rotation_s=parse_duration(args.plan_key_rotation, path="--plan-key-rotation"),
+            max_namespace_gang_gpus=args.max_namespace_gang_gpus,
+            max_namespace_gang_plans=args.max_namespace_gang_plans,
             reload_interval_s=parse_duration(args.reload_interval, path="--reload-interval"),
             log_level=cast(LogLevel, args.log_level),
         )

@@ -35,6 +35,8 @@ def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
         (("--demo", "--trusted-networks", "10.0.0.0/8,pods"), "--trusted-networks: 'pods' is not a CIDR"),
         (("--demo", "--http-client-ca", "ca.crt"), "--http-client-ca needs --http-tls"),
         (("--demo", "--kubeconfig", "/nonexistent/kubeconfig"), "cannot use /nonexistent/kubeconfig"),
+        (("--demo", "--max-namespace-gang-gpus", "0"), "--max-namespace-gang-gpus must be at least 1"),
+        (("--demo", "--max-namespace-gang-plans", "0"), "--max-namespace-gang-plans must be at least 1"),
     ],
 )
 def test_bad_setups_exit_2_with_one_line(
@@ -76,6 +78,7 @@ def test_every_flag_reaches_its_field() -> None:
     argv += ["--http-tls", "--http-client-ca", "ca.crt", "--trusted-networks", "10.244.0.0/16, fd00::/8"]
     argv += ["--context", "c", "--leader-elect", "--lease", "ns/l", "--queues", "q.yaml"]
     argv += ["--gang-timeout", "1h30m", "--reload-interval", "250ms", "--log-level", "debug", "--platforms", "p.yaml"]
+    argv += ["--max-namespace-gang-gpus", "40", "--max-namespace-gang-plans", "3"]
     config = ServeConfig.from_args(build_parser().parse_args(argv))
     assert config == ServeConfig(
         demo=True,
@@ -102,7 +105,20 @@ def test_every_flag_reaches_its_field() -> None:
         reload_interval_s=0.25,
         log_level="debug",
         platforms=Path("p.yaml"),
+        max_namespace_gang_gpus=40,
+        max_namespace_gang_plans=3,
     )
+
+
+def test_the_namespace_gang_caps_default_to_half_the_fleet_and_32_plans(capsys: pytest.CaptureFixture[str]) -> None:
+    config = ServeConfig.from_args(build_parser().parse_args(["serve", "--demo"]))
+    assert config.gang_limits.max_plans_per_namespace == 32
+    assert config.gang_limits.gpu_cap(152) == 76  # None: half of whatever the fleet has
+    with pytest.raises(SystemExit):
+        main(["serve", "--help"])
+    shown = " ".join(capsys.readouterr().out.split())
+    assert "--max-namespace-gang-gpus N" in shown and "(default: half the fleet's GPUs)" in shown
+    assert "--max-namespace-gang-plans N" in shown and "(default 32)" in shown
 
 
 def test_an_unreadable_client_ca_is_named(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

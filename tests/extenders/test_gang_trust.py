@@ -184,3 +184,28 @@ def test_a_gang_may_not_ask_more_than_its_kueue_queue_could_ever_admit(tmp_path:
         _, planned = served.post("filter", names_args(fits[0], RACKS))
         assert len(planned["NodeNames"]) == 2
         assert list(book(served).plans) == ["ml/gang/fits"]
+
+
+@pytest.mark.parametrize(
+    ("caps", "why"),
+    [
+        pytest.param({}, "", id="the defaults: 76 GPUs and 32 plans hold both"),
+        pytest.param({"max_namespace_gang_gpus": 30}, "more would pass its cap of 30", id="30 GPUs: 20 + 20 pass"),
+        pytest.param({"max_namespace_gang_plans": 1}, "1 open gang plans, the most", id="one plan"),
+    ],
+)
+def test_lowered_namespace_caps_refuse_a_second_gang_in_one_namespace(
+    tmp_path: Path, caps: dict[str, int], why: str
+) -> None:
+    # Two gangs of 5 pods x 4 GPUs = 20 GPUs each, every pod in the state, no queue admitting either.
+    first = [gang_pod(f"a-{i}", "a", 5) for i in range(5)]
+    second = [gang_pod(f"b-{i}", "b", 5) for i in range(5)]
+    for served in serve(tmp_path, [*cluster_objects(), *first, *second], **caps):
+        _, planned = served.post("filter", names_args(first[0], RACKS))
+        assert len(planned["NodeNames"]) == 5
+        _, result = served.post("filter", names_args(second[0], RACKS))
+        if not why:
+            assert len(result["NodeNames"]) == 5 and set(book(served).plans) == {"ml/gang/a", "ml/gang/b"}
+            continue
+        assert result["NodeNames"] == [] and why in result["FailedNodes"]["r1-t00"]
+        assert set(book(served).plans) == {"ml/gang/a"} and book(served).refused == 1
