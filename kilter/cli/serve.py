@@ -213,6 +213,7 @@ def build_app(config: ServeConfig) -> tuple[App, ClusterStore]:
     catalog = sources.catalog_of(config.platforms)
     store = ClusterStore(catalog=catalog)
     startup: list[Callable[[], Awaitable[None]]] = []
+    stops: list[Callable[[], None]] = []
     api = _connect(config)
     live: LiveFeed | None = None
     if config.demo:
@@ -222,10 +223,19 @@ def build_app(config: ServeConfig) -> tuple[App, ClusterStore]:
         feed = SnapshotFeed(config.snapshot, store, interval_s=config.reload_interval_s)
         feed.load()
 
+        # The loop holds its tasks only weakly: an unreferenced watch could be collected mid-run, and
+        # nothing would stop it at shutdown.
+        watching: list[asyncio.Task[None]] = []
+
         async def start_watch() -> None:
-            asyncio.get_running_loop().create_task(feed.watch())
+            watching.append(asyncio.get_running_loop().create_task(feed.watch(), name="snapshot-watch"))
+
+        def stop_watch() -> None:
+            while watching:
+                watching.pop().cancel()
 
         startup.append(start_watch)
+        stops.append(stop_watch)
     elif api is not None:
         live = LiveFeed(api, store, default_resources(catalog))
 
@@ -279,6 +289,7 @@ def build_app(config: ServeConfig) -> tuple[App, ClusterStore]:
         # Writers stop before the Lease is released, so the next leader never overlaps with this one.
         trusted=config.trust_rule,
         shutdown=[
+            *stops,
             *([recorder.close] if recorder is not None else []),
             *([keys_from.stop] if keys_from is not None else []),
             *([elector.stop] if elector is not None else []),

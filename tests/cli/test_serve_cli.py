@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import resource
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from kilter.cli.listeners import ensure_file_limit
 from kilter.cli.main import build_parser, main
+from kilter.cli.serve import build_app
 from kilter.cli.serve_config import ServeConfig
 from kilter.model.errors import InputError
-from tests.extenders.conftest import make_certificates
+from tests.extenders.conftest import cluster_objects, make_certificates, serve_config, write_snapshot
 
 
 def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
@@ -134,3 +138,30 @@ def test_the_file_limit_is_raised_to_fit_the_caps_or_the_caps_are_refused() -> N
     if hard != resource.RLIM_INFINITY:
         with pytest.raises(InputError, match="--max-connections"):
             ensure_file_limit(hard)
+
+
+def test_the_snapshot_watch_is_held_from_startup_and_cancelled_at_shutdown(tmp_path: Path) -> None:
+    snapshot = tmp_path / "snapshot.json"
+    write_snapshot(snapshot, cluster_objects())
+    app, _ = build_app(serve_config(snapshot))
+
+    async def lifespan() -> None:
+        inbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        sent: asyncio.Queue[str] = asyncio.Queue()
+
+        async def send(message: dict[str, Any]) -> None:
+            await sent.put(message["type"])
+
+        await inbox.put({"type": "lifespan.startup"})
+        serving = asyncio.create_task(app({"type": "lifespan"}, inbox.get, send))  # type: ignore[arg-type]
+        assert await sent.get() == "lifespan.startup.complete"
+        gc.collect()  # the loop keeps tasks only weakly: kilter must hold its own
+        watches = [t for t in asyncio.all_tasks() if t.get_name() == "snapshot-watch"]
+        assert len(watches) == 1 and not watches[0].done()
+        await inbox.put({"type": "lifespan.shutdown"})
+        assert await sent.get() == "lifespan.shutdown.complete"
+        await serving
+        await asyncio.gather(*watches, return_exceptions=True)
+        assert watches[0].cancelled()
+
+    asyncio.run(lifespan())
