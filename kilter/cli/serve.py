@@ -310,6 +310,9 @@ def _plan_keys(
     InputError for a Secret that is malformed or cannot be read (RBAC), so that ``kilter serve`` exits 2 rather
     than sign with a key no other replica holds.
     """
+    if config.plan_key_secret is None and config.plan_key_file is None:
+        # Said only where records are written: without a cluster (a snapshot, the demo) none is.
+        return PlanKeys.ephemeral(announce=api is not None), None
     if config.plan_key_secret is None:
         return PlanKeys.load(config.plan_key_file), None
     if api is None:
