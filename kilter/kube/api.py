@@ -160,7 +160,7 @@ class ApiServer:
             raise ApiError(status, _message(raw, answered))
         try:
             return json.loads(raw) if raw else None
-        except ValueError:
+        except (ValueError, RecursionError):
             return None
 
     def _send(
@@ -205,7 +205,7 @@ def _message(raw: bytes, content_type: str = "application/json") -> str:
         return status_message(raw) or f"a protobuf answer of {len(raw)} bytes"
     try:
         answer = json.loads(raw) if raw else None
-    except ValueError:
+    except (ValueError, RecursionError):
         answer = None
     message = answer.get("message") if isinstance(answer, dict) else None
     return str(message or raw[:200].decode("utf-8", "replace"))

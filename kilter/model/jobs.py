@@ -162,6 +162,8 @@ def _multi_layer(raw: str, required: str | None, preferred: str | None, count: i
         layers = json.loads(raw)
     except json.JSONDecodeError as exc:
         raise InputError(f"{ANNOTATION_SLICE_CONSTRAINTS} is not JSON: {exc.msg}", path=path) from None
+    except RecursionError:  # a value anyone may write, nested past the parser's depth
+        raise InputError(f"{ANNOTATION_SLICE_CONSTRAINTS} is not JSON: nested too deep", path=path) from None
     if not isinstance(layers, list) or not 1 <= len(layers) <= 3:
         raise InputError(f"{ANNOTATION_SLICE_CONSTRAINTS} must be a list of 1 to 3 layers", path=path)
     parsed: list[tuple[str, int]] = []

@@ -82,6 +82,8 @@ def _decay_state(raw: str, *, path: str) -> DecayState:
         data = json.loads(raw)
     except json.JSONDecodeError as exc:
         raise InputError(f"{DECAYED_USAGE} is not JSON: {exc.msg}", path=path) from None
+    except RecursionError:  # a value anyone may write, nested past the parser's depth
+        raise InputError(f"{DECAYED_USAGE} is not JSON: nested too deep", path=path) from None
     if not isinstance(data, dict) or not isinstance(data.get("time"), str) or not isinstance(data.get("usage"), dict):
         shape = '{"time": RFC3339, "usage": {"flavor/resource": number}}'
         raise InputError(f"{DECAYED_USAGE} must be {shape}", path=path)

@@ -223,3 +223,40 @@ def test_a_pod_set_shape_is_a_fixed_size_digest_however_big_the_spec() -> None:
     other = read_job(job_with_selector(20_000, "b")).gangs[0]
     assert len(pod_set_shape(big)) == 32
     assert pod_set_shape(big) == pod_set_shape(same) and pod_set_shape(big) != pod_set_shape(other)
+
+
+# ---------------------------------------------------------------------- JSON a tenant writes inside a value
+
+DEEP_VALUE = "[" * 100_000 + "]" * 100_000  # JSON, nested past the parser's recursion limit
+
+
+def test_a_slice_constraint_nested_too_deep_is_denied_for_what_it_is(hooks: Hooks) -> None:
+    template = {
+        "metadata": {"annotations": {"kueue.x-k8s.io/podset-slice-required-topology-constraints": DEEP_VALUE}},
+        "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "4"}}}]},
+    }
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "deep", "namespace": "team-a"},
+        "spec": {"parallelism": 2, "completions": 2, "template": template},
+    }
+    response = hooks.review("/validate", admission_review(job))["response"]
+    assert response["allowed"] is False
+    message = response["status"]["message"]
+    assert "podset-slice-required-topology-constraints is not JSON: nested too deep" in message
+    assert "could not review" not in message  # an ordinary denial, not the rule's last resort
+
+
+def test_a_decayed_usage_nested_too_deep_is_denied_for_what_it_is(hooks: Hooks) -> None:
+    queue = {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "ClusterQueue",
+        "metadata": {"name": "deep", "annotations": {"kilter.dev/decayed-usage": DEEP_VALUE}},
+        "spec": {"resourceGroups": []},
+    }
+    response = hooks.review("/validate", admission_review(queue, user=KILTER_USER))["response"]
+    assert response["allowed"] is False
+    message = response["status"]["message"]
+    assert "kilter.dev/decayed-usage is not JSON: nested too deep" in message
+    assert "could not review" not in message
