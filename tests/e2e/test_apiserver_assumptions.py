@@ -15,7 +15,7 @@ import msgspec
 import pytest
 
 from kilter.extenders.scheduler import ApiBinder
-from kilter.gangs import records
+from kilter.gangs import PlanKeys, records
 from kilter.gangs.recorder import MERGE_PATCH, PlanRecorder
 from kilter.kube import protobuf
 from kilter.kube.api import ApiError, ApiServer
@@ -91,12 +91,14 @@ def test_a_plan_record_is_a_merge_patch_of_one_annotation(api: ApiServer, namesp
     _create_pods(api, namespace, 1)
     path = f"/api/v1/namespaces/{namespace}/pods/p0"
     api.call("PATCH", path, {"metadata": {"annotations": {"team": "a"}}}, content_type=MERGE_PATCH)
-    recorder = PlanRecorder(api)
+    keys = PlanKeys.ephemeral(announce=False)
+    recorder = PlanRecorder(api, keys=keys)
     record = records.PlanRecord(f"{namespace}/gang/g", time.time(), (("node-a", 4),))
-    recorder._write(record.gang, [path], records.encode(record))
+    uid = api.call("GET", path)["metadata"]["uid"]
+    recorder._write(record.gang, [(path, records.encode(record, keys=keys, uid=uid))])
     pod = api.call("GET", path)
     assert pod["metadata"]["annotations"]["team"] == "a"  # the patch touched only kilter's annotation
-    assert records.read_object(pod, where=path) == records.decode(records.encode(record), where=path)
+    assert records.read_object(pod, where=path, keys=keys) == records.decode(records.encode(record), where=path)
 
 
 def test_a_lease_passes_to_the_next_replica_when_the_leader_stops(api: ApiServer, namespace: str) -> None:
