@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
 import http.client
@@ -194,6 +195,19 @@ def serve_config(snapshot: Path | None, **overrides: Any) -> ServeConfig:
     return dataclasses.replace(TEST_CONFIG, snapshot=snapshot, **overrides)
 
 
+@contextlib.contextmanager
+def serve_snapshot(
+    tmp_path: Path, objects: list[dict[str, Any]] | None = None, *, name: str = "snapshot.json", **overrides: Any
+) -> Iterator[Served]:
+    """kilter serving ``objects`` (default: the scenario's cluster) from a snapshot file, over HTTP on loopback."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    snapshot = tmp_path / name
+    write_snapshot(snapshot, cluster_objects() if objects is None else objects)
+    app, store = build_app(serve_config(snapshot, **overrides))
+    with _Server(app, None) as port:
+        yield Served(app, store, snapshot, port)
+
+
 @pytest.fixture(params=["snapshot", "live"])
 def served(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Served]:
     """The scenario's cluster as a snapshot file, and again as a live cluster kilter lists and watches."""
@@ -204,20 +218,14 @@ def served(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Served]:
                 wait_ready(store)
                 yield Served(app, store, None, port, cluster=cluster)
         return
-    snapshot = tmp_path / "snapshot.json"
-    write_snapshot(snapshot, cluster_objects())
-    app, store = build_app(serve_config(snapshot))
-    with _Server(app, None) as port:
-        yield Served(app, store, snapshot, port)
+    with serve_snapshot(tmp_path) as served:
+        yield served
 
 
 @pytest.fixture
 def small_body_server(tmp_path: Path) -> Iterator[Served]:
-    snapshot = tmp_path / "snapshot.json"
-    write_snapshot(snapshot, cluster_objects())
-    app, store = build_app(serve_config(snapshot, max_body_bytes=4096))
-    with _Server(app, None) as port:
-        yield Served(app, store, snapshot, port)
+    with serve_snapshot(tmp_path, max_body_bytes=4096) as served:
+        yield served
 
 
 def make_certificates(directory: Path) -> tuple[Path, Path, Path]:

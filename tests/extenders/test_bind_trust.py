@@ -23,6 +23,7 @@ from tests.extenders.conftest import (
     names_args,
     pod_json,
     serve_config,
+    serve_snapshot,
     write_snapshot,
 )
 from tests.fakeapi import Answer, Call, FakeApi, running
@@ -47,11 +48,8 @@ def filter_then_bind(served: Served, pod: dict[str, Any], node: str) -> str:
 
 @pytest.fixture
 def snapshot_served(tmp_path: Path) -> Iterator[Served]:
-    snapshot = tmp_path / "snapshot.json"
-    write_snapshot(snapshot, cluster_objects())
-    app, store = build_app(serve_config(snapshot))
-    with _Server(app, None) as port:
-        yield Served(app, store, snapshot, port)
+    with serve_snapshot(tmp_path) as served:
+        yield served
 
 
 def test_a_bind_of_a_running_pod_is_refused_and_its_gpus_stay_booked_where_it_runs(served: Served) -> None:

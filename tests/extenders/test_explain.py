@@ -9,16 +9,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kilter.cli.serve import build_app
 from kilter.extenders.explain import MAX_ENTRIES, MAX_UNKNOWN_NAMES, DecisionLog, Record
 from tests.extenders.conftest import (
     Served,
-    _Server,
-    cluster_objects,
     names_args,
     pod_json,
-    serve_config,
-    write_snapshot,
+    serve_snapshot,
 )
 
 
@@ -82,11 +78,8 @@ def test_the_log_forgets_the_least_recent_pods_once_it_holds_more_nodes_than_its
 
 @pytest.fixture
 def served_once(tmp_path: Path) -> Iterator[Served]:
-    snapshot = tmp_path / "snapshot.json"
-    write_snapshot(snapshot, cluster_objects())
-    app, store = build_app(serve_config(snapshot))
-    with _Server(app, None) as port:
-        yield Served(app, store, snapshot, port)
+    with serve_snapshot(tmp_path) as served:
+        yield served
 
 
 def test_forty_filters_naming_many_unknown_nodes_keep_the_log_bounded_and_explain_says_so(served_once: Served) -> None:

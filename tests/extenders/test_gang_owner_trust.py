@@ -9,20 +9,17 @@ The fleet is test_gang_trust's: two GB200 NVL72 racks and an MI355X node.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import contextlib
 from pathlib import Path
 from typing import Any
 
-from kilter.cli.serve import build_app
 from kilter.gangs import GangBook
 from tests.extenders.conftest import (
     Served,
-    _Server,
     cluster_objects,
     names_args,
     pod_json,
-    serve_config,
-    write_snapshot,
+    serve_snapshot,
 )
 
 RACKS = [f"r{r}-t{t:02d}" for r in (1, 2) for t in range(18)]
@@ -53,12 +50,9 @@ def gang_labels(gang: str, size: int) -> dict[str, str]:
     return {"kilter.dev/gang": gang, "kilter.dev/gang-size": str(size)}
 
 
-def serve(tmp_path: Path, objects: list[dict[str, Any]]) -> Iterator[Served]:
-    snapshot = tmp_path / "snapshot.json"
-    write_snapshot(snapshot, [*cluster_objects(), *objects])
-    app, store = build_app(serve_config(snapshot))
-    with _Server(app, None) as port:
-        yield Served(app, store, snapshot, port)
+def serve(tmp_path: Path, objects: list[dict[str, Any]]) -> contextlib.AbstractContextManager[Served]:
+    """The scenario's cluster and ``objects``, served from a snapshot."""
+    return serve_snapshot(tmp_path, [*cluster_objects(), *objects])
 
 
 def book(served: Served) -> GangBook:
@@ -103,13 +97,13 @@ def test_a_stranger_with_a_gangs_labels_under_another_job_gets_no_slot_in_its_pl
     bare = member("bare-0", labels=gang_labels("train", 4))  # no owner, where the gang's pods all have one
     later = "2026-12-01T09:00:00Z"
     evil["metadata"]["creationTimestamp"] = bare["metadata"]["creationTimestamp"] = later
-    for served in serve(tmp_path, [*victims, evil, bare]):
+    with serve(tmp_path, [*victims, evil, bare]) as served:
         assert_strangers_get_no_slot(served, "ml/gang/train", victims, [evil, bare])
 
 
 def test_a_gang_of_bare_pods_is_not_checked_for_owners(tmp_path: Path) -> None:
     pods = [member(f"bare-{i}", labels=gang_labels("bare", 2)) for i in range(2)]
-    for served in serve(tmp_path, pods):
+    with serve(tmp_path, pods) as served:
         _, first = served.post("filter", names_args(pods[0], RACKS))
         _, second = served.post("filter", names_args(pods[1], RACKS))
         assert len(first["NodeNames"]) == 2 and second["NodeNames"] == first["NodeNames"]
@@ -123,7 +117,7 @@ def test_a_workload_gangs_members_are_its_jobs_pods_and_a_stranger_under_another
         member(f"train-{i}", annotations=notes, owners=[owner("Job", "train", "uid-job-train")]) for i in range(3)
     ]
     evil = member("evil-0", annotations=notes, owners=[owner("Job", "train", "uid-job-evil")])  # its name, not its uid
-    for served in serve(tmp_path, [wl, *victims, evil]):
+    with serve(tmp_path, [wl, *victims, evil]) as served:
         assert_strangers_get_no_slot(served, "ml/workload/wl", victims, [evil])
 
 
@@ -136,7 +130,7 @@ def test_a_jobsets_pods_are_its_workloads_members_through_the_jobs_it_names(tmp_
         for i in range(2)
     ]
     evil = member("evil-0", annotations=notes, owners=[owner("Job", "jsx-workers-0", "uid-jx")])
-    for served in serve(tmp_path, [wl, *victims, evil]):
+    with serve(tmp_path, [wl, *victims, evil]) as served:
         assert_strangers_get_no_slot(served, "ml/workload/wl-js", victims, [evil])
 
 
@@ -151,7 +145,7 @@ def test_a_volcano_podgroup_gangs_members_are_its_vcjobs_pods(tmp_path: Path) ->
     notes = {"scheduling.k8s.io/group-name": "mpi-pg"}
     victims = [member(f"mpi-{i}", annotations=notes, owners=[vcjob]) for i in range(2)]
     evil = member("evil-0", annotations=notes, owners=[owner("ReplicaSet", "evil", "uid-rs", api_version="apps/v1")])
-    for served in serve(tmp_path, [group, *victims, evil]):
+    with serve(tmp_path, [group, *victims, evil]) as served:
         assert_strangers_get_no_slot(served, "ml/podgroup/mpi-pg", victims, [evil])
 
 
@@ -164,5 +158,5 @@ def test_a_kueue_pod_groups_members_are_the_pods_its_workload_is_owned_by(tmp_pa
     )
     wl["metadata"]["annotations"] = {"kueue.x-k8s.io/is-group-workload": "true"}
     evil = member("evil-0", labels=labels, annotations=notes)
-    for served in serve(tmp_path, [wl, *victims, evil]):
+    with serve(tmp_path, [wl, *victims, evil]) as served:
         assert_strangers_get_no_slot(served, "ml/pod-group/grp", victims, [evil])

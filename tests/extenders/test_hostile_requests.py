@@ -16,18 +16,15 @@ from typing import Any
 
 import pytest
 
-from kilter.cli.serve import build_app
 from kilter.extenders.volcano import VOLCANO_VERBS
 from kilter.extenders.volcano.wire import ERROR
 from kilter.topology.plan import MAX_POD_GPUS
 from tests.extenders.conftest import (
     Served,
-    _Server,
     cluster_objects,
     names_args,
     pod_json,
-    serve_config,
-    write_snapshot,
+    serve_snapshot,
 )
 from tests.extenders.volcano import payloads as vp
 from tests.topology.builders import CLIQUE
@@ -40,23 +37,17 @@ DEEP_BIND = ('{"PodName":"p","Extra":' + "[" * 1000 + "]" * 1000 + "}").encode()
 UNKNOWN = "not a GPU node in kilter's model of the fleet"
 
 
-def serve(tmp_path: Path, objects: list[dict[str, Any]]) -> Iterator[Served]:
-    snapshot = tmp_path / "snapshot.json"
-    write_snapshot(snapshot, objects)
-    app, store = build_app(serve_config(snapshot))
-    with _Server(app, None) as port:
-        yield Served(app, store, snapshot, port)
-
-
 @pytest.fixture
 def fleet(tmp_path: Path) -> Iterator[Served]:
-    yield from serve(tmp_path, cluster_objects())
+    with serve_snapshot(tmp_path) as served:
+        yield served
 
 
 @pytest.fixture
 def empty_fleet(tmp_path: Path) -> Iterator[Served]:
     """A snapshot with only a CPU node: no GPU node at all (what a placeholder List amounts to)."""
-    yield from serve(tmp_path, [o for o in cluster_objects() if o["metadata"]["name"] == "cpu-1"])
+    with serve_snapshot(tmp_path, [o for o in cluster_objects() if o["metadata"]["name"] == "cpu-1"]) as served:
+        yield served
 
 
 def internal_errors(served: Served) -> float:

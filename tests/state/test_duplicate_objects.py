@@ -7,23 +7,17 @@ answer about the node must not depend on which copy the file lists last.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from kilter.cli.serve import build_app
 from kilter.state.store import ClusterStore
 from tests.extenders.conftest import (
-    Served,
-    _Server,
     cluster_objects,
     names_args,
     pod_json,
-    serve_config,
-    write_snapshot,
+    serve_snapshot,
 )
 from tests.topology.builders import CLIQUE, TIER1, node_dict
 
@@ -44,19 +38,9 @@ def others() -> list[dict[str, Any]]:
     return [o for o in cluster_objects() if o["metadata"]["name"] != "r1-t00"]
 
 
-@contextlib.contextmanager
-def serve(tmp_path: Path, objects: list[dict[str, Any]]) -> Iterator[Served]:
-    tmp_path.mkdir(exist_ok=True)
-    snapshot = tmp_path / "snapshot.json"
-    write_snapshot(snapshot, objects)
-    app, store = build_app(serve_config(snapshot))
-    with _Server(app, None) as port:
-        yield Served(app, store, snapshot, port)
-
-
 def passes(tmp_path: Path, objects: list[dict[str, Any]]) -> tuple[bool, list[str]]:
     """Whether a 4-GPU pod passes r1-t00 over HTTP, and /readyz's lines."""
-    with serve(tmp_path, objects) as served:
+    with serve_snapshot(tmp_path, objects) as served:
         status, result = served.post("filter", names_args(pod_json("p", 4), ["r1-t00"]))
         assert status == 200 and result["Error"] == ""
         _, body, _ = served.call("GET", "/readyz")

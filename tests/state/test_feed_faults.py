@@ -7,7 +7,6 @@ still answers 200 and lists what is wrong, and ``/metrics`` counts it.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import re
 import time
@@ -17,15 +16,12 @@ from typing import Any
 
 import pytest
 
-from kilter.cli.serve import build_app
 from tests.extenders.conftest import (
     Served,
-    _Server,
     cluster_objects,
     names_args,
     pod_json,
-    serve_config,
-    write_snapshot,
+    serve_snapshot,
 )
 
 
@@ -39,18 +35,9 @@ def bad_cluster_queue() -> dict[str, Any]:
     return {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": {"name": "cq"}, "spec": "oops"}
 
 
-@contextlib.contextmanager
-def serve(tmp_path: Path, objects: list[dict[str, Any]]) -> Iterator[Served]:
-    snapshot = tmp_path / "snapshot.json"
-    write_snapshot(snapshot, objects)
-    app, store = build_app(serve_config(snapshot))
-    with _Server(app, None) as port:
-        yield Served(app, store, snapshot, port)
-
-
 @pytest.fixture
 def fleet(tmp_path: Path) -> Iterator[Served]:
-    with serve(tmp_path, cluster_objects()) as served:
+    with serve_snapshot(tmp_path, cluster_objects()) as served:
         yield served
 
 
@@ -110,7 +97,7 @@ def test_a_file_that_does_not_parse_keeps_the_last_state_and_says_so_until_a_goo
 
 
 def test_a_snapshot_with_an_unreadable_pod_at_startup_serves_the_rest(tmp_path: Path) -> None:
-    with serve(tmp_path, [*cluster_objects(), bad_pod()]) as served:
+    with serve_snapshot(tmp_path, [*cluster_objects(), bad_pod()]) as served:
         assert passes_r1_t00(served)
         status, lines = readyz(served)
         assert status == 200 and len(lines) == 2 and "Pod ml/bad" in lines[1]
@@ -118,7 +105,7 @@ def test_a_snapshot_with_an_unreadable_pod_at_startup_serves_the_rest(tmp_path: 
 
 
 def test_a_cluster_queue_kilter_cannot_read_is_left_out_and_filters_still_answer(tmp_path: Path) -> None:
-    with serve(tmp_path, [*cluster_objects(), bad_cluster_queue()]) as served:
+    with serve_snapshot(tmp_path, [*cluster_objects(), bad_cluster_queue()]) as served:
         assert passes_r1_t00(served)
         status, body, _ = served.call("POST", "/volcano/queueOverused", b'{"queue": {"Name": "cq"}}')
         assert status == 200 and json.loads(body) == {"overused": False}

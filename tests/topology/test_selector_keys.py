@@ -8,9 +8,7 @@ node, ``NotIn``/``DoesNotExist`` on it match every node.
 
 from __future__ import annotations
 
-import contextlib
 import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,20 +17,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kilter.cli.serve import build_app
 from kilter.model import codec
 from kilter.model.core_v1 import PodSpec
 from kilter.model.errors import InputError
 from kilter.topology import eligibility
 from kilter.topology.fleet import Fleet, build_fleet
 from tests.extenders.conftest import (
-    Served,
-    _Server,
-    cluster_objects,
     names_args,
     pod_json,
-    serve_config,
-    write_snapshot,
+    serve_snapshot,
 )
 from tests.topology.builders import CLIQUE, rack
 
@@ -107,17 +100,8 @@ def test_a_requirement_on_a_carried_key_after_absent_ones_still_narrows() -> Non
     assert mask is not None and np.flatnonzero(mask).tolist() == [f.node_index["r1-t01"]]
 
 
-@contextlib.contextmanager
-def serve(tmp_path: Path) -> Iterator[Served]:
-    snapshot = tmp_path / "snapshot.json"
-    write_snapshot(snapshot, cluster_objects())
-    app, store = build_app(serve_config(snapshot))
-    with _Server(app, None) as port:
-        yield Served(app, store, snapshot, port)
-
-
 def test_filters_naming_thousands_of_keys_fail_the_selector_rung_and_keep_the_cache_bounded(tmp_path: Path) -> None:
-    with serve(tmp_path) as served:
+    with serve_snapshot(tmp_path) as served:
         for n in range(5):
             pod = pod_json(f"p{n}", 4)
             pod["spec"]["nodeSelector"] = {f"p{n}.example.com/k{k}": "x" for k in range(MANY)}

@@ -6,25 +6,20 @@ Over a real ``kilter serve``: before, one such Node made every filter answer
 
 from __future__ import annotations
 
-import contextlib
 import re
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from kilter.cli.serve import build_app
 from kilter.topology.fleet import build_fleet
 from tests.extenders.conftest import (
     Served,
-    _Server,
     cluster_objects,
     names_args,
     pod_json,
-    serve_config,
-    write_snapshot,
+    serve_snapshot,
 )
 from tests.topology.builders import CLIQUE, node, pod, rack
 
@@ -38,15 +33,6 @@ def with_gpus(objects: list[dict[str, Any]], counts: dict[str, str]) -> list[dic
         if obj["kind"] == "Node" and name in counts:
             obj["status"]["allocatable"]["nvidia.com/gpu"] = counts[name]
     return objects
-
-
-@contextlib.contextmanager
-def serve(tmp_path: Path, objects: list[dict[str, Any]]) -> Iterator[Served]:
-    snapshot = tmp_path / "snapshot.json"
-    write_snapshot(snapshot, objects)
-    app, store = build_app(serve_config(snapshot))
-    with _Server(app, None) as port:
-        yield Served(app, store, snapshot, port)
 
 
 def refused(result: dict[str, Any]) -> dict[str, str]:
@@ -72,7 +58,7 @@ def test_a_node_whose_gpu_count_is_no_count_is_left_out_and_named(count: str) ->
 
 def test_a_filter_passes_a_good_node_while_nodes_with_bad_gpu_counts_are_in_the_snapshot(tmp_path: Path) -> None:
     objects = with_gpus(cluster_objects(), {"r1-t03": "abc", "r1-t04": "-4"})
-    with serve(tmp_path, objects) as served:
+    with serve_snapshot(tmp_path, objects) as served:
         status, result = served.post("filter", names_args(pod_json("p", 4), ["r1-t00", "r1-t03", "r1-t04"]))
         assert status == 200 and result["Error"] == ""
         assert result["NodeNames"] == ["r1-t00"] and set(refused(result)) == {"r1-t03", "r1-t04"}
@@ -84,7 +70,7 @@ def test_a_filter_passes_a_good_node_while_nodes_with_bad_gpu_counts_are_in_the_
 
 
 def test_a_reload_that_brings_a_bad_gpu_count_keeps_the_other_nodes_answering(tmp_path: Path) -> None:
-    with serve(tmp_path, cluster_objects()) as served:
+    with serve_snapshot(tmp_path, cluster_objects()) as served:
         served.replace(with_gpus(cluster_objects(), {"r1-t03": "abc"}))
         deadline = time.monotonic() + 10
         while True:

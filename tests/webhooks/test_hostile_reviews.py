@@ -9,18 +9,15 @@ from typing import Any
 
 import pytest
 
-from kilter.cli.serve import build_app
 from kilter.gangs import records
 from kilter.model.jobs import read_job
 from kilter.webhooks.validate import pod_set_shape
 from tests.extenders.conftest import (
     Served,
-    _Server,
     cluster_objects,
     names_args,
     pod_json,
-    serve_config,
-    write_snapshot,
+    serve_snapshot,
 )
 from tests.webhooks.conftest import KILTER_USER, Hooks, admission_review, start
 
@@ -55,11 +52,8 @@ BAD_GANG_SIZES = ["0", "-1", "abc", str(2**64), "1e3", " 4", "4 ", "+4", "100001
 
 @pytest.fixture
 def extender(tmp_path: Path) -> Iterator[Served]:
-    snapshot = tmp_path / "extender-snapshot.json"
-    write_snapshot(snapshot, cluster_objects())
-    app, store = build_app(serve_config(snapshot))
-    with _Server(app, None) as port:
-        yield Served(app, store, snapshot, port)
+    with serve_snapshot(tmp_path, name="extender-snapshot.json") as served:
+        yield served
 
 
 def gang_member(size: str, *, where: str = "labels") -> dict[str, Any]:
