@@ -31,9 +31,9 @@ from tests.topology.builders import CLIQUE
 
 FILTER_KEYS = ["Nodes", "NodeNames", "FailedNodes", "FailedAndUnresolvableNodes", "Error"]
 # {"Pod": {"a": {"a": … 1 …}}}: valid JSON whose decoding recurses past Python's limit.
-DEEP = ('{"Pod":' + '{"a":' * 1000 + "1" + "}" * 1000 + "}").encode()
-DEEP_VOLCANO = ('{"task":' + '{"a":' * 1000 + "1" + "}" * 1000 + "}").encode()
-DEEP_BIND = ('{"PodName":"p","Extra":' + "[" * 1000 + "]" * 1000 + "}").encode()
+DEEP = ('{"Pod":' + '{"a":' * 100_000 + "1" + "}" * 100_000 + "}").encode()
+DEEP_VOLCANO = ('{"task":' + '{"a":' * 100_000 + "1" + "}" * 100_000 + "}").encode()
+DEEP_BIND = ('{"PodName":"p","Extra":' + "[" * 100_000 + "]" * 100_000 + "}").encode()
 UNKNOWN = "not a GPU node in kilter's model of the fleet"
 
 
@@ -91,7 +91,7 @@ def test_a_prioritize_or_preempt_nested_too_deep_gets_400_with_one_line(fleet: S
     assert internal_errors(fleet) == 0
 
 
-NESTED_NAMES = ('{"Pod":null,"Nodes":null,"NodeNames":' + "[" * 1000 + "]" * 1000 + "}").encode()
+NESTED_NAMES = ('{"Pod":null,"Nodes":null,"NodeNames":' + "[" * 100_000 + "]" * 100_000 + "}").encode()
 
 
 @pytest.mark.parametrize("body", [DEEP, DEEP_VOLCANO, NESTED_NAMES], ids=["Pod", "task", "NodeNames"])
