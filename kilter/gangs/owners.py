@@ -10,34 +10,34 @@ So a member must be under the gang's owner, checked on the state's copy of the
 pod (a request body cannot change it), per gang kind, the first rule that
 applies:
 
-* **the gang's object is in the state and has owners**: the Workload of a
-  ``workload`` gang, the group Workload Kueue makes for a ``pod-group`` gang
-  (named after the group, ``kueue.x-k8s.io/is-group-workload``), the PodGroup
-  of a ``podgroup`` gang. The pod must be one of the object's owners itself
+* **the gang's object is in the state and has owners** (the Workload of a
+  ``workload`` gang, the group Workload Kueue makes for a ``pod-group`` gang —
+  named after the group, ``kueue.x-k8s.io/is-group-workload`` — the PodGroup
+  of a ``podgroup`` gang): the pod must be one of the object's owners itself
   (Kueue's plain pods and pod groups, Volcano's PodGroup of a lone pod), or be
-  controlled by one of them (a Job, a vcjob, a PyTorchJob, the ReplicaSet of
-  pods Volcano grouped), or by a batch Job named after one that is no Job
-  itself (``OWNER`` or ``OWNER-…``: a JobSet's Jobs, an MPIJob's launcher;
-  the state holds no Jobs to follow the chain further, so here a tenant who
-  may create Jobs in the namespace could name one so);
-* **a ``kilter.dev/gang`` gang** is one controller's pods: the controller of
-  its oldest pod in the state that has one (creation time, then name). Under
-  another controller, or under none while that one exists, a pod is a
-  stranger. A gang of bare pods (none has a controller) is not checked;
-* otherwise nothing is checked: LeaderWorkerSet groups, JobSet and Kubeflow
-  labels, and objects the state does not hold or that have no owners. Their
-  pods span controllers (a leader's StatefulSet and its group's, a JobSet's
-  Jobs, a launcher Job and its workers) through objects kilter does not watch.
+  controlled by one of them (a Job, a vcjob, a PyTorchJob), or by an object of
+  another kind named after one (``OWNER`` or ``OWNER-…``: a JobSet's Jobs, an
+  MPIJob's launcher, a RayJob's RayCluster). The state holds no Jobs or
+  RayClusters to follow the chain further, so a tenant who may create Jobs in
+  the namespace could name one so; a gang whose pods sit under objects named
+  otherwise (an AppWrapper's components) finds no member, and its pods are
+  placed one by one, without a gang plan, rather than wrongly;
+* otherwise nothing is checked: ``kilter.dev/gang`` gangs, LeaderWorkerSet
+  groups, JobSet and Kubeflow labels, and objects the state does not hold or
+  that have no owners. Their pods may span controllers (an MPI launcher Job and
+  its workers under one gang label, a leader's StatefulSet and its group's)
+  through objects kilter does not watch, and turning a real member away would
+  leave its slot held for the gang timeout.
 
-Cost per ask: a dict lookup and the object's few owners; a ``kilter.dev/gang``
-gang reads its members through the store's pod index (the gang's pods, not all).
+Cost per ask: a dict lookup and one pass over the object's owners, without
+building a value per owner (a Kueue pod group's Workload has one owner per pod).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from kilter.gangs.identity import GangKey, in_gang
+from kilter.gangs.identity import GangKey
 from kilter.model.core_v1 import OwnerReference, Pod
 from kilter.model.errors import InputError
 from kilter.state.store import ClusterStore
@@ -47,8 +47,6 @@ __all__ = ["GROUP_WORKLOAD", "object_owners", "stranger"]
 KUEUE = "kueue.x-k8s.io"
 VOLCANO = "scheduling.volcano.sh"
 GROUP_WORKLOAD = "kueue.x-k8s.io/is-group-workload"
-_JOB = ("batch/v1", "Job")
-_LAST = "\uffff"  # sorts a pod without a creation time after every timestamp
 
 
 def stranger(store: ClusterStore, gang_key: str, pod: Pod) -> str:
@@ -57,66 +55,54 @@ def stranger(store: ClusterStore, gang_key: str, pod: Pod) -> str:
         key = GangKey.parse(gang_key)
     except InputError:
         return ""  # no object or label of the state names such a key
+    refs = _owner_refs(store, key)
+    if not refs:
+        return ""
+    meta, ctrl = pod.metadata, pod.metadata.controller
+    mine = {meta.uid, ctrl.uid} if ctrl is not None else {meta.uid}
+    if any(r.get("uid") in mine for r in refs) or (ctrl is not None and _named_after(ctrl, refs)):
+        return ""
     owners = object_owners(store, key)
-    if owners:
-        return _under_owners(pod, owners, key)
-    if key.kind == "gang":
-        return _under_gang_controller(store, key, pod)
-    return ""
+    what = "Workload" if key.kind in ("workload", "pod-group") else "PodGroup"
+    named = ", ".join(f"{o.kind} {o.name}" for o in owners[:3]) + (", ..." if len(owners) > 3 else "")
+    return f"is {_controlled(ctrl)}, not by an owner of {what} {key.namespace}/{key.name} ({named})"
 
 
 def object_owners(store: ClusterStore, key: GangKey) -> tuple[OwnerReference, ...]:
     """The owners of the object the state holds for the gang (none: no such object, or one without owners)."""
+    return tuple(_owner(r) for r in _owner_refs(store, key))
+
+
+def _owner_refs(store: ClusterStore, key: GangKey) -> list[Mapping[str, object]]:
+    """The object's ``ownerReferences`` as the state holds them, those with a uid; [] when it has none."""
     if key.kind == "workload":
         obj = store.get(KUEUE, "Workload", key.namespace, key.name)
     elif key.kind == "pod-group":
         obj = store.get(KUEUE, "Workload", key.namespace, key.name)
         notes = _meta(obj).get("annotations")
         if not isinstance(notes, Mapping) or notes.get(GROUP_WORKLOAD) != "true":
-            return ()
+            return []
     elif key.kind == "podgroup":
         obj = store.get(VOLCANO, "PodGroup", key.namespace, key.name)
     else:
-        return ()
+        return []
     refs = _meta(obj).get("ownerReferences")
     if not isinstance(refs, list):
-        return ()
-    return tuple(_owner(r) for r in refs if isinstance(r, Mapping) and isinstance(r.get("uid"), str) and r["uid"])
+        return []
+    return [r for r in refs if isinstance(r, Mapping) and isinstance(r.get("uid"), str) and r["uid"]]
 
 
-def _under_owners(pod: Pod, owners: tuple[OwnerReference, ...], key: GangKey) -> str:
-    meta = pod.metadata
-    uids = {o.uid for o in owners}
-    ctrl = meta.controller
-    if meta.uid in uids or (ctrl is not None and (ctrl.uid in uids or _job_of(ctrl, owners))):
-        return ""
-    what = "Workload" if key.kind in ("workload", "pod-group") else "PodGroup"
-    named = ", ".join(f"{o.kind} {o.name}" for o in owners[:3]) + (", ..." if len(owners) > 3 else "")
-    return f"is {_controlled(ctrl)}, not by an owner of {what} {key.namespace}/{key.name} ({named})"
-
-
-def _job_of(ctrl: OwnerReference, owners: tuple[OwnerReference, ...]) -> bool:
-    """``ctrl`` is a batch Job named as one of ``owners`` that is no Job itself names its Jobs (``OWNER`` or
-    ``OWNER-…``); a Job owner controls its pods itself, so only its uid will do."""
-    if (ctrl.api_version, ctrl.kind) != _JOB:
-        return False
-    makers = [o.name for o in owners if o.name and (o.api_version, o.kind) != _JOB]
-    return any(ctrl.name == name or ctrl.name.startswith(name + "-") for name in makers)
-
-
-def _under_gang_controller(store: ClusterStore, key: GangKey, pod: Pod) -> str:
-    controlled = [
-        (p.metadata.creation_timestamp or _LAST, p.metadata.name, ctrl)
-        for p in in_gang(key).members(store)
-        if (ctrl := p.metadata.controller) is not None
-    ]
-    if not controlled:
-        return ""
-    theirs = min(controlled, key=lambda t: t[:2])[2]
-    ctrl = pod.metadata.controller
-    if ctrl is not None and ctrl.uid == theirs.uid:
-        return ""
-    return f"is {_controlled(ctrl)}, not by {theirs.kind} {theirs.name}, the controller of gang {key}'s pods"
+def _named_after(ctrl: OwnerReference, refs: list[Mapping[str, object]]) -> bool:
+    """``ctrl`` is named after an owner of another kind (``OWNER`` or ``OWNER-…``): the children a JobSet, an
+    MPIJob or a RayJob makes. An owner of the controller's own kind controls its pods itself: only its uid will do."""
+    kind = (ctrl.api_version, ctrl.kind)
+    for ref in refs:
+        name = ref.get("name")
+        if (ref.get("apiVersion"), ref.get("kind")) == kind or not isinstance(name, str) or not name:
+            continue
+        if ctrl.name == name or ctrl.name.startswith(name + "-"):
+            return True
+    return False
 
 
 def _controlled(ctrl: OwnerReference | None) -> str:

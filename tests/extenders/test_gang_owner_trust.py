@@ -90,15 +90,20 @@ def assert_strangers_get_no_slot(served: Served, gang: str, victims: list[Any], 
     assert book(served).refused == refused + 2 * len(strangers)
 
 
-def test_a_stranger_with_a_gangs_labels_under_another_job_gets_no_slot_in_its_plan(tmp_path: Path) -> None:
-    job = owner("Job", "train", "uid-job-train")
-    victims = [member(f"train-{i}", labels=gang_labels("train", 4), owners=[job]) for i in range(4)]
-    evil = member("evil-0", labels=gang_labels("train", 4), owners=[owner("Job", "evil", "uid-job-evil")])
-    bare = member("bare-0", labels=gang_labels("train", 4))  # no owner, where the gang's pods all have one
-    later = "2026-12-01T09:00:00Z"
-    evil["metadata"]["creationTimestamp"] = bare["metadata"]["creationTimestamp"] = later
-    with serve(tmp_path, [*victims, evil, bare]) as served:
-        assert_strangers_get_no_slot(served, "ml/gang/train", victims, [evil, bare])
+def test_a_kilter_gang_under_two_controllers_gets_a_slot_for_every_member(tmp_path: Path) -> None:
+    # An MPI launcher Job and its worker StatefulSet under one gang label: every pod is a member, none waits.
+    labels = gang_labels("mpi", 3)
+    launcher = member("mpi-0", labels=labels, owners=[owner("Job", "mpi-l", "uid-l")], created="2026-12-01T07:00:00Z")
+    statefulset = owner("StatefulSet", "mpi-w", "uid-w", api_version="apps/v1")
+    workers = [member(f"mpi-w{i}", labels=labels, owners=[statefulset]) for i in range(2)]
+    with serve(tmp_path, [launcher, *workers]) as served:
+        _, first = served.post("filter", names_args(launcher, RACKS))
+        planned = first["NodeNames"]
+        assert len(planned) == 3 and book(served).plans["ml/gang/mpi"].verified
+        for pod in workers:
+            _, result = served.post("filter", names_args(pod, RACKS))
+            assert result["NodeNames"] == planned
+        assert book(served).refused == 0
 
 
 def test_a_gang_of_bare_pods_is_not_checked_for_owners(tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ from tests.extenders.conftest import cluster_objects, pod_json
 
 GANG = {"kilter.dev/gang": "g", "kilter.dev/gang-size": "3"}
 IN_WL = {"kueue.x-k8s.io/workload": "wl"}
+RAY = "ray.io/v1"
 
 
 def ref(kind: str, name: str, uid: str, *, api: str = "batch/v1", controller: bool | None = True) -> dict[str, Any]:
@@ -44,20 +45,16 @@ def verdicts(key: str, *objects: dict[str, Any]) -> dict[str, str]:
     return {p.metadata.name: owners.stranger(store, key, p) for p in held if isinstance(p, Pod)}
 
 
-def test_a_kilter_gang_is_the_pods_of_its_oldest_controlled_pods_controller() -> None:
-    job, other = ref("Job", "train", "uid-train"), ref("Job", "evil", "uid-evil")
+def test_a_kilter_gang_is_not_checked_by_owner_so_a_launcher_and_its_workers_are_all_members() -> None:
+    # An MPI launcher Job and its workers under one gang label: two controllers, one gang.
+    launcher, workers = ref("Job", "mpi-launcher", "uid-l"), ref("StatefulSet", "mpi-worker", "uid-w", api="apps/v1")
     found = verdicts(
         "ml/gang/g",
-        pod("train-0", job),
-        pod("train-1", job, created="2026-12-01T08:00:05Z"),
-        pod("bare", created="2026-12-01T07:00:00Z"),  # older, but under no controller: it defines nothing
-        pod("evil", other, created="2026-12-01T09:00:00Z"),
-        pod("timeless", other, created=None),  # no creation time counts as the newest
+        pod("mpi-launcher-0", launcher, created="2026-12-01T07:00:00Z"),
+        pod("mpi-worker-0", workers),
+        pod("bare"),
     )
-    assert found["train-0"] == found["train-1"] == ""
-    assert found["bare"].startswith("is controlled by no owner, not by Job train")
-    assert found["evil"].startswith("is controlled by Job evil (uid uid-evil), not by Job train")
-    assert found["timeless"] != ""
+    assert found == {"mpi-launcher-0": "", "mpi-worker-0": "", "bare": ""}
 
 
 def test_a_gang_of_bare_pods_and_an_owner_only_in_name_are_not_checked() -> None:
@@ -85,7 +82,7 @@ def test_a_job_owner_takes_only_its_own_pods_by_uid() -> None:
     assert found["made-by-job"] != ""
 
 
-def test_a_jobset_owner_takes_the_pods_of_batch_jobs_named_after_it() -> None:
+def test_an_owner_takes_the_pods_of_children_of_another_kind_named_after_it() -> None:
     jobset = ref("JobSet", "js", "uid-js", api="jobset.x-k8s.io/v1alpha2")
     found = verdicts(
         "ml/workload/wl",
@@ -93,15 +90,13 @@ def test_a_jobset_owner_takes_the_pods_of_batch_jobs_named_after_it() -> None:
         pod("w0", ref("Job", "js-workers-0", "uid-1"), labels={}, annotations=IN_WL),
         pod("w1", ref("Job", "js", "uid-2"), labels={}, annotations=IN_WL),
         pod("prefix", ref("Job", "jsx-workers-0", "uid-3"), labels={}, annotations=IN_WL),
-        pod(
-            "volcano-job",
-            ref("Job", "js-workers-1", "uid-4", api="batch.volcano.sh/v1alpha1"),
-            labels={},
-            annotations=IN_WL,
-        ),
+        pod("other-kind", ref("RayCluster", "js-raycluster-x1", "uid-4", api=RAY), labels={}, annotations=IN_WL),
+        pod("other-name", ref("RayCluster", "train-raycluster", "uid-5", api=RAY), labels={}, annotations=IN_WL),
+        pod("same-kind", ref("JobSet", "js-2", "uid-6", api="jobset.x-k8s.io/v1alpha2"), labels={}, annotations=IN_WL),
     )
-    assert found["w0"] == found["w1"] == ""
-    assert found["prefix"] != "" and found["volcano-job"] != ""
+    assert found["w0"] == found["w1"] == found["other-kind"] == ""  # a JobSet's Jobs, a RayJob-style child
+    assert found["prefix"] != "" and found["other-name"] != ""
+    assert found["same-kind"] != ""  # a JobSet controls its pods through Jobs, never another JobSet
 
 
 def test_a_pod_an_object_is_owned_by_is_its_member() -> None:
