@@ -115,7 +115,8 @@ class ServeConfig:
     """Seconds after which the writing replica puts a new key first in ``plan_key_secret``, keeping the previous."""
     max_namespace_gang_gpus: int | None = trust.Limits.namespace_gpus
     """GPUs the open plans of one namespace's gangs that no queue admitted yet may hold (``trust.Limits``; pods
-    kilter's state does not show yet count as one namespace); None: half the fleet's GPUs, as it is then."""
+    kilter's state does not show yet count as one namespace); None: no cap on gangs whose pods the state holds, and
+    half the fleet's GPUs, as it is then, for pods it does not show yet."""
     max_namespace_gang_plans: int = trust.Limits.max_plans_per_namespace
     """Open plans of one namespace's gangs that no queue admitted yet; more such gangs wait (are refused)."""
     reload_interval_s: float = 1.0

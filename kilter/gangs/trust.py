@@ -15,10 +15,13 @@ tenant's gang with its labels. So (issue #17):
   it is *unseen*: a plan is made but not recorded in the cluster, and it is
   dropped after ``grace_s`` unless the pod shows up; an unseen pod gets no
   place in a plan that a member verified (it waits for the feed);
-* a namespace holds at most ``max_plans_per_namespace`` open plans and
-  ``namespace_gpus`` GPUs in their open slots (default half the fleet, so
-  one tenant's gangs can never crowd out a gang of another of up to half the
-  fleet). Gangs a queue admitted (a Kueue Workload with an admission, a
+* a namespace holds at most ``max_plans_per_namespace`` open plans and, when
+  ``namespace_gpus`` is set, that many GPUs in their open slots. Plans for
+  unseen pods always have a GPU cap (default half the fleet): nothing but a
+  request body vouches for them. A verified gang's pods were created through
+  the API server under the tenant's own rights and quota, and one training
+  job may rightly want more than half the fleet, so by default it has none.
+  Gangs a queue admitted (a Kueue Workload with an admission, a
   Volcano PodGroup Inqueue or Running, Volcano's own session) are exempt:
   their queue's quota bounds them. Unverified plans count together, as one
   namespace, whatever namespace they name;
@@ -78,7 +81,8 @@ class Limits:
     max_plans_per_namespace: int = 32
     """Open plans of one namespace's unadmitted gangs."""
     namespace_gpus: int | None = None
-    """GPUs one namespace's unadmitted gangs may hold in open slots; None: half the fleet's GPUs."""
+    """GPUs one namespace's unadmitted gangs may hold in open slots; None: no cap on verified gangs, and half the
+    fleet's GPUs for plans of pods the state does not show yet."""
 
     def gpu_cap(self, fleet_gpus: int) -> int:
         return self.namespace_gpus if self.namespace_gpus is not None else fleet_gpus // 2
@@ -205,7 +209,9 @@ def full(
 
 
 def over_cap(plans: Collection[OpenPlan], limits: Limits, made: OpenPlan, fleet_gpus: int) -> str:
-    """Why the plan just made would take its namespace past its GPU cap ("" if it does not)."""
+    """Why the plan just made would take its namespace past its GPU cap ("" if it does not, or has none)."""
+    if made.verified and limits.namespace_gpus is None:
+        return ""
     scope = scope_of(made)
     held = sum(p.open_gpus for p in plans if p is not made and not p.admitted and scope_of(p) == scope)
     return _over(limits, scope, held, made.open_gpus, fleet_gpus)

@@ -189,7 +189,7 @@ def test_a_gang_may_not_ask_more_than_its_kueue_queue_could_ever_admit(tmp_path:
 @pytest.mark.parametrize(
     ("caps", "why"),
     [
-        pytest.param({}, "", id="the defaults: 76 GPUs and 32 plans hold both"),
+        pytest.param({}, "", id="the defaults: no GPU cap on verified gangs, 32 plans hold both"),
         pytest.param({"max_namespace_gang_gpus": 30}, "more would pass its cap of 30", id="30 GPUs: 20 + 20 pass"),
         pytest.param({"max_namespace_gang_plans": 1}, "1 open gang plans, the most", id="one plan"),
     ],
@@ -209,3 +209,23 @@ def test_lowered_namespace_caps_refuse_a_second_gang_in_one_namespace(
             continue
         assert result["NodeNames"] == [] and why in result["FailedNodes"]["r1-t00"]
         assert set(book(served).plans) == {"ml/gang/a"} and book(served).refused == 1
+
+
+@pytest.mark.parametrize(
+    ("caps", "planned"),
+    [
+        pytest.param({}, 20, id="no cap by default: 80 GPUs, past half the fleet (76)"),
+        pytest.param({"max_namespace_gang_gpus": 76}, 0, id="a cap set by flag holds it back"),
+    ],
+)
+def test_a_verified_gang_may_take_more_than_half_the_fleet_unless_a_cap_is_set(
+    tmp_path: Path, caps: dict[str, int], planned: int
+) -> None:
+    # One training job of 20 pods x 4 GPUs = 80 GPUs, every pod in the state: a real job, not a hoard.
+    pods = [gang_pod(f"big-{i}", "big", 20) for i in range(20)]
+    for served in serve(tmp_path, [*cluster_objects(), *pods], **caps):
+        _, result = served.post("filter", names_args(pods[0], RACKS))
+        assert len(result["NodeNames"]) == planned  # the planned nodes pass, nothing else
+        assert len(book(served).plans) == (1 if planned else 0)
+        if planned:
+            assert len(book(served).plans["ml/gang/big"].slots) == planned
