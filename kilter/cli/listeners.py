@@ -13,6 +13,16 @@ by both). So each listener runs ``GuardedHttp``, uvicorn's protocol with:
   answered: an answer means reading a request, the very cost the cap bounds,
   and the only fitting status would be 503. kube-scheduler, Volcano and the
   apiserver treat a refused connection like any failed call (and retry);
+* on the HTTP listener, a share of that cap kept for trusted peers
+  (``ListenerLimits.trusted_reserve``): /healthz answers everyone, so without
+  it any pod that reaches the port could hold every slot with keep-alive
+  probes and fail kube-scheduler's every filter call. A peer is classed at
+  accept by address (``TrustRule.trusts_peer``); under ``--http-client-ca`` a
+  peer outside ``--trusted-networks`` counts as untrusted until its handshake
+  verifies a certificate, then as trusted: counting unverified handshakes as
+  trusted would hand the reserve to anyone who can start one. The webhook
+  listener has no trust rule (the apiserver may connect from any address), so
+  its cap stays shared by all;
 * TLS done here (``loop.start_tls``) rather than by the loop's server, so that
   the handshake has its own deadline and is counted against the cap;
 * a header deadline (from the connection's start, or a keep-alive request's
@@ -29,7 +39,9 @@ by both). So each listener runs ``GuardedHttp``, uvicorn's protocol with:
 Each listener's open connections and the connections it closed, by reason,
 are counted (``ListenerReading``, shown in the HTTP listener's /metrics): the
 tests assert those, not clocks. The listener owns these rules, not the apps:
-they hold for every path, before any app sees a request.
+they hold for every path, before any app sees a request. Past 400 lines on
+purpose: the cap, the protocol that counts it and the trust rule that classes
+its peers are one seam, read together.
 """
 
 from __future__ import annotations
@@ -72,9 +84,12 @@ log = logging.getLogger("kilter.serve")
 FILE_RESERVE = 128
 """File descriptors kept beyond the listeners' caps: the state feed, the API server, the snapshot, logs."""
 
-CloseReason = Literal["cap", "handshake", "header-timeout", "body-timeout", "response-timeout", "headers-too-large"]
+CloseReason = Literal[
+    "cap", "untrusted-cap", "handshake", "header-timeout", "body-timeout", "response-timeout", "headers-too-large"
+]
 CLOSE_REASONS: tuple[CloseReason, ...] = (
     "cap",
+    "untrusted-cap",
     "handshake",
     "header-timeout",
     "body-timeout",
@@ -103,19 +118,37 @@ class ListenerLimits:
     """Request line and headers of one request: kilter's callers send well under 4 KiB (Go's server allows 1 MiB,
     nginx 32 KiB); past it the answer is 431 and a close."""
 
+    @property
+    def trusted_reserve(self) -> int:
+        """Connections of ``max_connections`` only trusted peers may take (64 of the default 256): a quarter, and
+        at least 16 while that leaves untrusted peers half. A quarter grows with a cap raised for more callers;
+        16 covers kube-scheduler's and Volcano's kept-alive connections with binds in flight and a debug session.
+        Untrusted peers (kubelet probes, Prometheus) keep at least half, and one connection under a cap of 1."""
+        cap = self.max_connections
+        return max(cap // 4, min(16, cap // 2))
+
 
 @dataclass
 class Guard:
-    """One listener's limits, its TLS context (None: plain HTTP), and its counts."""
+    """One listener's limits, its TLS context (None: plain HTTP), its trust rule (None: every peer shares the
+    whole cap), and its counts: ``open`` counts every connection, ``untrusted`` those of untrusted peers."""
 
     name: str
     limits: ListenerLimits
     tls: ssl.SSLContext | None = None
+    trust: TrustRule | None = None
     open: int = 0
+    untrusted: int = 0
     closed: dict[str, int] = field(default_factory=dict)
 
     def close(self, reason: CloseReason) -> None:
         self.closed[reason] = self.closed.get(reason, 0) + 1
+
+    def refusal(self, untrusted: bool) -> CloseReason | None:
+        """Why a new connection is refused at accept, None if it fits."""
+        if untrusted and self.untrusted >= self.limits.max_connections - self.limits.trusted_reserve:
+            return "untrusted-cap"
+        return "cap" if self.open >= self.limits.max_connections else None
 
 
 class GuardedHttp(HttpToolsProtocol):
@@ -127,6 +160,7 @@ class GuardedHttp(HttpToolsProtocol):
         super().__init__(*args, **kwargs)
         self._deadline: asyncio.TimerHandle | None = None
         self._counted = False
+        self._untrusted = False  # counted in guard.untrusted
         self._tls_started = False
         self._header_bytes = 0
         self._refused = False  # answered 431: the rest of what the client sends is dropped
@@ -134,14 +168,20 @@ class GuardedHttp(HttpToolsProtocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         guard = self.guard
         if self._tls_started:  # the TLS layer, its handshake done
+            self._trust_verified_peer(transport)
             self._start(transport)
             return
-        if guard.open >= guard.limits.max_connections:
-            guard.close("cap")
+        untrusted = guard.trust is not None and not guard.trust.trusts_peer(transport.get_extra_info("peername"))
+        refusal = guard.refusal(untrusted)
+        if refusal is not None:
+            guard.close(refusal)
             transport.abort()
             return
         guard.open += 1
         self._counted = True
+        if untrusted:
+            guard.untrusted += 1
+            self._untrusted = True
         if guard.tls is None:
             self._start(transport)
             return
@@ -162,6 +202,14 @@ class GuardedHttp(HttpToolsProtocol):
         )
         transport.set_protocol(tls)
         tls.connection_made(transport)
+
+    def _trust_verified_peer(self, transport: asyncio.Transport) -> None:
+        """Under ``--http-client-ca`` a finished handshake verified the peer's certificate (``CERT_REQUIRED``), so
+        ``TrustRule`` trusts it: its connection leaves the untrusted count for the trusted one."""
+        trust = self.guard.trust
+        if self._untrusted and trust is not None and trust.client_certs and transport.get_extra_info("peercert"):
+            self._untrusted = False
+            self.guard.untrusted -= 1
 
     def _handshake_done(self, handshake: asyncio.Future[None]) -> None:
         """A handshake that failed, passed its deadline or lost its peer: uvicorn never saw the connection."""
@@ -185,6 +233,9 @@ class GuardedHttp(HttpToolsProtocol):
         if self._counted:
             self._counted = False
             self.guard.open -= 1
+        if self._untrusted:
+            self._untrusted = False
+            self.guard.untrusted -= 1
 
     def on_message_begin(self) -> None:
         if self._deadline is None:  # a keep-alive request's first byte
@@ -332,7 +383,16 @@ class TrustRule:
     def __call__(self, scope: Scope) -> bool:
         if self.client_certs or "client" not in scope:  # every caller passed the handshake; an in-process call
             return True
-        address = peer_address(scope)
+        return self._holds(peer_address(scope))
+
+    def trusts_peer(self, peername: object) -> bool:
+        """Whether a connection's peer (a transport's ``peername``) is in ``networks``, by address alone: at
+        accept no certificate has been seen yet."""
+        if not isinstance(peername, tuple) or len(peername) < 2:
+            return False  # not an IP socket
+        return self._holds(peer_address({"client": peername[:2]}))
+
+    def _holds(self, address: ipaddress.IPv4Address | ipaddress.IPv6Address | None) -> bool:
         return address is not None and any(address in n for n in self.networks)
 
 
@@ -355,8 +415,8 @@ class ListenerReading(Collector):
         )
         closed = CounterMetricFamily(
             "kilter_listener_connections_closed",
-            "Connections kilter closed: over the cap, failed or slow TLS handshake, header, body or response "
-            "deadline, headers past their size limit",
+            "Connections kilter closed: over the cap, over untrusted peers' share of it, failed or slow TLS "
+            "handshake, header, body or response deadline, headers past their size limit",
             labels=["listener", "reason"],
         )
         for guard in self.guards:

@@ -411,7 +411,8 @@ def listeners(
     http_tls = tls
     if tls is not None and config.http_client_ca is not None:
         http_tls = ReloadingTLS(tls.cert, tls.key, client_ca=config.http_client_ca)
-    http = Guard("http", limits, http_tls.context if http_tls is not None and config.http_tls else None)
+    http_context = http_tls.context if http_tls is not None and config.http_tls else None
+    http = Guard("http", limits, http_context, trust=config.trust_rule)
     servers = [uvicorn.Server(_listener(app, http, config, config.http_port, "on"))]
     guards = [http]
     if tls is not None:

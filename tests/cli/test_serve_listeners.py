@@ -7,6 +7,7 @@ from __future__ import annotations
 import http.client
 import json
 import socket
+import ssl
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -166,3 +167,121 @@ def test_a_client_that_stops_reading_a_large_answer_is_closed(served: Listening)
         sock.sendall(head.encode() + body)
         assert wait_for(lambda: served.http.closed.get("response-timeout") == 1, within_s=30)
         assert closed_by_server(sock, within_s=30)
+
+
+# Trust on the HTTP listener: kilter on 127.0.0.1 trusting only 127.0.0.2, so that clients from 127.0.0.1 are the
+# untrusted callers. A cap of 8 keeps 4 for trusted peers (ListenerLimits.trusted_reserve); deadlines are a minute,
+# so that only a cap closes a connection here.
+SHARED = {
+    "header_timeout_s": 60.0,
+    "tls_handshake_timeout_s": 60.0,
+    "keep_alive_timeout_s": 60.0,
+    "max_connections": 8,
+    "trusted_networks": ("127.0.0.2/32",),
+}
+FILTER = json.dumps(names_args(pod_json("p", 4), ["r1-t00"])).encode()
+
+
+def kept_alive(
+    port: int, source: str, tls: ssl.SSLContext | None = None
+) -> http.client.HTTPConnection | http.client.HTTPSConnection:
+    """A connection from ``source`` that asked /healthz once and is held open (keep-alive) by the caller."""
+    conn: http.client.HTTPConnection
+    if tls is None:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10, source_address=(source, 0))
+    else:
+        conn = http.client.HTTPSConnection("127.0.0.1", port, timeout=10, source_address=(source, 0), context=tls)
+    conn.request("GET", "/healthz")
+    response = conn.getresponse()
+    assert response.status == 200 and response.read() == b"ok\n"
+    return conn
+
+
+def filter_call(conn: http.client.HTTPConnection) -> list[str]:
+    conn.request("POST", "/scheduler/filter", FILTER, {"Content-Type": "application/json"})
+    response = conn.getresponse()
+    assert response.status == 200
+    names: list[str] = json.loads(response.read())["NodeNames"]
+    return names
+
+
+def test_untrusted_peers_hold_at_most_their_share_of_the_cap_and_a_trusted_caller_is_still_answered(
+    tmp_path: Path,
+) -> None:
+    with listening(tmp_path, **SHARED) as served:
+        probes = [kept_alive(served.http_port, "127.0.0.1") for _ in range(4)]
+        try:
+            assert wait_for(lambda: served.http.untrusted == 4)
+            with socket.create_connection(("127.0.0.1", served.http_port), timeout=10) as fifth:
+                assert closed_by_server(fifth)
+            assert served.http.closed == {"untrusted-cap": 1}
+            trusted = http.client.HTTPConnection(
+                "127.0.0.1", served.http_port, timeout=10, source_address=("127.0.0.2", 0)
+            )
+            try:
+                assert filter_call(trusted) == ["r1-t00"]
+            finally:
+                trusted.close()
+            for conn in probes:  # the untrusted connections within their share still hold
+                conn.request("GET", "/healthz")
+                assert conn.getresponse().read() == b"ok\n"
+            assert served.http.closed == {"untrusted-cap": 1}
+        finally:
+            for conn in probes:
+                conn.close()
+
+
+def test_trusted_peers_may_take_the_whole_cap(tmp_path: Path) -> None:
+    with listening(tmp_path, **SHARED) as served:
+        source = ("127.0.0.2", 0)
+        held = [socket.create_connection(("127.0.0.1", served.http_port), 10, source) for _ in range(8)]
+        try:
+            assert wait_for(lambda: served.http.open == 8)
+            assert served.http.untrusted == 0
+            with socket.create_connection(("127.0.0.1", served.http_port), 10, source) as ninth:
+                assert closed_by_server(ninth)
+            assert served.http.closed == {"cap": 1}
+            with socket.create_connection(("127.0.0.1", served.http_port), timeout=10) as untrusted:
+                assert closed_by_server(untrusted)  # its own share is empty, but the cap is full
+            assert served.http.closed == {"cap": 2}
+        finally:
+            for sock in held:
+                sock.close()
+        assert wait_for(lambda: served.http.open == 0)
+
+
+def test_the_webhook_listener_shares_its_cap_with_every_peer(tmp_path: Path) -> None:
+    # The apiserver may connect from any address: no trust rule, no untrusted share; the 8th handshake holds.
+    with listening(tmp_path, **SHARED) as served:
+        held = [socket.create_connection(("127.0.0.1", served.webhook_port), timeout=10) for _ in range(8)]
+        try:
+            assert wait_for(lambda: served.webhooks.open == 8)
+            assert served.webhooks.untrusted == 0 and served.webhooks.closed == {}
+        finally:
+            for sock in held:
+                sock.close()
+
+
+def test_with_a_client_ca_a_verified_connection_leaves_the_untrusted_share(tmp_path: Path) -> None:
+    # Trusted by certificate only: each peer counts as untrusted until its handshake verifies a certificate.
+    config = {**SHARED, "trusted_networks": ("10.0.0.0/8",), "http_tls": True, "http_client_ca": tmp_path / "ca.crt"}
+    with listening(tmp_path, **config) as served:
+        client = ssl.create_default_context(cafile=str(served.certs / "ca.crt"))
+        client.load_cert_chain(served.certs / "tls.crt", served.certs / "tls.key")
+        verified = [kept_alive(served.http_port, "127.0.0.1", client) for _ in range(4)]
+        try:
+            assert wait_for(lambda: served.http.open == 4)
+            assert served.http.untrusted == 0
+            pending = [socket.create_connection(("127.0.0.1", served.http_port), timeout=10) for _ in range(4)]
+            try:
+                assert wait_for(lambda: served.http.untrusted == 4)
+                with socket.create_connection(("127.0.0.1", served.http_port), timeout=10) as fifth:
+                    assert closed_by_server(fifth)
+                assert served.http.closed == {"untrusted-cap": 1}
+                assert all(filter_call(conn) == ["r1-t00"] for conn in verified)
+            finally:
+                for sock in pending:
+                    sock.close()
+        finally:
+            for conn in verified:
+                conn.close()
