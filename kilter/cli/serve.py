@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import logging
+import math
 import socket
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
@@ -209,9 +211,19 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 
 def build_app(config: ServeConfig) -> tuple[App, ClusterStore]:
-    """The app and its state, loaded and ready (also what the tests serve)."""
+    """The app and its state, loaded and ready (also what the tests serve).
+
+    A snapshot (``--snapshot``, ``--demo``) is minutes old, not a second like
+    a list/watch feed, so the two bounds that wait for the feed are lifted
+    there: an assumed booking lasts until a snapshot shows the pod (the README
+    promises so; only trusted callers, loopback by default, reach bind, so a
+    forged bind is the operator's own), and a plan for a pod the state does
+    not show yet lives as long as any plan (``gang_timeout_s``), else every
+    new gang's plan would be dropped after 30 s. A live feed keeps both.
+    """
     catalog = sources.catalog_of(config.platforms)
-    store = ClusterStore(catalog=catalog)
+    snapshot_mode = config.demo or config.snapshot is not None
+    store = ClusterStore(catalog=catalog, assume_ttl_s=math.inf if snapshot_mode else None)
     startup: list[Callable[[], Awaitable[None]]] = []
     stops: list[Callable[[], None]] = []
     api = _connect(config)
@@ -271,7 +283,11 @@ def build_app(config: ServeConfig) -> tuple[App, ClusterStore]:
         timeout_s=config.gang_timeout_s,
         on_planned=recorder.on_planned if recorder is not None else None,
         keys=keys,
-        limits=config.gang_limits,
+        limits=(
+            dataclasses.replace(config.gang_limits, grace_s=config.gang_timeout_s)
+            if snapshot_mode
+            else config.gang_limits
+        ),
     )
     extender = SchedulerExtender(store, gangs, DecisionLog())
     binder = ApiBinder(api) if api is not None else Binder()

@@ -12,10 +12,19 @@ placement or hold nodes. So on CREATE, and on UPDATE when the value changes
   its gang's Workload (``NS/workload/NAME``, same namespace): Kueue copies
   those annotations into a job's pod template, so the job's own controller
   creates the pods carrying it, and writes them onto the pods of a plain
-  pod group when it ungates them (an UPDATE by Kueue).
+  pod group when it ungates them (an UPDATE by Kueue), or
+* kilter's state is too old to tell: a Pod created with, or first given, a
+  signed record (``sig``) of a Workload of its own namespace that the state
+  does not show, or shows without that record. With ``--snapshot`` the
+  state is minutes old; refusing would hold Kueue's job pods back (the
+  webhook fails closed) until the next snapshot shows the Workload's new
+  podSetUpdates. Such a record steers nothing even if forged: the gang book
+  adopts a pod's record only if a plan key verifies it for that Workload's
+  UID (``records.newest``), and a tenant has no key.
 
-Only that copied record depends on kilter's state: a pod whose Workload the
-state does not show yet is refused, and its controller retries.
+Still refused: a record naming another namespace or another kind of gang;
+an unsigned record, or one replacing another on a Pod, that the state does
+not show issued; any record on a PodGroup or Workload by anyone but kilter.
 """
 
 from __future__ import annotations
@@ -52,7 +61,7 @@ def forged_plan(request: AdmissionRequest, store: ClusterStore, *, kilter_users:
         return ""
     if value is not None and request.kind.kind == "Pod":
         namespace = request.namespace or _namespace(request.object)
-        if _issued_for_workload(store, namespace, value):
+        if _workload_record(store, namespace, value, added=_plan(request.old_object) is None):
             return ""
     return (
         f"annotation {PLAN} is written by kilter only; remove it from your change "
@@ -66,8 +75,11 @@ def _namespace(obj: Any) -> str:
     return value if isinstance(value, str) else ""
 
 
-def _issued_for_workload(store: ClusterStore, namespace: str, value: str) -> bool:
-    """``value`` is, byte for byte, a record in the podSetUpdates of the Workload it names, in ``namespace``."""
+def _workload_record(store: ClusterStore, namespace: str, value: str, *, added: bool) -> bool:
+    """``value`` is a record of a Workload in ``namespace``, and either the state shows it in that Workload's
+    podSetUpdates, or it is signed and ``added`` (the Pod carried none before) while the state does not show it
+    there: a stale state, whose Workload may have been admitted since (the module docstring says why that is
+    safe)."""
     record = records.decode(value, where=f"a pod created in namespace {namespace or '?'}")
     if record is None:
         return False
@@ -77,7 +89,12 @@ def _issued_for_workload(store: ClusterStore, namespace: str, value: str) -> boo
         return False
     if key.kind != "workload" or key.namespace != namespace:
         return False
-    workload = store.get(records.KUEUE, "Workload", namespace, key.name)
+    return _issued_for_workload(store, namespace, key.name, value) or (added and bool(record.sig))
+
+
+def _issued_for_workload(store: ClusterStore, namespace: str, name: str, value: str) -> bool:
+    """``value`` is, byte for byte, a record in the podSetUpdates of Workload ``namespace``/``name``."""
+    workload = store.get(records.KUEUE, "Workload", namespace, name)
     status = workload.get("status") if workload is not None else None
     checks = status.get("admissionChecks") if isinstance(status, Mapping) else None
     for check in checks if isinstance(checks, list) else []:

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from kilter.cli.serve import build_app
+from kilter.state.store import ASSUME_TTL_S
 from tests.extenders.conftest import (
     Served,
     _Server,
@@ -83,6 +84,9 @@ def test_bookings_of_binds_the_feed_never_shows_expire(snapshot_served: Served) 
     store = snapshot_served.store
     now = [0.0]
     store.clock = lambda: now[0]
+    # A live feed's assume time; a snapshot's bookings last until a snapshot shows the pod (test_snapshot_mode_trust),
+    # and a live feed's binds of pods the API server lacks fail, so never book.
+    store.assume_ttl_s = ASSUME_TTL_S
     for i, tray in enumerate(FREE_TRAYS):  # pods that never exist, bound onto every free tray
         assert filter_then_bind(snapshot_served, pod_json(f"fake-{i}", 4), tray) == ""
     _, full = snapshot_served.post("filter", names_args(pod_json("real", 4), FREE_TRAYS))

@@ -29,7 +29,7 @@ from tests.extenders.conftest import (
 )
 from tests.extenders.volcano.conftest import cluster_queue, quota_objects
 from tests.fakeapi import Answer, Call, FakeApi, running
-from tests.live_mode import kubeconfig
+from tests.live_mode import kubeconfig, live_cluster, wait_ready
 
 RACKS = [f"r{r}-t{t:02d}" for r in (1, 2) for t in range(18)]
 
@@ -68,18 +68,29 @@ def test_a_pod_that_does_not_exist_cannot_reserve_more_than_its_namespace_cap(sn
     assert len(single["NodeNames"]) == 33  # 36 trays but the cordoned one and the two busy ones
 
 
-def test_a_plan_for_a_pod_that_never_reaches_the_state_is_dropped_after_the_grace(snapshot_served: Served) -> None:
-    gangs = book(snapshot_served)
+@pytest.fixture
+def live_served(tmp_path: Path) -> Iterator[Served]:
+    """kilter listing and watching a live cluster; ``post`` sends bodies as given, for pods the API server lacks."""
+    with live_cluster(tmp_path, cluster_objects()) as cluster:
+        app, store = build_app(serve_config(None, kubeconfig=cluster.kubeconfig))
+        with _Server(app, None) as port:
+            wait_ready(store)
+            yield Served(app, store, None, port)
+
+
+def test_a_plan_for_a_pod_that_never_reaches_the_live_state_is_dropped_after_the_grace(live_served: Served) -> None:
+    # A snapshot's state is minutes old: there the plan lives as long as any (test_snapshot_mode_trust).
+    gangs = book(live_served)
     now = [0.0]
     gangs.clock = lambda: now[0]
-    _, result = snapshot_served.post("filter", names_args(gang_pod("ghost-0", "ghosts", 10), RACKS))
+    _, result = live_served.post("filter", names_args(gang_pod("ghost-0", "ghosts", 10), RACKS))
     assert len(result["NodeNames"]) == 10  # 40 GPUs: under the cap, planned (not recorded) for a while
-    assert len(snapshot_served.store.reservation("ml/gang/ghosts")) == 10
+    assert len(live_served.store.reservation("ml/gang/ghosts")) == 10
     now[0] = gangs.limits.grace_s + 1
-    snapshot_served.post("filter", names_args(pod_json("real", 4), RACKS))  # any gang verb expires plans
-    _, again = snapshot_served.post("filter", names_args(gang_pod("other-0", "other", 2), RACKS))
+    live_served.post("filter", names_args(pod_json("real", 4), RACKS))
+    _, again = live_served.post("filter", names_args(gang_pod("other-0", "other", 2), RACKS))  # expires plans
     assert gangs.unverified_dropped == 1 and "ml/gang/ghosts" not in gangs.plans
-    assert snapshot_served.store.reservation("ml/gang/ghosts") == ()
+    assert live_served.store.reservation("ml/gang/ghosts") == ()
     assert len(again["NodeNames"]) == 2
 
 
