@@ -191,8 +191,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         type=int,
         default=d.max_namespace_gang_gpus,
         metavar="N",
-        help="GPUs the open plans of one namespace's gangs no queue admitted yet may hold (default: half the "
-        "fleet's GPUs); pods kilter's state does not show yet count as one namespace",
+        help="GPUs the open plans of one namespace's gangs no queue admitted yet may hold (default: no cap for "
+        "gangs whose pods kilter's state holds; half the fleet's GPUs for pods it does not show yet, which count "
+        "as one namespace)",
     )
     p.add_argument(
         "--max-namespace-gang-plans",

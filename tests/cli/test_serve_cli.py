@@ -121,7 +121,7 @@ def test_the_namespace_gang_caps_default_to_half_the_fleet_and_32_plans(capsys: 
     with pytest.raises(SystemExit):
         main(["serve", "--help"])
     shown = " ".join(capsys.readouterr().out.split())
-    assert "--max-namespace-gang-gpus N" in shown and "(default: half the fleet's GPUs)" in shown
+    assert "--max-namespace-gang-gpus N" in shown and "half the fleet's GPUs for pods it does not show yet" in shown
     assert "--max-namespace-gang-plans N" in shown and "(default 32)" in shown
 
 
