@@ -14,12 +14,8 @@ cost.
 from __future__ import annotations
 
 import json
-import ssl
-import subprocess
-import sys
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from tempfile import TemporaryDirectory
 from typing import Any
@@ -28,15 +24,15 @@ import numpy as np
 
 from bench.common import machine_speed
 from kilter.cli.serve_config import DEFAULTS
-from tests.extenders.conftest import cluster_objects, make_certificates, pod_json, write_snapshot
+from tests.extenders.conftest import pod_json
 from tests.test_hostile_soak import (
     REVIEW_LIMIT,
     SCHEDULER_LIMIT,
     VOLCANO_LIMIT,
     Kilter,
-    free_port,
     hostile,
     review_bodies,
+    running_kilter,
     scheduler_bodies,
     volcano_bodies,
 )
@@ -44,33 +40,9 @@ from tests.test_hostile_soak import (
 __all__ = ["main"]
 
 
-@contextmanager
-def serving(tmp: Path, *, max_body_bytes: int, volcano_max_body_bytes: int) -> Iterator[Kilter]:
-    """``kilter serve`` on loopback in a process of its own, the soak's fleet, both listeners; ready when given."""
-    snapshot = tmp / "snapshot.json"
-    write_snapshot(snapshot, cluster_objects())
-    cert, key, ca = make_certificates(tmp)
-    http_port, webhook_port = free_port(), free_port()
-    argv = [sys.executable, "-m", "kilter.cli", "serve", "--snapshot", str(snapshot), "--address", "127.0.0.1"]
-    argv += ["--http-port", str(http_port), "--webhook-port", str(webhook_port), "--log-level", "error"]
-    argv += ["--tls-cert-file", str(cert), "--tls-key-file", str(key)]
-    argv += ["--max-body-bytes", str(max_body_bytes), "--volcano-max-body-bytes", str(volcano_max_body_bytes)]
-    process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    served = Kilter(process, http_port, webhook_port, ssl.create_default_context(cafile=str(ca)))
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if served.request("GET", "/readyz") == 200:
-                    break
-            except OSError:
-                if time.monotonic() > deadline or process.poll() is not None:
-                    raise
-            time.sleep(0.1)
-        yield served
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
+def limits_argv(scheduler_bytes: int) -> list[str]:
+    """The body-limit flags of a run: ``scheduler_bytes`` on /scheduler/*, the soak's limit on /volcano/*."""
+    return ["--max-body-bytes", str(scheduler_bytes), "--volcano-max-body-bytes", str(VOLCANO_LIMIT)]
 
 
 def timed(request: Callable[..., int], *args: Any, **kwargs: Any) -> tuple[float, int]:
@@ -128,14 +100,14 @@ def main() -> dict[str, Any]:
     limits = {"scheduler": SCHEDULER_LIMIT, "volcano": VOLCANO_LIMIT, "review": REVIEW_LIMIT}
     results: dict[str, Any] = {"limits": limits}
     with TemporaryDirectory() as tmp:
-        with serving(Path(tmp), max_body_bytes=SCHEDULER_LIMIT, volcano_max_body_bytes=VOLCANO_LIMIT) as kilter:
+        with running_kilter(Path(tmp), limits_argv(SCHEDULER_LIMIT)) as kilter:
             start_rss = kilter.rss_mib()
             results["families"] = families(kilter)
             results["rss_mib"] = {"start": round(start_rss, 1), "end": round(kilter.rss_mib(), 1)}
         body = worst_filter_body(DEFAULTS.max_body_bytes)
         sub = Path(tmp) / "default-limits"
         sub.mkdir()
-        with serving(sub, max_body_bytes=DEFAULTS.max_body_bytes, volcano_max_body_bytes=VOLCANO_LIMIT) as kilter:
+        with running_kilter(sub, limits_argv(DEFAULTS.max_body_bytes)) as kilter:
             samples = [timed(kilter.request, "POST", "/scheduler/filter", body) for _ in range(5)]
             health = [timed(kilter.request, "GET", "/healthz") for _ in range(3)]
         results["worst_filter_at_default_limit"] = {

@@ -11,6 +11,7 @@ PodGroups and reviewed objects, and seeded byte mutations of well-formed bodies 
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import random
@@ -92,18 +93,17 @@ def free_port() -> int:
         return port
 
 
-@pytest.fixture(scope="module")
-def kilter(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kilter]:
-    tmp = tmp_path_factory.mktemp("soak")
+@contextlib.contextmanager
+def running_kilter(tmp: Path, extra: list[str]) -> Iterator[Kilter]:
+    """``kilter serve`` in a process of its own on loopback, both listeners, the scenario's fleet as a snapshot and
+    ``extra`` flags; ready when given, terminated after."""
     snapshot = tmp / "snapshot.json"
     write_snapshot(snapshot, cluster_objects())
     cert, key, ca = make_certificates(tmp)
     http_port, webhook_port = free_port(), free_port()
     argv = [sys.executable, "-m", "kilter.cli", "serve", "--snapshot", str(snapshot), "--address", "127.0.0.1"]
     argv += ["--http-port", str(http_port), "--webhook-port", str(webhook_port)]
-    argv += ["--tls-cert-file", str(cert), "--tls-key-file", str(key), "--log-level", "error"]
-    argv += ["--header-timeout", "1s", "--body-timeout", "1s", "--tls-handshake-timeout", "1s"]
-    argv += ["--max-body-bytes", str(SCHEDULER_LIMIT), "--volcano-max-body-bytes", str(VOLCANO_LIMIT)]
+    argv += ["--tls-cert-file", str(cert), "--tls-key-file", str(key), "--log-level", "error", *extra]
     process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     served = Kilter(process, http_port, webhook_port, ssl.create_default_context(cafile=str(ca)))
     try:
@@ -125,6 +125,14 @@ def kilter(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kilter]:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+@pytest.fixture(scope="module")
+def kilter(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kilter]:
+    extra = ["--header-timeout", "1s", "--body-timeout", "1s", "--tls-handshake-timeout", "1s"]
+    extra += ["--max-body-bytes", str(SCHEDULER_LIMIT), "--volcano-max-body-bytes", str(VOLCANO_LIMIT)]
+    with running_kilter(tmp_path_factory.mktemp("soak"), extra) as served:
+        yield served
 
 
 # ---------------------------------------------------------------------------- bodies

@@ -196,12 +196,11 @@ def serve_config(snapshot: Path | None, **overrides: Any) -> ServeConfig:
 
 
 @contextlib.contextmanager
-def serve_snapshot(
-    tmp_path: Path, objects: list[dict[str, Any]] | None = None, *, name: str = "snapshot.json", **overrides: Any
-) -> Iterator[Served]:
-    """kilter serving ``objects`` (default: the scenario's cluster) from a snapshot file, over HTTP on loopback."""
+def serve_snapshot(tmp_path: Path, objects: list[dict[str, Any]] | None = None, **overrides: Any) -> Iterator[Served]:
+    """kilter serving ``objects`` (default: the scenario's cluster) from ``tmp_path``/snapshot.json, over HTTP on
+    loopback, with ``overrides`` of ``TEST_CONFIG``."""
     tmp_path.mkdir(parents=True, exist_ok=True)
-    snapshot = tmp_path / name
+    snapshot = tmp_path / "snapshot.json"
     write_snapshot(snapshot, cluster_objects() if objects is None else objects)
     app, store = build_app(serve_config(snapshot, **overrides))
     with _Server(app, None) as port:

@@ -20,7 +20,7 @@ from kilter.state.live import LiveFeed, default_resources
 from kilter.state.store import ClusterStore
 from kilter.webhooks.server import WebhookApp
 from kilter.webhooks.tls import ReloadingTLS
-from tests.extenders.conftest import _Server, cluster_objects, make_certificates
+from tests.extenders.conftest import _Server, cluster_objects, make_certificates, pod_json
 from tests.live_mode import LiveCluster, live_cluster, wait_ready
 
 KILTER_USER = "system:serviceaccount:kube-system:kilter-scheduler"
@@ -59,6 +59,21 @@ class Hooks:
             return response.status, response.read()
         finally:
             conn.close()
+
+
+def workload_wl(check: dict[str, Any]) -> dict[str, Any]:
+    """Workload ml/wl (uid-wl) of one 2-pod set ``main`` as Kueue admitted it, with kilter's admission check as
+    ``check`` says (its state, and podSetUpdates once kilter wrote them)."""
+    return {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "Workload",
+        "metadata": {"name": "wl", "namespace": "ml", "uid": "uid-wl"},
+        "spec": {
+            "queueName": "team",
+            "podSets": [{"name": "main", "count": 2, "template": {"spec": pod_json("x")["spec"]}}],
+        },
+        "status": {"admissionChecks": [{"name": "kilter", "lastTransitionTime": "2026-12-01T10:00:00Z", **check}]},
+    }
 
 
 def admission_review(
@@ -137,4 +152,4 @@ def hooks(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Hooks]:
     yield from start(tmp_path, cluster_objects(), mode=request.param)
 
 
-__all__ = ["KILTER_USER", "Hooks", "admission_review", "start", "uvicorn"]
+__all__ = ["KILTER_USER", "Hooks", "admission_review", "start", "uvicorn", "workload_wl"]

@@ -19,7 +19,7 @@ from tests.extenders.conftest import (
     pod_json,
     serve_snapshot,
 )
-from tests.webhooks.conftest import KILTER_USER, Hooks, admission_review, start
+from tests.webhooks.conftest import KILTER_USER, Hooks, admission_review, start, workload_wl
 
 
 @pytest.fixture
@@ -52,7 +52,7 @@ BAD_GANG_SIZES = ["0", "-1", "abc", str(2**64), "1e3", " 4", "4 ", "+4", "100001
 
 @pytest.fixture
 def extender(tmp_path: Path) -> Iterator[Served]:
-    with serve_snapshot(tmp_path, name="extender-snapshot.json") as served:
+    with serve_snapshot(tmp_path / "extender") as served:
         yield served
 
 
@@ -105,17 +105,7 @@ ISSUED = plan_value("ml/workload/wl")  # what kilter's AdmissionCheck put in the
 def plan_workload() -> dict[str, Any]:
     """Workload ml/wl as Kueue admitted it, with kilter's check Ready and its plan record for pod set main."""
     update = {"name": "main", "annotations": {PLAN: ISSUED}}
-    check = {"name": "kilter", "state": "Ready", "lastTransitionTime": "2026-12-01T10:00:00Z", "message": "planned"}
-    return {
-        "apiVersion": "kueue.x-k8s.io/v1beta2",
-        "kind": "Workload",
-        "metadata": {"name": "wl", "namespace": "ml", "uid": "uid-wl"},
-        "spec": {
-            "queueName": "team",
-            "podSets": [{"name": "main", "count": 2, "template": {"spec": pod_json("x")["spec"]}}],
-        },
-        "status": {"admissionChecks": [{**check, "podSetUpdates": [update]}]},
-    }
+    return workload_wl({"state": "Ready", "message": "planned", "podSetUpdates": [update]})
 
 
 @pytest.fixture

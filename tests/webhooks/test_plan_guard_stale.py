@@ -20,7 +20,7 @@ import pytest
 
 from kilter.gangs import PlanKeys, records
 from tests.extenders.conftest import cluster_objects, pod_json
-from tests.webhooks.conftest import KILTER_USER, Hooks, admission_review, start
+from tests.webhooks.conftest import KILTER_USER, Hooks, admission_review, start, workload_wl
 
 PLAN = "kilter.dev/plan"
 JOB_CONTROLLER = "system:serviceaccount:kube-system:job-controller"
@@ -36,17 +36,7 @@ def record(gang: str, *, uid: str = "uid-wl", keys: PlanKeys | None = KEYS) -> s
 
 def admitted_workload() -> dict[str, Any]:
     """Workload ml/wl as the last snapshot showed it: kilter's check still Pending, no podSetUpdates yet."""
-    check = {"name": "kilter", "state": "Pending", "lastTransitionTime": "2026-12-01T10:00:00Z", "message": ""}
-    return {
-        "apiVersion": "kueue.x-k8s.io/v1beta2",
-        "kind": "Workload",
-        "metadata": {"name": "wl", "namespace": "ml", "uid": "uid-wl"},
-        "spec": {
-            "queueName": "team",
-            "podSets": [{"name": "main", "count": 2, "template": {"spec": pod_json("x")["spec"]}}],
-        },
-        "status": {"admissionChecks": [check]},
-    }
+    return workload_wl({"state": "Pending", "message": ""})
 
 
 @pytest.fixture(params=["snapshot", "live"])
