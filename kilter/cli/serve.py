@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import dataclasses
 import logging
 import math
 import socket
@@ -219,12 +218,12 @@ def build_app(config: ServeConfig) -> tuple[App, ClusterStore]:
     there: an assumed booking lasts until a snapshot shows the pod (the README
     promises so; only trusted callers, loopback by default, reach bind, so a
     forged bind is the operator's own), and a plan for a pod the state does
-    not show yet lives as long as any plan (``gang_timeout_s``), else every
-    new gang's plan would be dropped after 30 s. A live feed keeps both.
+    not show yet lives as long as any plan (``ServeConfig.gang_limits``),
+    else every new gang's plan would be dropped after 30 s. A live feed keeps
+    both.
     """
     catalog = sources.catalog_of(config.platforms)
-    snapshot_mode = config.demo or config.snapshot is not None
-    store = ClusterStore(catalog=catalog, assume_ttl_s=math.inf if snapshot_mode else None)
+    store = ClusterStore(catalog=catalog, assume_ttl_s=math.inf if config.is_snapshot else None)
     startup: list[Callable[[], Awaitable[None]]] = []
     stops: list[Callable[[], None]] = []
     api = _connect(config)
@@ -284,11 +283,7 @@ def build_app(config: ServeConfig) -> tuple[App, ClusterStore]:
         timeout_s=config.gang_timeout_s,
         on_planned=recorder.on_planned if recorder is not None else None,
         keys=keys,
-        limits=(
-            dataclasses.replace(config.gang_limits, grace_s=config.gang_timeout_s)
-            if snapshot_mode
-            else config.gang_limits
-        ),
+        limits=config.gang_limits,
     )
     extender = SchedulerExtender(store, gangs, DecisionLog())
     binder = ApiBinder(api) if api is not None else Binder()
@@ -334,12 +329,6 @@ def _plan_keys(
         return PlanKeys.load(config.plan_key_file), None
     if api is None:
         raise InputError("--plan-key-secret needs a cluster: --kubeconfig FILE or --in-cluster")
-    least_s = config.gang_timeout_s + 2 * key_secret.REREAD_INTERVAL_S
-    if config.plan_key_rotation_s <= least_s:
-        raise InputError(
-            f"--plan-key-rotation must be longer than --gang-timeout plus {2 * key_secret.REREAD_INTERVAL_S:g}s "
-            f"({least_s:g}s): a record must still verify after the next rotation"
-        )
     namespace, name = key_secret.parse_ref(config.plan_key_secret)
     secret = KeySecret(api, namespace, name, is_writer=is_writer, rotation_s=config.plan_key_rotation_s)
     return secret.load(), secret

@@ -12,6 +12,7 @@ below 1 KiB) is refused when it is made.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, cast
@@ -19,7 +20,7 @@ from typing import Literal, cast
 from kilter.cli.listeners import ListenerLimits, TrustRule, split_networks
 from kilter.extenders.server import DEFAULT_MAX_BODY_BYTES, DEFAULT_VOLCANO_BODY_BYTES
 from kilter.gangs import trust
-from kilter.gangs.key_secret import DEFAULT_ROTATION_S
+from kilter.gangs.key_secret import DEFAULT_ROTATION_S, REREAD_INTERVAL_S
 from kilter.model.errors import InputError
 from kilter.quota.policy import parse_duration
 
@@ -139,6 +140,12 @@ class ServeConfig:
             raise InputError("--max-namespace-gang-gpus must be at least 1")
         if self.max_namespace_gang_plans < 1:
             raise InputError("--max-namespace-gang-plans must be at least 1")
+        least_s = self.gang_timeout_s + 2 * REREAD_INTERVAL_S
+        if self.plan_key_secret is not None and self.plan_key_rotation_s <= least_s:
+            raise InputError(
+                f"--plan-key-rotation must be longer than --gang-timeout plus {2 * REREAD_INTERVAL_S:g}s "
+                f"({least_s:g}s): a record must still verify after the next rotation"
+            )
         TrustRule(self.trusted_networks)  # each CIDR parses, or the one-line refusal names it
 
     @property
@@ -159,10 +166,19 @@ class ServeConfig:
 
     @property
     def gang_limits(self) -> trust.Limits:
-        """The bounds of the gang book: the namespace caps of the flags, the rest ``trust.Limits``' own."""
-        return trust.Limits(
+        """The bounds of the gang book: the namespace caps of the flags, the rest ``trust.Limits``' own; with a
+        snapshot as the state (``is_snapshot``) a plan for a pod it does not show yet lives as long as any plan
+        (``gang_timeout_s``), since the snapshot may show the pod only minutes later."""
+        limits = trust.Limits(
             max_plans_per_namespace=self.max_namespace_gang_plans, namespace_gpus=self.max_namespace_gang_gpus
         )
+        return dataclasses.replace(limits, grace_s=self.gang_timeout_s) if self.is_snapshot else limits
+
+    @property
+    def is_snapshot(self) -> bool:
+        """Whether the state is a snapshot (``--snapshot``, ``--demo``): minutes old, not a second like a list/watch
+        feed, so what waits for the feed to show a pod waits for the next snapshot instead."""
+        return self.demo or self.snapshot is not None
 
     @property
     def has_cluster(self) -> bool:
