@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
 from kilter.model.annotations import DECAYED_USAGE, MIN_RUNTIME, USAGE_HALF_LIFE
+from kilter.model.durations import parse_duration
 from kilter.model.errors import InputError
 
 __all__ = [
@@ -33,25 +33,6 @@ __all__ = [
     "parse_policy",
     "parse_time",
 ]
-
-
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|d|h|m|s)")
-_UNIT_S = {"d": 86400.0, "h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
-
-
-def parse_duration(text: str, *, path: str) -> float:
-    """Seconds in a duration such as ``7d``, ``1h30m`` or ``45s`` (Go durations plus days)."""
-    text = text.strip()
-    pos = 0
-    total = 0.0
-    for match in _DURATION.finditer(text):
-        if match.start() != pos:
-            break
-        total += float(match.group(1)) * _UNIT_S[match.group(2)]
-        pos = match.end()
-    if pos != len(text) or not text:
-        raise InputError(f"{text!r} is not a duration like 7d, 36h, 90m or 1h30m", path=path)
-    return total
 
 
 def parse_time(text: str, *, path: str) -> float:

@@ -1,0 +1,187 @@
+"""Rent or buy: when a *preferred* gang should wait for room in fewer scale-up domains.
+
+A gang spread over more domains than it needs runs slower for its whole life
+(every collective crosses the scale-out network). Starting it now, split,
+costs about ``split_slowdown × extra domains × its runtime``; waiting costs the
+time waited. Like the ski-rental rule, waiting up to what a split would cost
+and then taking the best plan at hand is never worse than twice the better of
+the two choices made with hindsight, and needs no forecast of when room frees
+up — only the job's own expected runtime, which is why the budget scales with
+each job's estimate and not with one constant for every job.
+
+The budget is ``factor × split_slowdown × extra domains × expected runtime``,
+capped at ``max_s``; ``factor`` 0 turns the rule off. The clock starts when the
+gang was created (a Workload's or its first pod's ``creationTimestamp``; a
+trace job's submit time), so every replica and restart reaches the same answer
+without keeping state. A gang with no runtime estimate never waits: the rule
+must not hold a job on a guess it cannot make. ``required`` gangs never wait
+here; they already wait for their one domain.
+
+Every path that places a gang (extender, Volcano verbs, AdmissionCheck,
+webhook, ``kilter plan``, simulator) asks ``decide``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from kilter.model.durations import parse_duration
+from kilter.model.errors import InputError
+from kilter.topology.fleet import Fleet
+
+__all__ = [
+    "DEFAULT_FACTOR",
+    "DEFAULT_MAX_S",
+    "DEFAULT_SPLIT_SLOWDOWN",
+    "SPLIT_WAIT",
+    "SPLIT_WAIT_MAX",
+    "SplitWait",
+    "WaitDecision",
+    "decide",
+    "fewest_domains_idle",
+    "format_duration",
+    "parse_split_wait",
+]
+
+SPLIT_WAIT = "kilter.dev/split-wait"
+"""ClusterQueue, Cohort or job annotation: the factor of the wait budget (a number >= 0; ``0`` turns waiting off)."""
+
+SPLIT_WAIT_MAX = "kilter.dev/split-wait-max"
+"""ClusterQueue, Cohort or job annotation: the longest a gang waits for fewer domains (a duration, ``6h``)."""
+
+DEFAULT_FACTOR = 1.0
+DEFAULT_MAX_S = 6 * 3600.0
+DEFAULT_SPLIT_SLOWDOWN = 0.2
+MAX_FACTOR = 100.0
+
+
+@dataclass(frozen=True, slots=True)
+class SplitWait:
+    """The rule's settings: budget = factor × split_slowdown × extra domains × expected runtime, at most max_s."""
+
+    factor: float = DEFAULT_FACTOR
+    max_s: float = DEFAULT_MAX_S
+    split_slowdown: float = DEFAULT_SPLIT_SLOWDOWN
+
+    def __post_init__(self) -> None:
+        for name, value in (("factor", self.factor), ("max_s", self.max_s), ("split_slowdown", self.split_slowdown)):
+            if not math.isfinite(value) or value < 0:
+                raise InputError(f"split wait {name} must be a finite number >= 0, not {value}")
+
+    @property
+    def enabled(self) -> bool:
+        return self.factor > 0 and self.max_s > 0 and self.split_slowdown > 0
+
+    def budget_s(self, extra_domains: int, expected_runtime_s: float | None) -> float:
+        """How long a gang whose best plan uses ``extra_domains`` more than its minimum may wait in all."""
+        if not self.enabled or extra_domains <= 0 or expected_runtime_s is None or expected_runtime_s <= 0:
+            return 0.0
+        return min(self.factor * self.split_slowdown * extra_domains * expected_runtime_s, self.max_s)
+
+
+@dataclass(frozen=True, slots=True)
+class WaitDecision:
+    """Whether to hold the gang back now; ``remaining_s`` until it takes what it has; ``reason`` for people."""
+
+    wait: bool
+    remaining_s: float = 0.0
+    reason: str = ""
+
+
+def decide(
+    rule: SplitWait,
+    *,
+    domains_now: int,
+    domains_min: int,
+    expected_runtime_s: float | None,
+    waited_s: float,
+) -> WaitDecision:
+    """Wait while the best plan now needs more domains than the minimum and the budget is not yet spent."""
+    extra = domains_now - domains_min
+    budget = rule.budget_s(extra, expected_runtime_s)
+    remaining = budget - max(waited_s, 0.0)
+    if remaining <= 0:
+        return WaitDecision(False)
+    plural = "s" if domains_min != 1 else ""
+    reason = (
+        f"waiting up to {format_duration(remaining)} for room in {domains_min} domain{plural}; "
+        f"{domains_now} available now"
+    )
+    return WaitDecision(True, remaining, reason)
+
+
+def format_duration(seconds: float) -> str:
+    """``1h40m``, ``3m20s``, ``45s``, ``2d3h``: the two largest units, rounded up, as kubectl prints ages."""
+    s = max(math.ceil(seconds), 0)
+    units = ((86400, "d"), (3600, "h"), (60, "m"), (1, "s"))
+    for i, (size, name) in enumerate(units[:-1]):
+        if s >= size:
+            small, small_name = units[i + 1]
+            whole, rest = divmod(s, size)
+            part = -(-rest // small)
+            if part * small == size:
+                whole, part = whole + 1, 0
+            return f"{whole}{name}" + (f"{part}{small_name}" if part else "")
+    return f"{s}s"
+
+
+def fewest_domains_idle(fleet: Fleet, platform: int, pod_sets: tuple[tuple[int, int], ...]) -> int:
+    """The fewest scale-up domains of ``platform`` that could hold the gang were every usable GPU idle.
+
+    A lower bound, exact for a gang of one pod shape: each pod set alone, in
+    pods that fit whole usable nodes, and the gang's GPUs in all must fit the
+    largest domains. Failed trays count against their rack, so a damaged
+    fleet's minimum is honest. 0 when even the idle fleet cannot hold it.
+    """
+    bm = fleet.bitmap
+    usable_nodes = (bm.node_usable_flags != 0) & (bm.domain_platforms[fleet.node_domain] == platform)
+    gpus = np.where(usable_nodes, bm.node_gpu_counts, 0).astype(np.int64)
+    n_domains = len(bm.domain_platforms)
+    need = 1
+    total_gpus = 0
+    for count, per_pod in pod_sets:
+        if count <= 0:
+            continue
+        total_gpus += count * per_pod
+        caps = np.bincount(fleet.node_domain, weights=gpus // per_pod, minlength=n_domains)
+        k = _prefix_cover(caps, count)
+        if k == 0:
+            return 0
+        need = max(need, k)
+    k = _prefix_cover(np.bincount(fleet.node_domain, weights=gpus, minlength=n_domains), total_gpus)
+    return 0 if k == 0 else max(need, k)
+
+
+def _prefix_cover(caps: np.ndarray, need: int) -> int:
+    if need <= 0:
+        return 1
+    sums = np.cumsum(np.sort(caps)[::-1])
+    if not len(sums) or sums[-1] < need:
+        return 0
+    return int(np.searchsorted(sums, need)) + 1
+
+
+def parse_split_wait(annotations: Mapping[str, str] | None, *, path: str) -> tuple[float | None, float | None]:
+    """(factor, max seconds) an object's annotations set, each None where unset; bad values raise ``InputError``."""
+    if not annotations:
+        return None, None
+    factor = max_s = None
+    raw = annotations.get(SPLIT_WAIT)
+    if raw is not None:
+        try:
+            factor = float(raw.strip())
+        except ValueError:
+            factor = math.nan
+        if not math.isfinite(factor) or not 0 <= factor <= MAX_FACTOR or raw.strip().lower().startswith("n"):
+            raise InputError(
+                f"{SPLIT_WAIT}: {raw!r} is not a number from 0 to {MAX_FACTOR:g} (0 turns waiting off)",
+                path=f"{path}.annotations",
+            )
+    raw = annotations.get(SPLIT_WAIT_MAX)
+    if raw is not None:
+        max_s = parse_duration(raw, path=f"{path}.annotations[{SPLIT_WAIT_MAX}]")
+    return factor, max_s

@@ -1,0 +1,82 @@
+"""The rent-or-buy rule: budgets, decisions, the idle-fleet minimum and the annotations that set it."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from kilter.model.errors import InputError
+from kilter.topology.fleet import build_fleet
+from kilter.topology.split_wait import (
+    SplitWait,
+    decide,
+    fewest_domains_idle,
+    format_duration,
+    parse_split_wait,
+)
+from tests.topology.builders import node, pod, rack
+
+
+def test_budget_scales_with_extra_domains_and_runtime_and_stops_at_the_cap() -> None:
+    rule = SplitWait(factor=1.0, max_s=10_000.0, split_slowdown=0.2)
+    assert rule.budget_s(1, 3600.0) == pytest.approx(720.0)
+    assert rule.budget_s(3, 3600.0) == pytest.approx(2160.0)
+    assert rule.budget_s(2, 10 * 3600.0) == pytest.approx(10_000.0)
+    assert rule.budget_s(0, 3600.0) == 0.0
+    assert rule.budget_s(2, None) == 0.0
+    assert SplitWait(factor=0.0).budget_s(2, 3600.0) == 0.0
+
+
+def test_a_gang_waits_until_its_budget_is_spent_then_takes_what_it_has() -> None:
+    rule = SplitWait(factor=2.0, max_s=86_400.0, split_slowdown=0.25)
+    # budget = 2 x 0.25 x (4 - 2) x 6000 s = 6000 s
+    early = decide(rule, domains_now=4, domains_min=2, expected_runtime_s=6000.0, waited_s=0.0)
+    assert early.wait and early.remaining_s == pytest.approx(6000.0)
+    assert early.reason == "waiting up to 1h40m for room in 2 domains; 4 available now"
+    late = decide(rule, domains_now=4, domains_min=2, expected_runtime_s=6000.0, waited_s=6000.0)
+    assert not late.wait and late.reason == ""
+    at_minimum = decide(rule, domains_now=2, domains_min=2, expected_runtime_s=6000.0, waited_s=0.0)
+    assert not at_minimum.wait
+    unknown = decide(rule, domains_now=4, domains_min=2, expected_runtime_s=None, waited_s=0.0)
+    assert not unknown.wait
+
+
+def test_settings_must_be_finite_and_not_negative() -> None:
+    for bad in (dict(factor=-1.0), dict(max_s=math.nan), dict(split_slowdown=math.inf)):
+        with pytest.raises(InputError):
+            SplitWait(**bad)
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [(0, "0s"), (45, "45s"), (200, "3m20s"), (3600, "1h"), (6000, "1h40m"), (6001, "1h41m"), (90000, "1d1h")],
+)
+def test_durations_read_as_kubectl_prints_ages(seconds: float, text: str) -> None:
+    assert format_duration(seconds) == text
+
+
+def test_idle_minimum_counts_failed_trays_and_ignores_busy_gpus() -> None:
+    nodes = rack("r0") + rack("r1") + rack("r2", trays=17) + [node("r3-t00", labels={"nvidia.com/gpu.clique": "r3"})]
+    busy = [pod(f"p{t}", f"r0-t{t:02d}", 4) for t in range(18)]
+    fleet = build_fleet(nodes, busy)
+    assert fewest_domains_idle(fleet, 0, ((18, 4),)) == 1
+    assert fewest_domains_idle(fleet, 0, ((36, 4),)) == 2
+    assert fewest_domains_idle(fleet, 0, ((53, 4),)) == 3
+    assert fewest_domains_idle(fleet, 0, ((54, 4),)) == 4
+    assert fewest_domains_idle(fleet, 0, ((18, 4), (1, 2))) == 2
+    assert fewest_domains_idle(fleet, 0, ((55, 4),)) == 0
+
+
+def test_annotations_set_factor_and_cap_and_refuse_nonsense() -> None:
+    assert parse_split_wait(None, path="$") == (None, None)
+    assert parse_split_wait({"kilter.dev/split-wait": "0.5", "kilter.dev/split-wait-max": "2h"}, path="$") == (
+        0.5,
+        7200.0,
+    )
+    assert parse_split_wait({"kilter.dev/split-wait": "0"}, path="$") == (0.0, None)
+    for bad in ("-1", "nan", "inf", "lots", "1e9"):
+        with pytest.raises(InputError, match=r"kilter\.dev/split-wait"):
+            parse_split_wait({"kilter.dev/split-wait": bad}, path="$")
+    with pytest.raises(InputError):
+        parse_split_wait({"kilter.dev/split-wait-max": "soon"}, path="$")
