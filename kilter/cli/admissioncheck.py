@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 
 from kilter.cli import render, sources
+from kilter.cli.serve_config import add_split_wait_arguments, read_split_wait
+from kilter.gangs.waits import Waits
+from kilter.quota.policy import parse_time
 from kilter.webhooks.admissioncheck import CONTROLLER_NAME, decide, our_checks
 
 __all__ = ["add_parser", "run"]
@@ -21,15 +25,20 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
             "kilter would write."
         ),
     )
+    p.add_argument("--now", metavar="RFC3339", help="judge waits for fewer domains at this time (default: now)")
+    add_split_wait_arguments(p)
     sources.add_source_arguments(p)
     p.add_argument("-o", "--output", choices=("table", "json", "yaml"), default="table")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    now_s = parse_time(args.now, path="--now") if args.now else time.time()
+    rule = read_split_wait(args)
     state = sources.load_state(args)
     sources.print_warnings(state)
-    decisions = decide(state, state.fleet(), state.idle_fleet())
+    waits = Waits.of_state(state, rule, now_s=now_s)
+    decisions = decide(state, state.fleet(), state.idle_fleet(), now_s=now_s, waits=waits)
     if args.output == "table":
         rows = [(f"{d.namespace}/{d.workload}", d.check, d.state, d.message) for d in decisions]
         print(render.table(("WORKLOAD", "CHECK", "STATE", "MESSAGE"), rows))

@@ -1,20 +1,37 @@
-"""``kilter plan``: the placement plan a job would get on a cluster or snapshot."""
+"""``kilter plan``: the placement plan a job would get on a cluster or snapshot.
+
+A preferred gang whose plan spans more scale-up domains than it needs may
+wait for fewer first (``kilter.gangs.waits``, as ``kilter serve`` decides at
+``--now``, by default the clock; a job without ``metadata.creationTimestamp``
+is taken as created then): it is shown ``WAITS`` with the reason, then the
+plan it would take once its wait is over. A waiting gang is not a failure
+(exit 0); a gang that does not fit is (exit 1).
+"""
 
 from __future__ import annotations
 
 import argparse
+import math
+import time
 from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from kilter.cli import render, sources
+from kilter.cli.serve_config import add_split_wait_arguments, read_split_wait
+from kilter.gangs.waits import NO_WAIT, Waits
 from kilter.model.errors import InputError
-from kilter.model.jobs import JobSpec, read_job
+from kilter.model.jobs import JobSpec, PodSetSpec, read_job
+from kilter.quota.policy import parse_time
 from kilter.state import snapshot
 from kilter.topology.fleet import Fleet
-from kilter.topology.plan import Plan, commit, gang_request, plan_gang
+from kilter.topology.plan import GangRequest, Plan, commit, gang_request, plan_gang
+from kilter.topology.split_wait import WaitDecision
 
-__all__ = ["add_parser", "plan_job", "plan_to_dict", "render_plans", "run"]
+Wait = Callable[[Sequence[PodSetSpec], GangRequest, Plan], WaitDecision]  # one gang's pod sets, request and plan
+
+__all__ = ["add_parser", "plan_job", "plan_job_waits", "plan_to_dict", "read_job_object", "render_plans", "run"]
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -31,31 +48,51 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "LeaderWorkerSet, RayJob, Volcano Job, Kueue Workload or Pod (YAML or JSON)",
     )
     p.add_argument("--platform", help="plan only on this platform (name or alias from the catalog)")
+    p.add_argument(
+        "--now",
+        metavar="RFC3339",
+        help="judge a preferred gang's wait for fewer domains at this time (default: now), e.g. 2026-12-01T10:00:00Z",
+    )
+    add_split_wait_arguments(p)
     sources.add_source_arguments(p)
     p.add_argument("-o", "--output", choices=("table", "json", "yaml"), default="table")
     p.set_defaults(func=run)
 
 
 def read_job_file(path: Path) -> JobSpec:
+    return read_job(read_job_object(path))
+
+
+def read_job_object(path: Path) -> Mapping[str, Any]:
     docs = snapshot.load_documents(path)
-    if len(docs) != 1:
+    if len(docs) != 1 or not isinstance(docs[0], Mapping):
         raise InputError(f"{path} must hold exactly one job object, found {len(docs)}")
-    return read_job(docs[0])
+    return docs[0]
 
 
 def plan_job(fleet: Fleet, job: JobSpec, *, platform: str | None = None) -> list[Plan]:
     """Plan each gang of the job in turn; a feasible gang's pods are booked before the next."""
-    plans = []
+    return [plan for plan, _ in plan_job_waits(fleet, job, platform=platform)]
+
+
+def plan_job_waits(
+    fleet: Fleet, job: JobSpec, *, platform: str | None = None, wait: Wait | None = None
+) -> list[tuple[Plan, WaitDecision]]:
+    """``plan_job`` with each gang's wait for fewer domains (``wait``; None: no gang waits). A gang that waits holds
+    nothing, so the next gang is planned as if it were not there."""
+    out = []
     for i, pod_sets in enumerate(job.gangs):
         name = job.name if len(job.gangs) == 1 else f"{job.name}/group-{i}"
-        plan = plan_gang(fleet, gang_request(name, pod_sets, fleet.catalog, platform=platform))
-        if plan.feasible and len(job.gangs) > 1:
+        request = gang_request(name, pod_sets, fleet.catalog, platform=platform)
+        plan = plan_gang(fleet, request)
+        decision = wait(pod_sets, request, plan) if wait is not None else NO_WAIT
+        if plan.feasible and not decision.wait and len(job.gangs) > 1:
             commit(fleet, plan)
-        plans.append(plan)
-    return plans
+        out.append((plan, decision))
+    return out
 
 
-def _gang_dict(plan: Plan) -> dict[str, Any]:
+def _gang_dict(plan: Plan, wait: WaitDecision = NO_WAIT) -> dict[str, Any]:
     return {
         "gang": plan.gang,
         "feasible": plan.feasible,
@@ -68,14 +105,21 @@ def _gang_dict(plan: Plan) -> dict[str, Any]:
         "domains": list(plan.domains),
         "blocks": list(plan.groups),
         "ignoredPodSets": list(plan.ignored),
+        "waiting": wait.wait,
+        "waitReason": wait.reason,
+        "waitSeconds": math.ceil(wait.remaining_s),
     }
 
 
-def plan_to_dict(job: JobSpec, plans: list[Plan]) -> dict[str, Any]:
-    gangs = [_gang_dict(p) for p in plans]
+def plan_to_dict(job: JobSpec, plans: list[Plan], waits: Sequence[WaitDecision] = ()) -> dict[str, Any]:
+    """The plan for programs; ``waiting`` (any gang waits for fewer domains) and each gang's ``waitReason`` and
+    ``waitSeconds`` (what is left of its wait) say what ``kilter serve`` would do now."""
+    decisions = list(waits) or [NO_WAIT] * len(plans)
+    gangs = [_gang_dict(p, w) for p, w in zip(plans, decisions, strict=True)]
     return {
         "job": {"kind": job.kind, "name": job.name, "namespace": job.namespace},
         "feasible": all(p.feasible for p in plans),
+        "waiting": any(w.wait for w in decisions),
         "reason": "; ".join(p.reason for p in plans),
         "platform": next((p.platform for p in plans if p.platform), None),
         "podSets": [ps for g in gangs for ps in g["podSets"]],
@@ -86,13 +130,16 @@ def plan_to_dict(job: JobSpec, plans: list[Plan]) -> dict[str, Any]:
     }
 
 
-def render_plans(fleet: Fleet, job: JobSpec, plans: list[Plan]) -> str:
-    """The plan for people: one line per gang, then pod sets by domain with compressed node names."""
+def render_plans(fleet: Fleet, job: JobSpec, plans: list[Plan], waits: Sequence[WaitDecision] = ()) -> str:
+    """The plan for people: one line per gang, then pod sets by domain with compressed node names; a gang that
+    waits for fewer domains says so, then shows the plan it would take once its wait is over."""
     out = []
     title = f"{job.kind} {job.namespace + '/' if job.namespace else ''}{job.name}"
-    for plan in plans:
-        state = "PLACED" if plan.feasible else "DOES NOT FIT"
-        out.append(f"{title if len(plans) == 1 else plan.gang}: {state} - {plan.reason}\n")
+    for plan, wait in zip(plans, list(waits) or [NO_WAIT] * len(plans), strict=True):
+        state = "WAITS" if wait.wait else "PLACED" if plan.feasible else "DOES NOT FIT"
+        out.append(f"{title if len(plans) == 1 else plan.gang}: {state} - {wait.reason or plan.reason}\n")
+        if wait.wait:
+            out.append(f"then: {plan.reason}\n")
         if not plan.feasible:
             continue
         rows = []
@@ -113,13 +160,23 @@ def _short(domain: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    now_s = parse_time(args.now, path="--now") if args.now else time.time()
+    rule = read_split_wait(args)
     state = sources.load_state(args)
-    job = read_job_file(args.job)
+    obj = read_job_object(args.job)
+    job = read_job(obj)
     fleet = state.fleet()
-    plans = plan_job(fleet, job, platform=args.platform)
+    waits = Waits.of_state(state, rule, now_s=now_s)
+
+    def wait(pod_sets: Sequence[PodSetSpec], request: GangRequest, plan: Plan) -> WaitDecision:
+        templates = [ps.template for ps in pod_sets]
+        return waits.for_object(obj, templates, request, plan, fleet, created_s=now_s)
+
+    planned = plan_job_waits(fleet, job, platform=args.platform, wait=wait)
+    plans, decisions = [p for p, _ in planned], [w for _, w in planned]
     sources.print_warnings(state)
     if args.output == "table":
-        print(render_plans(fleet, job, plans), end="")
+        print(render_plans(fleet, job, plans, decisions), end="")
     else:
-        print(render.dump(plan_to_dict(job, plans), args.output), end="")
+        print(render.dump(plan_to_dict(job, plans, decisions), args.output), end="")
     return 0 if all(p.feasible for p in plans) else 1

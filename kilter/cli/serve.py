@@ -24,12 +24,13 @@ import uvloop
 
 from kilter.cli import sources
 from kilter.cli.listeners import Guard, ListenerReading, ensure_file_limit, listener_config
-from kilter.cli.serve_config import DEFAULT_KILTER_USER, DEFAULTS, ServeConfig
+from kilter.cli.serve_config import DEFAULT_KILTER_USER, DEFAULTS, ServeConfig, add_split_wait_arguments
 from kilter.extenders.explain import DecisionLog
 from kilter.extenders.scheduler import ApiBinder, Binder, SchedulerExtender
 from kilter.extenders.server import App
 from kilter.extenders.volcano import PodGroupEvents, VolcanoExtender
 from kilter.gangs import GangBook, GangId, GangKey, KeySecret, PlanKeys, PlanRecorder, key_secret
+from kilter.gangs.waits import SplitWaits
 from kilter.kube.api import ApiServer, connect
 from kilter.kube.events import EventRecorder
 from kilter.kube.follower import LeaseFollower
@@ -201,6 +202,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         metavar="N",
         help=f"open plans of one namespace's gangs no queue admitted yet (default {d.max_namespace_gang_plans})",
     )
+    add_split_wait_arguments(p)
     p.add_argument(
         "--reload-interval",
         default=f"{d.reload_interval_s:g}s",
@@ -278,17 +280,19 @@ def build_app(config: ServeConfig) -> tuple[App, ClusterStore]:
     recorder = _plan_recorder(api, live)
     if recorder is not None:
         recorder.is_writer, recorder.keys = is_writer, keys
+    queues = _queue_objects(config.queues)
     gangs = GangBook(
         store,
         timeout_s=config.gang_timeout_s,
         on_planned=recorder.on_planned if recorder is not None else None,
         keys=keys,
         limits=config.gang_limits,
+        waits=SplitWaits(store, defaults=config.split_wait_rule, queues=queues),
     )
     extender = SchedulerExtender(store, gangs, DecisionLog())
     binder = ApiBinder(api) if api is not None else Binder()
     events = PodGroupEvents(api, is_writer=is_writer) if api is not None else None
-    volcano = VolcanoExtender(store, extender.gangs, queues=_queue_objects(config.queues), events=events)
+    volcano = VolcanoExtender(store, extender.gangs, queues=queues, events=events)
     app = App(
         store,
         extender,
@@ -472,7 +476,13 @@ def run(args: argparse.Namespace) -> int:
 
         recorder = EventRecorder(app.binder.api, is_writer=app.is_writer)
         controller = Controller(
-            store, app.binder.api, on_ready=adopt, is_writer=app.is_writer, events=recorder, keys=gangs.keys
+            store,
+            app.binder.api,
+            on_ready=adopt,
+            is_writer=app.is_writer,
+            events=recorder,
+            keys=gangs.keys,
+            waits=gangs.waits,
         )
         log.info("AdmissionCheck controller %s running", CONTROLLER_NAME)
     uvloop.run(_serve_all(servers, controller))

@@ -23,6 +23,14 @@ from kilter.gangs import trust
 from kilter.gangs.key_secret import DEFAULT_ROTATION_S, REREAD_INTERVAL_S
 from kilter.model.errors import InputError
 from kilter.quota.policy import parse_duration
+from kilter.topology.split_wait import (
+    DEFAULT_FACTOR,
+    DEFAULT_MAX_S,
+    DEFAULT_SPLIT_SLOWDOWN,
+    MAX_FACTOR,
+    SplitWait,
+    format_duration,
+)
 
 __all__ = [
     "DEFAULTS",
@@ -32,6 +40,8 @@ __all__ = [
     "MIN_BODY_BYTES",
     "LogLevel",
     "ServeConfig",
+    "add_split_wait_arguments",
+    "read_split_wait",
 ]
 
 DEFAULT_LEASE = "kube-system/kilter"
@@ -120,6 +130,13 @@ class ServeConfig:
     half the fleet's GPUs, as it is then, for pods it does not show yet."""
     max_namespace_gang_plans: int = trust.Limits.max_plans_per_namespace
     """Open plans of one namespace's gangs that no queue admitted yet; more such gangs wait (are refused)."""
+    split_wait: float = DEFAULT_FACTOR
+    """The factor of a preferred gang's wait for fewer domains where no job, ClusterQueue or Cohort sets
+    ``kilter.dev/split-wait``: budget = factor x split_slowdown x extra domains x expected runtime; 0 never waits."""
+    split_wait_max_s: float = DEFAULT_MAX_S
+    """The longest such a wait lasts, in seconds, where nothing sets ``kilter.dev/split-wait-max``."""
+    split_slowdown: float = DEFAULT_SPLIT_SLOWDOWN
+    """How much slower a gang runs per extra scale-up domain (0.2: 20%), the rule's price of a split."""
     reload_interval_s: float = 1.0
     """Seconds between checks of the snapshot file for changes."""
     log_level: LogLevel = "info"
@@ -147,6 +164,12 @@ class ServeConfig:
                 f"({least_s:g}s): a record must still verify after the next rotation"
             )
         TrustRule(self.trusted_networks)  # each CIDR parses, or the one-line refusal names it
+        _check_split_wait(self.split_wait, self.split_wait_max_s, self.split_slowdown)
+
+    @property
+    def split_wait_rule(self) -> SplitWait:
+        """The split-wait rule of gangs that nothing in the cluster sets one for (``kilter.gangs.wait_settings``)."""
+        return SplitWait(self.split_wait, self.split_wait_max_s, self.split_slowdown)
 
     @property
     def trust_rule(self) -> TrustRule:
@@ -221,9 +244,70 @@ class ServeConfig:
             plan_key_rotation_s=parse_duration(args.plan_key_rotation, path="--plan-key-rotation"),
             max_namespace_gang_gpus=args.max_namespace_gang_gpus,
             max_namespace_gang_plans=args.max_namespace_gang_plans,
+            **_split_wait_fields(args),
             reload_interval_s=parse_duration(args.reload_interval, path="--reload-interval"),
             log_level=cast(LogLevel, args.log_level),
         )
+
+
+def add_split_wait_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags of the split-wait rule's defaults (``kilter.gangs.wait_settings``), beside the fields they fill."""
+    d = DEFAULTS
+    p.add_argument(
+        "--split-wait",
+        default=f"{d.split_wait:g}",
+        metavar="FACTOR",
+        help="a preferred gang whose best plan now spans more scale-up domains than it needs waits for fewer up to "
+        "FACTOR x --split-slowdown x extra domains x its expected runtime (0: never); the ClusterQueue, Cohort or "
+        f"job annotation kilter.dev/split-wait wins (default {d.split_wait:g})",
+    )
+    p.add_argument(
+        "--split-wait-max",
+        default=format_duration(d.split_wait_max_s),
+        metavar="DURATION",
+        help="the longest such a wait lasts; kilter.dev/split-wait-max wins "
+        f"(default {format_duration(d.split_wait_max_s)})",
+    )
+    p.add_argument(
+        "--split-slowdown",
+        default=f"{d.split_slowdown:g}",
+        metavar="FRACTION",
+        help=f"how much slower a gang runs per extra domain, the price of a split (default {d.split_slowdown:g})",
+    )
+
+
+def read_split_wait(args: argparse.Namespace) -> SplitWait:
+    """The rule ``add_split_wait_arguments``' flags give (for the commands other than ``kilter serve``)."""
+    fields = _split_wait_fields(args)
+    _check_split_wait(*fields.values())
+    return SplitWait(*fields.values())
+
+
+def _split_wait_fields(args: argparse.Namespace) -> dict[str, float]:
+    return {
+        "split_wait": _number(args.split_wait, "--split-wait"),
+        "split_wait_max_s": parse_duration(args.split_wait_max, path="--split-wait-max"),
+        "split_slowdown": _number(args.split_slowdown, "--split-slowdown"),
+    }
+
+
+def _check_split_wait(factor: float, max_s: float, slowdown: float) -> None:
+    if not 0 <= factor <= MAX_FACTOR:
+        raise InputError(f"--split-wait must be a number from 0 to {MAX_FACTOR:g} (0 turns waiting off)")
+    for flag, value in (("--split-wait-max", max_s), ("--split-slowdown", slowdown)):
+        if not 0 <= value < float("inf"):
+            raise InputError(f"{flag} must be finite and not negative, got {value:g}")
+
+
+def _number(text: str, flag: str) -> float:
+    """A plain number flag (``0.5``); its range is ``ServeConfig``'s to check."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise InputError(f"{flag} must be a number, got {text!r}") from None
+    if value != value:
+        raise InputError(f"{flag} must be a number, got {text!r}")
+    return value
 
 
 def _positive(text: str, flag: str) -> float:

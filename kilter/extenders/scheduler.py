@@ -8,11 +8,14 @@ Problems go in the protocol's ``Error`` field; prioritize and preempt, whose
 answers have no such field, answer HTTP 400 (the scheduler ignores a failed
 prioritize, and fails preemption for that pod).
 
-Filter verdicts: a node that fits passes; a node that is full now goes to
-``FailedNodes``, so preemption may still free it; a node that can never take
+Filter verdicts: a node that fits passes; a node that is full now, or every
+node a gang's pod could use while the gang waits (for room to fit, or for room
+in fewer scale-up domains: ``gangs.waits``), goes to ``FailedNodes``, since
+time or preemption may still change the answer; a node that can never take
 the pod (unknown to kilter, other GPU kind, unusable, too small, excluded by
 the gang's plan or the pod's selectors) goes to ``FailedAndUnresolvableNodes``.
-Pods that ask for no GPU pass through untouched.
+Pods that ask for no GPU pass through untouched. Preempt keeps no node for a
+gang that waits for fewer domains: it chose to wait rather than take room.
 """
 
 from __future__ import annotations
@@ -292,6 +295,9 @@ class SchedulerExtender:
         kept: dict[str, wire.MetaVictims] = {}
         notes: dict[str, str] = {}
         for node_name, meta in offered.items():
+            if plan is not None and plan.waiting:  # it chose to wait for fewer domains: it evicts nobody meanwhile
+                notes[node_name] = plan.plan.reason
+                continue
             index = fleet.node_index.get(node_name)
             on_node = [v for v in meta.pods or [] if self._on_node(v.uid, node_name, index)]
             if not on_node:

@@ -112,6 +112,13 @@ class Metrics:
             "kilter_gang_plans_adopted", "Gang plans taken up from records in the cluster", registry=self.registry
         )
         adopted.set_function(lambda: gangs.adopted)
+        waits = gangs.waits
+        waiting = Gauge(
+            "kilter_gangs_waiting_for_domains",
+            "Preferred gangs holding off now for room in fewer scale-up domains (kilter.dev/split-wait)",
+            registry=self.registry,
+        )
+        waiting.set_function(lambda: waits.waiting() if waits is not None else 0)
         store = gangs.store
         failures = Gauge(
             "kilter_state_reload_failures",
@@ -244,7 +251,8 @@ class App:
         """200 once the state is loaded (every resource listed once, when live); with a live feed, per resource.
 
         What is wrong with a loaded state (``ClusterStore.problems``: a reload
-        that failed, objects left out, inactive ClusterQueues) is listed in the
+        that failed, objects left out, inactive ClusterQueues; and
+        ``SplitWaits.problems``: split-wait annotations kilter ignores) is listed in the
         body, one line each after "ok" (``problems`` in the live JSON), but
         keeps the answer 200. Readiness decides whether the Service sends
         kube-scheduler and Volcano to this replica at all: a replica holding
@@ -255,7 +263,8 @@ class App:
         """
         ready = self.store.ready
         code = 200 if ready else 503
-        problems = self.store.problems() if ready else []
+        waits = self.extender.gangs.waits
+        problems = [*self.store.problems(), *(waits.problems() if waits is not None else ())] if ready else []
         if self.sync_status is None:
             text = "\n".join(["ok", *problems]) if ready else "state not loaded"
             await self._reply(send, path, code, f"{text}\n".encode(), "text/plain")

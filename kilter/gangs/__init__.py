@@ -1,6 +1,19 @@
 """Gangs: who belongs to one (``GangKey``), their plans and reservations (``GangBook``), and plan records."""
 
-from kilter.gangs import book, identity, key_secret, keys, owners, recorder, records, refit, trust
+from kilter.gangs import (
+    book,
+    identity,
+    key_secret,
+    keys,
+    learned,
+    owners,
+    recorder,
+    records,
+    refit,
+    trust,
+    wait_settings,
+    waits,
+)
 from kilter.gangs.book import GangBook, GangPlan, Slot
 from kilter.gangs.identity import GangId, GangKey, GangSelector, gang_of, identify, in_gang
 from kilter.gangs.key_secret import KeySecret
@@ -26,9 +39,12 @@ __all__ = [
     "in_gang",
     "key_secret",
     "keys",
+    "learned",
     "owners",
     "recorder",
     "records",
     "refit",
     "trust",
+    "wait_settings",
+    "waits",
 ]

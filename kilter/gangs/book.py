@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from kilter.gangs import records, refit, trust
 from kilter.gangs.identity import INDEXED_ANNOTATIONS, INDEXED_LABELS, GangId, gang_of, in_gang
 from kilter.gangs.keys import PlanKeys
+from kilter.gangs.waits import SplitWaits
 from kilter.model.core_v1 import Pod, PodTemplateSpec, pod_request
 from kilter.model.errors import InputError
 from kilter.model.jobs import PodSetSpec
@@ -85,6 +86,8 @@ class GangPlan:
     asker: tuple[str, str, str] = ("", "", "")  # namespace, name and uid of the unseen pod an unverified plan is for
     admitted: bool = False  # a queue admitted the gang: exempt from the namespace's caps
     uids: dict[str, str] = field(default_factory=dict)  # UID of each object the record goes on, by name (signing)
+    waiting: bool = False  # held back for room in fewer domains (``waits``): infeasible, holding nothing
+    retry_s: float = INFEASIBLE_RETRY_S  # an infeasible plan is asked again after this long
 
     @property
     def open_gpus(self) -> int:
@@ -105,7 +108,7 @@ class GangPlan:
     def hold(self, uid: str, gpus: int) -> verdicts.Hold:
         """What the verdict ladder needs of this plan for one pod: its planned nodes, or why the gang waits."""
         if not self.feasible:
-            return verdicts.Hold(False, (), self.plan.reason)
+            return verdicts.Hold(False, (), self.plan.reason, waits=self.waiting)
         return verdicts.Hold(True, self.nodes_for(uid, gpus), self.describe())
 
     def describe(self) -> str:
@@ -133,6 +136,7 @@ class GangBook:
         on_planned: PlanHook | None = None,
         limits: trust.Limits | None = None,
         keys: PlanKeys | None = None,
+        waits: SplitWaits | None = None,
     ):
         self.store = store
         store.index_pods(INDEXED_LABELS, INDEXED_ANNOTATIONS)
@@ -149,6 +153,7 @@ class GangBook:
         self.keys = keys or PlanKeys.ephemeral()  # verify records read here; the recorder signs with the same
         self.refused = 0  # plans not made: a stranger asked, or a cap was reached
         self.unverified_dropped = 0  # plans for pods that never showed up in the state
+        self.waits = waits  # whether a preferred gang holds off for fewer domains; None: it never does
 
     def plan_for(self, gang: GangId, pod: Pod, gpus: int) -> GangPlan | None:
         """The gang's current plan, making one if there is none or the old one no longer holds.
@@ -172,7 +177,7 @@ class GangBook:
         if (
             current is not None
             and self._still_valid(current)
-            and (current.feasible or self.clock() - current.created < INFEASIBLE_RETRY_S)
+            and (current.feasible or self.clock() - current.created < current.retry_s)
         ):
             if who.kind == "member":
                 self._verify(current)
@@ -328,6 +333,11 @@ class GangBook:
         if adopted is not None:
             return adopted
         result = plan_gang(fleet, request)
+        wait = self.waits.for_gang(gang, pod, request, result) if self.waits is not None and not bound else None
+        if wait is not None and wait.wait:  # nothing reserved, nothing recorded; asked again within INFEASIBLE_RETRY_S
+            waits = Plan(False, wait.reason, gang.key, result.platform)
+            retry = min(INFEASIBLE_RETRY_S, wait.remaining_s)
+            return GangPlan(gang, waits, [], self.clock(), self.store.generation, waiting=True, retry_s=retry)
         slots: list[Slot] = []
         if result.feasible:
             slots = [Slot(fleet.node_names[n], n, g) for n, g in zip(result.node_indices, result.gpus, strict=True)]

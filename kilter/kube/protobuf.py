@@ -171,7 +171,7 @@ _AFFINITY = Message(
 )
 _POD_SPEC = Message(
     v1.PodSpec,
-    ("", "", (), (), _EMPTY, None, (), _EMPTY),
+    ("", "", (), (), _EMPTY, None, (), _EMPTY, None),
     {
         10: (0, SHARED_STRING, None, 0),  # nodeName
         19: (1, SHARED_STRING, None, 0),  # schedulerName
@@ -181,6 +181,7 @@ _POD_SPEC = Message(
         18: (5, MESSAGE, _AFFINITY, SHARED),  # affinity
         22: (6, MESSAGE, _TOLERATION, REPEATED | SHARED),  # tolerations
         32: (7, QUANTITY_MAP, None, SHARED),  # overhead
+        5: (8, INT, None, 0),  # activeDeadlineSeconds
     },
 )
 _POD = Message(

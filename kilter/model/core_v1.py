@@ -156,6 +156,7 @@ class PodSpec(msgspec.Struct, rename="camel", gc=False):
     affinity: Affinity | None = None
     tolerations: tuple[Toleration, ...] = ()
     overhead: dict[str, Quantity] = {}
+    active_deadline_seconds: int | None = None  # the pod's own limit on its run, seconds (an expected runtime)
 
 
 class PodStatus(msgspec.Struct, rename="camel", gc=False):

@@ -265,6 +265,7 @@ class WorkloadSpec(msgspec.Struct, rename="camel"):
     priority_class_source: str = ""
     priority_class_ref: PriorityClassRef | None = None
     active: bool | None = None
+    maximum_execution_time_seconds: int | None = None  # from the job's kueue.x-k8s.io/max-exec-time-seconds label
 
 
 class Workload(msgspec.Struct, rename="camel"):

@@ -1,6 +1,18 @@
 """The cluster-state cache: one store, fed by a snapshot file or by list/watch reflectors, and the fleet."""
 
-from kilter.state import cluster, copies, events, feed, live, pod_index, reflector, reservations, snapshot, store
+from kilter.state import (
+    cluster,
+    copies,
+    events,
+    feed,
+    live,
+    pod_index,
+    reflector,
+    reservations,
+    snapshot,
+    store,
+    watchers,
+)
 from kilter.state.cluster import ClusterState, from_objects, load
 from kilter.state.store import ClusterStore, Event
 
@@ -20,4 +32,5 @@ __all__ = [
     "reservations",
     "snapshot",
     "store",
+    "watchers",
 ]

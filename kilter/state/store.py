@@ -69,6 +69,7 @@ from kilter.state.events import (
 from kilter.state.pod_index import PodIndex
 from kilter.state.reservations import Held, Reservations
 from kilter.state.snapshot import RawObjects
+from kilter.state.watchers import KindWatchers
 from kilter.topology.catalog import BUILTIN, Catalog
 from kilter.topology.fleet import ENDED_PHASES, Fleet, build_fleet
 
@@ -126,6 +127,7 @@ class ClusterStore:
         self._lists: dict[tuple[str, str], tuple[int, list[Any]]] = {}
         self._state: tuple[int, ClusterState] | None = None
         self._idle: tuple[int, Fleet] | None = None
+        self.watchers = KindWatchers()  # told of each change applied, by kind (``watchers``)
 
     # ------------------------------------------------------------------ feeding
 
@@ -212,6 +214,7 @@ class ClusterStore:
         if kind == ("", "Pod"):
             for obj in incoming.values():
                 self._pod_changed(None, obj)  # type: ignore[arg-type]
+        self.watchers.added(kind, incoming.values())
         return [Event(ADDED, obj) for obj in incoming.values()]
 
     def _difference(
@@ -249,6 +252,7 @@ class ClusterStore:
             self._fleet_dirty = True
         if kind == ("", "Pod"):
             self._pod_changed(old, obj)  # type: ignore[arg-type]
+        self.watchers.changed(kind, old, obj)
         return True
 
     # ------------------------------------------------------------------ pods and bookings

@@ -11,7 +11,8 @@ same order, the first rung a node fails naming its verdict:
 3. ``UNUSABLE`` — cordoned, not Ready, or its GPUs unhealthy;
 4. ``NOT_ELIGIBLE`` — the pod's nodeSelector, required affinity or tolerations exclude it;
 5. ``TOO_SMALL`` — it has fewer GPUs in all than the pod asks;
-6. for a gang pod: ``GANG_WAITS`` while the gang has no feasible plan,
+6. for a gang pod: ``GANG_WAITS`` while the gang has no feasible plan
+   (it does not fit yet, or it waits for room in fewer domains),
    ``NOT_PLANNED`` off the plan's nodes for this pod, ``FULL`` when the
    scheduler's own view (Volcano's ``Idle``) shows too few GPUs there; the
    pod's planned GPUs are reserved for it, so kilter's free count is not asked;
@@ -94,6 +95,7 @@ class Hold:
     feasible: bool
     nodes: Sequence[int]  # fleet indices of the planned nodes this pod may use (empty while not feasible)
     note: str  # the plan described (feasible) or why the gang does not fit yet (not feasible)
+    waits: bool = False  # not feasible because the gang waits for fewer domains; ``note`` says so whole
 
 
 @dataclass
@@ -266,6 +268,8 @@ def reason(code: int, *, gpus: int, resource: str, free: int, total: int, hold: 
     if code == NOT_PLANNED:
         return f"kilter holds this pod to its gang's plan ({hold.note if hold else ''})"
     if code == GANG_WAITS:
+        if hold is not None and hold.waits:
+            return hold.note
         return f"the gang does not fit yet: {hold.note if hold else ''}"
     return "passes"
 

@@ -13,13 +13,20 @@ the fleet as it is now:
   signed with the server's plan keys for the Workload's UID: the pods do
   not exist yet, and the gang book verifies a pod's record against the
   Workload it names, so a restarted kilter takes the plan up again);
+* it fits, but split over more scale-up domains than it needs, and its
+  split-wait budget is not spent (``kilter.gangs.waits``): ``Retry`` with the
+  wait's reason and ``requeueAfterSeconds`` of at most ``RETRY_AFTER_S``, no
+  more than what is left of the budget: Kueue releases the quota, so the gang
+  holds nothing while it waits, and asks again;
 * it does not fit now but would on the idle fleet: ``Retry`` with
   ``requeueAfterSeconds`` (Kueue releases the quota and tries again);
 * it could never fit: ``Rejected``, with the reason.
 
 Status is written with server-side apply carrying only kilter's own entry,
 so Kueue's and other controllers' entries are left alone. The check itself
-is kept ``Active``.
+is kept ``Active``. A decision is written once per Pending entry: again only
+when it changes, or when Kueue reset the entry to Pending since (a new
+``lastTransitionTime``: after a ``Retry`` the same answer is due again).
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -36,6 +44,7 @@ from typing import Any
 from kilter.gangs import records
 from kilter.gangs.identity import GangKey
 from kilter.gangs.keys import PlanKeys
+from kilter.gangs.waits import Waits
 from kilter.kube.api import ApiError, ApiServer, object_path
 from kilter.kube.events import EventRecorder, Involved
 from kilter.model.annotations import CONTROLLER_NAME, PLAN
@@ -82,6 +91,7 @@ class CheckDecision:
     requeue_after_seconds: int | None = None
     plan: Plan | None = field(default=None, compare=False, repr=False)
     workload_uid: str = ""
+    pending_since: str = field(default="", compare=False)  # the Pending entry's lastTransitionTime, as judged
 
     def entry(self, now: str | None = None) -> dict[str, Any]:
         """The ``status.admissionChecks[]`` item kilter owns."""
@@ -139,13 +149,20 @@ def active_status(check: str, now: str | None = None) -> dict[str, Any]:
 
 
 def decide(
-    state: ClusterState, fleet: Fleet, idle: Fleet, *, now_s: float | None = None, keys: PlanKeys | None = None
+    state: ClusterState,
+    fleet: Fleet,
+    idle: Fleet,
+    *,
+    now_s: float | None = None,
+    keys: PlanKeys | None = None,
+    waits: Waits | None = None,
 ) -> list[CheckDecision]:
     """The status kilter would write now for every Workload waiting on one of its checks.
 
     ``now_s`` (Unix seconds; default the clock) is the time the plan records in podSetUpdates carry; ``keys``
     sign them for the Workload's UID (without keys they are unsigned, which no gang book adopts: what
-    ``kilter admission-check`` prints).
+    ``kilter admission-check`` prints). ``waits`` decides whether a preferred gang that fits only split waits
+    for fewer domains (None: it never does).
     """
     at_s = time.time() if now_s is None else now_s
     mine = set(our_checks(state))
@@ -156,24 +173,29 @@ def decide(
     }
     out: list[CheckDecision] = []
     for wl in sorted(state.workloads, key=lambda w: (w.metadata.namespace, w.metadata.name)):
-        pending = [c.name for c in wl.status.admission_checks if c.name in mine and c.state == "Pending"]
+        pending = [c for c in wl.status.admission_checks if c.name in mine and c.state == "Pending"]
         if not pending or not wl.status.condition("QuotaReserved"):
             continue
         obj = raw.get((wl.metadata.namespace, wl.metadata.name))
         if obj is None:
             continue
-        verdict, message, updates, retry, plan = _judge(wl, obj, fleet, idle, at_s, keys)
+        verdict, message, updates, retry, plan = _judge(wl, obj, fleet, idle, at_s, keys, waits)
+        ns, name, uid = wl.metadata.namespace, wl.metadata.name, wl.metadata.uid
         out.extend(
-            CheckDecision(
-                wl.metadata.namespace, wl.metadata.name, check, verdict, message, updates, retry, plan, wl.metadata.uid
-            )
-            for check in pending
+            CheckDecision(ns, name, c.name, verdict, message, updates, retry, plan, uid, c.last_transition_time)
+            for c in pending
         )
     return out
 
 
 def _judge(
-    wl: Workload, obj: Mapping[str, Any], fleet: Fleet, idle: Fleet, at_s: float, keys: PlanKeys | None
+    wl: Workload,
+    obj: Mapping[str, Any],
+    fleet: Fleet,
+    idle: Fleet,
+    at_s: float,
+    keys: PlanKeys | None,
+    waits: Waits | None,
 ) -> tuple[str, str, list[dict[str, Any]], int | None, Plan | None]:
     try:
         job = read_job(dict(obj))
@@ -186,6 +208,13 @@ def _judge(
         return "Rejected", f"kilter cannot plan this workload: {exc}", [], None, None
     plan = plan_gang(fleet, request)
     if plan.feasible:
+        try:  # a split-wait annotation of the job's own that does not read refuses it, saying which
+            templates = [ps.template for ps in job.gangs[0]]
+            wait = waits.for_object(obj, templates, request, plan, fleet) if waits is not None else None
+        except KilterError as exc:
+            return "Rejected", f"kilter cannot plan this workload: {exc}", [], None, None
+        if wait is not None and wait.wait:
+            return "Retry", wait.reason, [], max(1, min(RETRY_AFTER_S, math.ceil(wait.remaining_s))), None
         return "Ready", f"placed: {plan.reason}", _updates(fleet, plan, wl, at_s, keys), None, plan
     if plan_gang(idle, request).feasible:
         return "Retry", f"does not fit now: {plan.reason}", [], RETRY_AFTER_S, None
@@ -251,10 +280,12 @@ class Controller:
 
     What was written is remembered per (workload, check), so an unchanged
     decision is not written again while the state still shows the entry
-    Pending; a new decision (the fleet changed, the workload was evicted and
-    reset) is. ``keys`` sign the plan records of podSetUpdates (the server's
+    Pending; a new decision (the fleet changed), or the same one for an entry
+    Kueue reset to Pending since (evicted after a ``Retry``: a new
+    ``lastTransitionTime``), is. ``keys`` sign the plan records of podSetUpdates (the server's
     ``PlanKeys``, the gang book's own); without them the records are unsigned
-    and no gang book takes them up after a restart.
+    and no gang book takes them up after a restart. ``waits`` holds preferred
+    gangs back for fewer domains (``kilter.gangs.waits``; None: never).
     """
 
     def __init__(
@@ -268,22 +299,25 @@ class Controller:
         events: EventRecorder | None = None,
         wall: Callable[[], float] = time.time,
         keys: PlanKeys | None = None,
+        waits: Waits | None = None,
     ) -> None:
         self.store = store
         self.keys = keys
+        self.waits = waits
         self.wall = wall  # Unix seconds: the time of the plan records in podSetUpdates
         self.api = api
         self.interval_s = interval_s
         self.on_ready = on_ready
         self.is_writer = is_writer
         self.events = events
-        self.written: dict[tuple[str, str, str], tuple[str, str, str]] = {}
+        self.written: dict[tuple[str, str, str], tuple[str, str, str, str]] = {}
         self.errors = 0
 
     def pending_writes(self) -> list[CheckDecision]:
         state = self.store.state()
         fresh = []
-        for d in decide(state, self.store.fleet(), self.store.idle_fleet(), now_s=self.wall(), keys=self.keys):
+        fleet, idle = self.store.fleet(), self.store.idle_fleet()
+        for d in decide(state, fleet, idle, now_s=self.wall(), keys=self.keys, waits=self.waits):
             key = (d.namespace, d.workload, d.check)
             if self.written.get(key) != _signature(d):
                 fresh.append(d)
@@ -346,9 +380,10 @@ class Controller:
 EVENT_REASONS = {"Ready": "KilterGangPlanned", "Retry": "KilterCheckRetry", "Rejected": "KilterCheckRejected"}
 
 
-def _signature(d: CheckDecision) -> tuple[str, str, str]:
+def _signature(d: CheckDecision) -> tuple[str, str, str, str]:
     """What makes a decision new: its state, message and updates, with each plan record's time left out (a record
-    made again in the next round, with the same slots, is the same decision and is not written again)."""
+    made again in the next round, with the same slots, is the same decision and is not written again), and the
+    Pending entry it answers (Kueue resetting the entry after a ``Retry`` asks for an answer again)."""
     updates = []
     for update in d.pod_set_updates:
         notes = update.get("annotations")
@@ -358,4 +393,4 @@ def _signature(d: CheckDecision) -> tuple[str, str, str]:
             timeless = records.PlanRecord(record.gang, 0.0, record.slots)
             update = {**update, "annotations": {**notes, PLAN_ANNOTATION: records.encode(timeless)}}
         updates.append(update)
-    return d.state, d.message, json.dumps(updates, sort_keys=True)
+    return d.state, d.message, json.dumps(updates, sort_keys=True), d.pending_since

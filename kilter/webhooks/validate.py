@@ -3,11 +3,14 @@
 Checked on CREATE and UPDATE:
 
 * ClusterQueues and Cohorts: every ``kilter.dev/*`` annotation is one kilter
-  knows and parses; ``kilter.dev/decayed-usage`` is written by kilter only.
+  knows and parses (``split-wait``, ``split-wait-max`` included: at
+  scheduling a bad one is only skipped, so here is where it is refused);
+  ``kilter.dev/decayed-usage`` is written by kilter only.
 * Pods, PodGroups and Workloads: ``kilter.dev/plan`` is written by kilter
   only (``plan_guard``).
-* Jobs of every kind kilter reads (and plain pods): ``kilter.dev/topology``
-  and the gang labels are well formed; Kueue's TAS pod-set annotations are
+* Jobs of every kind kilter reads (and plain pods): ``kilter.dev/topology``,
+  the gang labels, and ``kilter.dev/split-wait``, ``split-wait-max`` and
+  ``expected-runtime`` (on the object and on its pod templates) are well formed; Kueue's TAS pod-set annotations are
   consistent; a pod set confined by a required constraint fits the largest
   healthy domain of the fleet *when empty*, so waiting could never help; a
   job whose LocalQueue leads to a ClusterQueue that could never hold its
@@ -35,16 +38,18 @@ from kilter.model.kueue import ClusterQueue, Cohort
 from kilter.quota import amount
 from kilter.quota.admit import assign_flavors
 from kilter.quota.policy import DECAYED_USAGE, MIN_RUNTIME, USAGE_HALF_LIFE, parse_policy
+from kilter.quota.runtimes import EXPECTED_RUNTIME, declared_runtime
 from kilter.quota.tree import QuotaTree, build_tree
 from kilter.state.store import ClusterStore
 from kilter.topology.plan import gang_request, plan_gang
+from kilter.topology.split_wait import SPLIT_WAIT, SPLIT_WAIT_MAX, parse_split_wait
 from kilter.webhooks import plan_guard
 from kilter.webhooks.admission import AdmissionRequest, Verdict
 
 __all__ = ["QUEUE_KEYS", "TOPOLOGY", "TOPOLOGY_POLICY", "Validator", "pod_set_shape"]
 
 TOPOLOGY_VALUES = ("auto", "off")
-QUEUE_KEYS = (USAGE_HALF_LIFE, MIN_RUNTIME, DECAYED_USAGE, TOPOLOGY_POLICY)
+QUEUE_KEYS = (USAGE_HALF_LIFE, MIN_RUNTIME, DECAYED_USAGE, TOPOLOGY_POLICY, SPLIT_WAIT, SPLIT_WAIT_MAX)
 KILTER_ONLY = (DECAYED_USAGE,)
 QUEUE_NAME = "kueue.x-k8s.io/queue-name"
 KUEUE = "kueue.x-k8s.io"
@@ -104,6 +109,7 @@ class Validator:
                     403,
                 )
         parse_policy(notes, path=f"{request.kind.kind} {request.name or '?'}")
+        parse_split_wait(notes, path=f"{request.kind.kind} {request.name or '?'}: metadata")
         policy = notes.get(TOPOLOGY_POLICY)
         if policy is not None and policy not in TOPOLOGY_VALUES:
             return Verdict(False, f"{TOPOLOGY_POLICY} must be one of {', '.join(TOPOLOGY_VALUES)}, not {policy!r}", 422)
@@ -123,12 +129,15 @@ class Validator:
             if size is None:
                 return Verdict(False, f"label {GANG} needs {GANG_SIZE} (the gang's pod count)", 422)
             parse_gang_size(size, what=f"label {GANG_SIZE}")
+        _check_waits(notes, path="$.metadata")
         try:
             job = read_job(dict(obj))
         except InputError as exc:
             if str(exc).startswith("unsupported kind"):
                 return Verdict()
             raise
+        for ps in (ps for gang in job.gangs for ps in gang):
+            _check_waits(ps.template.metadata.annotations, path=f"{ps.path or ps.name}.metadata")
         for gang in job.gangs:
             problem = self._memo(("fits", pod_set_shape(gang)), partial(self._never_fits, gang))
             if problem:
@@ -194,6 +203,13 @@ class Validator:
         if assignment.mode != "nofit":
             return ""
         return f"ClusterQueue {cq.name} (LocalQueue {namespace}/{queue}) can never admit this job: {assignment.reason}"
+
+
+def _check_waits(notes: Mapping[str, str], *, path: str) -> None:
+    """The split-wait and expected-runtime annotations of a job (or pod template) read as scheduling reads them."""
+    parse_split_wait(notes, path=path)
+    if EXPECTED_RUNTIME in notes:
+        declared_runtime({EXPECTED_RUNTIME: notes[EXPECTED_RUNTIME]}, None, None, path=path)
 
 
 def pod_set_shape(gang: tuple[PodSetSpec, ...]) -> bytes:

@@ -353,6 +353,10 @@ class VolcanoExtender:
         if gang is None or (task.uid not in members and key not in self.gangs.plans):
             return self.gangs.plans.get(key)
         plan = self.gangs.plan_for(gang, shaping.task_pod(task), gpus)
+        if plan is not None and plan.waiting:
+            self.notes.add(task.job, "wait", plan.plan.reason)
+        elif plan is not None and plan.feasible:
+            self.notes.get(task.job, {}).pop("wait", None)
         if plan is not None and plan.feasible and "plan" not in self.notes.get(task.job, {}):
             self.notes.add(task.job, "plan", plan.describe())
             self.notes.add(task.job, "hypernode", shaping.lowest_hypernode(fleet, plan.plan.node_indices) or "")

@@ -1,0 +1,116 @@
+"""How long a preferred gang may wait for fewer domains: the split-wait settings of its job, queue and cohorts.
+
+``kilter.dev/split-wait`` (the factor; ``0`` turns waiting off) and
+``kilter.dev/split-wait-max`` (the cap, a duration) are read, each on its
+own, from the first that sets it of: the job (its Workload or PodGroup, its
+pod template or pod), its ClusterQueue, the nearest Cohort up the tree, and
+the flags of ``kilter serve`` (``--split-wait``, ``--split-wait-max``; the
+split slowdown comes from ``--split-slowdown`` alone). Defaults are
+``topology.split_wait``'s.
+
+A bad value on a ClusterQueue or Cohort must not stop placing: it is skipped
+(the queue's parent, else the default, decides) and named in ``problems``
+(``/readyz`` lists them; ``gangs.waits`` logs each once). A bad value on a job is the job's own to fix and
+refuses its gang (``InputError``, answered in the protocol's error field).
+
+A gang's ClusterQueue: a Workload's admission, else its LocalQueue's; a pod's
+``kueue.x-k8s.io/queue-name`` LocalQueue's; a Volcano PodGroup's Queue's bound
+ClusterQueue (its ``kilter.dev/cluster-queue`` annotation, else the
+ClusterQueue of the same name), as ``quota.bound_queues`` binds them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+
+from kilter.model.annotations import CLUSTER_QUEUE
+from kilter.model.errors import InputError
+from kilter.model.kueue import ClusterQueue, Cohort, ResourceFlavor
+from kilter.state.cluster import ClusterState
+from kilter.topology.split_wait import SPLIT_WAIT, SPLIT_WAIT_MAX, SplitWait, parse_split_wait
+
+__all__ = ["WaitSettings"]
+
+Setting = tuple[float | None, float | None]  # (factor, cap in seconds) an object sets; None where it sets none
+
+
+@dataclass(frozen=True)
+class WaitSettings:
+    """The split-wait rule of every ClusterQueue of one state, and the queue bindings a gang's queue is found by."""
+
+    defaults: SplitWait
+    rules: Mapping[str, SplitWait]  # ClusterQueue -> its rule, cohorts and defaults filled in
+    local_queues: Mapping[tuple[str, str], str]  # (namespace, LocalQueue) -> ClusterQueue
+    volcano_queues: Mapping[str, str]  # Volcano Queue -> the ClusterQueue it is bound to
+    problems: tuple[str, ...] = ()
+
+    @classmethod
+    def build(
+        cls, state: ClusterState, defaults: SplitWait, *, extra: Iterable[ClusterQueue | Cohort | ResourceFlavor] = ()
+    ) -> WaitSettings:
+        """The settings ``state`` gives (``extra``: queues of ``kilter serve --queues`` the state lacks)."""
+        cqs = {q.metadata.name: q for q in extra if isinstance(q, ClusterQueue)}
+        cqs.update((q.metadata.name, q) for q in state.cluster_queues)
+        cohorts = {c.metadata.name: c for c in extra if isinstance(c, Cohort)}
+        cohorts.update((c.metadata.name, c) for c in state.cohorts)
+        problems: list[str] = []
+        own = {("Cohort", n): _own("Cohort", n, c.metadata.annotations, problems) for n, c in sorted(cohorts.items())}
+        for n, q in sorted(cqs.items()):
+            own[("ClusterQueue", n)] = _own("ClusterQueue", n, q.metadata.annotations, problems)
+        rules = {}
+        for name, cq in sorted(cqs.items()):
+            chain = [own[("ClusterQueue", name)]]
+            parent, seen = cq.spec.parent, set()
+            while parent and parent not in seen and parent in cohorts:
+                seen.add(parent)
+                chain.append(own[("Cohort", parent)])
+                parent = cohorts[parent].spec.parent_cohort
+            rules[name] = _resolve(defaults, chain)
+        local = {(q.metadata.namespace, q.metadata.name): q.spec.cluster_queue for q in state.local_queues}
+        volcano = {}
+        for queue in state.volcano_queues:
+            bound = queue.metadata.annotations.get(CLUSTER_QUEUE, queue.metadata.name)
+            if bound in cqs:
+                volcano[queue.metadata.name] = bound
+        return cls(defaults, rules, local, volcano, tuple(problems))
+
+    def rule(self, cluster_queue: str | None) -> SplitWait:
+        """The rule of a ClusterQueue's gangs (the defaults for a queue the state does not hold, or none)."""
+        return self.rules.get(cluster_queue or "", self.defaults)
+
+    def for_job(self, cluster_queue: str | None, annotations: Mapping[str, str], *, path: str) -> SplitWait:
+        """The rule of one job: its own annotations over its queue's; ``InputError`` for a bad value of its own."""
+        return _resolve(self.rule(cluster_queue), [parse_split_wait(annotations, path=path)])
+
+    def cluster_queue_of(self, namespace: str, local_queue: str | None) -> str | None:
+        """The ClusterQueue a LocalQueue points at (None: no such LocalQueue in the state)."""
+        return self.local_queues.get((namespace, local_queue)) if local_queue else None
+
+
+def _own(kind: str, name: str, annotations: Mapping[str, str], problems: list[str]) -> Setting:
+    """What one queue's annotations set, key by key; a bad value counts as unset and is named in ``problems``."""
+    factor = max_s = None
+    for key in (SPLIT_WAIT, SPLIT_WAIT_MAX):
+        if key not in annotations:
+            continue
+        try:
+            f, m = parse_split_wait({key: annotations[key]}, path=f"{kind} {name}: metadata")
+        except InputError as exc:
+            problems.append(f"{kind} {name}: {exc}; ignored: the setting above it, else the flag's, applies")
+            continue
+        factor, max_s = (f, max_s) if key == SPLIT_WAIT else (factor, m)
+    return factor, max_s
+
+
+def _resolve(base: SplitWait, chain: Iterable[Setting]) -> SplitWait:
+    """``base`` with the first factor and the first cap the chain sets (nearest first)."""
+    factor = max_s = None
+    for f, m in chain:
+        factor = f if factor is None else factor
+        max_s = m if max_s is None else max_s
+    return replace(
+        base,
+        factor=base.factor if factor is None else factor,
+        max_s=base.max_s if max_s is None else max_s,
+    )

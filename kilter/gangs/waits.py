@@ -1,0 +1,327 @@
+"""Rent or buy in the servers: whether a preferred gang holds off now, for room in fewer scale-up domains.
+
+``topology.split_wait`` is the rule; this module gives it what a cluster
+knows of one gang, the same for every path that places one (the extender's
+filter and Volcano's predicate through the gang book, the AdmissionCheck,
+``kilter plan``):
+
+* the gang: every GPU pod set *preferred* (none required, none
+  unconstrained), more than one pod, and a plan spread over more domains
+  than the fewest the idle fleet could hold it in (``fewest_domains_idle``
+  for the plan's platform). Any other gang never waits;
+* the rule: ``wait_settings`` (job, ClusterQueue, Cohorts, flags);
+* its expected runtime, first found of: ``kilter.dev/expected-runtime``
+  (job), ``kueue.x-k8s.io/max-exec-time-seconds`` (a job's label, or the
+  Workload's ``spec.maximumExecutionTimeSeconds`` Kueue copies it to), the
+  pod's or Job's ``activeDeadlineSeconds``; else the median runtime of its
+  ClusterQueue's finished Workloads of its size class (``learned``; Volcano
+  gangs have none). No estimate: no wait;
+* how long it has waited: now minus its creation time (the Workload's or
+  PodGroup's ``creationTimestamp``, else the earliest of its pods' the state
+  holds), so replicas and restarts agree without keeping anything. A gang
+  whose creation time kilter cannot read never waits: its budget could never
+  run out.
+
+A gang that waits holds nothing; its decision says for how long
+(``remaining_s``) and why (``reason``, the one sentence every path shows).
+``SplitWaits`` keeps the inputs that change with the state (settings per
+version, the learner per Workload change) and counts the gangs waiting now
+(``kilter_gangs_waiting_for_domains``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kilter.gangs.identity import GangId, GangKey, in_gang
+from kilter.gangs.learned import LearnedRuntimes, learner_of
+from kilter.gangs.wait_settings import WaitSettings
+from kilter.model.core_v1 import Pod, PodTemplateSpec
+from kilter.model.errors import InputError
+from kilter.model.kueue import KUEUE_GROUP, ClusterQueue, Cohort, ResourceFlavor
+from kilter.quota.policy import parse_time
+from kilter.quota.runtimes import MAX_EXEC_TIME, declared_runtime
+from kilter.state.cluster import ClusterState
+from kilter.state.store import ClusterStore
+from kilter.topology.fleet import Fleet
+from kilter.topology.plan import GangRequest, Plan
+from kilter.topology.split_wait import SplitWait, WaitDecision, decide, fewest_domains_idle
+
+__all__ = ["NO_WAIT", "JobFacts", "SplitWaits", "Waits", "facts_of", "fewest_domains", "judge", "might_wait"]
+
+log = logging.getLogger("kilter.gangs")
+
+NO_WAIT = WaitDecision(False)
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+Learned = Callable[[str, int], float | None]  # (ClusterQueue, GPUs) -> learned runtime in seconds, or None
+
+
+@dataclass(frozen=True)
+class JobFacts:
+    """What the rule reads of a gang's job: its own annotations and labels first, then its pods' (templates')."""
+
+    where: str  # "Workload ml/wl": where a bad annotation is, in a refusal
+    annotations: Mapping[str, str]
+    labels: Mapping[str, str]
+    active_deadline_s: float | None
+    created_s: float | None  # Unix seconds; None when kilter cannot tell
+    cluster_queue: str | None
+    learned: bool  # whether the queue's finished Workloads tell its runtime (Kueue, not Volcano)
+
+
+def might_wait(request: GangRequest, plan: Plan) -> bool:
+    """The cheap test first: a feasible plan over two domains or more, of a preferred gang of two pods or more."""
+    pods = sum(ps.count for ps in request.pod_sets)
+    preferred = all(ps.topology.required is None and not ps.topology.unconstrained for ps in request.pod_sets)
+    return plan.feasible and len(plan.domains) > 1 and pods > 1 and preferred
+
+
+def fewest_domains(request: GangRequest, plan: Plan, fleet: Fleet) -> int:
+    """The fewest domains the idle fleet could hold the gang in, when its plan spans more (else 0: nothing to wait
+    for); the cheap half of the rule, asked before anything is read of the gang's job."""
+    if not might_wait(request, plan):
+        return 0
+    index = next((i for i, p in enumerate(fleet.platforms) if p.name == plan.platform), None)
+    shapes = tuple((ps.count, ps.gpus_per_pod) for ps in request.pod_sets)
+    least = fewest_domains_idle(fleet, index, shapes) if index is not None else 0
+    return least if 0 < least < len(plan.domains) else 0
+
+
+def judge(
+    settings: WaitSettings,
+    facts: JobFacts,
+    request: GangRequest,
+    plan: Plan,
+    *,
+    least: int,
+    now_s: float,
+    learned: Learned | None,
+) -> WaitDecision:
+    """Whether a gang whose plan spans more than the ``least`` domains it could have waits now (see the module
+    docstring); ``InputError`` for a bad annotation of its job."""
+    rule = settings.for_job(facts.cluster_queue, facts.annotations, path=facts.where)
+    if not rule.enabled:
+        return NO_WAIT
+    runtime = declared_runtime(facts.annotations, facts.labels, facts.active_deadline_s, path=facts.where)
+    if runtime is None and learned is not None and facts.learned and facts.cluster_queue:
+        runtime = learned(facts.cluster_queue, sum(ps.count * ps.gpus_per_pod for ps in request.pod_sets))
+    if runtime is None or facts.created_s is None:
+        return NO_WAIT
+    return decide(
+        rule,
+        domains_now=len(plan.domains),
+        domains_min=least,
+        expected_runtime_s=runtime,
+        waited_s=now_s - facts.created_s,
+    )
+
+
+def facts_of(
+    kind: str,
+    namespace: str,
+    name: str,
+    obj: Mapping[str, Any] | None,
+    pods: Sequence[Pod | PodTemplateSpec],
+    settings: WaitSettings,
+) -> JobFacts:
+    """The facts of a job ``obj`` (a Workload, PodGroup or job kind, as received; None for a gang of bare pods) and
+    its ``pods`` (or pod templates), in that order of precedence."""
+    meta, spec, status = (_part(obj, k) for k in ("metadata", "spec", "status"))
+    notes, labels = dict(_strings(meta.get("annotations"))), dict(_strings(meta.get("labels")))
+    deadline = _seconds(spec.get("activeDeadlineSeconds"))
+    most = _seconds(spec.get("maximumExecutionTimeSeconds"))
+    if most is not None:
+        labels.setdefault(MAX_EXEC_TIME, str(int(most)))
+    created = _time(meta.get("creationTimestamp")) if obj is not None else None
+    for pod in pods:
+        for key, value in pod.metadata.annotations.items():
+            notes.setdefault(key, value)
+        for key, value in pod.metadata.labels.items():
+            labels.setdefault(key, value)
+        if deadline is None and pod.spec.active_deadline_seconds:
+            deadline = float(pod.spec.active_deadline_seconds)
+        if obj is None:
+            stamp = _time(pod.metadata.creation_timestamp)
+            created = stamp if created is None or (stamp is not None and stamp < created) else created
+    if kind == "Workload":
+        admission = _part(status, "admission")
+        admitted = admission.get("clusterQueue")
+        queue = admitted if isinstance(admitted, str) and admitted else None
+        cq = queue or settings.cluster_queue_of(namespace, _string(spec.get("queueName")))
+    elif kind == "PodGroup":
+        cq = settings.volcano_queues.get(_string(spec.get("queue")) or "default")
+    else:
+        cq = settings.cluster_queue_of(namespace, labels.get(QUEUE_LABEL))
+    return JobFacts(f"{kind} {namespace}/{name}", notes, labels, deadline, created, cq, kind != "PodGroup")
+
+
+class Waits:
+    """The rule over one state: ``settings`` and ``learned`` as they are now, ``clock`` Unix seconds."""
+
+    def __init__(
+        self, settings: Callable[[], WaitSettings], learned: Learned | None, clock: Callable[[], float]
+    ) -> None:
+        self.settings = settings
+        self.learned = learned
+        self.clock = clock
+
+    @classmethod
+    def of_state(cls, state: ClusterState, defaults: SplitWait, *, now_s: float) -> Waits:
+        """What a command judges with: ``state`` read once, its finished Workloads learned from, at ``now_s``."""
+        settings = WaitSettings.build(state, defaults)
+        learner = learner_of(state.workloads, state.catalog.device_resources)
+        return cls(lambda: settings, learner.estimate, lambda: now_s)
+
+    def for_object(
+        self,
+        obj: Mapping[str, Any],
+        pods: Sequence[Pod | PodTemplateSpec],
+        request: GangRequest,
+        plan: Plan,
+        fleet: Fleet,
+        *,
+        created_s: float | None = None,
+    ) -> WaitDecision:
+        """The decision for a job object (a Workload for the AdmissionCheck, any job for ``kilter plan``);
+        ``created_s`` stands in for a creation time the object does not carry (a manifest not yet created)."""
+        meta = _part(obj, "metadata")
+        kind, ns, name = _string(obj.get("kind")) or "Job", _string(meta.get("namespace")), _string(meta.get("name"))
+        decision = NO_WAIT
+        least = fewest_domains(request, plan, fleet)
+        if least:
+            facts = facts_of(kind, ns or "", name or "", obj, pods, self.settings())
+            if facts.created_s is None and created_s is not None:
+                facts = dataclasses.replace(facts, created_s=created_s)
+            decision = judge(
+                self.settings(), facts, request, plan, least=least, now_s=self.clock(), learned=self.learned
+            )
+        if kind == "Workload":
+            self.record(GangKey(ns or "", "workload", (name or "",)).format(), decision)
+        return decision
+
+    def record(self, gang: str, decision: WaitDecision) -> None:
+        """Told of every decision on a gang (``SplitWaits`` counts those waiting)."""
+
+
+class SplitWaits(Waits):
+    """The rule over a live store, for the gang book and the AdmissionCheck controller (see the module docstring).
+
+    ``wall`` is Unix time, the clock creation times are read against; tests inject it.
+    """
+
+    def __init__(
+        self,
+        store: ClusterStore,
+        *,
+        defaults: SplitWait | None = None,
+        wall: Callable[[], float] = time.time,
+        queues: Iterable[ClusterQueue | Cohort | ResourceFlavor] = (),
+    ) -> None:
+        self.store = store
+        self.defaults = defaults or SplitWait()
+        self.runtimes = LearnedRuntimes(store)
+        self._queues = list(queues)
+        self._settings: tuple[int, WaitSettings] | None = None
+        self._logged: frozenset[str] = frozenset()
+        self._waiting: dict[str, float] = {}  # gang key -> Unix time its budget runs out
+        super().__init__(self._current, self.runtimes.estimate, wall)
+
+    def _current(self) -> WaitSettings:
+        """The settings of the state's version, worked out once per version; new problems logged once."""
+        if self._settings is None or self._settings[0] != self.store.version:
+            settings = WaitSettings.build(self.store.state(), self.defaults, extra=self._queues)
+            for line in sorted(set(settings.problems) - self._logged):
+                log.warning("%s", line)
+            self._logged = frozenset(settings.problems)
+            self._settings = (self.store.version, settings)
+        return self._settings[1]
+
+    def problems(self) -> list[str]:
+        """Bad split-wait annotations on ClusterQueues and Cohorts, one line each (``/readyz``)."""
+        return list(self._current().problems)
+
+    def for_gang(self, gang: GangId, pod: Pod, request: GangRequest, plan: Plan) -> WaitDecision:
+        """The decision for a gang the book just planned, from what the state holds of it (``pod`` counts only
+        when the state holds it: a body alone does not make a gang wait)."""
+        least = fewest_domains(request, plan, self.store.fleet())
+        if not least:
+            self.record(gang.key, NO_WAIT)
+            return NO_WAIT
+        try:
+            key = GangKey.parse(gang.key)
+        except InputError:
+            return NO_WAIT
+        members = {p.metadata.uid: p for p in in_gang(key).members(self.store)}
+        held = self.store.pod_named(pod.metadata.namespace, pod.metadata.name)
+        if held is not None and held.metadata.uid == pod.metadata.uid:
+            members.setdefault(held.metadata.uid, held)
+        pods = sorted(members.values(), key=lambda p: p.metadata.name)
+        owner = _OWNERS.get(key.kind)
+        obj = self.store.get(owner[0], owner[1], key.namespace, key.name) if owner else None
+        kind = owner[1] if owner and obj is not None else "pods of gang"
+        facts = facts_of(kind, key.namespace, key.name, obj, pods, self.settings())
+        decision = judge(self.settings(), facts, request, plan, least=least, now_s=self.clock(), learned=self.learned)
+        self.record(gang.key, decision)
+        return decision
+
+    def record(self, gang: str, decision: WaitDecision) -> None:
+        if decision.wait:
+            self._waiting[gang] = self.clock() + decision.remaining_s
+        else:
+            self._waiting.pop(gang, None)
+
+    def waiting(self) -> int:
+        """Gangs waiting for fewer domains now: their budget not spent, and the state still shows them."""
+        now = self.clock()
+        for gang in [g for g, until in self._waiting.items() if until <= now or not self._still_there(g)]:
+            del self._waiting[gang]
+        return len(self._waiting)
+
+    def _still_there(self, gang: str) -> bool:
+        try:
+            key = GangKey.parse(gang)
+        except InputError:
+            return False
+        owner = _OWNERS.get(key.kind)
+        if owner is not None and self.store.get(owner[0], owner[1], key.namespace, key.name) is not None:
+            return True
+        return any(not p.spec.node_name for p in in_gang(key).members(self.store))
+
+
+_OWNERS = {"workload": (KUEUE_GROUP, "Workload"), "podgroup": ("scheduling.volcano.sh", "PodGroup")}
+
+
+def _part(obj: Mapping[str, Any] | None, key: str) -> Mapping[str, Any]:
+    value = obj.get(key) if isinstance(obj, Mapping) else None
+    return value if isinstance(value, Mapping) else {}
+
+
+def _strings(value: Any) -> Iterable[tuple[str, str]]:
+    if isinstance(value, Mapping):
+        yield from ((k, v) for k, v in value.items() if isinstance(k, str) and isinstance(v, str))
+
+
+def _string(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _seconds(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
+        return None
+    return float(value)
+
+
+def _time(value: Any) -> float | None:
+    """Unix seconds of an RFC 3339 time; None for none, or one that does not read."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        return parse_time(value, path="metadata.creationTimestamp")
+    except InputError:
+        return None

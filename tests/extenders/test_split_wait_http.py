@@ -1,0 +1,112 @@
+"""kube-scheduler's extender over loopback: a preferred gang waiting for fewer domains fails every node with why.
+
+The scenario (``tests.gangs.wait_scenario``): the gang fits one NVL72 rack
+when idle, only two now; declared 10 h, so it may wait 2 h from its creation.
+Created 10 min 30 s ago, 1 h 49 min 30 s are left: "1h50m" rounded up.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+from tests.extenders.conftest import Served, names_args, serve_snapshot
+from tests.gangs.wait_scenario import BUDGET_S, FREE, NODES, finished_workload, fleet_objects, gang_pods, queue_objects
+
+RUNTIME = {"kilter.dev/expected-runtime": "10h"}
+REASON = "waiting up to 1h50m for room in 1 domain; 2 available now"
+
+
+def created(ago_s: float) -> float:
+    return math.floor(time.time()) - ago_s
+
+
+def filter_pod(served: Served, pods: list[dict[str, Any]], i: int = 0) -> dict[str, Any]:
+    status, result = served.post("filter", names_args(pods[i], NODES))
+    assert status == 200
+    assert isinstance(result, dict)
+    return result
+
+
+def metric(served: Served, name: str) -> float:
+    status, body, _ = served.call("GET", "/metrics")
+    assert status == 200
+    line = next(line for line in body.decode().splitlines() if line.startswith(f"{name} "))
+    return float(line.split()[1])
+
+
+def test_every_node_fails_with_the_wait_and_explain_and_metrics_show_it(tmp_path: Path) -> None:
+    pods = gang_pods("train", created(630), annotations=RUNTIME)
+    with serve_snapshot(tmp_path, [*fleet_objects(), *pods]) as served:
+        result = filter_pod(served, pods)
+        assert result["NodeNames"] == [] and result["Error"] == ""
+        assert result["FailedNodes"] == {node: REASON for node in NODES}  # resolvable: time will change the answer
+        assert result["FailedAndUnresolvableNodes"] == {}
+        assert filter_pod(served, pods, 3)["FailedNodes"]["r1-t00"] == REASON  # the gang's other pods alike
+        assert served.store.reservation("ml/gang/train") == ()  # it holds nothing meanwhile
+        status, data, _ = served.call("GET", "/debug/explain?namespace=ml&pod=train-0")
+        assert status == 200
+        decision = json.loads(data)["decisions"][-1]
+        assert REASON in decision["summary"]
+        assert {(n["verdict"], n["reason"]) for n in decision["nodes"]} == {("failed", REASON)}
+        assert metric(served, "kilter_gangs_waiting_for_domains") == 1.0
+        # Preemption would make room it chose to wait for rather than take: no node is kept.
+        meta = {"r1-t05": {"Pods": [{"UID": "uid-busy-r1-t05"}], "NumPDBViolations": 0}}
+        status, answer = served.post(
+            "preempt", {"Pod": pods[0], "NodeNameToVictims": None, "NodeNameToMetaVictims": meta}
+        )
+        assert status == 200 and answer == {"NodeNameToMetaVictims": {}}
+
+
+def test_once_its_budget_is_spent_the_gang_is_placed_split(tmp_path: Path) -> None:
+    pods = gang_pods("late", created(BUDGET_S + 5), annotations=RUNTIME)
+    with serve_snapshot(tmp_path, [*fleet_objects(), *pods]) as served:
+        result = filter_pod(served, pods)
+        assert sorted(result["NodeNames"]) == FREE  # its plan's four trays, two in each rack
+        assert metric(served, "kilter_gangs_waiting_for_domains") == 0.0
+
+
+def test_factor_zero_on_the_cluster_queue_places_at_once_and_the_job_may_override_it(tmp_path: Path) -> None:
+    queue = {"kueue.x-k8s.io/queue-name": "team"}
+    off = gang_pods("off", created(630), annotations=RUNTIME, labels=queue)
+    mine = gang_pods("mine", created(630), annotations={**RUNTIME, "kilter.dev/split-wait": "1"}, labels=queue)
+    objects = [*fleet_objects(), *queue_objects(cq_notes={"kilter.dev/split-wait": "0"}), *off, *mine]
+    with serve_snapshot(tmp_path, objects) as served:
+        assert filter_pod(served, mine)["FailedNodes"]["r2-t01"] == REASON
+        assert sorted(filter_pod(served, off)["NodeNames"]) == FREE
+
+
+def test_a_required_gang_and_a_gang_without_an_estimate_never_wait(tmp_path: Path) -> None:
+    required = {**RUNTIME, "kueue.x-k8s.io/podset-required-topology": "fabric.topograph.run/tier-1"}
+    strict = gang_pods("strict", created(630), annotations=required)
+    unknown = gang_pods("unknown", created(630))
+    with serve_snapshot(tmp_path, [*fleet_objects(), *strict]) as served:
+        assert sorted(filter_pod(served, strict)["NodeNames"]) == FREE
+    with serve_snapshot(tmp_path / "unknown", [*fleet_objects(), *unknown]) as served:
+        assert sorted(filter_pod(served, unknown)["NodeNames"]) == FREE
+
+
+def test_the_runtime_learned_from_finished_workloads_makes_the_gang_wait(tmp_path: Path) -> None:
+    history = [finished_workload(f"done-{h}", h) for h in (8, 10, 12)]
+    pods = gang_pods("train", created(630), labels={"kueue.x-k8s.io/queue-name": "team"})
+    with serve_snapshot(tmp_path, [*fleet_objects(), *queue_objects(), *history, *pods]) as served:
+        assert filter_pod(served, pods)["FailedNodes"]["r1-t00"] == REASON
+
+
+def test_a_bad_annotation_on_the_job_is_the_filter_error_and_on_a_queue_a_readyz_line(tmp_path: Path) -> None:
+    bad_job = gang_pods("bad", created(630), annotations={**RUNTIME, "kilter.dev/split-wait": "always"})
+    queue = {"kueue.x-k8s.io/queue-name": "team"}
+    good = gang_pods("train", created(630), annotations=RUNTIME, labels=queue)
+    queues = queue_objects(cq_notes={"kilter.dev/split-wait-max": "soon"})
+    with serve_snapshot(tmp_path, [*fleet_objects(), *queues, *bad_job, *good]) as served:
+        result = filter_pod(served, bad_job)
+        assert result["NodeNames"] is None and "kilter.dev/split-wait: 'always' is not a number" in result["Error"]
+        assert filter_pod(served, good)["FailedNodes"]["r1-t00"] == REASON  # the queue's bad cap is skipped
+        status, body, _ = served.call("GET", "/readyz")
+        assert status == 200
+        lines = body.decode().splitlines()
+        assert lines[0] == "ok"
+        assert any(line.startswith("ClusterQueue gpu: 'soon' is not a duration") for line in lines[1:]), lines

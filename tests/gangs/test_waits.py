@@ -1,0 +1,239 @@
+"""A preferred gang that fits only split waits for fewer domains, holding nothing, until its budget is spent."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from kilter.gangs import GangBook, GangPlan, identify
+from kilter.gangs.book import INFEASIBLE_RETRY_S
+from kilter.gangs.waits import SplitWaits
+from kilter.model.errors import InputError
+from kilter.state.store import MODIFIED, ClusterStore, Event
+from kilter.topology.split_wait import SplitWait
+from tests.gangs.wait_scenario import (
+    BUDGET_S,
+    FREE,
+    Clock,
+    finished_workload,
+    fleet_objects,
+    gang_pods,
+    queue_objects,
+)
+
+T0 = 1_790_000_000.0
+RUNTIME = {"kilter.dev/expected-runtime": "10h"}
+WAITS_2H = "waiting up to 2h for room in 1 domain; 2 available now"
+
+
+def book_over(objects: list[dict[str, Any]], clock: Clock, **waits: Any) -> GangBook:
+    store = ClusterStore()
+    store.replace(objects)
+    return GangBook(store, clock=clock, wall=clock, waits=SplitWaits(store, wall=clock, **waits))
+
+
+def ask(book: GangBook, name: str = "train", pod: int = 0) -> GangPlan:
+    held = book.store.pod_named("ml", f"{name}-{pod}")
+    assert held is not None
+    gang = identify(held, book.store)
+    assert gang is not None
+    plan = book.plan_for(gang, held, 4)
+    assert plan is not None
+    return plan
+
+
+def test_a_preferred_gang_that_fits_only_split_waits_and_holds_nothing() -> None:
+    clock = Clock(T0)
+    told: list[Any] = []
+    book = book_over([*fleet_objects(), *gang_pods("train", T0, annotations=RUNTIME)], clock)
+    book.on_planned = lambda gang, plan: told.append(plan)
+    plan = ask(book)
+    assert plan.waiting and not plan.feasible
+    assert plan.plan.reason == WAITS_2H
+    assert plan.slots == [] and book.store.reservation("ml/gang/train") == ()
+    assert told == []  # no plan record is written for a gang that waits
+    assert plan.hold("uid-train-0", 4).note == WAITS_2H and plan.hold("uid-train-0", 4).waits
+    assert book.waits is not None and book.waits.waiting() == 1
+
+
+def test_the_decision_is_kept_a_few_seconds_but_never_past_the_budget() -> None:
+    clock = Clock(T0)
+    book = book_over([*fleet_objects(), *gang_pods("train", T0 - BUDGET_S + 2, annotations=RUNTIME)], clock)
+    first = ask(book)
+    assert first.waiting and first.retry_s == pytest.approx(2.0)  # 2 s of the budget left: not the usual 5 s
+    clock.now += 1
+    assert ask(book, pod=1) is first  # the other pods of the gang get the same answer, not a new judgement
+    clock.now += 1.5
+    placed = ask(book, pod=2)
+    assert placed.feasible and not placed.waiting
+    assert sorted(s.node for s in placed.slots) == FREE  # the split it could have had, taken now
+    assert book.waits is not None and book.waits.waiting() == 0
+
+
+def test_a_long_wait_is_asked_again_after_the_usual_pause() -> None:
+    clock = Clock(T0)
+    book = book_over([*fleet_objects(), *gang_pods("train", T0, annotations=RUNTIME)], clock)
+    assert ask(book).retry_s == INFEASIBLE_RETRY_S
+
+
+def test_after_its_budget_the_gang_takes_the_split_plan_at_once() -> None:
+    clock = Clock(T0)
+    book = book_over([*fleet_objects(), *gang_pods("train", T0 - BUDGET_S - 1, annotations=RUNTIME)], clock)
+    plan = ask(book)
+    assert plan.feasible and len(plan.plan.domains) == 2
+
+
+@pytest.mark.parametrize(
+    ("cq", "cohort", "job", "reason"),
+    [
+        pytest.param({}, {}, {}, WAITS_2H, id="nothing set: the flags' defaults"),
+        pytest.param({"kilter.dev/split-wait": "0"}, {}, {}, "", id="factor 0 on the ClusterQueue: no wait"),
+        pytest.param({}, {"kilter.dev/split-wait": "0"}, {}, "", id="factor 0 on the Cohort above it: no wait"),
+        pytest.param(
+            {"kilter.dev/split-wait": "0.5"},
+            {"kilter.dev/split-wait": "0"},
+            {},
+            "waiting up to 1h for room in 1 domain; 2 available now",
+            id="the ClusterQueue's 0.5 over its Cohort's 0: 0.5 x 2h",
+        ),
+        pytest.param(
+            {"kilter.dev/split-wait": "0"},
+            {},
+            {"kilter.dev/split-wait": "1"},
+            WAITS_2H,
+            id="the job's own 1 over its queue's 0",
+        ),
+        pytest.param(
+            {},
+            {"kilter.dev/split-wait-max": "30m"},
+            {},
+            "waiting up to 30m for room in 1 domain; 2 available now",
+            id="the Cohort's cap of 30m under the 2h budget",
+        ),
+        pytest.param(
+            {"kilter.dev/split-wait-max": "1h"},
+            {},
+            {"kilter.dev/split-wait-max": "90m"},
+            "waiting up to 1h30m for room in 1 domain; 2 available now",
+            id="the job's cap over the queue's",
+        ),
+    ],
+)
+def test_settings_come_from_the_job_then_its_queue_then_the_cohorts_then_the_flags(
+    cq: dict[str, str], cohort: dict[str, str], job: dict[str, str], reason: str
+) -> None:
+    clock = Clock(T0)
+    pods = gang_pods("train", T0, annotations={**RUNTIME, **job}, labels={"kueue.x-k8s.io/queue-name": "team"})
+    book = book_over([*fleet_objects(), *queue_objects(cq_notes=cq, cohort_notes=cohort), *pods], clock)
+    plan = ask(book)
+    assert plan.plan.reason == reason if reason else plan.feasible
+
+
+def test_the_flags_set_what_nothing_in_the_cluster_does() -> None:
+    clock = Clock(T0)
+    objects = [*fleet_objects(), *gang_pods("train", T0, annotations=RUNTIME)]
+    assert ask(book_over(objects, clock, defaults=SplitWait(factor=0.0))).feasible
+    slow = book_over(objects, clock, defaults=SplitWait(split_slowdown=0.1))  # 1 x 0.1 x 1 x 10h = 1h
+    assert ask(slow).plan.reason == "waiting up to 1h for room in 1 domain; 2 available now"
+
+
+@pytest.mark.parametrize(
+    ("annotations", "why"),
+    [
+        pytest.param({}, "no runtime declared and no history: no estimate", id="no estimate"),
+        pytest.param(
+            {**RUNTIME, "kueue.x-k8s.io/podset-required-topology": "fabric.topograph.run/tier-1"},
+            "required (one leaf): required gangs never wait here",
+            id="required",
+        ),
+        pytest.param(
+            {**RUNTIME, "kueue.x-k8s.io/podset-unconstrained-topology": "true"},
+            "unconstrained: it asked for no topology",
+            id="unconstrained",
+        ),
+    ],
+)
+def test_a_gang_the_rule_does_not_cover_is_placed_split_at_once(annotations: dict[str, str], why: str) -> None:
+    clock = Clock(T0)
+    book = book_over([*fleet_objects(), *gang_pods("train", T0, annotations=annotations)], clock)
+    plan = ask(book)
+    assert plan.feasible and len(plan.plan.domains) == 2, why
+
+
+def test_a_gang_that_fits_one_domain_now_never_waits() -> None:
+    clock = Clock(T0)
+    book = book_over([*fleet_objects(), *gang_pods("pair", T0, pods=2, annotations=RUNTIME)], clock)
+    plan = ask(book, "pair")
+    assert plan.feasible and len(plan.plan.domains) == 1
+
+
+def test_the_runtime_declared_by_a_deadline_or_kueues_label_counts_too() -> None:
+    clock = Clock(T0)
+    pods = gang_pods("train", T0, labels={"kueue.x-k8s.io/max-exec-time-seconds": "18000"})  # 5 h: 1 h budget
+    assert ask(book_over([*fleet_objects(), *pods], clock)).plan.reason.startswith("waiting up to 1h for")
+    pods = gang_pods("train", T0)
+    for pod in pods:
+        pod["spec"]["activeDeadlineSeconds"] = 9000  # 2.5 h: 30 min budget
+    assert ask(book_over([*fleet_objects(), *pods], clock)).plan.reason.startswith("waiting up to 30m for")
+
+
+def test_the_runtime_is_learned_from_the_queues_finished_workloads() -> None:
+    clock = Clock(T0)
+    history = [finished_workload(f"done-{h}", h) for h in (8, 10, 12)]  # 16 GPUs each, median 10 h
+    pods = gang_pods("train", T0, labels={"kueue.x-k8s.io/queue-name": "team"})
+    book = book_over([*fleet_objects(), *queue_objects(), *history, *pods], clock)
+    assert ask(book).plan.reason == WAITS_2H
+    assert book.waits is not None and book.waits.runtimes.observed == 3
+
+
+def test_finishes_are_learned_one_event_at_a_time_and_once() -> None:
+    store = ClusterStore()
+    store.replace([*fleet_objects(), *queue_objects()])
+    waits = SplitWaits(store)
+    assert waits.runtimes.estimate("gpu", 16) is None
+    done = finished_workload("done", 4)
+    store.apply([Event(MODIFIED, done)])
+    assert waits.runtimes.estimate("gpu", 16) == pytest.approx(4 * 3600)
+    again = {**done, "metadata": {**done["metadata"], "labels": {"touched": "yes"}}}
+    store.apply([Event(MODIFIED, again)])  # the same finished Workload changed again: not a second run
+    assert waits.runtimes.observed == 1
+    running = finished_workload("running", 4)
+    running["status"]["conditions"] = running["status"]["conditions"][:2]
+    store.apply([Event(MODIFIED, running)])
+    assert waits.runtimes.observed == 1
+
+
+def test_a_bad_queue_annotation_is_skipped_and_named_and_placing_goes_on() -> None:
+    clock = Clock(T0)
+    queues = queue_objects(cq_notes={"kilter.dev/split-wait": "lots"}, cohort_notes={"kilter.dev/split-wait": "0"})
+    pods = gang_pods("train", T0, annotations=RUNTIME, labels={"kueue.x-k8s.io/queue-name": "team"})
+    book = book_over([*fleet_objects(), *queues, *pods], clock)
+    assert ask(book).feasible  # the Cohort's 0 applies
+    assert book.waits is not None
+    (problem,) = book.waits.problems()
+    assert problem.startswith("ClusterQueue gpu: kilter.dev/split-wait: 'lots' is not a number")
+
+
+def test_a_bad_annotation_on_the_job_refuses_its_gang_saying_which() -> None:
+    clock = Clock(T0)
+    pods = gang_pods("train", T0, annotations={"kilter.dev/expected-runtime": "a while"})
+    book = book_over([*fleet_objects(), *pods], clock)
+    with pytest.raises(InputError, match=r"kilter\.dev/expected-runtime"):
+        ask(book)
+
+
+def test_waiting_gangs_are_counted_until_their_budget_runs_out_or_they_are_gone() -> None:
+    clock = Clock(T0)
+    objects = [
+        *fleet_objects(),
+        *gang_pods("a", T0, annotations=RUNTIME),
+        *gang_pods("b", T0 - 3600, annotations=RUNTIME),
+    ]
+    book = book_over(objects, clock)
+    assert ask(book, "a").waiting and ask(book, "b").waiting
+    assert book.waits is not None and book.waits.waiting() == 2
+    clock.now += 3600  # b's 2 h are spent
+    assert book.waits.waiting() == 1
+    book.store.replace([o for o in objects if not o["metadata"]["name"].startswith("a-")])
+    assert book.waits.waiting() == 0
