@@ -247,6 +247,18 @@ def test_owner_references_served_as_protobuf_and_as_json_read_as_the_same_views(
     assert page.items[0].metadata.owner_references is page.items[1].metadata.owner_references
 
 
+def test_a_pods_active_deadline_reads_the_same_from_protobuf_and_json(server: ListWatchServer) -> None:
+    spec = {"containers": [{"name": "c", "image": "i"}], "activeDeadlineSeconds": 36_000}  # a declared runtime
+    server.add({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "ns"}, "spec": spec})
+    server.add({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "q", "namespace": "ns"}, "spec": {}})
+    _, content_type, body = get(server, "/api/v1/namespaces/ns/pods", PREFER_PROTOBUF)
+    assert content_type == MEDIA_TYPE
+    page = protobuf.decode_page(protobuf.Decoder(), Pod, body)
+    _, _, as_json = get(server, "/api/v1/namespaces/ns/pods", "application/json")
+    assert page.items == [msgspec.convert(item, Pod) for item in json.loads(as_json)["items"]]
+    assert [p.spec.active_deadline_seconds for p in page.items] == [36_000, None]
+
+
 def test_custom_resources_answer_json_to_a_protobuf_preference_and_406_to_protobuf_only(
     server: ListWatchServer,
 ) -> None:
