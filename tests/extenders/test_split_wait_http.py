@@ -13,8 +13,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tests.extenders.conftest import Served, names_args, serve_snapshot
+from kilter.cli.serve import build_app
+from tests.extenders.conftest import Served, _Server, names_args, serve_config, serve_snapshot
 from tests.gangs.wait_scenario import BUDGET_S, FREE, NODES, finished_workload, fleet_objects, gang_pods, queue_objects
+from tests.live_mode import live_cluster, wait_ready
 
 RUNTIME = {"kilter.dev/expected-runtime": "10h"}
 REASON = "waiting up to 1h50m for room in 1 domain; 2 available now"
@@ -94,6 +96,24 @@ def test_the_runtime_learned_from_finished_workloads_makes_the_gang_wait(tmp_pat
     pods = gang_pods("train", created(630), labels={"kueue.x-k8s.io/queue-name": "team"})
     with serve_snapshot(tmp_path, [*fleet_objects(), *queue_objects(), *history, *pods]) as served:
         assert filter_pod(served, pods)["FailedNodes"]["r1-t00"] == REASON
+
+
+def test_a_live_feed_learns_from_the_workloads_listed_and_from_each_that_finishes_after(tmp_path: Path) -> None:
+    queue = {"kueue.x-k8s.io/queue-name": "team"}
+    first, second = gang_pods("a", created(630), labels=queue), gang_pods("b", created(630), labels=queue)
+    running = finished_workload("later", 15)
+    running["status"]["conditions"] = running["status"]["conditions"][:2]  # admitted, not finished yet
+    objects = [*fleet_objects(), *queue_objects(), finished_workload("done", 5), running, *first, *second]
+    with live_cluster(tmp_path, objects) as cluster:
+        app, store = build_app(serve_config(None, kubeconfig=cluster.kubeconfig))
+        with _Server(app, None) as port:
+            wait_ready(store)
+            served = Served(app, store, None, port, cluster=cluster)
+            # Listed at start: one run of 5 h, so a 1 h budget, 10 min 30 s of it gone.
+            assert filter_pod(served, first)["FailedNodes"]["r1-t00"].startswith("waiting up to 49m")
+            # The other Workload finishes after 15 h: the median of 5 h and 15 h is 10 h, a 2 h budget.
+            served.replace([o for o in objects if o is not running] + [finished_workload("later", 15)])
+            assert filter_pod(served, second)["FailedNodes"]["r1-t00"] == REASON
 
 
 def test_a_bad_annotation_on_the_job_is_the_filter_error_and_on_a_queue_a_readyz_line(tmp_path: Path) -> None:
