@@ -1,6 +1,6 @@
 """Gangs: who belongs to one (``GangKey``), their plans and reservations (``GangBook``), and plan records."""
 
-from kilter.gangs import book, identity, key_secret, keys, owners, recorder, records, refit, trust
+from kilter.gangs import book, identity, key_secret, keys, layout, owners, ranks, recorder, records, refit, seats, trust
 from kilter.gangs.book import GangBook, GangPlan, Slot
 from kilter.gangs.identity import GangId, GangKey, GangSelector, gang_of, identify, in_gang
 from kilter.gangs.key_secret import KeySecret
@@ -26,9 +26,12 @@ __all__ = [
     "in_gang",
     "key_secret",
     "keys",
+    "layout",
     "owners",
+    "ranks",
     "recorder",
     "records",
     "refit",
+    "seats",
     "trust",
 ]

@@ -228,6 +228,6 @@ def test_plan_json_lists_each_pod_sets_nodes_in_rank_order(tmp_path: Path, capsy
     assert code == 0
     nodes = json.loads(out)["podSets"][0]["nodes"]
     assert len(nodes) == 40 and len({n.split("-")[0] for n in nodes}) > 1
-    block = {rack: b for rack, (b, _) in racks.items()}
-    assert nodes == sorted(nodes, key=lambda n: (block[n.split("-")[0]], n))  # index 0 first, ranks in that order
+    block_of = {rack: b for rack, (b, _) in racks.items()}
+    assert nodes == sorted(nodes, key=lambda n: (block_of[n.split("-")[0]], n))  # index 0 first, ranks in that order
     assert all(nodes.count(n) == 2 and nodes[nodes.index(n) + 1] == n for n in set(nodes))
