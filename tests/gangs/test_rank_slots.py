@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from kilter.gangs import GangBook, GangPlan, PlanKeys, identify, layout, seats
 from kilter.gangs.ranks import Place, Shape
 from kilter.gangs.records import PLAN_ANNOTATION, PlanRecord, encode
@@ -12,6 +15,8 @@ from kilter.model import codec
 from kilter.model.core_v1 import Pod
 from kilter.state.store import DELETED, ClusterStore, Event
 from tests.extenders.conftest import cluster_objects, pod_json
+from tests.topology.builders import CLIQUE, TIER1, node_dict
+from tests.topology.test_rank_order import TIER2
 
 JOB = "batch.kubernetes.io/job-completion-index"
 LWS_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"
@@ -221,3 +226,47 @@ def test_a_plan_adopted_from_the_admission_check_ranks_each_pod_set_from_0() -> 
     assert [(s.node, s.pod_set, s.rank) for s in adopted.slots] == [
         (fleet.node_names[n], "pods", i) for i, n in enumerate(planned.node_indices)
     ]
+
+
+@st.composite
+def indexed_gangs_on_fleets(draw: st.DrawFn) -> tuple[list[dict[str, Any]], int, int]:
+    objects: list[dict[str, Any]] = []
+    for r in range(draw(st.integers(2, 6))):
+        block, spine, trays = f"b{draw(st.integers(0, 2))}", f"s{draw(st.integers(0, 1))}", draw(st.integers(2, 8))
+        busy = draw(st.integers(0, trays))
+        for t in range(trays):
+            objects.append(node_dict(f"x{r}-t{t}", labels={CLIQUE: f"x{r}", TIER1: block, TIER2: spine}))
+            if t < busy:
+                objects.append(pod_json(f"busy-{r}-{t}", draw(st.sampled_from([1, 2, 4])), node=f"x{r}-t{t}"))
+    return objects, draw(st.integers(4, 30)), draw(st.sampled_from([2, 4]))
+
+
+@settings(max_examples=40, deadline=None)
+@given(indexed_gangs_on_fleets())
+def test_on_random_fleets_each_domain_and_each_block_holds_a_consecutive_range_of_a_gangs_ranks(
+    case: tuple[list[dict[str, Any]], int, int],
+) -> None:
+    objects, size, gpus = case
+    pods = [member(i, size=size, gpus=gpus) for i in range(size)]
+    store = ClusterStore()
+    store.replace([*objects, *pods])
+    book = GangBook(store)
+    p = codec.convert(pods[0], Pod)
+    gang = identify(p, store)
+    assert gang is not None
+    plan = book.plan_for(gang, p, gpus)
+    if plan is None or not plan.feasible:
+        return
+    fleet = store.fleet()
+    node_of = []
+    for i in range(size):
+        found = seat_of(plan, store, pods[i], gpus)
+        assert found.place == Place("pods", i) and len(found.nodes) == 1
+        node_of.append(found.nodes[0])
+    for level in (None, *range(fleet.domain_group.shape[0])):
+        keys = [
+            int(fleet.node_domain[n]) if level is None else int(fleet.domain_group[level, fleet.node_domain[n]])
+            for n in node_of
+        ]
+        runs = [k for i, k in enumerate(keys) if i == 0 or keys[i - 1] != k]
+        assert len(runs) == len(set(runs)), f"level {level}: ranks of one group are split: {runs}"
