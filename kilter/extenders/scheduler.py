@@ -177,7 +177,8 @@ class SchedulerExtender:
             if not p.gpus:
                 return Answer(200, filter_answer.pass_through(args), "not-gpu")
             plan = self._gang(p)
-            hold = seats.hold(plan, self._seat(p, plan)) if plan is not None else None
+            found = self._seat(p, plan)
+            hold = seats.hold(plan, found) if plan is not None else None
             judged = (
                 self._ladder.judge(fleet, cand.index, resource=p.resource, gpus=p.gpus, spec=p.pod.spec, hold=hold)
                 if fleet.n_nodes
@@ -202,6 +203,8 @@ class SchedulerExtender:
         )
         summary = f"{len(passing)} of {len(cand.index)} nodes pass for {p.gpus} {p.resource}"
         gang_note = plan.describe() if plan is not None else ""
+        if found is not None and found.note:
+            gang_note += f"; {found.note}"
         self.log.add(
             p.pod.metadata.namespace,
             p.pod.metadata.name,

@@ -6,6 +6,7 @@ its full t00 and half-used t01), so a gang of 20 four-GPU pods spans both racks.
 
 from __future__ import annotations
 
+import json
 import random
 import time
 from typing import Any
@@ -46,6 +47,9 @@ def test_each_pod_is_filtered_to_its_ranks_node_scored_there_and_bound_there(tmp
         assert "holds this pod to its gang's plan" in held and f"holds rank 13 of pod set pods on {of_rank[13]}" in held
         _, scores = served.post("prioritize", names_args(member(13), EVERYTHING))
         assert [h["Host"] for h in scores if h["Score"] == 10] == [of_rank[13]]
+        _, explained, _ = served.call("GET", "/debug/explain?namespace=ml&pod=train-13")
+        summary = next(d["summary"] for d in json.loads(explained)["decisions"] if d["verb"] == "filter")
+        assert f"holds rank 13 of pod set pods on {of_rank[13]}" in summary
         # The scheduler takes the pods in any order; each one may go to its own rank's node only, and binds there.
         order = list(range(20))
         random.Random(18).shuffle(order)
