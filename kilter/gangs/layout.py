@@ -32,7 +32,7 @@ from kilter.gangs.identity import GangId
 from kilter.gangs.ranks import ROLE_ORDER, Place, Shape, group_of, place_of, read_index
 from kilter.model.core_v1 import Pod, PodSpec, PodTemplateSpec, pod_request
 from kilter.model.errors import InputError
-from kilter.model.jobs import PodSetSpec, topology_request
+from kilter.model.jobs import PodSetSpec, TopologyRequest, topology_request
 from kilter.topology import verdicts
 from kilter.topology.catalog import Catalog
 from kilter.topology.fleet import Fleet
@@ -193,7 +193,7 @@ def _built(pod: Pod, gpus: int, members: list[Pod], *, size: int, bound: int, re
     shapes = tuple(Shape(name[k], count[k], k[1]) for k in keys)
     left = {name[k]: count[k] - sum(1 for m in groups[k] if m.spec.node_name) for k in keys}
     to_place = tuple(
-        _pod_set(name[k], left[name[k]], pod if k == mine else min(groups[k], key=lambda m: m.metadata.name))
+        _pod_set(name[k], left[name[k]], pod) if k == mine else _their(name[k], left[name[k]], groups[k])
         for k in keys
         if left[name[k]] > 0
     )
@@ -207,6 +207,16 @@ def _pod_set(name: str, count: int, rep: Pod) -> PodSetSpec:
     """A pod set of ``count`` pods shaped as ``rep``, with the TAS request its annotations make."""
     template = PodTemplateSpec(metadata=rep.metadata, spec=rep.spec)
     return PodSetSpec(name, count, template, topology_request(template, count, path="$.Pod"))
+
+
+def _their(name: str, count: int, pods: Sequence[Pod]) -> PodSetSpec:
+    """A pod set of other pods than the asker's, shaped as the first of them by name; TAS annotations the webhook
+    would refuse on one of them leave that pod set without a topology request, rather than failing the asker."""
+    rep = min(pods, key=lambda m: m.metadata.name)
+    try:
+        return _pod_set(name, count, rep)
+    except InputError:
+        return PodSetSpec(name, count, PodTemplateSpec(metadata=rep.metadata, spec=rep.spec), TopologyRequest())
 
 
 def _role(group: str) -> int:

@@ -46,8 +46,8 @@ def seat(plan: GangPlan, pod: Pod, uid: str, gpus: int, store: ClusterStore) -> 
     found = ranks.place_of(pod, gpus, plan.shapes) if plan.shapes else None
     note = f"unindexed: {found}" if isinstance(found, str) else ""
     if isinstance(found, ranks.Place):
-        slot = next((s for s in plan.slots if s.place == found and s.gpus == gpus), None)
-        if slot is None:
+        slot = next((s for s in plan.slots if s.rank == found.rank and s.pod_set == found.pod_set), None)
+        if slot is None or slot.gpus != gpus:
             note = f"{found} has no slot in this plan (made without ranks): any free slot of its shape"
         elif not slot.uid:
             return Seat((slot.node_index,), found, f"holds {found} on {slot.node}")

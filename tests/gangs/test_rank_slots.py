@@ -172,6 +172,15 @@ def test_a_label_gang_of_mixed_gpu_counts_is_planned_in_its_real_shapes() -> Non
     assert len(seat_of(plan, store, workers[1], gpus=2).nodes) >= 1
 
 
+def test_another_shapes_bad_tas_annotations_do_not_fail_the_asker() -> None:
+    gang = {"kilter.dev/gang": "mix", "kilter.dev/gang-size": "3"}
+    leader = pod_json("lead", 4, labels=gang, annotations={"kueue.x-k8s.io/podset-slice-size": "2"})  # no level
+    workers = [pod_json(f"w{i}", 2, labels=gang) for i in range(2)]
+    book, store = book_over(leader, *workers)
+    plan = plan_of(book, store, workers[0], gpus=2)
+    assert sorted(s.gpus for s in plan.slots) == [2, 2, 4]
+
+
 def test_an_lws_groups_worker_index_counts_across_its_leader_and_workers() -> None:
     group = {"leaderworkerset.sigs.k8s.io/name": "infer", "leaderworkerset.sigs.k8s.io/group-index": "0"}
     size = {"leaderworkerset.sigs.k8s.io/size": "4"}
