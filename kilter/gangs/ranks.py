@@ -35,11 +35,12 @@ brackets); the first source a pod carries wins:
    annotation, else the label of that name (Kubernetes 1.28 and later set
    both). [kubernetes/api batch/v1/types.go: JobCompletionIndexAnnotation]
 
-Which pod set: the one Kueue's ``kueue.x-k8s.io/podset`` label names, else
-the one named after the index's group (replicated job, replica type;
-``NAME`` or ``NAME-<shape>``, the names kilter gives pod sets it builds),
-else — for an index that counts across pod sets — the pod set whose range
-holds it, else the gang's only pod set of the pod's GPU count. Kueue's
+Which pod set: the one Kueue's ``kueue.x-k8s.io/podset`` label names; else,
+for an index counted within a group (replicated job, replica type), the pod
+set named after the group (``NAME``, or ``NAME-<shape>`` as kilter names the
+pod sets it builds) and no other — a master's index 0 is not a worker's; for
+an index that counts across pod sets, the pod set whose range holds it; for
+any other, the gang's only pod set of the pod's GPU count. Kueue's
 ``kueue.x-k8s.io/pod-index-offset`` annotation is subtracted from an index
 within a pod set (Kueue puts 1 on the workers beside an MPI launcher that
 also works).
@@ -62,7 +63,6 @@ from kilter.state.store import ClusterStore
 from kilter.topology.fleet import ENDED_PHASES
 
 __all__ = [
-    "INDEX_KEYS",
     "JOBSET_JOB_INDEX",
     "JOBSET_REPLICAS",
     "JOBSET_REPLICATED_JOB",
@@ -95,7 +95,6 @@ KUEUE_POD_GROUP_INDEX = "kueue.x-k8s.io/pod-group-pod-index"
 KUEUE_POD_GROUP_INDEX_LABEL = "kueue.x-k8s.io/pod-group-pod-index-label"
 KUEUE_POD_SET = "kueue.x-k8s.io/podset"
 KUEUE_POD_INDEX_OFFSET = "kueue.x-k8s.io/pod-index-offset"
-INDEX_KEYS = (JOBSET_JOB_INDEX, KUBEFLOW_REPLICA_INDEX, LWS_WORKER_INDEX, KUEUE_POD_GROUP_INDEX, JOB_COMPLETION_INDEX)
 
 ROLE_ORDER = ("master", "chief", "launcher", "worker")
 """Replica types in the order kilter lists a Kubeflow gang's pod sets when it builds them from the pods: the

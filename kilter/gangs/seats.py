@@ -1,8 +1,8 @@
 """Which of its gang's planned slots a pod may take: its own rank's, else any free one of its shape.
 
 Every server that holds a pod to its gang's plan asks here (the extender's
-filter, prioritize, preempt and bind; Volcano's predicate, nodeOrder,
-allocate and jobReady), so the rules are one:
+filter, prioritize, preempt and bind; Volcano's predicate, nodeOrder and
+allocate), so the rules are one:
 
 1. a slot the pod is bound to already is its own;
 2. a pod with an index (``ranks.place_of``) takes the slot of its rank —
