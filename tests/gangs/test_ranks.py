@@ -193,7 +193,10 @@ values = st.one_of(st.integers(-3, 20).map(str), st.sampled_from(["", "x", "work
 @given(
     st.dictionaries(st.sampled_from(KEYS), values, max_size=6),
     st.dictionaries(st.sampled_from([*KEYS, KUEUE_OFFSET]), values, max_size=6),
-    st.lists(st.tuples(st.sampled_from(["main", "worker", "w", "pods-4gpu"]), st.integers(0, 6), st.integers(0, 8))),
+    st.lists(
+        st.tuples(st.sampled_from(["main", "worker", "w", "pods-4gpu"]), st.integers(0, 6), st.integers(0, 8)),
+        unique_by=lambda t: t[0],  # a gang's pod sets have distinct names
+    ),
     st.integers(0, 8),
 )
 def test_whatever_a_pod_carries_its_place_is_a_rank_inside_a_pod_set_of_its_shape_or_a_reason(
