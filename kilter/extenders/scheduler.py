@@ -30,7 +30,7 @@ import numpy as np
 
 from kilter.extenders import filter_answer, wire
 from kilter.extenders.explain import DecisionLog, Record
-from kilter.gangs import GangBook, GangPlan, identify
+from kilter.gangs import GangBook, GangPlan, identify, ranks, seats
 from kilter.kube.api import ApiError, ApiServer, check_name, check_namespace, object_path
 from kilter.model import codec
 from kilter.model.core_v1 import Pod, pod_request
@@ -74,6 +74,7 @@ class _Seen:
     pending: bool  # the body showed no nodeName
     node: str = ""  # where kilter bound it
     gang: str = ""  # the key of the gang whose plan held it, "" if none
+    place: ranks.Place | None = None  # the rank slot that plan holds it to, None if none
 
 
 class SchedulerExtender:
@@ -158,6 +159,16 @@ class SchedulerExtender:
             seen.gang = gang.key if plan is not None and self.gangs.plans.get(gang.key) is plan else ""
         return plan
 
+    def _seat(self, p: _Pod, plan: GangPlan | None) -> seats.Seat | None:
+        """Where the pod may go on its gang's feasible plan (None: it has none); bind gives it the rank's slot."""
+        if plan is None or not plan.feasible:
+            return None
+        found = seats.seat(plan, p.pod, p.uid, p.gpus, self.store)
+        seen = self._seen.get(p.uid)
+        if seen is not None:
+            seen.place = found.place
+        return found
+
     # ------------------------------------------------------------------ filter
 
     def filter(self, body: bytes) -> Answer:
@@ -169,7 +180,8 @@ class SchedulerExtender:
             if not p.gpus:
                 return Answer(200, filter_answer.pass_through(args), "not-gpu")
             plan = self._gang(p)
-            hold = plan.hold(p.uid, p.gpus) if plan is not None else None
+            found = self._seat(p, plan)
+            hold = seats.hold(plan, found) if plan is not None else None
             judged = (
                 self._ladder.judge(fleet, cand.index, resource=p.resource, gpus=p.gpus, spec=p.pod.spec, hold=hold)
                 if fleet.n_nodes
@@ -194,6 +206,8 @@ class SchedulerExtender:
         )
         summary = f"{len(passing)} of {len(cand.index)} nodes pass for {p.gpus} {p.resource}"
         gang_note = plan.describe() if plan is not None else ""
+        if found is not None and found.note:
+            gang_note += f"; {found.note}"
         self.log.add(
             p.pod.metadata.namespace,
             p.pod.metadata.name,
@@ -227,7 +241,8 @@ class SchedulerExtender:
             if not p.gpus:
                 return Answer(200, b"[]", "not-gpu")
             plan = self._gang(p)
-            planned: Sequence[int] = plan.nodes_for(p.uid, p.gpus) if plan is not None and plan.feasible else ()
+            found = self._seat(p, plan)
+            planned: Sequence[int] = found.nodes if found is not None else ()
             raw_names = bytes(args.node_names)
             if raw_names != b"null":
                 scores, index = score_pod_json(fleet, raw_names, gpus=p.gpus, planned=planned)
@@ -291,7 +306,8 @@ class SchedulerExtender:
             plan = self._gang(p) if p.gpus else None
         except KilterError:
             plan = None
-        allowed = set(plan.nodes_for(p.uid, p.gpus)) if plan is not None and plan.feasible else None
+        found = self._seat(p, plan) if p.gpus else None
+        allowed = set(found.nodes) if found is not None else None
         kept: dict[str, wire.MetaVictims] = {}
         notes: dict[str, str] = {}
         for node_name, meta in offered.items():
@@ -422,7 +438,7 @@ class SchedulerExtender:
             return Answer(200, self._encoder.encode(wire.BindingResult()), "bound")  # a retry: recorded already
         seen.pending, seen.node = False, args.node
         if seen.gpus and args.node in fleet.node_index:
-            gang = self.gangs.bound(uid, args.node, seen.gpus, gang=seen.gang) if seen.gang else None
+            gang = self.gangs.bound(uid, args.node, seen.gpus, gang=seen.gang, place=seen.place) if seen.gang else None
             if gang is None:
                 self.store.assume(uid, args.node, seen.gpus)
         return Answer(200, self._encoder.encode(wire.BindingResult()), "bound")

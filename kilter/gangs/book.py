@@ -21,27 +21,26 @@ still exist, be usable, admit the pods and have the GPUs free. Otherwise the
 gang is planned afresh (and that plan recorded).
 
 Whom a plan is made for, and how many GPUs one namespace's plans may hold,
-is ``trust``'s call (issue #17). The module runs past 400 lines because
-planning, verifying, adopting records and binding slots all change the one
-dict of plans and its counters; the rules they apply live in ``trust``,
-``refit`` and ``records``.
+is ``trust``'s call (issue #17). The module runs past 500 lines because
+planning, verifying, adopting records, holding back and binding slots all
+change the one dict of plans and its counters; the rules they apply live in
+``trust``, ``refit``, ``records``, ``layout``, ``seats`` and ``waits``.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from kilter.gangs import records, refit, trust
+from kilter.gangs import layout, ranks, records, refit, trust
 from kilter.gangs.identity import INDEXED_ANNOTATIONS, INDEXED_LABELS, GangId, gang_of, in_gang
 from kilter.gangs.keys import PlanKeys
+from kilter.gangs.layout import Layout, SlotSpec
 from kilter.gangs.waits import SplitWaits
-from kilter.model.core_v1 import Pod, PodTemplateSpec, pod_request
+from kilter.model.core_v1 import Pod, pod_request
 from kilter.model.errors import InputError
-from kilter.model.jobs import PodSetSpec
-from kilter.model.jobs import topology_request as _topology_request
 from kilter.quota.tree import QuotaTree, build_tree
 from kilter.state.store import ClusterStore
 from kilter.topology import verdicts
@@ -60,9 +59,10 @@ class Slot:
 
     ``uid`` is the pod bound to the slot ("" while open); ``reserved`` says
     the slot's GPUs are held in the store's reservation for the gang (an open
-    slot) rather than booked for its pod. ``rank`` is the pod's rank within
-    the gang (its position in the gang's rank order, 0 first) once ranks are
-    assigned; nothing assigns them yet, so it is None.
+    slot) rather than booked for its pod. ``rank`` is the rank of pod set
+    ``pod_set`` whose pod the slot is for (``gangs.ranks`` holds a pod with
+    that index to it; None: the plan is unranked, any pod of the shape may
+    take it).
     """
 
     node: str
@@ -71,6 +71,11 @@ class Slot:
     uid: str = ""
     reserved: bool = True
     rank: int | None = None
+    pod_set: str = ""
+
+    @property
+    def place(self) -> ranks.Place | None:
+        return None if self.rank is None else ranks.Place(self.pod_set, self.rank)
 
 
 @dataclass
@@ -86,6 +91,7 @@ class GangPlan:
     asker: tuple[str, str, str] = ("", "", "")  # namespace, name and uid of the unseen pod an unverified plan is for
     admitted: bool = False  # a queue admitted the gang: exempt from the namespace's caps
     uids: dict[str, str] = field(default_factory=dict)  # UID of each object the record goes on, by name (signing)
+    shapes: tuple[ranks.Shape, ...] = ()  # the gang's pod sets, whole: what a pod's index is a rank of
     waiting: bool = False  # held back for room in fewer domains (``waits``): infeasible, holding nothing
     retry_s: float = INFEASIBLE_RETRY_S  # an infeasible plan is asked again after this long
 
@@ -282,11 +288,12 @@ class GangBook:
         fleet = self.store.fleet()
         if any(n >= fleet.n_nodes for n in plan.node_indices):
             return None
-        slots = [Slot(fleet.node_names[n], n, g) for n, g in zip(plan.node_indices, plan.gpus, strict=True)]
+        shaped = layout.of_plan(plan)
+        slots = _slots(shaped.slots(plan, fleet))
         if not self._reserve(gang, slots):
             return None
-        now, generation = self.clock(), self.store.generation
-        adopted = GangPlan(gang, plan, slots, now, generation, origin="admission-check", admitted=True)  # Kueue's
+        now, generation, shapes = self.clock(), self.store.generation, shaped.shapes
+        adopted = GangPlan(gang, plan, slots, now, generation, "admission-check", admitted=True, shapes=shapes)
         self.plans[gang.key] = adopted
         self.planned += 1
         self._tell(adopted)
@@ -319,17 +326,11 @@ class GangBook:
             size = gang.size if gang.size is not None else max(len(members), 1)
         if gang.size is None and size < 2:
             return None  # a lone pod of a gang whose size nothing tells: placed like any pod
-        remaining = size - bound
-        if remaining <= 0:
+        if size - bound <= 0:
             return None
-        if gang.pod_sets:
-            pod_sets = _shrink(gang.pod_sets, bound)
-        else:
-            template = PodTemplateSpec(metadata=pod.metadata, spec=pod.spec)
-            topology = _topology_request(template, remaining, path="$.Pod")
-            pod_sets = (PodSetSpec("pods", remaining, template, topology),)
-        request = gang_request(gang.key, pod_sets, fleet.catalog)
-        adopted = self._from_record(gang, request, members)
+        shaped = layout.of_gang(gang, pod, gpus, members, size=size, bound=bound, catalog=fleet.catalog)
+        request = gang_request(gang.key, shaped.to_place, fleet.catalog)
+        adopted = self._from_record(gang, request, members, shaped)
         if adopted is not None:
             return adopted
         result = plan_gang(fleet, request)
@@ -340,7 +341,7 @@ class GangBook:
             return GangPlan(gang, waits, [], self.clock(), self.store.generation, waiting=True, retry_s=retry)
         slots: list[Slot] = []
         if result.feasible:
-            slots = [Slot(fleet.node_names[n], n, g) for n, g in zip(result.node_indices, result.gpus, strict=True)]
+            slots = _slots(shaped.slots(result, fleet))
             if not self._reserve(gang, slots):  # the planner only uses free GPUs of usable nodes: a bug
                 log.error("gang %s: the plan's GPUs could not be reserved; placed like single pods", gang.key)
                 return None
@@ -348,11 +349,14 @@ class GangBook:
         held = self.store.pod_named(pod.metadata.namespace, pod.metadata.name)
         if held is not None and held.metadata.uid == pod.metadata.uid and not held.spec.node_name:
             unbound.add(pod.metadata.name)  # only pods the state holds get a record (``trust``)
-        return GangPlan(gang, result, slots, self.clock(), self.store.generation, pods=tuple(sorted(unbound)))
+        now, generation, pods = self.clock(), self.store.generation, tuple(sorted(unbound))
+        return GangPlan(gang, result, slots, now, generation, pods=pods, shapes=shaped.shapes)
 
     # ------------------------------------------------------------------ records
 
-    def _from_record(self, gang: GangId, request: GangRequest, members: list[Pod] | None) -> GangPlan | None:
+    def _from_record(
+        self, gang: GangId, request: GangRequest, members: list[Pod] | None, shaped: Layout
+    ) -> GangPlan | None:
         """The gang's recorded plan, taken up again if it still holds; None when there is none or it does not."""
         owner = records.owner_of(gang.key)
         if owner is not None:
@@ -372,7 +376,7 @@ class GangBook:
             return None
         if members is None:
             members = in_gang(gang.key).members(self.store)
-        adopted, why = self._adopt_record(gang, request, record, members)
+        adopted, why = self._adopt_record(gang, request, record, members, shaped)
         if adopted is None:
             log.info("gang %s: the plan recorded at %s no longer fits (%s); planning afresh", gang.key, record.at, why)
         else:
@@ -388,26 +392,18 @@ class GangBook:
         return uid if isinstance(uid, str) else ""
 
     def _adopt_record(
-        self, gang: GangId, request: GangRequest, record: records.PlanRecord, members: Sequence[Pod]
+        self, gang: GangId, request: GangRequest, record: records.PlanRecord, members: Sequence[Pod], shaped: Layout
     ) -> tuple[GangPlan | None, str]:
-        """The recorded plan with its open slots reserved, or None and why it does not fit the fleet now."""
-        fleet = self.store.fleet()
-        fit = refit.fit(record, request, members, fleet)
+        """The recorded plan with its open slots reserved (each keeps the rank its place in the record gives it:
+        ``refit``), or None and why it does not fit the fleet now."""
+        fit = refit.fit(record, request, members, self.store.fleet(), shaped=shaped)
         if isinstance(fit, str):
             return None, fit
-        taken = [Slot(node, index, g, uid=uid, reserved=False) for node, index, g, uid in fit.taken]
-        slots = [Slot(node, index, g) for node, index, g in fit.open]
+        slots = _slots(fit.open)
         if not self._reserve(gang, slots):
             return None, "its nodes' GPUs could not be reserved"
-        indices = tuple(s.node_index for s in slots)
-        domains = tuple(sorted({fleet.domain_of_node(i) for i in indices}))
-        reason = (
-            f"the plan recorded at {record.at}: {len(slots)} pods, {sum(s.gpus for s in slots)} GPUs in "
-            f"{len(domains)} scale-up domain{'s' if len(domains) != 1 else ''}"
-        )
-        platform = fleet.platform_of_node(indices[0]).name if indices else None
-        plan = Plan(True, reason, gang.key, platform, domains=domains, node_indices=indices, gpus=fit.gpus)
-        return GangPlan(gang, plan, [*taken, *slots], self.clock(), self.store.generation, origin="record"), ""
+        now, generation, shapes = self.clock(), self.store.generation, shaped.shapes
+        return GangPlan(gang, fit.plan, [*_slots(fit.taken), *slots], now, generation, "record", shapes=shapes), ""
 
     def _still_valid(self, plan: GangPlan) -> bool:
         """After a fleet rebuild, find each slot's node again by name; invalid if one went away, or if the rebuild
@@ -425,16 +421,22 @@ class GangBook:
             slot.node_index = index
         return ok
 
-    def bound(self, uid: str, node_name: str, gpus: int, *, gang: str | None = None) -> GangPlan | None:
+    def bound(
+        self, uid: str, node_name: str, gpus: int, *, gang: str | None = None, place: ranks.Place | None = None
+    ) -> GangPlan | None:
         """A pod was bound: turn its slot's reservation into the pod's own booking.
 
         ``gang`` is the key of the pod's gang when the caller knows it: only
         that gang's plan gives the pod a slot, so a pod of another gang (or of
         none) bound onto a planned node never takes a slot that is not its own.
+        ``place`` is the pod's rank (``ranks.place_of``): its slot there comes first, even from a pod that is gone.
         """
         plans = self.plans.values() if gang is None else [p for p in (self.plans.get(gang),) if p is not None]
         for plan in plans:
             slot = next((s for s in plan.slots if s.uid == uid), None)
+            if slot is None and place is not None:
+                mine = (s for s in plan.slots if s.place == place and s.node == node_name and s.gpus == gpus)
+                slot = next((s for s in mine if not s.uid or ranks.is_gone(self.store, s.uid)), None)
             if slot is None:
                 slot = next((s for s in plan.slots if not s.uid and s.node == node_name and s.gpus == gpus), None)
             if slot is None:
@@ -483,7 +485,7 @@ class GangBook:
 
     def _reserve(self, gang: GangId, slots: Sequence[Slot]) -> bool:
         """Hold the open slots' GPUs in the store, all or none."""
-        return self.store.reserve(gang.key, [(s.node, s.gpus) for s in slots])
+        return self.store.reserve(gang.key, [(s.node, s.gpus) for s in slots if not s.uid])
 
     def _release(self, plan: GangPlan, slot: Slot) -> None:
         """Give a slot's GPUs back (a no-op when a rebuild already dropped the gang's reservation)."""
@@ -499,13 +501,9 @@ def _asks(pod: Pod, resource: str) -> bool:
         return False
 
 
-def _shrink(pod_sets: tuple[PodSetSpec, ...], bound: int) -> tuple[PodSetSpec, ...]:
-    """The pod sets minus ``bound`` pods already placed, taken from the last pod set first."""
-    out = list(pod_sets)
-    for i in range(len(out) - 1, -1, -1):
-        if bound <= 0:
-            break
-        take = min(bound, out[i].count)
-        out[i] = PodSetSpec(out[i].name, out[i].count - take, out[i].template, out[i].topology, out[i].path)
-        bound -= take
-    return tuple(ps for ps in out if ps.count > 0)
+def _slots(specs: Iterable[SlotSpec]) -> list[Slot]:
+    """Slots from (node, node index, GPUs, uid, rank): open ones reserved, those a pod holds not."""
+    return [
+        Slot(n, i, g, uid=u, reserved=not u, rank=p.rank if p else None, pod_set=p.pod_set if p else "")
+        for n, i, g, u, p in specs
+    ]

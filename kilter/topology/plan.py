@@ -3,6 +3,13 @@
 This module translates names to planner numbers and back; the decision
 itself is ``_native.gang.plan_gang`` (objectives in its docstring). A plan
 is a what-if on the fleet; ``commit`` books it when pods are really bound.
+
+A plan lists each pod set's nodes in rank order (``rank_order``): pod i of
+a pod set is its rank i, each chosen scale-up domain holds a consecutive
+range of ranks, the domains of one block (and of each level above) are
+adjacent, and the pods on one node are adjacent. Neighbouring ranks, whose
+NCCL ring links are the busiest, then share NVLink wherever the plan lets
+them; ``kilter.gangs.ranks`` holds each pod to its rank's node.
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ __all__ = [
     "gang_request",
     "place_pods",
     "plan_gang",
+    "rank_order",
 ]
 
 
@@ -64,6 +72,8 @@ class GangRequest:
 
 @dataclass(frozen=True)
 class PlannedPodSet:
+    """One pod set's nodes, one per pod, in rank order: ``nodes[i]`` is the node of the pod set's rank i."""
+
     name: str
     count: int
     gpus_per_pod: int
@@ -72,7 +82,12 @@ class PlannedPodSet:
 
 @dataclass(frozen=True)
 class Plan:
-    """The answer for one gang; when infeasible, ``reason`` says what stops it."""
+    """The answer for one gang; when infeasible, ``reason`` says what stops it.
+
+    Pod i of a pod set is rank i: ``pod_sets[k].nodes[i]`` is where the pod
+    set's rank i goes, and ``node_indices``/``gpus`` list the same pods,
+    pod set after pod set, in that order.
+    """
 
     feasible: bool
     reason: str
@@ -225,7 +240,27 @@ def plan_gang(fleet: Fleet, request: GangRequest) -> Plan:
     return Plan(False, "; ".join(reasons), request.name, ignored=request.ignored)
 
 
+def rank_order(fleet: Fleet, nodes: npt.NDArray[np.int32]) -> npt.NDArray[np.int32]:
+    """``nodes`` (one per pod of a pod set) sorted into rank order.
+
+    The sort key is the node's domain's group path from the top level down
+    (``domain_group`` at each level, coarsest first), then the domain's
+    index, then the node's index; equal nodes keep their order (a stable
+    sort). So each domain gets a consecutive range of ranks, the domains of
+    one block are adjacent, and the pods on one node are neighbours. A
+    planner answer already in this order comes back unchanged.
+    """
+    doms = fleet.node_domain[nodes]
+    keys = [nodes, doms, *(fleet.domain_group[level, doms] for level in range(fleet.domain_group.shape[0]))]
+    return nodes[np.lexsort(keys)]  # lexsort: the last key is the first one sorted by, and it is stable
+
+
 def _plan_from_nodes(fleet: Fleet, request: GangRequest, platform: Platform, out: np.ndarray) -> Plan:
+    out = out.copy()
+    pos = 0
+    for ps in request.pod_sets:
+        out[pos : pos + ps.count] = rank_order(fleet, out[pos : pos + ps.count])
+        pos += ps.count
     doms = sorted(set(fleet.node_domain[out].tolist()))
     dom_ids = sorted(fleet.domain_ids[d] for d in doms)
     groups: tuple[str, ...] = ()

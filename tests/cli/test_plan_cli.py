@@ -6,12 +6,15 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
 from kilter.cli.main import main
 from tests.conftest import REPO
+from tests.extenders.conftest import pod_json
+from tests.topology.builders import CLIQUE, TIER1, node_dict
 
 JOBS = REPO / "examples" / "jobs"
 
@@ -195,3 +198,36 @@ def test_demo_jobs_are_the_examples() -> None:
     assert sorted(json.dumps(d, sort_keys=True) for d in bundled) == sorted(
         json.dumps(d, sort_keys=True) for d in examples
     )
+
+
+def test_plan_json_lists_each_pod_sets_nodes_in_rank_order(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Four racks in two blocks, partly busy, so 40 pods x 2 GPUs span several racks; blocks sort b0 before b1,
+    # racks by name within a block, trays by name within a rack, and a tray's two pods are neighbours.
+    racks = {"ra": ("b1", 12), "rb": ("b0", 14), "rc": ("b1", 10), "rd": ("b0", 9)}  # rack: (block, busy trays)
+    objects: list[dict[str, Any]] = []
+    for rack, (block, busy) in racks.items():
+        for t in range(18):
+            objects.append(node_dict(f"{rack}-t{t:02d}", labels={CLIQUE: rack, TIER1: block}))
+        objects.extend(pod_json(f"busy-{rack}-{t}", 4, node=f"{rack}-t{t:02d}") for t in range(busy))
+    snapshot = tmp_path / "snapshot.json"
+    snapshot.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}))
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "ranked", "namespace": "ml"},
+        "spec": {
+            "completionMode": "Indexed",
+            "parallelism": 40,
+            "completions": 40,
+            "template": {"spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "2"}}}]}},
+        },
+    }
+    path = tmp_path / "job.json"
+    path.write_text(json.dumps(job))
+    code, out, _ = run(capsys, "plan", "--snapshot", str(snapshot), "--job", str(path), "-o", "json")
+    assert code == 0
+    nodes = json.loads(out)["podSets"][0]["nodes"]
+    assert len(nodes) == 40 and len({n.split("-")[0] for n in nodes}) > 1
+    block_of = {rack: b for rack, (b, _) in racks.items()}
+    assert nodes == sorted(nodes, key=lambda n: (block_of[n.split("-")[0]], n))  # index 0 first, ranks in that order
+    assert all(nodes.count(n) == 2 and nodes[nodes.index(n) + 1] == n for n in set(nodes))

@@ -1,8 +1,9 @@
 """Where a Volcano task may go: one node's verdict, the offered nodes' scores, and a gang held to its plan.
 
-A gang's plan (``kilter.gangs``) binds its tasks: its planned nodes score
-``MAX_NODE_SCORE`` and pass, the others fail unresolvably, an allocation off
-the plan is refused and a job with a task off its plan is not ready. Any
+A gang's plan (``kilter.gangs``) binds its tasks: the planned nodes a task
+may take (``gangs.seats``: its rank's slot, else a free one of its shape)
+score ``MAX_NODE_SCORE`` and pass, the others fail unresolvably, an
+allocation off them is refused and a job with a task off its plan is not ready. Any
 other GPU task passes where the ladder (``kilter.topology.verdicts``) lets it
 and scores best-fit, scaled to Volcano's 0..100.
 """
@@ -17,12 +18,21 @@ import numpy.typing as npt
 from kilter.extenders.volcano import wire as vw
 from kilter.extenders.volcano.answers import MAX_NODE_SCORE
 from kilter.extenders.volcano.shaping import task_pod
-from kilter.gangs import GangPlan
+from kilter.gangs import GangPlan, seats
+from kilter.model.core_v1 import Pod
+from kilter.state.store import ClusterStore
 from kilter.topology import verdicts
 from kilter.topology.fleet import Fleet
 from kilter.topology.score import score_indices
 
-__all__ = ["fits", "off_plan", "off_plan_tasks", "scores"]
+__all__ = ["fits", "off_plan", "off_plan_tasks", "scores", "seat"]
+
+
+def seat(plan: GangPlan | None, store: ClusterStore, pod: Pod, *, uid: str, gpus: int) -> seats.Seat | None:
+    """The planned nodes a task (``pod``, ``uid``) may take on its gang's feasible plan, None without one."""
+    if plan is None or not plan.feasible:
+        return None
+    return seats.seat(plan, pod, uid, gpus, store)
 
 
 def fits(
@@ -34,6 +44,7 @@ def fits(
     resource: str,
     gpus: int,
     plan: Callable[[], GangPlan | None],
+    store: ClusterStore,
 ) -> tuple[int, str]:
     """The ladder's verdict for one node, in Volcano's status codes (``FULL``/``GANG_WAITS``: Unschedulable).
 
@@ -44,7 +55,8 @@ def fits(
     hold = None
     if ladder.static(fleet, resource)[0][index] == verdicts.PASS:
         made = plan()
-        hold = made.hold(task.uid, gpus) if made is not None else None
+        held = seat(made, store, task_pod(task), uid=task.uid, gpus=gpus)
+        hold = seats.hold(made, held) if made is not None else None
     spec = task_pod(task).spec
     code, free, total = ladder.judge_one(
         fleet, index, resource=resource, gpus=gpus, spec=spec, hold=hold, idle=_idle(node, resource)
@@ -56,22 +68,24 @@ def fits(
 
 
 def scores(
-    fleet: Fleet, index: npt.NDArray[np.int32], *, uid: str, gpus: int, plan: GangPlan | None
+    fleet: Fleet, index: npt.NDArray[np.int32], *, gpus: int, plan: GangPlan | None, held: seats.Seat | None
 ) -> npt.NDArray[np.int32]:
-    """Each offered node's score (0..MAX_NODE_SCORE): planned or not for a gang's task, best-fit otherwise."""
+    """Each offered node's score (0..MAX_NODE_SCORE): in the task's seat (``seat``) or not for a gang's task,
+    best-fit otherwise."""
     if plan is not None:
-        planned = plan.nodes_for(uid, gpus) if plan.feasible else []
+        planned = held.nodes if held is not None else ()
         return np.where(np.isin(index, np.asarray(planned, dtype=np.int32)), MAX_NODE_SCORE, 0)
     best_fit = score_indices(fleet, index, gpus=gpus)
     return np.maximum(best_fit.astype(np.int32), 0) * (MAX_NODE_SCORE // 10)
 
 
-def off_plan(plan: GangPlan | None, fleet: Fleet, *, uid: str, node: str, gpus: int) -> str:
-    """Why allocating the task to ``node`` breaks its gang's plan ("" when it does not, or there is none)."""
-    if plan is None or not plan.feasible:
+def off_plan(plan: GangPlan | None, fleet: Fleet, *, node: str, held: seats.Seat | None) -> str:
+    """Why allocating the task to ``node`` breaks its gang's plan ("" when it does not, or there is none);
+    ``held`` is the task's seat on that plan (``seat``)."""
+    if plan is None or not plan.feasible or held is None:
         return ""
     index = fleet.node_index.get(node)
-    if index is None or index not in plan.nodes_for(uid, gpus):
+    if index is None or index not in held.nodes:
         return f"kilter: {node} is outside the gang's plan ({plan.describe()})"
     return ""
 

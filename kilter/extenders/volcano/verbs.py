@@ -50,6 +50,7 @@ from kilter.extenders.volcano.quota_view import QuotaViews, offered_victims
 from kilter.extenders.volcano.reading import BodyReader
 from kilter.extenders.volcano.session import Placed, Sessions
 from kilter.gangs import GangBook, GangPlan
+from kilter.model.core_v1 import Pod
 from kilter.model.errors import InputError, KilterError
 from kilter.model.kueue import ClusterQueue, Cohort, ResourceFlavor
 from kilter.quota.bound_queues import BoundQueues, Verdict
@@ -227,6 +228,7 @@ class VolcanoExtender:
                     resource=resource,
                     gpus=gpus,
                     plan=lambda: self._plan(task, gpus, fleet),
+                    store=self.store,
                 )
                 if gpus
                 else (vw.SUCCESS, "")
@@ -288,7 +290,8 @@ class VolcanoExtender:
             plan = self._plan(task, gpus, fleet)
         except KilterError as exc:
             return answers.score_error(str(exc))
-        return answers.node_scores(fleet, index, placement.scores(fleet, index, uid=task.uid, gpus=gpus, plan=plan))
+        held = placement.seat(plan, self.store, self._pod_of(task), uid=task.uid, gpus=gpus)
+        return answers.node_scores(fleet, index, placement.scores(fleet, index, gpus=gpus, plan=plan, held=held))
 
     def allocate(self, body: bytes, *, allocate: bool) -> Answer:
         """allocateFunc (``allocate``) and deallocateFunc: a task took or gave back its node."""
@@ -306,7 +309,8 @@ class VolcanoExtender:
         if not allocate:
             return self._deallocate(uid, gpus)
         plan = self.gangs.plans.get(shaping.gang_key(task.job)) if gpus else None
-        off = placement.off_plan(plan, fleet, uid=uid, node=task.node_name, gpus=gpus)
+        held = placement.seat(plan, self.store, self._pod_of(task), uid=uid, gpus=gpus)
+        off = placement.off_plan(plan, fleet, node=task.node_name, held=held)
         if off:
             return answers.error_message(off, "refused")
         refused = self.views.take(uid, Placed(task.job, asks, task.node_name))
@@ -317,7 +321,8 @@ class VolcanoExtender:
         # books its own GPUs and leaves that gang's slot open (as the bind verb does).
         slot = None
         if gpus and task.job and task.node_name in fleet.node_index:
-            slot = self.gangs.bound(uid, task.node_name, gpus, gang=shaping.gang_key(task.job))
+            place = held.place if held is not None else None
+            slot = self.gangs.bound(uid, task.node_name, gpus, gang=shaping.gang_key(task.job), place=place)
         if gpus and slot is None and task.node_name in fleet.node_index:
             self.store.assume(uid, task.node_name, gpus)
         return Answer(200, b'{"errorMessage":""}', "allocated")
@@ -343,6 +348,17 @@ class VolcanoExtender:
         return Answer(200, b'{"status":true}', "ready")
 
     # ------------------------------------------------------------------ gangs
+
+    def _pod_of(self, task: vw.TaskHead) -> Pod:
+        """The task's Pod (what its rank is read from): as Volcano sent it with the task, else as the open
+        session's job holds it, else as the cluster state does (an empty Pod when none does)."""
+        if getattr(task, "pod", None) is not None:
+            return shaping.task_pod(task)
+        job = self.sessions.job(task.job) if task.job else None
+        held = (job.tasks or {}).get(task.uid) if job is not None else None
+        if held is not None and held.pod is not None:
+            return shaping.task_pod(held)
+        return self.store.pod(task.uid) or shaping.task_pod(task)
 
     def _plan(self, task: vw.TaskHead, gpus: int, fleet: Fleet) -> GangPlan | None:
         """The plan of the task's gang, made on first need; None when the task is placed on its own."""
