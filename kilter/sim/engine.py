@@ -14,6 +14,18 @@ rules); when the gang places on what they free, they are evicted and queued
 again from the start (their work is lost, as with Kueue without
 checkpoints) and the gang starts.
 
+A job evicted at time t may start again at t where quota and nodes are
+free, but preempts no one before the clock moves on. Kueue requeues a
+preempted workload with no backoff (its requeuing backoff is for PodsReady
+timeouts only), yet only once its pods have terminated, so it never
+preempts at the instant it was preempted. This simulation evicts in no
+time, and Kueue's fair-sharing rules do let two workloads take each
+other's quota in turn (a queue within its nominal quota reclaims with no
+share test; the other takes it back when the first queue's share comes
+from a resource their workloads do not use): without the rule that would
+repeat forever at one instant. Each instant now ends, since every
+preemptor starts and, once evicted, waits for the next one.
+
 Until a gang ends, capacity and quota only shrink, so a job that did not fit
 means no job of its queue at least as large fits either until then; queues
 keep one FIFO per job size, and a pass touches the heads of those FIFOs that
@@ -132,6 +144,7 @@ class Simulation:
         self._booked: dict[int, tuple[Gang, Nodes, tuple[str, str]]] = {}
         self._admitted: dict[str, dict[int, WorkloadInfo]] = {name: {} for name in self.cq_names}
         self.preemptions = 0
+        self._evicted_now: set[int] = set()  # evicted at the current instant: they preempt no one before it ends
         # What failed since capacity last grew: no larger job can start until a gang ends.
         self._place_bound: dict[int, int] = {}
         self._cq_bound: dict[str, int] = dict.fromkeys(self.cq_names, UNBOUNDED)
@@ -160,6 +173,8 @@ class Simulation:
             t_finish = self._running[0][0] if self._running else math.inf
             t = min(t_arrive, t_finish)
             self._account(now, t)
+            if t > now:
+                self._evicted_now.clear()
             now = t
             while self._running and self._running[0][0] <= now:
                 end, j = heapq.heappop(self._running)
@@ -282,9 +297,12 @@ class Simulation:
         return self._evict_and_place(gang, [int(t.workload.uid) for t in result.targets])
 
     def _evict_and_place(self, gang: Gang, victims: Sequence[int]) -> Nodes | None:
-        """Where the gang goes once ``victims`` are evicted and queued again, or None (and nothing evicted)."""
+        """Where the gang goes once ``victims`` are evicted and queued again, or None (and nothing evicted).
+
+        None too when the gang's own job was evicted at this instant (the module docstring says why).
+        """
         freed = sum(self._booked[v][0].gpus for v in victims if self._booked[v][0].platform == gang.platform)
-        if not victims or self._free_on(gang.platform) + freed < gang.gpus:
+        if not victims or gang.job in self._evicted_now or self._free_on(gang.platform) + freed < gang.gpus:
             return None
         bm = self.fleet.bitmap
         for v in victims:
@@ -303,6 +321,7 @@ class Simulation:
             self._finish(v)
             o.start[v] = o.end[v] = o.run[v] = np.nan
             self._enqueue(v)
+            self._evicted_now.add(v)
             self.preemptions += 1
         return nodes
 

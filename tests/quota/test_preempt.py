@@ -198,3 +198,72 @@ def test_reclaim_while_borrowing_reason() -> None:
     # b is not borrowing, so nothing of b is a candidate even for a borrowing preemptor.
     assert targets(t, [held("b1", "b", 8, priority=1)], "a", 4, priority=5, enabled=False)[0] == []
     assert IN_COHORT_RECLAIM_WHILE_BORROWING == "InCohortReclaimWhileBorrowing"
+
+
+AMD = ("mi", "amd.com/gpu")
+
+
+def _alternation_step(
+    holding: list[WorkloadInfo], preemptor: WorkloadInfo, *, now: float, **cfg: Any
+) -> list[tuple[str, str]]:
+    """Kueue's targets for ``preemptor`` while ``holding`` hold quota: llm and vision share 8 GPUs, serve has 4 AMD."""
+    usage: dict[str, dict[tuple[str, str], int]] = {}
+    for w in holding:
+        held_by_queue = usage.setdefault(w.cluster_queue, {})
+        for fr, v in w.usage.items():
+            held_by_queue[fr] = held_by_queue.get(fr, 0) + v
+    t = tree(
+        [
+            cq("llm", {GPU: 4}, cohort="c", preemption=ANY),
+            cq("vision", {GPU: 4, AMD: 0}, cohort="c", preemption=ANY),
+            cq("serve", {AMD: 4}, cohort="c", preemption=ANY),
+        ],
+        usage=usage,
+    )
+    admitted: dict[str, list[WorkloadInfo]] = {}
+    for w in holding:
+        admitted.setdefault(w.cluster_queue, []).append(w)
+    result = find_targets(
+        t,
+        admitted,
+        t.cluster_queues[preemptor.cluster_queue],
+        preemptor,
+        dict(preemptor.usage),
+        config=FairSharingConfig(**cfg),
+        shares=Shares(t, now=now),
+        now=now,
+    )
+    return [(x.workload.name, x.reason) for x in result.targets]
+
+
+def test_kueue_s_own_rules_let_two_workloads_evict_each_other() -> None:
+    # The livelock of the demo simulation (jobs 338 and 1597), shrunk. One flat cohort: 8 GPUs (llm 4, vision 4)
+    # and 4 AMD GPUs (serve's, all lent to vision). vision's share is its AMD borrowing, 4 * 1000 / 4 = 1000.
+    def at(name: str, cq_name: str, fr: tuple[str, str], n: int, reserved: float) -> WorkloadInfo:
+        return WorkloadInfo("ns", name, f"uid-{name}", cq_name, "lq", 0, 0.0, True, reserved, usage={fr: n})
+
+    def pending(name: str, cq_name: str, n: int) -> WorkloadInfo:
+        return WorkloadInfo("ns", name, f"uid-{name}", cq_name, "lq", 0, 0.0, False, usage={GPU: n})
+
+    base = [at("l1", "llm", GPU, 3, 1.0), at("v1", "vision", GPU, 3, 1.0), at("a1", "vision", AMD, 4, 1.0)]
+    x = at("x", "llm", GPU, 2, 5.0)  # llm borrows 1 GPU; the GPUs are all taken
+    # 1. vision's w (1 GPU) keeps vision within its nominal 4: it reclaims without a share test
+    #    (FairSharingPreemptWithinNominal, preemption.go runFirstFsStrategy), taking llm's newest workload.
+    assert _alternation_step([*base, x], pending("w", "vision", 1), now=10.0) == [("x", IN_COHORT_RECLAMATION)]
+    # 2. w starts; y (1 GPU) fits in what x left, so vision borrows 1 GPU.
+    w, y = at("w", "vision", GPU, 1, 10.0), at("y", "vision", GPU, 1, 10.0)
+    # 3. x comes back: llm with x borrows 1 GPU, share 1 * 1000 / 8 = 125. vision borrows on the contested GPUs,
+    #    so its GPU workloads are candidates (findCandidates), and removing them leaves its AMD share at 1000:
+    #    S2-a (125 <= 1000) passes for w, and again for y — vision stays borrowing on AMD, so the target ordering
+    #    keeps it (ordering.go nextTarget prunes on DRS, any resource) even below its GPU nominal.
+    assert _alternation_step([*base, w, y], pending("x", "llm", 2), now=10.0) == [
+        ("w", IN_COHORT_FAIR_SHARING),
+        ("y", IN_COHORT_FAIR_SHARING),
+    ]
+    # 4. x starts: the cohort is as it was before step 1, with w and y pending; step 1 repeats, and so on.
+    #    Kueue's proof that two workloads cannot preempt each other (site/content/en/docs/concepts/fair_sharing.md)
+    #    needs both preemptions to pass a share rule and admission to raise the share: step 1 passes none (the
+    #    within-nominal path, kueue#9494, came after the proof) and w and y do not use vision's dominant resource.
+    #    With that gate off, step 1 fails the share rules (vision's 1000 is above llm's 125, let alone 0 after
+    #    removing x) and there is no cycle.
+    assert _alternation_step([*base, x], pending("w", "vision", 1), now=10.0, preempt_within_nominal=False) == []

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from kilter.sim import fleetspec
 from kilter.sim.engine import SimConfig, Simulation
 from kilter.sim.gangs import Gang
 from kilter.sim.metrics import metrics
@@ -275,3 +276,72 @@ def test_a_preemption_whose_gang_would_not_place_evicts_nothing_and_restores_wha
     # The what-if released a job of a's, found b's gang still would not place, and put it back.
     assert policy.restored and all(j < 18 for j in policy.restored)
     assert sim.outcome.start[18] == 1000.0  # b's job starts once a's jobs end and the fleet is idle
+
+
+def cluster_queue(name: str, flavors: list[tuple[str, str, int]], *, cohort: str = "") -> dict[str, Any]:
+    """A ClusterQueue with one resource group per (flavor, resource, nominal), in order."""
+    spec: dict[str, Any] = {
+        "resourceGroups": [
+            {"coveredResources": [r], "flavors": [{"name": f, "resources": [{"name": r, "nominalQuota": n}]}]}
+            for f, r, n in flavors
+        ]
+    }
+    if cohort:
+        spec["cohortName"] = cohort
+        spec["preemption"] = {"withinClusterQueue": "LowerPriority", "reclaimWithinCohort": "Any"}
+    return {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": {"name": name}, "spec": spec}
+
+
+class Bounded:
+    """kilter's placement, failing the test instead of hanging once it was asked ``limit`` times."""
+
+    name = "bounded"
+
+    def __init__(self, limit: int) -> None:
+        self.inner = make_policy("kilter")
+        self.left = limit
+
+    def place(self, fleet: Fleet, gang: Gang) -> Nodes | None:
+        self.left -= 1
+        assert self.left >= 0, "the simulation keeps placing at one instant"
+        return self.inner.place(fleet, gang)
+
+
+def test_a_job_evicted_at_an_instant_preempts_no_one_until_the_clock_moves() -> None:
+    # tests/quota/test_preempt.py's two workloads that Kueue's rules let evict each other, on a fleet: one GB200
+    # rack (72 GPUs, llm and vision 36 each) and two MI355X nodes (serve's 8 GPUs, all borrowed by vision's job 20;
+    # solo's 8, in no cohort).
+    gb, mi = ("gb200-nvl72", "nvidia.com/gpu"), ("mi355x-8", "amd.com/gpu")
+    objects = [
+        cluster_queue("llm", [(*gb, 36)], cohort="co"),
+        cluster_queue("vision", [(*gb, 36), (*mi, 0)], cohort="co"),
+        cluster_queue("serve", [(*mi, 8)], cohort="co"),
+        cluster_queue("solo", [(*mi, 8)]),
+    ]
+    trace = jobs(
+        *[(0, 1000, 4, "llm")] * 8,  # 0-7: llm holds 32
+        *[(0, 1000, 4, "vision")] * 8,  # 8-15: vision holds 32
+        (0, 10, 8, "solo"),  # 16: its end at 10 lets 17 and 18 try again then
+        (0, 1000, 16, "llm"),  # 17 and 18 wait: nothing of vision's is a candidate while vision is within nominal
+        (0, 1000, 12, "llm"),
+        (1, 1000, 8, "llm"),  # 19 = x: llm borrows 4, the rack is full
+        (2, 1000, 8, "vision"),  # 20: no room on the rack, so it borrows serve's MI355X GPUs
+        (10, 100, 4, "vision"),  # 21 = w, within vision's nominal: reclaims x
+        (10, 100, 4, "vision"),  # 22 = y: fits in what x left, so vision borrows 4 on the rack
+    )
+    fleet = fleetspec.fleet_from_spec(
+        fleetspec.parse_spec(
+            {"platforms": [{"platform": "GB200-NVL72", "domains": 1}, {"platform": "MI355X-8", "nodes": 2}]}, seed=0
+        )
+    )
+    queues = queue_setup(objects, fleet, Counter(j.queue for j in trace))
+    sim = Simulation(fleet, trace, Bounded(500), queues, SimConfig(fair=True))
+    sim.run()
+    o = sim.outcome
+    # At 10 x would take w and y back (Kueue's rules allow it) and w would reclaim x again, forever: x, evicted at
+    # 10, may not preempt before the clock moves. w and y run to their end; x starts again on what they free.
+    assert o.start[20:].tolist() == [2.0, 10.0, 10.0]
+    assert o.end[21:].tolist() == [110.0, 110.0]
+    assert o.start[19] == 110.0
+    assert sim.preemptions == 1
+    assert not np.isnan(o.end).any()
