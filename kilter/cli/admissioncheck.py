@@ -21,7 +21,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help=f"what the {CONTROLLER_NAME} AdmissionCheck would write for each waiting Workload",
         description=(
             f"For every Workload with QuotaReserved=True whose entry for an AdmissionCheck of controller "
-            f"{CONTROLLER_NAME} is Pending: the state (Ready, Retry, Rejected), message and podSetUpdates "
+            f"{CONTROLLER_NAME} is Pending: the state (Ready, Pending while it waits for fewer domains, Retry, "
+            "Rejected), message and podSetUpdates "
             "kilter would write."
         ),
     )

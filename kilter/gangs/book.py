@@ -92,7 +92,7 @@ class GangPlan:
     admitted: bool = False  # a queue admitted the gang: exempt from the namespace's caps
     uids: dict[str, str] = field(default_factory=dict)  # UID of each object the record goes on, by name (signing)
     shapes: tuple[ranks.Shape, ...] = ()  # the gang's pod sets, whole: what a pod's index is a rank of
-    waiting: bool = False  # held back for room in fewer domains (``waits``): infeasible, holding nothing
+    waiting: bool = False  # held back for room in fewer domains (``waits``): infeasible, holding no nodes
     retry_s: float = INFEASIBLE_RETRY_S  # an infeasible plan is asked again after this long
 
     @property

@@ -10,12 +10,12 @@ up — only the job's own expected runtime, which is why the budget scales with
 each job's estimate and not with one constant for every job.
 
 The budget is ``factor × split_slowdown × extra domains × expected runtime``,
-capped at ``max_s``; ``factor`` 0 turns the rule off. The clock starts when the
-gang was created (a Workload's or its first pod's ``creationTimestamp``; a
-trace job's submit time), so every replica and restart reaches the same answer
-without keeping state. A gang with no runtime estimate never waits: the rule
-must not hold a job on a guess it cannot make. ``required`` gangs never wait
-here; they already wait for their one domain.
+capped at ``max_s``; ``factor`` 0 turns the rule off. The caller says when the
+clock started (``kilter.gangs.waits``: a Workload's quota reservation, else its
+creation; the simulator, its own), read from the objects, so every replica and
+restart reaches the same answer without keeping state. A gang with no runtime
+estimate never waits: the rule must not hold a job on a guess it cannot make.
+``required`` gangs never wait here; they already wait for their one domain.
 
 Every path that places a gang (extender, Volcano verbs, AdmissionCheck,
 webhook, ``kilter plan``, simulator) asks ``decide``.
@@ -24,6 +24,7 @@ webhook, ``kilter plan``, simulator) asks ``decide``.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -44,6 +45,7 @@ __all__ = [
     "decide",
     "fewest_domains_idle",
     "format_duration",
+    "format_instant",
     "parse_split_wait",
 ]
 
@@ -85,11 +87,19 @@ class SplitWait:
 
 @dataclass(frozen=True, slots=True)
 class WaitDecision:
-    """Whether to hold the gang back now; ``remaining_s`` until it takes what it has; ``reason`` for people."""
+    """Whether to hold the gang back now; ``remaining_s`` until it takes what it has; ``reason`` for people.
+
+    ``until_s`` (Unix seconds) is when the budget runs out and ``standing`` the reason with that moment in place
+    of the time left, when the caller told ``decide`` when the clock started: the same sentence from one
+    judgement to the next while only the clock moves, for an answer that stays written (the AdmissionCheck's
+    Pending message) where a countdown would be rewritten every round.
+    """
 
     wait: bool
     remaining_s: float = 0.0
     reason: str = ""
+    until_s: float | None = None
+    standing: str = ""
 
 
 def decide(
@@ -99,19 +109,25 @@ def decide(
     domains_min: int,
     expected_runtime_s: float | None,
     waited_s: float,
+    started_s: float | None = None,
 ) -> WaitDecision:
-    """Wait while the best plan now needs more domains than the minimum and the budget is not yet spent."""
+    """Wait while the best plan now needs more domains than the minimum and the budget is not yet spent.
+
+    ``started_s`` (Unix seconds, optional) is when the clock started, ``waited_s`` before now: given, the
+    decision also says when the budget runs out (``until_s``, ``standing``).
+    """
     extra = domains_now - domains_min
     budget = rule.budget_s(extra, expected_runtime_s)
     remaining = budget - max(waited_s, 0.0)
     if remaining <= 0:
         return WaitDecision(False)
     plural = "s" if domains_min != 1 else ""
-    reason = (
-        f"waiting up to {format_duration(remaining)} for room in {domains_min} domain{plural}; "
-        f"{domains_now} available now"
-    )
-    return WaitDecision(True, remaining, reason)
+    room = f"for room in {domains_min} domain{plural}; {domains_now} available now"
+    reason = f"waiting up to {format_duration(remaining)} {room}"
+    if started_s is None:
+        return WaitDecision(True, remaining, reason)
+    until = started_s + budget
+    return WaitDecision(True, remaining, reason, until, f"waiting until {format_instant(until)} {room}")
 
 
 def format_duration(seconds: float) -> str:
@@ -127,6 +143,12 @@ def format_duration(seconds: float) -> str:
                 whole, part = whole + 1, 0
             return f"{whole}{name}" + (f"{part}{small_name}" if part else "")
     return f"{s}s"
+
+
+def format_instant(unix_s: float) -> str:
+    """RFC 3339 in UTC to the whole second, rounded up (``2026-12-01T12:00:00Z``): a wait's end is never shown
+    before it comes."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(math.ceil(unix_s)))
 
 
 def fewest_domains_idle(fleet: Fleet, platform: int, pod_sets: tuple[tuple[int, int], ...]) -> int:

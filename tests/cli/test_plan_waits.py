@@ -92,13 +92,15 @@ def test_a_bad_flag_or_annotation_is_one_line_and_exit_2(
     assert "kilter.dev/split-wait: 'x' is not a number" in capsys.readouterr().err
 
 
-def test_the_admission_check_command_shows_the_retry(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_admission_check_command_shows_the_wait(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     wl = workload("wait", 4)
-    wl["metadata"]["annotations"] = {"kilter.dev/expected-runtime": "10h"}  # created 09:59
+    wl["metadata"]["annotations"] = {"kilter.dev/expected-runtime": "10h"}  # created 09:59, quota reserved 10:00
     snapshot = tmp_path / "cluster.json"
     write_snapshot(snapshot, [*fleet_objects(), admission_check(CHECK, "kilter.dev/topology"), wl])
     args = ["admission-check", "--snapshot", str(snapshot), "--now", "2026-12-01T10:59:00Z", "-o", "json"]
     assert main(args) == 0
     [entry] = json.loads(capsys.readouterr().out)["workloads"]
     check = entry["admissionCheck"]
-    assert check["state"] == "Retry" and check["message"] == "waiting up to 1h for room in 1 domain; 2 available now"
+    assert check["state"] == "Pending" and "requeueAfterSeconds" not in check and "podSetUpdates" not in check
+    assert check["message"] == "waiting until 2026-12-01T12:00:00Z for room in 1 domain; 2 available now"
+    assert check["lastTransitionTime"] == "2026-12-01T10:00:00Z"  # the entry's own: Pending it was, Pending it stays

@@ -1,7 +1,8 @@
 """kube-scheduler's extender over loopback: a preferred gang waiting for fewer domains fails every node with why.
 
 The scenario (``tests.gangs.wait_scenario``): the gang fits one NVL72 rack
-when idle, only two now; declared 10 h, so it may wait 2 h from its creation.
+when idle, only two now; declared 10 h, so it may wait 2 h from its creation
+(a Workload's: from when Kueue reserved its quota).
 Created 10 min 30 s ago, 1 h 49 min 30 s are left: "1h50m" rounded up.
 """
 
@@ -15,7 +16,16 @@ from typing import Any
 
 from kilter.cli.serve import build_app
 from tests.extenders.conftest import Served, _Server, names_args, serve_config, serve_snapshot
-from tests.gangs.wait_scenario import BUDGET_S, FREE, NODES, finished_workload, fleet_objects, gang_pods, queue_objects
+from tests.gangs.wait_scenario import (
+    BUDGET_S,
+    FREE,
+    NODES,
+    finished_workload,
+    fleet_objects,
+    gang_pods,
+    queue_objects,
+    stamp,
+)
 from tests.live_mode import live_cluster, wait_ready
 
 RUNTIME = {"kilter.dev/expected-runtime": "10h"}
@@ -48,7 +58,7 @@ def test_every_node_fails_with_the_wait_and_explain_and_metrics_show_it(tmp_path
         assert result["FailedNodes"] == {node: REASON for node in NODES}  # resolvable: time will change the answer
         assert result["FailedAndUnresolvableNodes"] == {}
         assert filter_pod(served, pods, 3)["FailedNodes"]["r1-t00"] == REASON  # the gang's other pods alike
-        assert served.store.reservation("ml/gang/train") == ()  # it holds nothing meanwhile
+        assert served.store.reservation("ml/gang/train") == ()  # it holds no nodes meanwhile
         status, data, _ = served.call("GET", "/debug/explain?namespace=ml&pod=train-0")
         assert status == 200
         decision = json.loads(data)["decisions"][-1]
@@ -61,6 +71,50 @@ def test_every_node_fails_with_the_wait_and_explain_and_metrics_show_it(tmp_path
             "preempt", {"Pod": pods[0], "NodeNameToVictims": None, "NodeNameToMetaVictims": meta}
         )
         assert status == 200 and answer == {"NodeNameToMetaVictims": {}}
+
+
+def kueue_gang(name: str, created_s: float, *, reserved_s: float | None) -> list[dict[str, Any]]:
+    """A Kueue Workload of four 4-GPU pods created at ``created_s``, its quota reserved at ``reserved_s`` (None:
+    ``QuotaReserved`` is False), and its Job's pods, created with the Workload and declaring 10 h."""
+    job = {"apiVersion": "batch/v1", "kind": "Job", "name": name, "uid": f"uid-job-{name}", "controller": True}
+    pods = gang_pods(name, created_s, annotations=RUNTIME)
+    for pod in pods:
+        del pod["metadata"]["labels"]["kilter.dev/gang"], pod["metadata"]["labels"]["kilter.dev/gang-size"]
+        pod["metadata"]["annotations"]["kueue.x-k8s.io/workload"] = name
+        pod["metadata"]["ownerReferences"] = [job]
+    reserved = {"type": "QuotaReserved", "status": "False", "reason": "Pending", "message": ""}
+    reserved["lastTransitionTime"] = stamp(created_s)
+    if reserved_s is not None:
+        reserved.update(status="True", reason="QuotaReserved", lastTransitionTime=stamp(reserved_s))
+    template = {"spec": {"containers": [{"name": "c", "resources": {"requests": {"nvidia.com/gpu": "4"}}}]}}
+    workload = {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "Workload",
+        "metadata": {
+            "name": name,
+            "namespace": "ml",
+            "uid": f"uid-wl-{name}",
+            "creationTimestamp": stamp(created_s),
+            "ownerReferences": [job],
+        },
+        "spec": {"queueName": "team", "podSets": [{"name": "main", "count": 4, "template": template}]},
+        "status": {"conditions": [reserved]},
+    }
+    return [workload, *pods]
+
+
+def test_a_workloads_clock_starts_when_kueue_reserved_its_quota_not_when_it_was_created(tmp_path: Path) -> None:
+    # Created 5 h ago, long past its 2 h budget counted from creation; its quota was reserved 10 min 30 s ago.
+    held = kueue_gang("held", created(5 * 3600), reserved_s=created(630))
+    with serve_snapshot(tmp_path, [*fleet_objects(), *held]) as served:
+        result = filter_pod(served, held[1:])
+        assert result["FailedNodes"] == {node: REASON for node in NODES}  # 1h50m of 2 h from the reservation
+        assert served.app.extender.gangs.plans["ml/workload/held"].waiting  # the Workload's gang, holding no nodes
+        assert served.store.reservation("ml/workload/held") == ()
+    # The same Workload without a reservation (its QuotaReserved False): the clock runs from its creation.
+    unreserved = kueue_gang("held", created(5 * 3600), reserved_s=None)
+    with serve_snapshot(tmp_path / "unreserved", [*fleet_objects(), *unreserved]) as served:
+        assert sorted(filter_pod(served, unreserved[1:])["NodeNames"]) == FREE
 
 
 def test_once_its_budget_is_spent_the_gang_is_placed_split(tmp_path: Path) -> None:

@@ -1,15 +1,20 @@
-"""A preferred gang that fits only split waits for fewer domains, holding nothing, until its budget is spent."""
+"""A preferred gang that fits only split waits for fewer domains, holding no nodes, until its budget is spent."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import msgspec
 import pytest
 
 from kilter.gangs import GangBook, GangPlan, identify
 from kilter.gangs.book import INFEASIBLE_RETRY_S
-from kilter.gangs.waits import SplitWaits
+from kilter.gangs.wait_settings import WaitSettings
+from kilter.gangs.waits import SplitWaits, facts_of
+from kilter.model.core_v1 import Pod
 from kilter.model.errors import InputError
+from kilter.quota.policy import parse_time
+from kilter.state.cluster import from_objects
 from kilter.state.store import MODIFIED, ClusterStore, Event
 from kilter.topology.split_wait import SplitWait
 from tests.gangs.wait_scenario import (
@@ -237,3 +242,58 @@ def test_waiting_gangs_are_counted_until_their_budget_runs_out_or_they_are_gone(
     assert book.waits.waiting() == 1
     book.store.replace([o for o in objects if not o["metadata"]["name"].startswith("a-")])
     assert book.waits.waiting() == 0
+
+
+def _condition(kind: str, status: str, at: str) -> dict[str, str]:
+    return {"type": kind, "status": status, "reason": kind, "message": "", "lastTransitionTime": at}
+
+
+@pytest.mark.parametrize(
+    ("kind", "conditions", "since"),
+    [
+        pytest.param(
+            "Workload",
+            [_condition("QuotaReserved", "True", "2026-12-01T10:00:00Z")],
+            "2026-12-01T10:00:00Z",
+            id="a Workload whose quota is reserved: from the reservation",
+        ),
+        pytest.param(
+            "Workload",
+            [_condition("QuotaReserved", "False", "2026-12-01T10:00:00Z")],
+            "2026-12-01T08:00:00Z",
+            id="a Workload whose quota is not reserved (evicted, or not yet): from its creation",
+        ),
+        pytest.param(
+            "Workload",
+            [_condition("QuotaReserved", "True", "soon")],
+            "2026-12-01T08:00:00Z",
+            id="a reservation time that does not read: from its creation",
+        ),
+        pytest.param("Workload", [], "2026-12-01T08:00:00Z", id="a Workload with no conditions: from its creation"),
+        pytest.param(
+            "PodGroup",
+            [_condition("Unschedulable", "True", "2026-12-01T10:00:00Z")],
+            "2026-12-01T08:00:00Z",
+            id="a PodGroup: from its creation (Volcano restamps its conditions every session)",
+        ),
+    ],
+)
+def test_the_clock_starts_at_the_quota_reservation_of_a_workload_else_at_its_creation(
+    kind: str, conditions: list[dict[str, str]], since: str
+) -> None:
+    obj = {
+        "kind": kind,
+        "metadata": {"name": "j", "namespace": "ml", "creationTimestamp": "2026-12-01T08:00:00Z"},
+        "spec": {},
+        "status": {"phase": "Inqueue", "conditions": conditions},
+    }
+    pods = [msgspec.convert(p, Pod) for p in gang_pods("j", T0 - 86400)]
+    facts = facts_of(kind, "ml", "j", obj, pods, WaitSettings.build(from_objects([]), SplitWait()))
+    assert facts.since_s == parse_time(since, path="test")
+
+
+def test_a_gang_of_bare_pods_counts_from_its_earliest_pod() -> None:
+    pods = [*gang_pods("j", T0 - 60, pods=1), *gang_pods("j", T0 - 600, pods=1)]
+    settings = WaitSettings.build(from_objects([]), SplitWait())
+    facts = facts_of("pods of gang", "ml", "j", None, [msgspec.convert(p, Pod) for p in pods], settings)
+    assert facts.since_s == T0 - 600

@@ -13,6 +13,7 @@ from kilter.topology.split_wait import (
     decide,
     fewest_domains_idle,
     format_duration,
+    format_instant,
     parse_split_wait,
 )
 from tests.topology.builders import node, pod, rack
@@ -40,6 +41,34 @@ def test_a_gang_waits_until_its_budget_is_spent_then_takes_what_it_has() -> None
     assert not at_minimum.wait
     unknown = decide(rule, domains_now=4, domains_min=2, expected_runtime_s=None, waited_s=0.0)
     assert not unknown.wait
+
+
+def test_told_when_the_clock_started_a_decision_names_the_moment_its_budget_runs_out() -> None:
+    rule = SplitWait(factor=2.0, max_s=86_400.0, split_slowdown=0.25)  # a 6000 s budget, as above
+    started = 1_796_119_200.0  # 2026-12-01T10:00:00Z
+    first = decide(rule, domains_now=4, domains_min=2, expected_runtime_s=6000.0, waited_s=600.0, started_s=started)
+    later = decide(rule, domains_now=4, domains_min=2, expected_runtime_s=6000.0, waited_s=4000.0, started_s=started)
+    assert first.until_s == later.until_s == started + 6000  # 11:40:00, whenever it is asked
+    # The time left moves (6000 - 600 s = 1h30m, 6000 - 4000 s = 33m20s); the moment does not.
+    assert (first.reason, later.reason) == (
+        "waiting up to 1h30m for room in 2 domains; 4 available now",
+        "waiting up to 33m20s for room in 2 domains; 4 available now",
+    )
+    standing = "waiting until 2026-12-01T11:40:00Z for room in 2 domains; 4 available now"
+    assert first.standing == later.standing == standing
+    unstarted = decide(rule, domains_now=4, domains_min=2, expected_runtime_s=6000.0, waited_s=600.0)
+    assert unstarted.until_s is None and unstarted.standing == ""  # the moment only when the start is known
+
+
+@pytest.mark.parametrize(
+    ("unix_s", "text"),
+    [
+        pytest.param(1_796_119_200.0, "2026-12-01T10:00:00Z", id="a whole second"),
+        pytest.param(1_796_119_200.25, "2026-12-01T10:00:01Z", id="a part of one: rounded up, never early"),
+    ],
+)
+def test_instants_read_as_rfc_3339_in_utc(unix_s: float, text: str) -> None:
+    assert format_instant(unix_s) == text
 
 
 def test_settings_must_be_finite_and_not_negative() -> None:
