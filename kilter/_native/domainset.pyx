@@ -22,11 +22,11 @@ therefore exact, and costs O(classes x (k + 1) x (slack + 1) x layers),
 where (k + 1)(slack + 1) is at most about need + c*. The layer says which
 levels have no taken domain in their current group yet (the candidates of a
 group are contiguous in search order), so opening a block or spine is
-counted when a domain is taken. Runs of more than eight candidates alike
-in block, capacity, idleness and idle GPUs form one class taken "m at
-once" (a class of free items, capacity c*, through a monotone queue, so a
-block of a thousand identical nodes costs one pass); shorter runs go item
-by item, which is faster. Ties fall to fewer items taken, then to the more
+counted when a domain is taken. Long runs of candidates alike in block,
+capacity, idleness and idle GPUs form one class taken "m at once" (a class
+of free items, capacity c*, through a monotone queue, so a block of a
+thousand identical nodes costs one pass); short runs go item by item, which
+is faster. Ties fall to fewer items taken, then to the more
 closed layer, which is exactly the order of the last criterion.
 
 The chosen domains come back in rank order (group path from the top level
@@ -232,9 +232,10 @@ cdef int32_t cut_classes(FleetBitmap fl, SetScratch* ss, const int32_t* caps, in
                          int32_t c_star, int32_t* n_blk) noexcept nogil:
     """Blocks and classes of the candidates; returns the number of active levels (layers - 1).
 
-    A class is a run of interchangeable candidates taken m at a time; runs of
-    eight or fewer are cut into single items, which take_one handles faster
-    (the search is exact either way, so the choice does not change the plan).
+    A class is a run of interchangeable candidates taken m at a time; shorter
+    runs (four or fewer free items, eight or fewer others) are cut into single
+    items, which take_one handles faster (the search is exact either way, so
+    the cut does not change the plan).
     """
     cdef int32_t i, j, d, prev = -1, m, level, active = 0, n_cls = 0, nb = 0, run_end = 0
     for i in range(fl.n_levels + 1):
@@ -254,7 +255,7 @@ cdef int32_t cut_classes(FleetBitmap fl, SetScratch* ss, const int32_t* caps, in
             j = i + 1
             while j < n_cand and j - i < MAX_TAKE and alike(fl, caps, ss.cand[j - 1], ss.cand[j]):
                 j += 1
-            run_end = j if j - i > 8 else i + 1
+            run_end = j if j - i > (4 if caps[d] == c_star else 8) else i + 1
             ss.cls_start[n_cls] = i
             ss.cls_take[n_cls] = c_star - caps[d] if caps[d] < c_star else 0
             ss.cls_skip[n_cls] = caps[d] - c_star if caps[d] > c_star else 0
@@ -588,7 +589,7 @@ cdef int32_t choose_set(FleetBitmap fl, SetScratch* ss, const int32_t* caps, con
             ss.cls_shift[i] = <int32_t>shift
             if n == 1:
                 take_one(ss, i, ss.val, W, shift, lo if lo > 0 else 0, hi, ss.decided + i * cells)
-            elif ss.cls_take[i] == 0 and ss.cls_skip[i] == 0 and n > 8:
+            elif ss.cls_take[i] == 0 and ss.cls_skip[i] == 0:
                 take_free(ss, i, ss.val, W, shift, lo if lo > 0 else 0, hi, ss.decided + i * cells)
             else:
                 take_each(ss, i, ss.val, W, shift, lo if lo > 0 else 0, hi, ss.decided + i * cells)

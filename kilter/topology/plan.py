@@ -64,6 +64,8 @@ class GangRequest:
 
 @dataclass(frozen=True)
 class PlannedPodSet:
+    """``nodes[i]`` hosts pod i, which is rank i: the plan lists pods in rank order (``plan_gang``'s docstring)."""
+
     name: str
     count: int
     gpus_per_pod: int
