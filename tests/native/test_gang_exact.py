@@ -224,6 +224,34 @@ def test_core_and_twin_choose_the_same_domains_and_units(case: tuple[Arrays, lis
         assert sum(units) == need and all(0 < u <= caps[d] for d, u in zip(chosen, units, strict=True))
 
 
+@st.composite
+def alike_fleets(draw: st.DrawFn) -> tuple[Arrays, list[PodSet]]:
+    """Up to 40 racks of three shapes under leaves and spines, and a gang of one or two pod sets of any constraint."""
+    shapes = [(draw(st.integers(0, 8)), draw(st.integers(0, 1))) for _ in range(3)]  # (busy trays, failed trays)
+    arrays = Arrays()
+    for _ in range(draw(st.integers(9, 40))):
+        busy, down = shapes[draw(st.integers(0, 2))]
+        leaf = draw(st.integers(0, 3))
+        arrays.domain(
+            [4] * 9, used=[4] * busy + [0] * (9 - busy), usable=[1] * (9 - down) + [0] * down, groups=[leaf, leaf // 2]
+        )
+    sets: list[PodSet] = []
+    for _ in range(draw(st.integers(1, 2))):
+        gpus = draw(st.sampled_from([1, 2, 4]))
+        size = draw(st.sampled_from([1, 1, 2, 4]))
+        count = size * draw(st.integers(1, 40 // size))
+        level = draw(st.sampled_from([N, DOMAIN, UP, UP + 1]))
+        sets.append((count, gpus, draw(st.sampled_from([N, N, UP, UP + 1])), level, size, level if size > 1 else N))
+    return arrays, sets
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(alike_fleets())
+def test_core_and_twin_plan_fleets_of_alike_racks_alike(case: tuple[Arrays, list[PodSet]]) -> None:
+    arrays, pod_sets = case
+    plan(arrays, pod_sets)
+
+
 # ---------------------------------------------------------------- rank order and the slack
 
 
