@@ -182,7 +182,7 @@ cdef int fill_domain(FleetBitmap fl, Scratch* sc, int32_t d, int32_t pods, int32
 
     Written in rank order: a node's pods together, nodes ascending.
     """
-    cdef int32_t p, node, best, f, best_f, first = fl.node_start[d], n = fl.node_start[d + 1] - fl.node_start[d]
+    cdef int32_t p, j, node, best, f, best_f, first = fl.node_start[d], n = fl.node_start[d + 1] - first
     memset(sc.node_count, 0, n * sizeof(int32_t))
     for p in range(pods):
         best = -1
@@ -199,7 +199,7 @@ cdef int fill_domain(FleetBitmap fl, Scratch* sc, int32_t d, int32_t pods, int32
         sc.node_count[best - first] += 1
     p = 0
     for node in range(n):
-        for best in range(sc.node_count[node]):
+        for j in range(sc.node_count[node]):
             out[p] = first + node
             p += 1
     return 0
