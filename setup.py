@@ -11,7 +11,7 @@ import numpy
 from Cython.Build import cythonize
 from setuptools import Extension, setup
 
-NATIVE_MODULES = ["domains", "gang", "jsonout", "names", "protoview"]
+NATIVE_MODULES = ["domains", "domainset", "gang", "jsonout", "names", "protoview"]
 
 debug = os.environ.get("KILTER_NATIVE_DEBUG") == "1"
 directives = {

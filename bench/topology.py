@@ -1,9 +1,16 @@
-"""Topology core on a 100,000-GPU GB200 NVL72 fleet at 60 % random usage.
+"""Topology core on a 100,000-GPU GB200 NVL72 fleet.
 
 Targets (issue #2): plan a 16 x 4-GPU gang in <= 100 us median and a 512-pod
 gang in <= 2 ms; score one pod against 5,000 nodes given by name in <= 200 us;
 build the model from 25,000 Node objects in <= 1 s; the core >= 20x faster than
 its twin at planning; <= 2 MiB of model per 100,000 GPUs.
+
+Plans are timed on two fleets (issue #18): ``random_60`` books each GPU
+independently with probability 0.6 (the harshest fragmentation, but no rack
+is idle, so the choice between idle and partly used racks never arises);
+``racks`` has a quarter of the racks idle, a sixth full and the rest partly
+used in whole trays, where the choice of the domain set is a real search.
+Each plan also records how many domains and leaves it used.
 """
 
 from __future__ import annotations
@@ -30,11 +37,16 @@ from kilter.topology.fleet import Fleet, build_fleet
 DOMAINS = 1389  # ceil(100,000 / 72)
 
 
-def make_fleet() -> tuple[Fleet, list[Node], list[Pod], float, float]:
-    spec = fleetgen.FleetSpec(
-        (fleetgen.PoolSpec("GB200-NVL72", domains=DOMAINS, domains_per_block=8, blocks_per_spine=8, usage=0.6),),
-        seed=42,
-    )
+FLEETS: dict[str, fleetgen.PoolSpec] = {
+    "random_60": fleetgen.PoolSpec("GB200-NVL72", domains=DOMAINS, domains_per_block=8, blocks_per_spine=8, usage=0.6),
+    "racks": fleetgen.PoolSpec(
+        "GB200-NVL72", domains=DOMAINS, domains_per_block=8, blocks_per_spine=8, usage_mode="racks"
+    ),
+}
+
+
+def make_fleet(pool: fleetgen.PoolSpec) -> tuple[Fleet, list[Node], list[Pod], float, float]:
+    spec = fleetgen.FleetSpec((pool,), seed=42)
     node_dicts, pod_dicts = fleetgen.generate(spec)
     t1 = time.perf_counter()
     nodes = [codec.convert(n, Node) for n in node_dicts]
@@ -56,8 +68,8 @@ def core_args(count: int, gpus: int) -> tuple[Any, ...]:
     return (_one(count), _one(gpus), _one(-1), _one(int(gang.DOMAIN)), _one(1), _one(-1), 0, None)
 
 
-def plan_core(mod: Any, fl: Any, args: tuple[Any, ...], count: int) -> int:
-    out = np.empty(count, dtype=np.int32)
+def plan_core(mod: Any, fl: Any, args: tuple[Any, ...], count: int, out: np.ndarray | None = None) -> int:
+    out = np.empty(count, dtype=np.int32) if out is None else out
     info = np.zeros(4, dtype=np.int32)
     return int(mod.plan_gang(fl, *args, out, info))
 
@@ -70,24 +82,8 @@ def pod_set(count: int, gpus: int) -> PodSetSpec:
     return PodSetSpec("worker", count, template, TopologyRequest())
 
 
-def main() -> dict[str, Any]:
-    fleet, nodes, pods, build_s, decode_s = make_fleet()
-    bm = fleet.bitmap
-    n_gpus = int(bm.node_gpu_counts.sum())
-    results: dict[str, Any] = {
-        "fleet": {
-            "nodes": bm.n_nodes,
-            "domains": bm.n_domains,
-            "gpus": n_gpus,
-            "idle_fraction": round(float(bm.domain_free_gpus.sum()) / n_gpus, 3),
-        },
-        "build_model_from_node_objects_s": round(build_s, 3),
-        "decode_node_and_pod_dicts_s": round(decode_s, 3),
-        "model_bytes": bm.nbytes,
-        "model_bytes_per_100k_gpus": round(bm.nbytes * 100_000 / n_gpus),
-    }
-
-    twin_fl = twin_domains.FleetBitmap(
+def twin_of(bm: Any) -> twin_domains.FleetBitmap:
+    return twin_domains.FleetBitmap(
         bm.node_domains,
         bm.node_gpu_counts,
         bm.node_used_gpus,
@@ -98,18 +94,62 @@ def main() -> dict[str, Any]:
         bm.domain_flags,
         bm.domain_groups,
     )
+
+
+def describe(fleet: Fleet) -> dict[str, Any]:
+    bm = fleet.bitmap
+    n_gpus = int(bm.node_gpu_counts.sum())
+    return {
+        "nodes": bm.n_nodes,
+        "domains": bm.n_domains,
+        "gpus": n_gpus,
+        "idle_fraction": round(float(bm.domain_free_gpus.sum()) / n_gpus, 3),
+        "wholly_idle_domains": int(bm.wholly_free().sum()),
+    }
+
+
+def time_plans(fleet: Fleet) -> dict[str, Any]:
+    """Median plan times of the core, the twin and the Python API, and what the plans use."""
+    bm = fleet.bitmap
+    twin_fl = twin_of(bm)
+    results: dict[str, Any] = {}
     for count, runs, twin_runs in ((16, 2000, 20), (512, 500, 5)):
         args = core_args(count, 4)
         request = plan.gang_request("bench", [pod_set(count, 4)], fleet.catalog)
         native = measure(partial(plan_core, gang, bm, args, count), runs=runs)
         twin = measure(partial(plan_core, twin_gang, twin_fl, args, count), runs=twin_runs, warmup=1)
         api = measure(partial(plan.plan_gang, fleet, request), runs=runs)
+        out = np.empty(count, dtype=np.int32)
+        plan_core(gang, bm, args, count, out)
+        used = np.unique(bm.node_domains[out])
         results[f"plan_{count}x4"] = {
             "core": native,
             "twin": twin,
             "core_speedup_vs_twin_p50": round(twin["p50_us"] / native["p50_us"], 1),
             "api_with_names": api,
+            "domains_used": int(used.size),
+            "leaves_used": int(np.unique(bm.domain_groups[0][used]).size),
         }
+    return results
+
+
+def main() -> dict[str, Any]:
+    fleet, nodes, pods, build_s, decode_s = make_fleet(FLEETS["random_60"])
+    bm = fleet.bitmap
+    n_gpus = int(bm.node_gpu_counts.sum())
+    results: dict[str, Any] = {
+        "fleet": describe(fleet),
+        "build_model_from_node_objects_s": round(build_s, 3),
+        "decode_node_and_pod_dicts_s": round(decode_s, 3),
+        "model_bytes": bm.nbytes,
+        "model_bytes_per_100k_gpus": round(bm.nbytes * 100_000 / n_gpus),
+        "plans": {"random_60": time_plans(fleet)},
+    }
+    racks, *_ = make_fleet(FLEETS["racks"])
+    results["racks_fleet"] = describe(racks)
+    results["plans"]["racks"] = time_plans(racks)
+    del racks
+    twin_fl = twin_of(bm)
 
     rng = random.Random(5)
     candidates = [fleet.node_names[i] for i in rng.sample(range(bm.n_nodes), 5000)]

@@ -1,5 +1,5 @@
 # Typedefs shared by every kilter._native module.
-from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint64_t
+from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t, uint64_t
 
 ctypedef uint64_t word_t
 

@@ -2,6 +2,7 @@
 
 from kilter._native._types cimport int8_t, int32_t, int64_t, uint8_t
 from kilter._native.domains cimport FleetBitmap
+from kilter._native.domainset cimport SetScratch
 
 # Plan status codes (also the Python constants of gang.pyx).
 cdef enum:
@@ -9,6 +10,7 @@ cdef enum:
     PLAN_NO_CAPACITY = 1        # fewer idle GPUs of the right shape than the pod set needs
     PLAN_REQUIRED_TOO_SMALL = 2 # no single group at the required level holds the pod set
     PLAN_SLICES_DO_NOT_FIT = 3  # the pod set fits in total, but not as whole slices
+    PLAN_NO_MEMORY = 99         # internal: the search could not grow its buffers; plan_gang raises MemoryError
     PLAN_MAX_SCORE = 10         # kube-scheduler's MaxExtenderPriority
 
 # Working memory of one plan call; every buffer is owned by plan_gang.
@@ -18,11 +20,15 @@ cdef struct Scratch:
     uint8_t* live        # [domain]: 1 = candidate under the current restriction; implies caps > 0
     uint8_t* in_gang     # [domain]: 1 = holds a pod of this gang already
     int32_t* order       # [domain]: live domains, caps descending, index ascending
-    int32_t* pick_order  # [domain]: live domains by (caps, wholly idle, idle GPUs, index) ascending
-    int32_t* tmp         # [domain]: radix-sort scratch
-    int32_t* key         # [domain]: radix-sort key of the current pass
-    int32_t* cursor      # [cap_width + 1]: next untaken position of each caps bucket in pick_order
-    int32_t* bucket      # [cap_width + 1]: counting-sort buckets, then the caps histogram of live domains
+    int32_t* bucket      # [cap_width + 1]: counting-sort buckets
+    int32_t* set_domain  # [domain]: the chosen domains of the pod set, in rank order
+    int32_t* set_units   # [domain]: units each of them takes
+    int32_t* rank_pos    # [domain]: position in rank order (inverse of dset.rank_order)
+    int32_t* node_count  # [max nodes per domain]: pods booked per node of the domain being filled
+    int32_t* slice_key   # [total pods]: rank position of each slice's first domain
+    int32_t* slice_order # [total pods]: slices sorted by slice_key, stable
+    int32_t* moved       # [total pods]: a pod set's nodes while its slices are reordered
+    SetScratch dset      # the domain-set search's own buffers
     int64_t* gsum        # [max_groups]: caps summed until the group first covers the need
     int64_t* gtotal      # [max_groups]: all caps of live domains in the group
     int32_t* gcnt        # [max_groups]: domains summed into gsum

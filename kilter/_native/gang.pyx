@@ -1,28 +1,31 @@
 # cython: language_level=3
 """Gang planning and node scoring: the decisions of the topology core.
 
-``plan_gang`` places every pod of a gang at once, or says why it cannot. Its
-objectives, in order: meet each required constraint; use the fewest scale-up
-domains; keep a multi-domain gang under one block (then one spine ...) when
-that costs no extra domain; best fit (the smallest capacity that covers the
-need); leave wholly idle domains whole; break ties by index, which is name
-order. The plan is a what-if: every booking is undone before returning.
-Equals ``twin.gang.plan_gang``.
+``plan_gang`` places every pod of a gang at once, or says why it cannot. Per
+pod set it meets each required constraint and confines the pod set to the
+group of a preferred level above the domain when one can hold it; then
+``domainset.choose_set`` chooses the set of domains exactly: fewest scale-up
+domains; fewest blocks, then spines ...; the least total capacity (best fit
+of the set); fewest wholly idle domains used; the largest holes kept; then
+idle GPUs and rank order. Each chosen domain is filled node by node, best
+fit, and pods come out in rank order. The plan is a what-if: every booking
+is undone before returning. Equals ``twin.gang.plan_gang``.
 
 ``score_nodes`` ranks candidate nodes for one pod on kube-scheduler's 0..10
 scale. Equals ``twin.gang.score_nodes``.
 
-The module passes STYLE.md's 500 lines because the planner is one search:
-domain-set selection, group keeping, best fit and keeping idle domains whole
-all read and write one ``Scratch`` (its buffers and undo log) ``nogil``;
-cut apart, each piece would need ``Scratch`` and its helpers declared in a
-.pxd, and the twin would no longer mirror the core module for module.
+The module passes STYLE.md's 500 lines because the planner's steps (required
+and preferred levels, slices at each level, pod sets, filling, undo) all read
+and write one ``Scratch`` (its buffers and undo log) ``nogil``; cut apart,
+each piece would need ``Scratch`` and its helpers declared in a .pxd. The
+domain-set search needs only the fleet and the capacities, so it lives apart
+in domainset.pyx.
 """
 
 import numpy as np
 
 from libc.stdlib cimport calloc, free
-from libc.string cimport memset
+from libc.string cimport memcpy, memset
 
 from kilter._native._types cimport (
     DOMAIN_DETACHED,
@@ -36,6 +39,7 @@ from kilter._native._types cimport (
     uint8_t,
 )
 from kilter._native.domains cimport FleetBitmap
+from kilter._native.domainset cimport choose_set, free_set_scratch, init_set_scratch
 
 OK = PLAN_OK
 NO_CAPACITY = PLAN_NO_CAPACITY
@@ -109,23 +113,11 @@ cdef int64_t live_total(FleetBitmap fl, Scratch* sc) noexcept nogil:
     return t
 
 
-cdef int32_t fewest_domains(Scratch* sc, int64_t need) noexcept nogil:
-    """Fewest live domains whose caps cover ``need``; 0 if all of them cannot."""
-    cdef int64_t s = 0
-    cdef int32_t i
-    for i in range(sc.n_order):
-        s += sc.caps[sc.order[i]]
-        if s >= need:
-            return i + 1
-    return 0
-
-
 cdef int32_t choose_group(FleetBitmap fl, Scratch* sc, int32_t level, int64_t need,
-                          int32_t want_k, int64_t* best_sum) noexcept nogil:
-    """The group at ``level`` to confine the pod set to, or -1.
+                          int64_t* best_sum) noexcept nogil:
+    """The group at ``level`` (a required or preferred level) to confine the pod set to, or -1.
 
-    Candidates are groups whose live domains cover ``need``; with ``want_k`` > 0
-    only those that manage it with exactly ``want_k`` domains. Preference: fewest
+    Candidates are groups whose live domains cover ``need``. Preference: fewest
     domains, then the smallest total capacity (tightest group), then index.
     ``best_sum`` receives the largest capacity any group offers.
     """
@@ -150,7 +142,7 @@ cdef int32_t choose_group(FleetBitmap fl, Scratch* sc, int32_t level, int64_t ne
     for g in range(n):
         if sc.gtotal[g] > best_sum[0]:
             best_sum[0] = sc.gtotal[g]
-        if sc.gk[g] == 0 or (want_k > 0 and sc.gk[g] != want_k):
+        if sc.gk[g] == 0:
             continue
         if best < 0 or sc.gk[g] < sc.gk[best] or (
             sc.gk[g] == sc.gk[best] and sc.gtotal[g] < sc.gtotal[best]
@@ -186,12 +178,16 @@ cdef void rollback(FleetBitmap fl, Scratch* sc, int32_t mark) noexcept nogil:
 
 cdef int fill_domain(FleetBitmap fl, Scratch* sc, int32_t d, int32_t pods, int32_t gpus,
                      const uint8_t* node_ok, int32_t* out) noexcept nogil:
-    """Best-fit ``pods`` pods into domain d: each onto the fitting node with the fewest idle GPUs."""
-    cdef int32_t p, node, best, f, best_f
+    """Best-fit ``pods`` pods into domain d, each onto the fitting node with the fewest idle GPUs.
+
+    Written in rank order: a node's pods together, nodes ascending.
+    """
+    cdef int32_t p, j, node, best, f, best_f, first = fl.node_start[d], n = fl.node_start[d + 1] - first
+    memset(sc.node_count, 0, n * sizeof(int32_t))
     for p in range(pods):
         best = -1
         best_f = 0
-        for node in range(fl.node_start[d], fl.node_start[d + 1]):
+        for node in range(first, first + n):
             if not node_fits(fl, node, node_ok):
                 continue
             f = fl.node_free(node)
@@ -200,7 +196,12 @@ cdef int fill_domain(FleetBitmap fl, Scratch* sc, int32_t d, int32_t pods, int32
                 best_f = f
         if best < 0 or book(fl, sc, best, gpus) != 0:
             return -1
-        out[p] = best
+        sc.node_count[best - first] += 1
+    p = 0
+    for node in range(n):
+        for j in range(sc.node_count[node]):
+            out[p] = first + node
+            p += 1
     return 0
 
 
@@ -222,100 +223,6 @@ cdef bint better_domain(FleetBitmap fl, Scratch* sc, int32_t a, int32_t b) noexc
     return a < b
 
 
-cdef int64_t top_sum(Scratch* sc, int32_t m) noexcept nogil:
-    """Sum of the m largest caps in the histogram sc.bucket."""
-    cdef int64_t s = 0
-    cdef int32_t c = sc.cap_width, take
-    while m > 0 and c > 0:
-        take = sc.bucket[c] if sc.bucket[c] < m else m
-        s += <int64_t>take * c
-        m -= take
-        c -= 1
-    return s
-
-
-cdef void radix_pass(const int32_t* src, int32_t n, const int32_t* key, int32_t width,
-                     int32_t* dst, int32_t* count) noexcept nogil:
-    """Stable counting sort of src by key[src[i]] in 0..width; count ends as bucket starts."""
-    cdef int32_t i, c, pos = 0, k
-    memset(count, 0, (width + 1) * sizeof(int32_t))
-    for i in range(n):
-        count[key[src[i]]] += 1
-    for c in range(width + 1):
-        k = count[c]
-        count[c] = pos
-        pos += k
-    for i in range(n):
-        c = key[src[i]]
-        dst[count[c]] = src[i]
-        count[c] += 1
-
-
-cdef int32_t sort_for_picking(FleetBitmap fl, Scratch* sc) noexcept nogil:
-    """pick_order = live domains by (caps, wholly idle, idle GPUs, index); cursor = each caps bucket's start."""
-    cdef int32_t d, n = 0, c, width = sc.cap_width
-    for d in range(fl.n_domains):
-        if sc.live[d]:
-            sc.tmp[n] = d
-            n += 1
-    for d in range(fl.n_domains):
-        sc.key[d] = fl.domain_free[d] if fl.domain_free[d] < width else width
-    radix_pass(sc.tmp, n, sc.key, width, sc.pick_order, sc.cursor)
-    for d in range(fl.n_domains):
-        sc.key[d] = fl.is_wholly_free(d)
-    radix_pass(sc.pick_order, n, sc.key, 1, sc.tmp, sc.cursor)
-    radix_pass(sc.tmp, n, sc.caps, width, sc.pick_order, sc.cursor)
-    # After the last pass cursor[c] is the end of bucket c; turn it into the start.
-    for c in range(width, 0, -1):
-        sc.cursor[c] = sc.cursor[c - 1]
-    sc.cursor[0] = 0
-    return n
-
-
-cdef int place_greedy(FleetBitmap fl, Scratch* sc, int64_t need, int32_t k, int32_t unit,
-                      int32_t gpus, const uint8_t* node_ok, int32_t* out) noexcept nogil:
-    """Pick k live domains covering ``need`` units with the least slack, then fill them.
-
-    Step by step, take the smallest capacity c such that c plus the best
-    remaining k-1 capacities still covers what is left (so the first picks
-    are the tight, partly used domains and the last pick closes the gap).
-    Among domains of capacity c the first in pick_order wins: partly used
-    before wholly idle, fewer idle GPUs, lower index.
-    """
-    cdef int32_t d, c, pick, step, m, units, written = 0
-    cdef int64_t top_m, top_m1, excl
-    sort_for_picking(fl, sc)
-    memset(sc.bucket, 0, (sc.cap_width + 1) * sizeof(int32_t))
-    for d in range(fl.n_domains):
-        if sc.live[d]:
-            sc.bucket[sc.caps[d]] += 1
-    for step in range(k):
-        if need <= 0:
-            break
-        m = k - step - 1
-        top_m = top_sum(sc, m)
-        top_m1 = top_sum(sc, m + 1)
-        pick = -1
-        for c in range(1, sc.cap_width + 1):
-            if sc.bucket[c] == 0:
-                continue
-            excl = top_m if top_m < top_m1 - c else top_m1 - c
-            if c + excl >= need:
-                pick = c
-                break
-        if pick < 0:
-            return -1
-        d = sc.pick_order[sc.cursor[pick]]
-        sc.cursor[pick] += 1
-        sc.bucket[pick] -= 1
-        units = pick if pick < need else <int32_t>need
-        need -= units
-        if fill_domain(fl, sc, d, units * unit, gpus, node_ok, out + written) != 0:
-            return -1
-        written += units * unit
-    return 0 if need <= 0 else -1
-
-
 cdef int plan_units(FleetBitmap fl, Scratch* sc, int32_t gpus, int32_t n_units, int32_t unit,
                     int32_t required, int32_t preferred, const uint8_t* node_ok,
                     int32_t* out, int32_t* info) noexcept nogil:
@@ -324,7 +231,7 @@ cdef int plan_units(FleetBitmap fl, Scratch* sc, int32_t gpus, int32_t n_units, 
     Expects caps/live computed for (gpus, unit). On success every pod is booked
     and written to out; on failure nothing of this call stays booked.
     """
-    cdef int32_t d, node, best, f, best_f, g, k, level, limit
+    cdef int32_t d, node, best, f, best_f, g, k, level, limit, n, written
     cdef int64_t need = n_units, total, best_sum = 0, need_gpus
     cdef int32_t mark = sc.n_undo
 
@@ -372,11 +279,11 @@ cdef int plan_units(FleetBitmap fl, Scratch* sc, int32_t gpus, int32_t n_units, 
             return PLAN_NO_CAPACITY
         return PLAN_OK
 
-    sort_live(fl, sc)  # the order the group and greedy steps read; the node/domain paths above do not
+    sort_live(fl, sc)  # the order choose_group reads; the node/domain paths above do not
     limit = fl.n_levels
     if required >= LEVEL_UP:
         level = required - LEVEL_UP
-        g = choose_group(fl, sc, level, need, 0, &best_sum)
+        g = choose_group(fl, sc, level, need, &best_sum)
         if g < 0:
             info[0] = n_units * unit
             info[1] = <int32_t>(best_sum * unit)
@@ -392,20 +299,20 @@ cdef int plan_units(FleetBitmap fl, Scratch* sc, int32_t gpus, int32_t n_units, 
 
     if preferred >= LEVEL_UP and preferred - LEVEL_UP < limit:
         level = preferred - LEVEL_UP
-        g = choose_group(fl, sc, level, need, 0, &best_sum)
+        g = choose_group(fl, sc, level, need, &best_sum)
         if g >= 0:
             confine(fl, sc, level, g)
-            limit = level
 
-    k = fewest_domains(sc, need)
-    if k > 1:
-        for level in range(limit):
-            g = choose_group(fl, sc, level, need, k, &best_sum)
-            if g >= 0:
-                confine(fl, sc, level, g)
-                break
-
-    if place_greedy(fl, sc, need, k, unit, gpus, node_ok, out) != 0:
+    n = choose_set(fl, &sc.dset, sc.caps, sc.live, need, <int64_t>unit * gpus, sc.set_domain, sc.set_units)
+    if n < 0:
+        return PLAN_NO_MEMORY
+    written = 0
+    for k in range(n):
+        if fill_domain(fl, sc, sc.set_domain[k], sc.set_units[k] * unit, gpus, node_ok, out + written) != 0:
+            n = 0
+            break
+        written += sc.set_units[k] * unit
+    if n == 0:
         rollback(fl, sc, mark)
         info[0] = n_units * unit
         info[1] = <int32_t>(total * unit)
@@ -470,7 +377,7 @@ cdef int plan_pod_set(FleetBitmap fl, Scratch* sc, int32_t count, int32_t gpus, 
     if required >= LEVEL_UP:
         compute_caps(fl, sc, gpus, 1, node_ok)
         sort_live(fl, sc)
-        g = choose_group(fl, sc, required - LEVEL_UP, count, 0, &best_sum)
+        g = choose_group(fl, sc, required - LEVEL_UP, count, &best_sum)
         if g < 0:
             info[0] = count
             info[1] = <int32_t>best_sum
@@ -484,10 +391,33 @@ cdef int plan_pod_set(FleetBitmap fl, Scratch* sc, int32_t count, int32_t gpus, 
                             out + s * slice_size, info)
         if status != PLAN_OK:
             rollback(fl, sc, mark)
+            if status == PLAN_NO_MEMORY:
+                return status
             info[0] = count
             info[1] = s * slice_size
             return PLAN_SLICES_DO_NOT_FIT
+    order_slices(fl, sc, n_slices, slice_size, out)
     return PLAN_OK
+
+
+cdef void order_slices(FleetBitmap fl, Scratch* sc, int32_t n_slices, int32_t size, int32_t* out) noexcept nogil:
+    """Slices placed one by one, put in rank order of their first domain (stable): a block's slices sit together."""
+    cdef int32_t s, i, c, pos = 0
+    cdef int32_t* count = sc.dset.count
+    memset(count, 0, (fl.n_domains + 1) * sizeof(int32_t))
+    for s in range(n_slices):
+        sc.slice_key[s] = sc.rank_pos[fl.node_domain[out[s * size]]]
+        count[sc.slice_key[s]] += 1
+    for c in range(fl.n_domains + 1):
+        i = count[c]
+        count[c] = pos
+        pos += i
+    for s in range(n_slices):
+        sc.slice_order[count[sc.slice_key[s]]] = s
+        count[sc.slice_key[s]] += 1
+    for i in range(n_slices):
+        memcpy(sc.moved + i * size, out + sc.slice_order[i] * size, size * sizeof(int32_t))
+    memcpy(out, sc.moved, n_slices * size * sizeof(int32_t))
 
 
 cdef int run_plan(FleetBitmap fl, Scratch* sc, int32_t n_sets, const int32_t* count, const int32_t* gpus,
@@ -505,6 +435,8 @@ cdef int run_plan(FleetBitmap fl, Scratch* sc, int32_t n_sets, const int32_t* co
             status = plan_pod_set(fl, sc, count[ps], gpus[ps], required[ps], preferred[ps],
                                   slice_size[ps], slice_level[ps], platform, allow_detached, True,
                                   node_ok, out + offset[ps], info)
+            if status == PLAN_NO_MEMORY:
+                return status
             if status != PLAN_OK:
                 rollback(fl, sc, mark)
         if status != PLAN_OK:
@@ -542,6 +474,12 @@ def plan_gang(
     pod sets in input order. OUT ``out_info`` (4 ints): pods needed, pods the
     best candidate offers, failing pod set, its level. Pod sets are planned
     largest first; later ones try the gang's domains before any other.
+
+    Pod i of a pod set is rank i: the pod set's domains come in rank order
+    (group path from the top level down, then domain index, i.e. name), a
+    domain's pods together, and within it a node's pods together, nodes
+    ascending. Slices above the domain are placed one by one and come whole,
+    in rank order of their first domain.
     """
     cdef int32_t n_sets = count.shape[0]
     cdef int32_t i, j, total = 0, status, lv, top = LEVEL_UP + fleet.n_levels
@@ -602,18 +540,23 @@ def plan_gang(
 
     cdef Scratch sc
     memset(&sc, 0, sizeof(Scratch))
-    cdef int32_t nd = max(fleet.n_domains, 1)
+    cdef int32_t nd = max(fleet.n_domains, 1), most_nodes = 1
+    for i in range(fleet.n_domains):
+        most_nodes = max(most_nodes, fleet.node_start[i + 1] - fleet.node_start[i])
     sc.cap_width = fleet.n_words * 64
     sc.caps = <int32_t*>calloc(nd, sizeof(int32_t))
     sc.base = <uint8_t*>calloc(nd, 1)
     sc.live = <uint8_t*>calloc(nd, 1)
     sc.in_gang = <uint8_t*>calloc(nd, 1)
     sc.order = <int32_t*>calloc(nd, sizeof(int32_t))
-    sc.pick_order = <int32_t*>calloc(nd, sizeof(int32_t))
-    sc.tmp = <int32_t*>calloc(nd, sizeof(int32_t))
-    sc.key = <int32_t*>calloc(nd, sizeof(int32_t))
-    sc.cursor = <int32_t*>calloc(sc.cap_width + 1, sizeof(int32_t))
     sc.bucket = <int32_t*>calloc(sc.cap_width + 1, sizeof(int32_t))
+    sc.set_domain = <int32_t*>calloc(nd, sizeof(int32_t))
+    sc.set_units = <int32_t*>calloc(nd, sizeof(int32_t))
+    sc.rank_pos = <int32_t*>calloc(nd, sizeof(int32_t))
+    sc.node_count = <int32_t*>calloc(most_nodes, sizeof(int32_t))
+    sc.slice_key = <int32_t*>calloc(max(total, 1), sizeof(int32_t))
+    sc.slice_order = <int32_t*>calloc(max(total, 1), sizeof(int32_t))
+    sc.moved = <int32_t*>calloc(max(total, 1), sizeof(int32_t))
     sc.gsum = <int64_t*>calloc(fleet.max_groups, sizeof(int64_t))
     sc.gtotal = <int64_t*>calloc(fleet.max_groups, sizeof(int64_t))
     sc.gcnt = <int32_t*>calloc(fleet.max_groups, sizeof(int32_t))
@@ -621,17 +564,21 @@ def plan_gang(
     sc.undo_node = <int32_t*>calloc(max(total, 1), sizeof(int32_t))
     sc.undo_gpus = <int32_t*>calloc(max(total, 1), sizeof(int32_t))
     try:
-        if (sc.caps == NULL or sc.base == NULL or sc.live == NULL
-                or sc.in_gang == NULL or sc.order == NULL or sc.bucket == NULL or sc.gsum == NULL
-                or sc.pick_order == NULL or sc.tmp == NULL or sc.key == NULL or sc.cursor == NULL
-                or sc.gtotal == NULL or sc.gcnt == NULL or sc.gk == NULL or sc.undo_node == NULL
-                or sc.undo_gpus == NULL):
+        if (sc.caps == NULL or sc.base == NULL or sc.live == NULL or sc.in_gang == NULL or sc.order == NULL
+                or sc.bucket == NULL or sc.set_domain == NULL or sc.set_units == NULL or sc.rank_pos == NULL
+                or sc.node_count == NULL or sc.slice_key == NULL or sc.slice_order == NULL or sc.moved == NULL
+                or sc.gsum == NULL or sc.gtotal == NULL or sc.gcnt == NULL or sc.gk == NULL
+                or sc.undo_node == NULL or sc.undo_gpus == NULL or init_set_scratch(&sc.dset, fleet) != 0):
             raise MemoryError()
+        for i in range(fleet.n_domains):
+            sc.rank_pos[sc.dset.rank_order[i]] = i
         with nogil:
             status = run_plan(fleet, &sc, n_sets, &count[0], &gpus[0], &required[0], &preferred[0],
                               &slice_size[0], &slice_level[0], off, so, platform,
                               total == 1, ok, &out_node[0], &out_info[0])
             rollback(fleet, &sc, 0)
+        if status == PLAN_NO_MEMORY:
+            raise MemoryError()
         if status == PLAN_OK:
             out_info[0] = 0
             out_info[1] = 0
@@ -642,10 +589,11 @@ def plan_gang(
                 out_node[i] = -1
         return status
     finally:
-        free(sc.caps); free(sc.base); free(sc.live); free(sc.in_gang)
-        free(sc.order); free(sc.bucket); free(sc.gsum); free(sc.gtotal); free(sc.gcnt)
-        free(sc.gk); free(sc.undo_node); free(sc.undo_gpus)
-        free(sc.pick_order); free(sc.tmp); free(sc.key); free(sc.cursor)
+        free(sc.caps); free(sc.base); free(sc.live); free(sc.in_gang); free(sc.order); free(sc.bucket)
+        free(sc.set_domain); free(sc.set_units); free(sc.rank_pos); free(sc.node_count)
+        free(sc.slice_key); free(sc.slice_order); free(sc.moved)
+        free(sc.gsum); free(sc.gtotal); free(sc.gcnt); free(sc.gk); free(sc.undo_node); free(sc.undo_gpus)
+        free_set_scratch(&sc.dset)
         free(off); free(so)
 
 

@@ -50,6 +50,10 @@ class PoolSpec:
     for platforms whose node is the domain. ``usage`` is the fraction of GPUs
     held by running pods: ``random`` draws each node's usage independently,
     ``jobs`` books whole trays in runs, as finished gangs leave them.
+    ``racks`` ignores ``usage`` and shapes a fleet whose gangs come and go by
+    the rack: a quarter of the domains wholly idle, a sixth full, the rest
+    holding 1 .. n-1 busy whole trays (GPUs, for one-node domains), so that
+    a planner must choose between idle and partly used domains.
     """
 
     platform: str
@@ -60,7 +64,7 @@ class PoolSpec:
     unhealthy_nodes: int = 0
     unlabeled_nodes: int = 0
     usage: float = 0.0
-    usage_mode: Literal["random", "jobs"] = "random"
+    usage_mode: Literal["random", "jobs", "racks"] = "random"
     prefix: str = ""
 
 
@@ -181,6 +185,8 @@ def _pool(spec: PoolSpec, platform: Platform, rng: random.Random) -> tuple[list[
 
 def _usage(spec: PoolSpec, platform: Platform, nodes: list[dict[str, Any]], rng: random.Random) -> list[int]:
     g = platform.gpus_per_node
+    if spec.usage_mode == "racks":
+        return _rack_usage(platform, len(nodes), rng)
     if spec.usage <= 0:
         return [0] * len(nodes)
     if spec.usage_mode == "random":
@@ -197,6 +203,23 @@ def _usage(spec: PoolSpec, platform: Platform, nodes: list[dict[str, Any]], rng:
                 used[i] = g if g == 1 or rng.random() < 0.85 else rng.randint(1, g - 1)
                 booked += used[i]
                 idle -= 1
+    return used
+
+
+def _rack_usage(platform: Platform, n_nodes: int, rng: random.Random) -> list[int]:
+    g = platform.gpus_per_node
+    per_domain = platform.nodes_per_domain if platform.is_multi_node else 1
+    units = per_domain if platform.is_multi_node else g  # whole trays, or GPUs of a one-node domain
+    used: list[int] = []
+    for start in range(0, n_nodes, per_domain):
+        draw = rng.random()
+        busy = 0 if draw < 1 / 4 else units if draw < 1 / 4 + 1 / 6 or units == 1 else rng.randint(1, units - 1)
+        if platform.is_multi_node:
+            n = min(per_domain, n_nodes - start)
+            trays = set(rng.sample(range(n), min(busy, n)))
+            used.extend(g if t in trays else 0 for t in range(n))
+        else:
+            used.append(busy)
     return used
 
 

@@ -34,7 +34,8 @@ def test_missing_compiled_core_fails_the_import_with_an_instruction() -> None:
 
 
 def test_the_native_docstrings_name_their_twin() -> None:
-    from kilter._native import domains, gang
+    from kilter._native import domains, domainset, gang
 
     assert "twin.domains.FleetBitmap" in (domains.__doc__ or "")
+    assert "twin.domainset.choose_domains" in (domainset.__doc__ or "")
     assert "twin.gang.plan_gang" in (gang.__doc__ or "")

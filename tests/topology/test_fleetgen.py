@@ -33,3 +33,17 @@ def test_random_usage_matches_the_requested_fraction() -> None:
     nodes, pods = fleetgen.generate(spec)
     used = sum(int(p["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"]) for p in pods)
     assert abs(used / (len(nodes) * 4) - 0.6) < 0.02
+
+
+def test_rack_usage_leaves_idle_full_and_partly_used_racks_of_whole_trays() -> None:
+    spec = fleetgen.FleetSpec((fleetgen.PoolSpec("GB200-NVL72", domains=240, usage_mode="racks"),), seed=3)
+    nodes, pods = fleetgen.generate(spec)
+    busy: dict[str, int] = {}
+    for p in pods:
+        assert p["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"] == "4"  # whole trays
+        rack = p["spec"]["nodeName"].rsplit("-t", 1)[0]
+        busy[rack] = busy.get(rack, 0) + 1
+    idle = 240 - len(busy)
+    full = sum(n == 18 for n in busy.values())
+    assert abs(idle / 240 - 1 / 4) < 0.07 and abs(full / 240 - 1 / 6) < 0.07
+    assert len(nodes) == 240 * 18

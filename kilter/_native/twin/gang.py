@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from kilter._native.twin import domainset
 from kilter._native.twin.domains import DETACHED, FleetBitmap
 
 OK = 0
@@ -25,6 +26,7 @@ MAX_SCORE = 10
 class _Scratch:
     n: int
     cap_width: int
+    choose: domainset.Chooser = domainset.choose
     caps: list[int] = field(default_factory=list)
     base: list[bool] = field(default_factory=list)
     live: list[bool] = field(default_factory=list)
@@ -68,16 +70,7 @@ def _live_total(fl: FleetBitmap, sc: _Scratch) -> int:
     return sum(sc.caps[d] for d in range(fl.n_domains) if sc.live[d])
 
 
-def _fewest_domains(sc: _Scratch, need: int) -> int:
-    s = 0
-    for i, d in enumerate(sc.order):
-        s += sc.caps[d]
-        if s >= need:
-            return i + 1
-    return 0
-
-
-def _choose_group(fl: FleetBitmap, sc: _Scratch, level: int, need: int, want_k: int) -> tuple[int, int]:
+def _choose_group(fl: FleetBitmap, sc: _Scratch, level: int, need: int) -> tuple[int, int]:
     n = fl.n_groups[level]
     gsum = [0] * n
     gtotal = [0] * n
@@ -94,7 +87,7 @@ def _choose_group(fl: FleetBitmap, sc: _Scratch, level: int, need: int, want_k: 
             if gsum[g] >= need:
                 gk[g] = gcnt[g]
     best_sum = max(gtotal, default=0)
-    candidates = [g for g in range(n) if gk[g] and (want_k <= 0 or gk[g] == want_k)]
+    candidates = [g for g in range(n) if gk[g]]
     if not candidates:
         return -1, best_sum
     return min(candidates, key=lambda g: (gk[g], gtotal[g], g)), best_sum
@@ -136,47 +129,11 @@ def _fill_domain(
         if not _book(fl, sc, best, gpus):
             return None
         placed.append(best)
-    return placed
+    return sorted(placed)
 
 
 def _domain_key(fl: FleetBitmap, sc: _Scratch, d: int) -> tuple[int, bool, int, int]:
     return (sc.caps[d], fl.is_wholly_free(d), fl.domain_free[d], d)
-
-
-def _place_greedy(
-    fl: FleetBitmap,
-    sc: _Scratch,
-    need: int,
-    k: int,
-    unit: int,
-    gpus: int,
-    node_ok: npt.NDArray[np.uint8] | None,
-) -> list[int] | None:
-    remaining = sorted((sc.caps[d] for d in range(fl.n_domains) if sc.live[d]), reverse=True)
-    taken = [False] * fl.n_domains
-    placed: list[int] = []
-    for step in range(k):
-        if need <= 0:
-            break
-        m = k - step - 1
-        top_m = sum(remaining[:m])
-        top_m1 = sum(remaining[: m + 1])
-        pick = next((c for c in sorted(set(remaining)) if c + min(top_m, top_m1 - c) >= need), -1)
-        if pick < 0:
-            return None
-        choices = [d for d in range(fl.n_domains) if sc.live[d] and not taken[d] and sc.caps[d] == pick]
-        if not choices:
-            return None
-        d = min(choices, key=lambda x: _domain_key(fl, sc, x))
-        taken[d] = True
-        remaining.remove(pick)
-        units = min(pick, need)
-        need -= units
-        pods = _fill_domain(fl, sc, d, units * unit, gpus, node_ok)
-        if pods is None:
-            return None
-        placed.extend(pods)
-    return placed if need <= 0 else None
 
 
 def _plan_units(
@@ -235,7 +192,7 @@ def _plan_units(
     limit = fl.n_levels
     if required >= UP:
         level = required - UP
-        g, best_sum = _choose_group(fl, sc, level, need, 0)
+        g, best_sum = _choose_group(fl, sc, level, need)
         if g < 0:
             info[0], info[1] = n_units * unit, best_sum * unit
             return REQUIRED_TOO_SMALL, []
@@ -249,21 +206,19 @@ def _plan_units(
 
     if preferred >= UP and preferred - UP < limit:
         level = preferred - UP
-        g, _ = _choose_group(fl, sc, level, need, 0)
+        g, _ = _choose_group(fl, sc, level, need)
         if g >= 0:
             _confine(fl, sc, level, g)
-            limit = level
 
-    k = _fewest_domains(sc, need)
-    if k > 1:
-        for level in range(limit):
-            g, _ = _choose_group(fl, sc, level, need, k)
-            if g >= 0:
-                _confine(fl, sc, level, g)
-                break
-
-    placed = _place_greedy(fl, sc, need, k, unit, gpus, node_ok)
-    if placed is None:
+    chosen = sc.choose(fl, sc.caps, sc.live, need)
+    placed: list[int] = []
+    for d, units in domainset.place(fl, sc.caps, chosen, need, unit * gpus) if chosen else []:
+        pods = _fill_domain(fl, sc, d, units * unit, gpus, node_ok)
+        if pods is None:
+            chosen = []
+            break
+        placed.extend(pods)
+    if not chosen:
         _rollback(fl, sc, mark)
         info[0], info[1] = n_units * unit, total * unit
         return NO_CAPACITY, []
@@ -328,7 +283,7 @@ def _plan_pod_set(
     if required >= UP:
         _compute_caps(fl, sc, gpus, 1, node_ok)
         _sort_live(fl, sc)
-        g, best_sum = _choose_group(fl, sc, required - UP, count, 0)
+        g, best_sum = _choose_group(fl, sc, required - UP, count)
         if g < 0:
             info[0], info[1] = count, best_sum
             return REQUIRED_TOO_SMALL, []
@@ -344,7 +299,14 @@ def _plan_pod_set(
             info[0], info[1] = count, s * slice_size
             return SLICES_DO_NOT_FIT, []
         out.extend(pods)
-    return OK, out
+    return OK, _order_slices(fl, out, slice_size)
+
+
+def _order_slices(fl: FleetBitmap, out: list[int], size: int) -> list[int]:
+    rank = {d: i for i, d in enumerate(sorted(range(fl.n_domains), key=lambda d: domainset.rank_key(fl, d)))}
+    slices = [out[s : s + size] for s in range(0, len(out), size)]
+    slices.sort(key=lambda pods: rank[fl.node_domain[pods[0]]])
+    return [node for pods in slices for node in pods]
 
 
 def plan_gang(
@@ -360,6 +322,25 @@ def plan_gang(
     out_node: npt.NDArray[np.int32],
     out_info: npt.NDArray[np.int32],
 ) -> int:
+    args = (count, gpus, required, preferred, slice_size, slice_level, platform, node_ok, out_node, out_info)
+    return plan_gang_with(domainset.choose, fleet, *args)
+
+
+def plan_gang_with(
+    choose: domainset.Chooser,
+    fleet: FleetBitmap,
+    count: npt.ArrayLike,
+    gpus: npt.ArrayLike,
+    required: npt.ArrayLike,
+    preferred: npt.ArrayLike,
+    slice_size: npt.ArrayLike,
+    slice_level: npt.ArrayLike,
+    platform: int,
+    node_ok: npt.NDArray[np.uint8] | None,
+    out_node: npt.NDArray[np.int32],
+    out_info: npt.NDArray[np.int32],
+) -> int:
+    """plan_gang with another chooser of each pod set's domain set (tests pass a brute force)."""
     counts = [int(x) for x in np.asarray(count).ravel()]
     gpu = [int(x) for x in np.asarray(gpus).ravel()]
     req = [int(x) for x in np.asarray(required).ravel()]
@@ -382,7 +363,7 @@ def plan_gang(
     set_order = sorted(range(n_sets), key=lambda i: -(counts[i] * gpu[i]))
     out_info[:4] = [0, 0, -1, -1]
     out_node[:] = -1
-    sc = _Scratch(n=fleet.n_domains, cap_width=fleet.n_words * 64)
+    sc = _Scratch(n=fleet.n_domains, cap_width=fleet.n_words * 64, choose=choose)
     info = [0, 0]
     status = OK
     any_gang = False
