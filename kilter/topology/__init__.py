@@ -1,6 +1,17 @@
 """Topology-aware placement: the platform catalog, the fleet model, gang plans and node scores."""
 
-from kilter.topology import catalog, eligibility, fleet, fleetgen, hypernodes, labels, plan, score, verdicts
+from kilter.topology import (
+    catalog,
+    eligibility,
+    fleet,
+    fleetgen,
+    hypernodes,
+    labels,
+    plan,
+    score,
+    split_wait,
+    verdicts,
+)
 from kilter.topology.catalog import BUILTIN, Catalog, Platform, load_overrides
 from kilter.topology.fleet import Fleet, build_fleet
 from kilter.topology.plan import (
@@ -38,5 +49,6 @@ __all__ = [
     "score",
     "score_pod",
     "score_pod_json",
+    "split_wait",
     "verdicts",
 ]
