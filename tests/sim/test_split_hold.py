@@ -72,6 +72,16 @@ def test_the_cap_bounds_every_wait() -> None:
     assert sim.outcome.start[2] == 61.0  # 10 x 0.2 x 1000 = 2000 s, capped at 60 s
 
 
+def test_a_held_gang_bounds_nothing_a_larger_job_behind_it_may_still_start() -> None:
+    # Job 2 (10 trays) would split over the 8 + 8 free trays and waits (budget 200 s). Job 3 (12 trays, 1 s)
+    # is larger, yet it fits too (8 + 4): had job 2's wait counted as "did not fit", no job of 10 trays or more
+    # would be tried until a gang ended (t=100). Its own budget, 0.2 x 1 x 1 s, runs out at t=2.2.
+    trace = jobs((0, 100, 40), (0, 5000, 40), (1, 1000, 40), (2, 1, 48))
+    sim = simulate(trace, split_wait=WaitSettings(runtime_estimate="oracle", holds="nothing"))
+    assert sim.outcome.start[3] == pytest.approx(2.2) and sim.outcome.domains[3] == 2
+    assert sim.outcome.start[2] == 100.0 and sim.outcome.domains[2] == 1
+
+
 def test_a_held_gang_keeps_its_quota_so_the_jobs_behind_it_cannot_take_its_room() -> None:
     trace = crowded(100, (2, 10, 4))
     # The one ClusterQueue holds 144 GPUs: 80 running + 64 reserved by the waiting gang leave none for job 3,
