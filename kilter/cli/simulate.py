@@ -11,14 +11,17 @@ from pathlib import Path
 from typing import Any
 
 from kilter.cli import render
+from kilter.model.durations import parse_duration
 from kilter.model.errors import InputError
 from kilter.sim import fleetspec, synthetic
 from kilter.sim.engine import Progress, SimConfig
 from kilter.sim.plot import plot_runs
 from kilter.sim.policies import POLICIES
 from kilter.sim.run import Run, simulate
+from kilter.sim.split_hold import RUNTIME_ESTIMATES, WAIT_CLOCKS, WAIT_HOLDS, WaitSettings
 from kilter.sim.trace import TraceJob, read_trace
 from kilter.state import cluster, snapshot
+from kilter.topology import split_wait
 from kilter.topology.catalog import Catalog
 from kilter.topology.fleet import Fleet, build_fleet
 
@@ -38,6 +41,8 @@ COLUMNS = (
     ("fragmentation", "FRAG"),
     ("jainFairness", "JAIN"),
     ("preemptions", "PREEMPT"),
+    ("splitWaited", "SPLIT WAITS"),
+    ("splitWaitMeanSeconds", "MEAN SPLIT WAIT s"),
 )
 
 
@@ -77,6 +82,44 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     p.add_argument("--split-slowdown", type=float, default=0.2, help="run-time cost per extra scale-up domain")
     p.add_argument("--block-slowdown", type=float, default=0.1, help="run-time cost of an avoidable block crossing")
+    p.add_argument(
+        "--split-wait",
+        type=float,
+        default=split_wait.DEFAULT_FACTOR,
+        metavar="FACTOR",
+        help="kilter only: a preferred gang whose plan spans more domains than it needs waits for fewer up to "
+        "FACTOR x split slowdown x extra domains x its expected runtime (0 turns waiting off; "
+        f"default {split_wait.DEFAULT_FACTOR:g}); a ClusterQueue's or Cohort's {split_wait.SPLIT_WAIT} wins",
+    )
+    p.add_argument(
+        "--split-wait-max",
+        default=split_wait.format_duration(split_wait.DEFAULT_MAX_S),
+        metavar="DURATION",
+        help=f"the longest such wait (default {split_wait.format_duration(split_wait.DEFAULT_MAX_S)}); "
+        f"a ClusterQueue's or Cohort's {split_wait.SPLIT_WAIT_MAX} wins",
+    )
+    p.add_argument(
+        "--runtime-estimate",
+        choices=RUNTIME_ESTIMATES,
+        default="learned",
+        help="each job's expected runtime for the split wait: learned (median run time of its ClusterQueue's "
+        "finished jobs of its size class), declared (the true duration x e^N(0,1): users' noisy estimates), "
+        "oracle (the true duration, for comparison) or none (never wait); default learned",
+    )
+    p.add_argument(
+        "--split-wait-holds",
+        choices=WAIT_HOLDS,
+        default="quota",
+        help="what a gang holds while it waits for fewer domains: its ClusterQueue quota (as a Kueue Workload "
+        "waiting on its AdmissionCheck does; default) or nothing (the jobs behind it may take the room)",
+    )
+    p.add_argument(
+        "--split-wait-clock",
+        choices=WAIT_CLOCKS,
+        default="reserved",
+        help="when the wait budget starts: when the gang first fitted and was held, its quota reserved (default), "
+        "or at its submission",
+    )
     p.add_argument("--gpu-scale", type=int, default=1, help="multiply every job's GPUs by K")
     p.add_argument("--time-scale", type=float, default=1.0, help="multiply submit times and durations by this")
     p.add_argument("--limit", type=int, help="only the first N jobs")
@@ -157,6 +200,21 @@ def sweep_values(text: str | None) -> list[float]:
     return values
 
 
+def wait_settings(args: argparse.Namespace) -> WaitSettings:
+    """The split-wait flags, checked as the annotations are."""
+    if not 0 <= args.split_wait <= split_wait.MAX_FACTOR:
+        raise InputError(f"--split-wait must be between 0 and {split_wait.MAX_FACTOR:g} (0 turns waiting off)")
+    max_s = parse_duration(args.split_wait_max, path="--split-wait-max")
+    return WaitSettings(
+        args.split_wait,
+        max_s,
+        args.runtime_estimate,
+        args.seed,
+        holds=args.split_wait_holds,
+        clock=args.split_wait_clock,
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     names = policies(args.policy)
     sweep = sweep_values(args.sweep)
@@ -174,6 +232,7 @@ def run(args: argparse.Namespace) -> int:
         quota="volcano" if args.quota == "volcano" else "kueue",
         split_slowdown=args.split_slowdown,
         block_slowdown=args.block_slowdown,
+        split_wait=wait_settings(args),
     )
     runs: list[Run] = []
     for name in names:
@@ -262,6 +321,14 @@ def report(runs: list[Run], args: argparse.Namespace) -> dict[str, Any]:
         "topologyRequest": args.topology_request,
         "splitSlowdown": args.split_slowdown,
         "blockSlowdown": args.block_slowdown,
+        "splitWait": {
+            "factor": args.split_wait,
+            "maxSeconds": parse_duration(args.split_wait_max, path="--split-wait-max"),
+            "runtimeEstimate": args.runtime_estimate,
+            "holds": args.split_wait_holds,
+            "clock": args.split_wait_clock,
+            "policies": ["kilter"],
+        },
         "queueOf": first.queues.queue_of,
         "policies": {r.policy: r.metrics for r in runs},
     }

@@ -37,6 +37,11 @@ are still below their queue's bound, never the whole backlog.
 Placement has a price: a gang spread over more scale-up domains than it
 needs runs ``1 + split_slowdown × extra domains`` times longer, plus
 ``block_slowdown`` when it crosses a block boundary it could have avoided.
+
+Under the ``kilter`` policy a *preferred* gang may instead wait for fewer
+domains (``split_hold``, the servers' ``topology.split_wait`` rule): it
+fitted, so it bounds nothing; it is parked, and the jobs behind it go on.
+Time then also moves to the moment a parked gang's budget runs out.
 """
 
 from __future__ import annotations
@@ -60,6 +65,7 @@ from kilter.quota.usage import WorkloadInfo
 from kilter.sim.gangs import Gang, TopologyMode, gang_for, min_domains
 from kilter.sim.placement import Nodes, Policy, Releasing
 from kilter.sim.queues import QueueSetup
+from kilter.sim.split_hold import WaitSettings, make_hold
 from kilter.sim.trace import TraceJob
 from kilter.topology.fleet import Fleet
 
@@ -79,6 +85,7 @@ class SimConfig:
     # Kueue's cycles, or the Volcano verbs' bound-queue rules (VolcanoSimulation; ``fair`` then selects Kueue's
     # fair-sharing preemption rules, which ``kilter serve``'s verbs run)
     quota: QuotaMode = "kueue"
+    split_wait: WaitSettings = field(default_factory=WaitSettings)  # the rent-or-buy rule for kilter (split_hold)
 
 
 @dataclass
@@ -136,6 +143,11 @@ class Simulation:
         )
         self.timeline = Timeline()
         self.cq_of = [queues.queue_of[j.queue] for j in jobs]
+        self.hold = make_hold(
+            policy.name, fleet, jobs, self.cq_of, settings=config.split_wait, overrides=queues.split_wait,
+            cluster_queues=queues.cluster_queues, split_slowdown=config.split_slowdown,
+        )  # fmt: skip
+        self._parked: set[int] = self.hold.parked if self.hold is not None else set()  # held: skipped, not failed
         self.cq_names = queues.cluster_queues
         self._cq_index = {name: i for i, name in enumerate(self.cq_names)}
         self._pending: dict[str, dict[int, deque[int]]] = {name: {} for name in self.cq_names}
@@ -168,19 +180,24 @@ class Simulation:
         next_job = 0
         done = 0
         now = 0.0
-        while next_job < len(jobs) or self._running:
+        hold = self.hold
+        while next_job < len(jobs) or self._running or self._parked:
             t_arrive = jobs[next_job].submit_s if next_job < len(jobs) else math.inf
             t_finish = self._running[0][0] if self._running else math.inf
-            t = min(t_arrive, t_finish)
+            t = min(t_arrive, t_finish, hold.next_wake() if hold is not None else math.inf)
             self._account(now, t)
             if t > now:
                 self._evicted_now.clear()
             now = t
+            if hold is not None and hold.wake(now):  # what failed behind a reservation may not bound its owner
+                self._cq_bound.update(dict.fromkeys(self.cq_names, UNBOUNDED))
             while self._running and self._running[0][0] <= now:
                 end, j = heapq.heappop(self._running)
                 if j not in self._booked or self.outcome.end[j] != end:
                     continue  # evicted before this end; it ends again later, or never
                 self._finish(j)
+                if hold is not None:
+                    hold.finished(j, float(self.outcome.run[j]))
                 done += 1
             while next_job < len(jobs) and jobs[next_job].submit_s <= now:
                 if next_job not in self.outcome.never:
@@ -206,9 +223,14 @@ class Simulation:
 
     def _head(self, cq: str, below: int) -> int | None:
         best: int | None = None
+        parked = self._parked
         for size, fifo in self._pending[cq].items():
-            if fifo and size < below and (best is None or fifo[0] < best):
-                best = fifo[0]
+            if fifo and size < below:
+                first = fifo[0]
+                if first in parked and (first := next((k for k in fifo if k not in parked), -1)) < 0:
+                    continue
+                if best is None or first < best:
+                    best = first
         return best
 
     def _info(self, j: int, *, admitted: tuple[float, tuple[str, str]] | None = None) -> WorkloadInfo:
@@ -251,13 +273,17 @@ class Simulation:
                 if self._admit(j, now):
                     self._unqueue(info.cluster_queue, j)
                     self._waiting -= 1
-                else:
+                elif j not in self._parked:  # a parked gang fitted: it bounds nothing
                     cq_bound[info.cluster_queue] = min(cq_bound[info.cluster_queue], self.jobs[j].gpus)
 
     def _admit(self, j: int, now: float) -> bool:
         job = self.jobs[j]
         cq = self.queues.tree.cluster_queues[self.cq_of[j]]
         place_bound = self._place_bound
+        reserved = self.hold.reserved.pop(j, None) if self.hold is not None else None
+        if reserved is not None:  # a held gang's own reservation is no obstacle to it
+            self._uncharge(j, cq.name, fr=reserved, gpus=job.gpus)
+        held: tuple[str, str] | None = None
         for platform, flavor in self.queues.flavors[cq.name]:
             if job.gpus >= place_bound.get(platform, UNBOUNDED):
                 continue
@@ -270,10 +296,26 @@ class Simulation:
                 nodes = self.policy.place(self.fleet, gang) if self._free_on(platform) >= gang.gpus else None
                 if nodes is None:
                     place_bound[platform] = min(place_bound.get(platform, UNBOUNDED), job.gpus)
-            if nodes is not None:
+            if nodes is not None and not self._holds(gang, nodes, now):
                 self._start(j, gang, nodes, cq.name, fr, now)
                 return True
+            held = held or (fr if nodes is not None else None)
+        if held is not None and self.hold is not None and self.hold.keeps_quota:
+            self._charge(j, cq.name, fr=held, gpus=job.gpus)  # admitted by quota, waiting for its placement
+            self.hold.reserved[j] = held
+        elif reserved is not None:  # its quota went back without a start: what it blocked may fit now
+            self._place_bound.clear()
+            self._cq_bound.update(dict.fromkeys(self.cq_names, UNBOUNDED))
         return False
+
+    def _holds(self, gang: Gang, nodes: Nodes, now: float) -> bool:
+        """The split-wait rule keeps the gang from starting on ``nodes`` now (it is parked, and a policy that
+        keeps state forgets the plan)."""
+        if self.hold is None or not self.hold.holds(gang, nodes, now):
+            return False
+        if self._release is not None:
+            self._release(gang.job)
+        return True
 
     def _preempt(self, j: int, gang: Gang, cq: str, fr: tuple[str, str], now: float) -> Nodes | None:
         """Where job ``j`` goes after evicting what the quota engine picks, or None (and nothing evicted).
@@ -294,13 +336,12 @@ class Simulation:
             shares=Shares(tree, now=now),
             now=now,
         )
-        return self._evict_and_place(gang, [int(t.workload.uid) for t in result.targets])
+        return self._evict_and_place(gang, [int(t.workload.uid) for t in result.targets], now=now)
 
-    def _evict_and_place(self, gang: Gang, victims: Sequence[int]) -> Nodes | None:
-        """Where the gang goes once ``victims`` are evicted and queued again, or None (and nothing evicted).
-
-        None too when the gang's own job was evicted at this instant (the module docstring says why).
-        """
+    def _evict_and_place(self, gang: Gang, victims: Sequence[int], *, now: float) -> Nodes | None:
+        """Where the gang goes once ``victims`` are evicted and queued again, or None (and nothing evicted): also
+        when the split-wait rule holds the gang back from the plan they would leave it, and when the gang's own
+        job was evicted at this instant (the module docstring says why)."""
         freed = sum(self._booked[v][0].gpus for v in victims if self._booked[v][0].platform == gang.platform)
         if not victims or gang.job in self._evicted_now or self._free_on(gang.platform) + freed < gang.gpus:
             return None
@@ -310,6 +351,8 @@ class Simulation:
             if self._release is not None:
                 self._release(v)
         nodes = self.policy.place(self.fleet, gang)
+        if nodes is not None and self._holds(gang, nodes, now):
+            nodes = None
         for v in victims:
             self._book_nodes(v, bm.allocate)
             if nodes is None and self._restore is not None:
@@ -363,6 +406,8 @@ class Simulation:
         self._useful += self._weight[j]
         self._queue_used[self._cq_index[cq]] += gang.gpus
         heapq.heappush(self._running, (float(o.end[j]), j))
+        if self.hold is not None:
+            self.hold.started(gang, len(doms), now)
 
     def _finish(self, j: int) -> None:
         self._book_nodes(j, self.fleet.bitmap.release)
@@ -372,6 +417,8 @@ class Simulation:
         self._uncharge(j, cq, fr=fr, gpus=gang.gpus)
         self._place_bound.clear()
         self._cq_bound.update(dict.fromkeys(self.cq_names, UNBOUNDED))
+        if self.hold is not None:
+            self.hold.capacity_grew()
         if self._release is not None:
             self._release(j)
         self._used -= gang.gpus

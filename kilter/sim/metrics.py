@@ -17,6 +17,10 @@
   ratio (run time over time in the system, summed over its jobs): 1.0 when
   every queue's jobs wait in proportion to their length.
 - ``preemptions``: gangs evicted to make room for others.
+- ``splitWaited``/``splitWaitMeanSeconds``/``splitWaitTookSplit``: gangs the
+  split-wait rule held back for fewer domains (kilter only), the mean time
+  from their first hold to their start, and how many of them started split
+  all the same when their budget ran out.
 """
 
 from __future__ import annotations
@@ -41,6 +45,17 @@ def jain(values: list[float]) -> float:
     x = np.asarray(values, dtype=np.float64)
     square = float((x * x).sum())
     return float(x.sum() ** 2 / (len(x) * square)) if square else 1.0
+
+
+def split_waits(sim: Simulation) -> dict[str, Any]:
+    """What the split-wait rule did: gangs held back, their mean wait, how many of them started split anyway."""
+    hold = sim.hold
+    waits = np.asarray(hold.waits if hold is not None else [], dtype=np.float64)
+    return {
+        "splitWaited": len(waits),
+        "splitWaitMeanSeconds": round(_mean(waits), 1),
+        "splitWaitTookSplit": hold.took_split if hold is not None else 0,
+    }
 
 
 def metrics(sim: Simulation) -> dict[str, Any]:
@@ -82,5 +97,6 @@ def metrics(sim: Simulation) -> dict[str, Any]:
         "jainFairness": round(jain(ratios), 4),
         "preemptions": sim.preemptions,
         "crossedBlockFraction": round(float(o.crossed_block[ran].mean()), 4) if ran.any() else 0.0,
+        **split_waits(sim),
         "queues": per_queue,
     }

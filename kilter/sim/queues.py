@@ -12,6 +12,11 @@ A trace's tenant column meets ClusterQueues by name; tenants with no
 ClusterQueue of their name are dealt out to the ClusterQueues in turn, the
 busiest tenant to the queue with the most nominal GPU quota, so the mapping
 is stable, puts big tenants where the quota is, and is printed in the report.
+
+ClusterQueues and Cohorts may carry the split-wait annotations
+(``kilter.dev/split-wait``, ``kilter.dev/split-wait-max``); each
+ClusterQueue gets each setting from itself, else from its nearest Cohort
+that sets it (``split_wait_overrides``), and the flags fill in the rest.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from kilter.model.errors import InputError
 from kilter.model.kueue import ClusterQueue, Cohort, ResourceFlavor
 from kilter.quota.config import FairSharingConfig
 from kilter.quota.tree import QuotaTree, build_tree
+from kilter.topology import split_wait
 from kilter.topology.fleet import Fleet
 
 __all__ = ["DEFAULT_QUEUE", "QueueSetup", "default_objects", "queue_setup"]
@@ -41,6 +47,7 @@ class QueueSetup:
     tree: QuotaTree
     flavors: dict[str, list[tuple[int, str]]]
     queue_of: dict[str, str] = field(default_factory=dict)
+    split_wait: dict[str, tuple[float | None, float | None]] = field(default_factory=dict)  # (factor, cap s)
 
     @property
     def cluster_queues(self) -> list[str]:
@@ -129,7 +136,31 @@ def queue_setup(objects: Sequence[Any], fleet: Fleet, tenants: Counter[str]) -> 
         for name in flavors
     }
     by_size = sorted(flavors, key=lambda name: (-nominal[name], name))
-    return QueueSetup(tree, flavors, map_tenants(tenants, by_size))
+    return QueueSetup(tree, flavors, map_tenants(tenants, by_size), split_wait_overrides(cqs, cohorts, tree))
+
+
+def split_wait_overrides(
+    cqs: Sequence[ClusterQueue], cohorts: Sequence[Cohort], tree: QuotaTree
+) -> dict[str, tuple[float | None, float | None]]:
+    """Per ClusterQueue, the split-wait (factor, cap in seconds) its annotations set, each else its nearest
+    Cohort's; None where none sets it."""
+    own: dict[tuple[str, str], tuple[float | None, float | None]] = {}
+    for kind, objs in (("ClusterQueue", cqs), ("Cohort", cohorts)):
+        for obj in objs:
+            name = obj.metadata.name
+            try:
+                own[kind, name] = split_wait.parse_split_wait(obj.metadata.annotations, path="$.metadata")
+            except InputError as exc:
+                raise InputError(f"{kind} {name}: {exc}") from None
+    out = {}
+    for cq in cqs:
+        node = tree.cluster_queues[cq.metadata.name]
+        chain = [own[("ClusterQueue", node.name)]]
+        chain += [own.get(("Cohort", c.name), (None, None)) for c in node.ancestors()]
+        factor = next((f for f, _ in chain if f is not None), None)
+        max_s = next((m for _, m in chain if m is not None), None)
+        out[node.name] = (factor, max_s)
+    return out
 
 
 def map_tenants(tenants: Counter[str], queues: Sequence[str]) -> dict[str, str]:

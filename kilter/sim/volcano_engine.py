@@ -11,7 +11,9 @@ starts on what evicting them frees, as ``Simulation`` does for Kueue's
 preemption (victims are evicted only when the gang then places). The rules
 are ``kilter.quota.bound_queues``'s; how trace jobs become Volcano jobs is
 in ``volcano_queues``. Rejections are remembered per queue and job size
-until a job ends, as ``Simulation`` remembers Kueue's.
+until a job ends, as ``Simulation`` remembers Kueue's. A gang the split-wait
+rule holds back stays enqueued (and charged, as Volcano charges enqueued
+jobs) and reclaims nothing; the allocate action skips it while it is parked.
 """
 
 from __future__ import annotations
@@ -79,7 +81,7 @@ class VolcanoSimulation(Simulation):
     def _allocate(self, j: int, now: float) -> bool:
         job = self.jobs[j]
         cq = self.cq_of[j]
-        if self._bound.overused(cq):  # Volcano's allocate and reclaim skip a queue that holds more than it may
+        if self._bound.overused(cq) or j in self._parked:  # Volcano skips a queue that holds more than it may
             return False
         platforms = self._bound.platforms(j)
         for platform, flavor in platforms:
@@ -89,21 +91,24 @@ class VolcanoSimulation(Simulation):
             nodes = self.policy.place(self.fleet, gang) if self._free_on(platform) >= gang.gpus else None
             if nodes is None:
                 self._place_bound[platform] = min(self._place_bound.get(platform, UNBOUNDED), job.gpus)
+            elif self._holds(gang, nodes, now):
+                continue
             elif self._volcano_start(
                 j, gang, nodes=nodes, fr=(flavor, self.fleet.platforms[platform].device_resource), now=now
             ):
                 return True
-        if job.gpus >= self._reclaim_bound[cq]:
+        if job.gpus >= self._reclaim_bound[cq] or j in self._parked:  # a parked gang fitted: no need to reclaim
             return False
         victims = [v for v in self._bound.victims(j, now) if v in self._booked]
         for platform, flavor in platforms if victims else ():
             gang = gang_for(j, job.gpus, self.fleet.platforms[platform], platform, self.config.topology)
-            nodes = self._evict_and_place(gang, victims)
+            nodes = self._evict_and_place(gang, victims, now=now)
             if nodes is not None:
                 return self._volcano_start(
                     j, gang, nodes=nodes, fr=(flavor, self.fleet.platforms[platform].device_resource), now=now
                 )
-        self._reclaim_bound[cq] = min(self._reclaim_bound[cq], job.gpus)
+        if j not in self._parked:
+            self._reclaim_bound[cq] = min(self._reclaim_bound[cq], job.gpus)
         return False
 
     def _volcano_start(self, j: int, gang: Gang, *, nodes: Nodes, fr: tuple[str, str], now: float) -> bool:

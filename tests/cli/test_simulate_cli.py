@@ -24,6 +24,9 @@ METRICS = {
     "fragmentation",
     "jainFairness",
     "preemptions",
+    "splitWaited",
+    "splitWaitMeanSeconds",
+    "splitWaitTookSplit",
 }
 FLEET = """
 platforms:
@@ -110,6 +113,8 @@ def test_simulate_runs_the_synthetic_philly_workload_with_fair_quota(
         (["--fleet-text", "platforms: [{platform: TPU-v9, nodes: 4}]"], "TPU-v9"),
         (["--fleet-text", "platforms: [{platform: GB200-NVL72, domains: -1}]"], "whole number"),
         (["--fleet-text", "nodes: 3"], "'platforms'"),
+        (["--split-wait", "-1"], "--split-wait must be between 0 and 100"),
+        (["--split-wait-max", "soon"], "'soon' is not a duration"),
     ],
 )
 def test_simulate_bad_input_exits_2_with_one_line(
@@ -128,6 +133,27 @@ def test_simulate_bad_input_exits_2_with_one_line(
     assert "Traceback" not in result.stderr
     assert message in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_simulate_reports_the_split_wait_settings_and_what_they_did(
+    files: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    fleet, trace = files
+    args = ("simulate", "--fleet", str(fleet), "--trace", str(trace), "--policy", "kilter,first-fit", "-o", "json")
+    code, out, _ = run(capsys, *args, "--split-wait", "2", "--split-wait-max", "90m", "--runtime-estimate", "oracle")
+    assert code == 0
+    data = json.loads(out)
+    assert data["splitWait"] == {
+        "factor": 2.0,
+        "maxSeconds": 5400.0,
+        "runtimeEstimate": "oracle",
+        "holds": "quota",
+        "clock": "reserved",
+        "policies": ["kilter"],
+    }
+    assert data["policies"]["first-fit"]["splitWaited"] == 0  # the rule is kilter's alone
+    code, out, _ = run(capsys, "simulate", "--fleet", str(fleet), "--trace", str(trace))
+    assert "SPLIT WAITS" in out.splitlines()[0]
 
 
 def test_simulate_refuses_contradictory_quotas(

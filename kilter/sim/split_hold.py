@@ -1,0 +1,283 @@
+"""The split-wait rule as the simulator runs it for the ``kilter`` policy: hold a split plan back, wake up later.
+
+When the planner's answer for a *preferred* gang spans more scale-up domains
+than the fewest the gang could ever use (``split_wait.fewest_domains_idle``),
+``split_wait.decide`` — the function every server path asks — says whether
+the gang should wait for a better plan instead. A held gang does not start
+and holds nothing (under ``--quota volcano`` it stays enqueued, charged as
+Volcano charges any enqueued job); it is *parked*: the engine skips it, and
+the jobs behind it in its queue go on (BestEffortFIFO). Until capacity grows
+(a gang ends or is evicted) its plan cannot get better, so it stays parked
+without asking the planner again; every finish unparks every held gang, and
+so does its own timer when its budget runs out.
+
+Two choices decide what a wait costs the others and how long it can last
+(``WaitSettings``; ``docs/sim/split-wait-study.md`` measures all four):
+
+- ``holds``: ``quota`` (default) — the held gang keeps its ClusterQueue
+  quota reserved, as a Kueue Workload does while it waits for its
+  AdmissionCheck (``Pending``) or while its admitted pods wait in
+  kube-scheduler, so the jobs behind it cannot take the room it waits for;
+  or ``nothing`` — it gives its quota back (an AdmissionCheck ``Retry``).
+  A reservation is no preemption target, and a gang held after a what-if
+  preemption reserves nothing (it had no quota to reserve).
+- ``clock``: ``reserved`` (default) — the budget counts from the first time
+  the gang fitted and was held (the moment Kueue reserves its quota, the
+  Workload's ``QuotaReserved`` transition); or ``submit`` — from its
+  creation, so a gang that queued longer than its budget for any room at
+  all never waits for better room.
+
+The budget needs each job's expected runtime (``RUNTIME_ESTIMATES``):
+
+- ``learned``: ``quota.runtimes.RuntimeLearner`` per ClusterQueue and gang
+  size class, fed at every finish with the run time the cluster saw (slowed
+  by its placement); evicted runs teach it nothing.
+- ``declared``: what users would declare: the true duration × e^N(0,1),
+  drawn from (seed, job), because users' own estimates are that noisy.
+- ``oracle``: the true duration (for comparison; no cluster knows it).
+- ``none``: no estimate, so no gang ever waits.
+
+The rule's split slowdown is the one the simulation charges (an operator
+sets the platform's); its factor and cap come from the ClusterQueue's
+``kilter.dev/split-wait{,-max}`` annotations, else its nearest Cohort's,
+else ``WaitSettings`` (the ``--split-wait``/``--split-wait-max`` flags).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from kilter.model.errors import InputError
+from kilter.quota.runtimes import RuntimeLearner
+from kilter.sim.gangs import Gang
+from kilter.sim.placement import Nodes
+from kilter.sim.trace import TraceJob
+from kilter.topology import split_wait
+from kilter.topology.fleet import Fleet
+
+__all__ = [
+    "RUNTIME_ESTIMATES",
+    "WAIT_CLOCKS",
+    "WAIT_HOLDS",
+    "RuntimeEstimate",
+    "RuntimeEstimates",
+    "SplitHold",
+    "WaitClock",
+    "WaitHolds",
+    "WaitSettings",
+    "make_hold",
+]
+
+RuntimeEstimate = Literal["learned", "declared", "oracle", "none"]
+RUNTIME_ESTIMATES: tuple[RuntimeEstimate, ...] = ("learned", "declared", "oracle", "none")
+WaitHolds = Literal["quota", "nothing"]
+WAIT_HOLDS: tuple[WaitHolds, ...] = ("quota", "nothing")
+WaitClock = Literal["reserved", "submit"]
+WAIT_CLOCKS: tuple[WaitClock, ...] = ("reserved", "submit")
+HOLDING_POLICY = "kilter"  # the other policies are what users run today: none of them waits for fewer domains
+
+
+@dataclass(frozen=True)
+class WaitSettings:
+    """The flags: the rule's factor (0 turns it off) and cap, where expected runtimes come from, the noise's seed."""
+
+    factor: float = split_wait.DEFAULT_FACTOR
+    max_s: float = split_wait.DEFAULT_MAX_S
+    runtime_estimate: RuntimeEstimate = "learned"
+    seed: int = 0
+    holds: WaitHolds = "quota"
+    clock: WaitClock = "reserved"
+
+    def __post_init__(self) -> None:
+        if self.runtime_estimate not in RUNTIME_ESTIMATES:
+            raise InputError(f"unknown runtime estimate {self.runtime_estimate!r} ({', '.join(RUNTIME_ESTIMATES)})")
+        if self.holds not in WAIT_HOLDS or self.clock not in WAIT_CLOCKS:
+            raise InputError(f"a held gang holds one of {WAIT_HOLDS}, its clock is one of {WAIT_CLOCKS}")
+        split_wait.SplitWait(self.factor, self.max_s)  # the same checks as the annotations get
+
+
+class RuntimeEstimates:
+    """Each trace job's expected runtime in seconds as ``mode`` gives it, or None where it gives none."""
+
+    def __init__(self, mode: RuntimeEstimate, jobs: Sequence[TraceJob], cq_of: Sequence[str], *, seed: int) -> None:
+        self.mode = mode
+        self._jobs = jobs
+        self._cq_of = cq_of
+        self._seed = seed
+        self.learner = RuntimeLearner()
+        self._declared: dict[int, float] = {}
+
+    def of(self, j: int) -> float | None:
+        job = self._jobs[j]
+        if self.mode == "learned":
+            return self.learner.estimate(self._cq_of[j], job.gpus)
+        if self.mode == "oracle":
+            return job.duration_s
+        if self.mode == "declared":
+            declared = self._declared.get(j)
+            if declared is None:
+                noise = float(np.random.default_rng((self._seed, j)).standard_normal())
+                declared = self._declared[j] = job.duration_s * math.exp(noise)
+            return declared
+        return None
+
+    def finished(self, j: int, run_s: float) -> None:
+        """Job ``j`` ran to its end in ``run_s`` seconds (as the cluster saw it, slowdown included)."""
+        if self.mode == "learned":
+            self.learner.observe(self._cq_of[j], self._jobs[j].gpus, run_s)
+
+
+class SplitHold:
+    """Which pending gangs hold a split plan back and until when; what the waiting came to.
+
+    ``parked`` is shared with the engine, which skips its jobs; ``reserved``
+    is the engine's record of the quota (flavor, resource) each held gang
+    keeps while ``keeps_quota``. ``waits``
+    lists, per gang that was held and then started, the seconds from its
+    first hold to its start; ``took_split`` counts those that still started
+    on more domains than their fewest (their budget ran out first).
+    """
+
+    def __init__(
+        self,
+        fleet: Fleet,
+        jobs: Sequence[TraceJob],
+        cq_of: Sequence[str],
+        *,
+        rules: dict[str, split_wait.SplitWait],
+        estimates: RuntimeEstimates,
+        keeps_quota: bool = True,
+        clock: WaitClock = "reserved",
+    ) -> None:
+        self._fleet = fleet
+        self._jobs = jobs
+        self._cq_of = cq_of
+        self._rules = rules
+        self.estimates = estimates
+        self.keeps_quota = keeps_quota
+        self._clock = clock
+        self.parked: set[int] = set()
+        self.reserved: dict[int, tuple[str, str]] = {}
+        self._deadline: dict[int, float] = {}
+        self._timers: list[tuple[float, int]] = []
+        self._first_held: dict[int, float] = {}
+        self._least: dict[tuple[int, tuple[tuple[int, int], ...]], int] = {}
+        self.waits: list[float] = []
+        self.took_split = 0
+
+    def fewest_domains(self, gang: Gang) -> int:
+        """The fewest domains the gang could use on the idle fleet (failed trays counted), at least 1."""
+        key = (gang.platform, gang.pod_sets)
+        least = self._least.get(key)
+        if least is None:
+            least = self._least[key] = max(1, split_wait.fewest_domains_idle(self._fleet, gang.platform, gang.pod_sets))
+        return least
+
+    def holds(self, gang: Gang, nodes: Nodes, now: float) -> bool:
+        """Should the gang wait rather than start on ``nodes`` now? If so it is parked until capacity grows or
+        its budget runs out."""
+        j = gang.job
+        rule = self._rules[self._cq_of[j]]
+        if gang.topology != "preferred" or not rule.enabled:
+            return False
+        least = self.fewest_domains(gang)
+        used = len(np.unique(self._fleet.node_domain[nodes]))
+        if used <= least:
+            return False
+        since = self._first_held.get(j, now) if self._clock == "reserved" else self._jobs[j].submit_s
+        decision = split_wait.decide(
+            rule, domains_now=used, domains_min=least, expected_runtime_s=self.estimates.of(j), waited_s=now - since
+        )
+        deadline = now + decision.remaining_s
+        if not decision.wait or deadline <= now:  # a budget left below the clock's resolution is spent
+            return False
+        self.parked.add(j)
+        self._first_held.setdefault(j, now)
+        if self._deadline.get(j) != deadline:
+            self._deadline[j] = deadline
+            heapq.heappush(self._timers, (deadline, j))
+        return True
+
+    def next_wake(self) -> float:
+        """When the next held gang's budget runs out (inf when none is held)."""
+        timers = self._timers
+        while timers and self._deadline.get(timers[0][1]) != timers[0][0]:
+            heapq.heappop(timers)  # the gang started, or was held again with another budget
+        return timers[0][0] if timers else math.inf
+
+    def wake(self, now: float) -> bool:
+        """Unpark the gangs whose budget has run out by ``now``: the next pass takes the best plan they have.
+        Were there any?"""
+        timers = self._timers
+        woke = False
+        while timers and timers[0][0] <= now:
+            deadline, j = heapq.heappop(timers)
+            if self._deadline.get(j) == deadline:
+                del self._deadline[j]
+                self.parked.discard(j)
+                woke = True
+        return woke
+
+    def capacity_grew(self) -> None:
+        """A gang ended or was evicted: every held gang may have a better plan now."""
+        self.parked.clear()
+
+    def started(self, gang: Gang, domains: int, now: float) -> None:
+        j = gang.job
+        self.parked.discard(j)
+        self._deadline.pop(j, None)
+        first = self._first_held.pop(j, None)
+        if first is not None:
+            self.waits.append(now - first)
+            self.took_split += domains > self.fewest_domains(gang)
+
+    def finished(self, j: int, run_s: float) -> None:
+        """Job ``j`` ran to its end (an eviction is not an end: it teaches nothing)."""
+        self.estimates.finished(j, run_s)
+
+
+def make_hold(
+    policy_name: str,
+    fleet: Fleet,
+    jobs: Sequence[TraceJob],
+    cq_of: Sequence[str],
+    *,
+    settings: WaitSettings,
+    overrides: dict[str, tuple[float | None, float | None]],
+    cluster_queues: Sequence[str],
+    split_slowdown: float,
+) -> SplitHold | None:
+    """The rule for a run of ``policy_name``, or None when no gang of it can ever wait (the run is then exactly
+    what it was before the rule existed).
+
+    ``overrides`` are each ClusterQueue's (factor, cap) from its own or its
+    nearest Cohort's annotations, None where neither sets one.
+    """
+    if policy_name != HOLDING_POLICY or settings.runtime_estimate == "none":
+        return None
+    rules = {}
+    for cq in cluster_queues:
+        factor, max_s = overrides.get(cq, (None, None))
+        rules[cq] = split_wait.SplitWait(
+            settings.factor if factor is None else factor,
+            settings.max_s if max_s is None else max_s,
+            split_slowdown,
+        )
+    if not any(rule.enabled for rule in rules.values()):
+        return None
+    estimates = RuntimeEstimates(settings.runtime_estimate, jobs, cq_of, seed=settings.seed)
+    return SplitHold(
+        fleet,
+        jobs,
+        cq_of,
+        rules=rules,
+        estimates=estimates,
+        keeps_quota=settings.holds == "quota",
+        clock=settings.clock,
+    )
