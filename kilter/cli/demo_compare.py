@@ -3,7 +3,9 @@
 The embedded demo fleet, idle (32 GB200 NVL72 racks with failed and
 label-less trays, 16 MI355X nodes), the demo cluster's Kueue queues (four
 ClusterQueues in a cohort tree), and a Philly-like workload from kilter's
-generator with gangs four times the size (or ``--trace`` for a real trace).
+generator with gangs eight times the size (or ``--trace`` for a real trace):
+loaded enough that jobs queue and big gangs meet a fleet too busy for one
+rack, which is where placement decides how long everyone waits.
 The kilter column is not the planner called in-process: a real ``kilter
 serve`` runs on 127.0.0.1 and every pod goes through its HTTP extender
 verbs as kube-scheduler sends them. The baselines run in-process on the same
@@ -36,7 +38,7 @@ __all__ = ["DEMO_POLICIES", "add_arguments", "demo_objects", "print_comparison",
 
 DEMO_POLICIES = ("kilter", "kueue-tas", "spread")
 DEMO_JOBS = 3000
-DEMO_GPU_SCALE = 4
+DEMO_GPU_SCALE = 8
 IDLE_DEMO_FLEET = dataclasses.replace(
     fleetgen.DEMO_FLEET, pools=tuple(dataclasses.replace(p, usage=0.0) for p in fleetgen.DEMO_FLEET.pools)
 )
@@ -45,7 +47,12 @@ IDLE_DEMO_FLEET = dataclasses.replace(
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trace", help="a trace CSV to replay instead of the generated Philly-like workload")
     p.add_argument("--jobs", type=int, default=DEMO_JOBS, help=f"jobs to replay (default {DEMO_JOBS})")
-    p.add_argument("--gpu-scale", type=int, default=DEMO_GPU_SCALE, help="multiply every job's GPUs by K (default 4)")
+    p.add_argument(
+        "--gpu-scale",
+        type=int,
+        default=DEMO_GPU_SCALE,
+        help=f"multiply every job's GPUs by K (default {DEMO_GPU_SCALE})",
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of the generated workload")
     p.add_argument(
         "--plot", type=Path, default=Path("kilter-demo.png"), help="where to draw the PNG (default kilter-demo.png)"
@@ -95,11 +102,42 @@ def run_comparison(args: argparse.Namespace) -> dict[str, Any]:
                     policy.close()
                 report["policies"][name] = r.metrics
                 runs.append((name, r.simulation))
+    report["versus"] = versus(report["policies"])
     if args.plot:
-        plot_runs(runs, args.plot, title=f"{len(jobs)} jobs on the demo fleet ({', '.join(DEMO_POLICIES)})")
+        title = f"{len(jobs)} jobs on the demo fleet ({', '.join(DEMO_POLICIES)})"
+        if report["versus"]:
+            title += "\n" + report["versus"]["summary"]
+        plot_runs(runs, args.plot, title=title)
         report["plot"] = str(args.plot)
     report["queueOf"] = runs[0][1].queues.queue_of
     return report
+
+
+def _change(ours: float, theirs: float) -> float:
+    """Per cent by which ``ours`` is lower than ``theirs`` (negative: higher)."""
+    return round(100.0 * (theirs - ours) / theirs, 1) if theirs else 0.0
+
+
+def versus(policies: dict[str, dict[str, Any]], *, baseline: str = "kueue-tas") -> dict[str, Any]:
+    """kilter against ``baseline`` in the numbers a user feels: mean JCT and wait, and domains over the minimum."""
+    ours, theirs = policies.get("kilter"), policies.get(baseline)
+    if ours is None or theirs is None:
+        return {}
+    jct = _change(ours["meanJctSeconds"], theirs["meanJctSeconds"])
+    wait = _change(ours["meanWaitSeconds"], theirs["meanWaitSeconds"])
+    domains = (ours["meanDomainsPerGang"], theirs["meanDomainsPerGang"])
+    word = "shorter" if jct >= 0 else "LONGER"
+    summary = (
+        f"kilter vs {baseline}: mean JCT {abs(jct)} % {word}, mean wait {wait} % lower, "
+        f"domains / minimum {domains[0]:.3f} vs {domains[1]:.3f}"
+    )
+    return {
+        "baseline": baseline,
+        "meanJctLowerPercent": jct,
+        "meanWaitLowerPercent": wait,
+        "domainsOverMinimum": {"kilter": domains[0], baseline: domains[1]},
+        "summary": summary,
+    }
 
 
 def print_comparison(report: dict[str, Any]) -> None:
@@ -109,6 +147,8 @@ def print_comparison(report: dict[str, Any]) -> None:
         "the demo cluster's four Kueue queues with fair sharing; kilter answered over HTTP by a real kilter serve\n"
     )
     print(render.table(("POLICY", *(h for _, h in simulate.COLUMNS)), rows), end="")
+    if report.get("versus"):
+        print(f"\n{report['versus']['summary']}")
     if "plot" in report:
         print(f"\nutilization and per-queue share over time: {report['plot']}")
     sys.stdout.flush()

@@ -36,6 +36,7 @@ from kilter.model.core_v1 import Pod
 from kilter.model.jobs import ANNOTATION_REQUIRED, ANNOTATION_UNCONSTRAINED
 from kilter.sim.gangs import Gang
 from kilter.sim.placement import Nodes, free_gpus
+from kilter.sim.simple import KilterPlacement
 from kilter.state.store import ADDED, DELETED, ClusterStore, Event
 from kilter.topology.fleet import Fleet
 
@@ -187,6 +188,7 @@ class ExtenderPlacement:
         self._released: OrderedDict[int, list[Pod]] = OrderedDict()
         self._workloads: dict[int, dict[str, Any]] = {}
         self._on_call = on_call
+        self._planner = KilterPlacement()
 
     def _topology(self, fleet: Fleet, gang: Gang) -> dict[str, str]:
         if gang.topology == "required":
@@ -196,6 +198,11 @@ class ExtenderPlacement:
         if gang.topology == "unconstrained":
             return {ANNOTATION_UNCONSTRAINED: "true"}
         return {}
+
+    def preview(self, fleet: Fleet, gang: Gang) -> Nodes | None:
+        """Where kilter would place the gang, without binding: the planner the extender runs, on the same fleet,
+        so the simulator's split-wait rule judges a gang before any of its pods is bound (and never unbinds)."""
+        return self._planner.place(fleet, gang)
 
     def place(self, fleet: Fleet, gang: Gang) -> Nodes | None:
         resource = fleet.platforms[gang.platform].device_resource

@@ -94,6 +94,7 @@ class GangPlan:
     shapes: tuple[ranks.Shape, ...] = ()  # the gang's pod sets, whole: what a pod's index is a rank of
     waiting: bool = False  # held back for room in fewer domains (``waits``): infeasible, holding no nodes
     retry_s: float = INFEASIBLE_RETRY_S  # an infeasible plan is asked again after this long
+    free_at: int = 0  # the fleet's free GPUs when an infeasible plan was made: asked again as soon as more are free
 
     @property
     def open_gpus(self) -> int:
@@ -183,7 +184,7 @@ class GangBook:
         if (
             current is not None
             and self._still_valid(current)
-            and (current.feasible or self.clock() - current.created < current.retry_s)
+            and (current.feasible or (self.clock() - current.created < current.retry_s and not self._freed(current)))
         ):
             if who.kind == "member":
                 self._verify(current)
@@ -205,6 +206,7 @@ class GangBook:
         if made is None:
             return None
         made.verified, made.admitted = who.kind == "member", admitted
+        made.free_at = self._free_gpus()
         if not made.verified:
             made.asker = (pod.metadata.namespace, pod.metadata.name, pod.metadata.uid)
         over = "" if admitted or not made.feasible else trust.over_cap(plans, self.limits, made, self._fleet_gpus())
@@ -271,6 +273,13 @@ class GangBook:
             state = self.store.state()
             self._tree = (self.store.version, build_tree(state.cluster_queues, state.cohorts))
         return self._tree[1]
+
+    def _free_gpus(self) -> int:
+        return int(self.store.fleet().bitmap.domain_free_gpus.sum())
+
+    def _freed(self, plan: GangPlan) -> bool:
+        """GPUs came free since an infeasible plan was made: it may fit now, so the cached answer is stale."""
+        return self._free_gpus() > plan.free_at
 
     def _fleet_gpus(self) -> int:
         fleet = self.store.fleet()

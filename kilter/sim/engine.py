@@ -293,7 +293,7 @@ class Simulation:
             if available(cq, fr) < job.gpus:
                 nodes = self._preempt(j, gang, cq.name, fr, now) if cq.preemption is not None else None
             else:
-                nodes = self.policy.place(self.fleet, gang) if self._free_on(platform) >= gang.gpus else None
+                nodes = self._place(gang, now) if self._free_on(platform) >= gang.gpus else None
                 if nodes is None:
                     place_bound[platform] = min(place_bound.get(platform, UNBOUNDED), job.gpus)
             if nodes is not None and not self._holds(gang, nodes, now):
@@ -307,6 +307,16 @@ class Simulation:
             self._place_bound.clear()
             self._cq_bound.update(dict.fromkeys(self.cq_names, UNBOUNDED))
         return False
+
+    def _place(self, gang: Gang, now: float) -> Nodes | None:
+        """The policy's nodes; one that binds as it places (``preview``: kilter over HTTP) is judged by the rule on
+        its preview first, so a gang held back is never bound and unbound (the caller's ``_holds`` agrees)."""
+        preview = getattr(self.policy, "preview", None)
+        if preview is not None and self.hold is not None:
+            seen: Nodes | None = preview(self.fleet, gang)
+            if seen is not None and self.hold.holds(gang, seen, now):
+                return seen
+        return self.policy.place(self.fleet, gang)
 
     def _holds(self, gang: Gang, nodes: Nodes, now: float) -> bool:
         """The split-wait rule keeps the gang from starting on ``nodes`` now (it is parked, and a policy that
@@ -350,7 +360,7 @@ class Simulation:
             self._book_nodes(v, bm.release)
             if self._release is not None:
                 self._release(v)
-        nodes = self.policy.place(self.fleet, gang)
+        nodes = self._place(gang, now)
         if nodes is not None and self._holds(gang, nodes, now):
             nodes = None
         for v in victims:

@@ -15,7 +15,7 @@ from kilter.model.core_v1 import Pod
 from kilter.model.errors import InputError
 from kilter.quota.policy import parse_time
 from kilter.state.cluster import from_objects
-from kilter.state.store import MODIFIED, ClusterStore, Event
+from kilter.state.store import DELETED, MODIFIED, ClusterStore, Event
 from kilter.topology.split_wait import SplitWait
 from tests.gangs.wait_scenario import (
     BUDGET_S,
@@ -297,3 +297,14 @@ def test_a_gang_of_bare_pods_counts_from_its_earliest_pod() -> None:
     settings = WaitSettings.build(from_objects([]), SplitWait())
     facts = facts_of("pods of gang", "ml", "j", None, [msgspec.convert(p, Pod) for p in pods], settings)
     assert facts.since_s == T0 - 600
+
+
+def test_a_waiting_gang_is_judged_again_as_soon_as_gpus_come_free() -> None:
+    clock = Clock(T0)
+    book = book_over([*fleet_objects(), *gang_pods("train", T0, annotations=RUNTIME)], clock)
+    assert ask(book).waiting
+    freed = [book.store.pod_named("ml", f"busy-r1-t{t:02d}") for t in (2, 3)]
+    book.store.apply([Event(DELETED, msgspec.to_builtins(p)) for p in freed if p is not None])
+    clock.now += 1  # well inside the usual pause: only the freed GPUs make it ask again
+    placed = ask(book, pod=1)
+    assert placed.feasible and placed.plan.domains == ("r1",)  # the one rack it waited for
