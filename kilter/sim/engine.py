@@ -62,7 +62,7 @@ from kilter.quota.config import FairSharingConfig
 from kilter.quota.preempt import find_targets
 from kilter.quota.shares import Shares
 from kilter.quota.usage import WorkloadInfo
-from kilter.sim.gangs import Gang, TopologyMode, gang_for, min_domains
+from kilter.sim.gangs import Gang, TopologyMode, domains_per_block, gang_for, min_domains
 from kilter.sim.placement import Nodes, Policy, Releasing
 from kilter.sim.queues import QueueSetup
 from kilter.sim.split_hold import WaitSettings, make_hold
@@ -167,7 +167,7 @@ class Simulation:
         bm = fleet.bitmap
         self._usable_gpus = int(bm.domain_usable_gpus.sum())
         self._platform_domains = [bm.domain_platforms == i for i in range(len(fleet.platforms))]
-        self._blocks = self._domains_per_block()
+        self._blocks = domains_per_block(fleet)
         span = jobs[-1].submit_s if jobs else 0.0
         self._sample_every = max(span, 1.0) / max(samples, 1)
         self._next_sample = 0.0
@@ -442,19 +442,6 @@ class Simulation:
     def _uncharge(self, j: int, cq: str, *, fr: tuple[str, str], gpus: int) -> None:
         """Job ``j`` ended or was evicted: what ``_charge`` booked goes."""
         remove_usage(self.queues.tree.cluster_queues[cq], fr, gpus)
-
-    def _domains_per_block(self) -> list[int]:
-        """Per platform, the most domains one block holds (empty when the fleet has no block level)."""
-        f = self.fleet
-        if not f.domain_group.shape[0]:
-            return []
-        out = []
-        plats = f.bitmap.domain_platforms
-        for i in range(len(f.platforms)):
-            groups = f.domain_group[0, plats == i]
-            groups = groups[groups >= 0]
-            out.append(int(np.bincount(groups).max()) if len(groups) else 1)
-        return out
 
     def _find_never(self) -> None:
         """Jobs that could not start even on the idle fleet with their queue's whole reach: reported, not queued."""

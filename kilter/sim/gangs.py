@@ -12,9 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from kilter.topology.catalog import Platform
+import numpy as np
 
-__all__ = ["Gang", "TopologyMode", "gang_for", "min_domains"]
+from kilter.topology.catalog import Platform
+from kilter.topology.fleet import Fleet
+
+__all__ = ["Gang", "TopologyMode", "domains_per_block", "gang_for", "min_domains"]
 
 TopologyMode = Literal["required", "preferred", "unconstrained"]
 
@@ -54,3 +57,16 @@ def min_domains(gang: Gang, platform: Platform) -> int:
     """The fewest scale-up domains the gang could ever use: one node per pod, whole domains."""
     per_domain = platform.nodes_per_domain if platform.is_multi_node else 1
     return max(1, -(-gang.pods // per_domain))
+
+
+def domains_per_block(fleet: Fleet) -> list[int]:
+    """Per platform, the most domains one block holds (empty when the fleet has no block level)."""
+    if not fleet.domain_group.shape[0]:
+        return []
+    out = []
+    plats = fleet.bitmap.domain_platforms
+    for i in range(len(fleet.platforms)):
+        groups = fleet.domain_group[0, plats == i]
+        groups = groups[groups >= 0]
+        out.append(int(np.bincount(groups).max()) if len(groups) else 1)
+    return out
