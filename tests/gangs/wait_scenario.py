@@ -4,7 +4,7 @@ Two GB200 NVL72 racks (``r1``, ``r2``, 18 trays of 4 GPUs) under one leaf;
 every tray but the first two of each rack runs a 4-GPU pod. A gang of four
 4-GPU pods fits one rack when the fleet is idle (the fewest domains: 1) but
 only over both racks now (``FREE``: 2 domains). With an expected runtime of
-10 h and the default rule (factor 1, split slowdown 0.2, cap 6 h) it may wait
+10 h and the default rule (factor 1, split slowdown 0.2, cap 24 h) it may wait
 1 x 0.2 x (2 - 1) x 36,000 s = 7,200 s (2 h) from its creation.
 """
 
