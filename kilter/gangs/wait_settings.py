@@ -22,17 +22,15 @@ ClusterQueue of the same name), as ``quota.bound_queues`` binds them.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from kilter.model.annotations import CLUSTER_QUEUE
 from kilter.model.errors import InputError
 from kilter.model.kueue import ClusterQueue, Cohort, ResourceFlavor
 from kilter.state.cluster import ClusterState
-from kilter.topology.split_wait import SPLIT_WAIT, SPLIT_WAIT_MAX, SplitWait, parse_split_wait
+from kilter.topology.split_wait import SPLIT_WAIT, SPLIT_WAIT_MAX, Setting, SplitWait, parse_split_wait, resolve
 
 __all__ = ["WaitSettings"]
-
-Setting = tuple[float | None, float | None]  # (factor, cap in seconds) an object sets; None where it sets none
 
 
 @dataclass(frozen=True)
@@ -66,7 +64,7 @@ class WaitSettings:
                 seen.add(parent)
                 chain.append(own[("Cohort", parent)])
                 parent = cohorts[parent].spec.parent_cohort
-            rules[name] = _resolve(defaults, chain)
+            rules[name] = resolve(defaults, chain)
         local = {(q.metadata.namespace, q.metadata.name): q.spec.cluster_queue for q in state.local_queues}
         volcano = {}
         for queue in state.volcano_queues:
@@ -81,7 +79,7 @@ class WaitSettings:
 
     def for_job(self, cluster_queue: str | None, annotations: Mapping[str, str], *, path: str) -> SplitWait:
         """The rule of one job: its own annotations over its queue's; ``InputError`` for a bad value of its own."""
-        return _resolve(self.rule(cluster_queue), [parse_split_wait(annotations, path=path)])
+        return resolve(self.rule(cluster_queue), [parse_split_wait(annotations, path=path)])
 
     def cluster_queue_of(self, namespace: str, local_queue: str | None) -> str | None:
         """The ClusterQueue a LocalQueue points at (None: no such LocalQueue in the state)."""
@@ -101,16 +99,3 @@ def _own(kind: str, name: str, annotations: Mapping[str, str], problems: list[st
             continue
         factor, max_s = (f, max_s) if key == SPLIT_WAIT else (factor, m)
     return factor, max_s
-
-
-def _resolve(base: SplitWait, chain: Iterable[Setting]) -> SplitWait:
-    """``base`` with the first factor and the first cap the chain sets (nearest first)."""
-    factor = max_s = None
-    for f, m in chain:
-        factor = f if factor is None else factor
-        max_s = m if max_s is None else max_s
-    return replace(
-        base,
-        factor=base.factor if factor is None else factor,
-        max_s=base.max_s if max_s is None else max_s,
-    )

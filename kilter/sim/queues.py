@@ -157,9 +157,7 @@ def split_wait_overrides(
         node = tree.cluster_queues[cq.metadata.name]
         chain = [own[("ClusterQueue", node.name)]]
         chain += [own.get(("Cohort", c.name), (None, None)) for c in node.ancestors()]
-        factor = next((f for f, _ in chain if f is not None), None)
-        max_s = next((m for _, m in chain if m is not None), None)
-        out[node.name] = (factor, max_s)
+        out[node.name] = split_wait.nearest(chain)
     return out
 
 

@@ -261,14 +261,8 @@ def make_hold(
     """
     if policy_name != HOLDING_POLICY or settings.runtime_estimate == "none":
         return None
-    rules = {}
-    for cq in cluster_queues:
-        factor, max_s = overrides.get(cq, (None, None))
-        rules[cq] = split_wait.SplitWait(
-            settings.factor if factor is None else factor,
-            settings.max_s if max_s is None else max_s,
-            split_slowdown,
-        )
+    base = split_wait.SplitWait(settings.factor, settings.max_s, split_slowdown)
+    rules = {cq: split_wait.resolve(base, [overrides.get(cq, (None, None))]) for cq in cluster_queues}
     if not any(rule.enabled for rule in rules.values()):
         return None
     estimates = RuntimeEstimates(settings.runtime_estimate, jobs, cq_of, seed=settings.seed)

@@ -14,7 +14,9 @@ from kilter.topology.split_wait import (
     fewest_domains_idle,
     format_duration,
     format_instant,
+    nearest,
     parse_split_wait,
+    resolve,
 )
 from tests.topology.builders import node, pod, rack
 
@@ -109,3 +111,12 @@ def test_annotations_set_factor_and_cap_and_refuse_nonsense() -> None:
             parse_split_wait({"kilter.dev/split-wait": bad}, path="$")
     with pytest.raises(InputError):
         parse_split_wait({"kilter.dev/split-wait-max": "soon"}, path="$")
+
+
+def test_the_nearest_object_that_sets_a_key_decides_it_key_by_key() -> None:
+    chain = [(None, 3600.0), (0.5, 60.0), (2.0, None)]
+    assert nearest(chain) == (0.5, 3600.0)
+    assert nearest([]) == (None, None)
+    base = SplitWait(factor=1.0, max_s=7200.0, split_slowdown=0.3)
+    assert resolve(base, chain) == SplitWait(factor=0.5, max_s=3600.0, split_slowdown=0.3)
+    assert resolve(base, [(None, None)]) == base
