@@ -19,6 +19,7 @@ from typing import Any
 from kilter.cli import demo_compare, render, sources
 from kilter.cli import plan as plan_cmd
 from kilter.cli import queues as queues_cmd
+from kilter.gangs import planning
 from kilter.model.jobs import read_job
 from kilter.state import cluster, snapshot
 from kilter.topology.fleet import Fleet
@@ -88,13 +89,13 @@ def show_plans(args: argparse.Namespace) -> int:
         args.write_snapshot.write_text(render.dump(doc, "yaml"))
         print(f"wrote the demo fleet to {args.write_snapshot}", file=sys.stderr)
     jobs = [read_job(doc) for doc in snapshot.load_documents(DEMO_JOBS)]
-    results = [(job, plan_cmd.plan_job(fleet, job)) for job in jobs]
+    results = [(job, planning.plan_job(fleet, job)) for job in jobs]
     queues = queues_cmd.queues_data(state, now=DEMO_NOW, pending=True)
     if args.output != "table":
         data = {
             "fleet": fleet.summary(),
             "levels": fleet.levels.source,
-            "plans": [plan_cmd.plan_to_dict(job, plans) for job, plans in results],
+            "plans": [planning.plan_to_dict(job, plans) for job, plans in results],
             "queues": queues,
         }
         print(render.dump(data, args.output), end="")

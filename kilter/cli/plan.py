@@ -1,5 +1,6 @@
 """``kilter plan``: the placement plan a job would get on a cluster or snapshot.
 
+The plan itself comes from ``kilter.gangs.planning``, which the gRPC ``Plan`` answers with too.
 A preferred gang whose plan spans more scale-up domains than it needs may
 wait for fewer first (``kilter.gangs.waits``, as ``kilter serve`` decides at
 ``--now``, by default the clock; a job without ``metadata.creationTimestamp``
@@ -11,27 +12,25 @@ plan it would take once its wait is over. A waiting gang is not a failure
 from __future__ import annotations
 
 import argparse
-import math
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from kilter.cli import render, sources
 from kilter.cli.serve_config import add_split_wait_arguments, read_split_wait
+from kilter.gangs.planning import plan_job_waits, plan_to_dict
 from kilter.gangs.waits import NO_WAIT, Waits
 from kilter.model.errors import InputError
 from kilter.model.jobs import JobSpec, PodSetSpec, read_job
 from kilter.quota.policy import parse_time
 from kilter.state import snapshot
 from kilter.topology.fleet import Fleet
-from kilter.topology.plan import GangRequest, Plan, commit, gang_request, plan_gang
+from kilter.topology.plan import GangRequest, Plan
 from kilter.topology.split_wait import WaitDecision
 
-Wait = Callable[[Sequence[PodSetSpec], GangRequest, Plan], WaitDecision]  # one gang's pod sets, request and plan
-
-__all__ = ["add_parser", "plan_job", "plan_job_waits", "plan_to_dict", "read_job_object", "render_plans", "run"]
+__all__ = ["add_parser", "read_job_object", "render_plans", "run"]
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -68,66 +67,6 @@ def read_job_object(path: Path) -> Mapping[str, Any]:
     if len(docs) != 1 or not isinstance(docs[0], Mapping):
         raise InputError(f"{path} must hold exactly one job object, found {len(docs)}")
     return docs[0]
-
-
-def plan_job(fleet: Fleet, job: JobSpec, *, platform: str | None = None) -> list[Plan]:
-    """Plan each gang of the job in turn; a feasible gang's pods are booked before the next."""
-    return [plan for plan, _ in plan_job_waits(fleet, job, platform=platform)]
-
-
-def plan_job_waits(
-    fleet: Fleet, job: JobSpec, *, platform: str | None = None, wait: Wait | None = None
-) -> list[tuple[Plan, WaitDecision]]:
-    """``plan_job`` with each gang's wait for fewer domains (``wait``; None: no gang waits). A gang that waits holds
-    nothing, so the next gang is planned as if it were not there."""
-    out = []
-    for i, pod_sets in enumerate(job.gangs):
-        name = job.name if len(job.gangs) == 1 else f"{job.name}/group-{i}"
-        request = gang_request(name, pod_sets, fleet.catalog, platform=platform)
-        plan = plan_gang(fleet, request)
-        decision = wait(pod_sets, request, plan) if wait is not None else NO_WAIT
-        if plan.feasible and not decision.wait and len(job.gangs) > 1:
-            commit(fleet, plan)
-        out.append((plan, decision))
-    return out
-
-
-def _gang_dict(plan: Plan, wait: WaitDecision = NO_WAIT) -> dict[str, Any]:
-    return {
-        "gang": plan.gang,
-        "feasible": plan.feasible,
-        "reason": plan.reason,
-        "platform": plan.platform,
-        "podSets": [
-            {"name": ps.name, "count": ps.count, "gpusPerPod": ps.gpus_per_pod, "nodes": list(ps.nodes)}
-            for ps in plan.pod_sets
-        ],
-        "domains": list(plan.domains),
-        "blocks": list(plan.groups),
-        "ignoredPodSets": list(plan.ignored),
-        "waiting": wait.wait,
-        "waitReason": wait.reason,
-        "waitSeconds": math.ceil(wait.remaining_s),
-    }
-
-
-def plan_to_dict(job: JobSpec, plans: list[Plan], waits: Sequence[WaitDecision] = ()) -> dict[str, Any]:
-    """The plan for programs; ``waiting`` (any gang waits for fewer domains) and each gang's ``waitReason`` and
-    ``waitSeconds`` (what is left of its wait) say what ``kilter serve`` would do now."""
-    decisions = list(waits) or [NO_WAIT] * len(plans)
-    gangs = [_gang_dict(p, w) for p, w in zip(plans, decisions, strict=True)]
-    return {
-        "job": {"kind": job.kind, "name": job.name, "namespace": job.namespace},
-        "feasible": all(p.feasible for p in plans),
-        "waiting": any(w.wait for w in decisions),
-        "reason": "; ".join(p.reason for p in plans),
-        "platform": next((p.platform for p in plans if p.platform), None),
-        "podSets": [ps for g in gangs for ps in g["podSets"]],
-        "domains": sorted({d for p in plans for d in p.domains}),
-        "blocks": sorted({b for p in plans for b in p.groups}),
-        "ignoredPodSets": sorted({n for p in plans for n in p.ignored}),
-        "gangs": gangs,
-    }
 
 
 def render_plans(fleet: Fleet, job: JobSpec, plans: list[Plan], waits: Sequence[WaitDecision] = ()) -> str:

@@ -1,0 +1,116 @@
+"""The plan a job would get, as ``kilter plan -o json`` prints it and the gRPC ``Plan`` answers it.
+
+One implementation for both callers: the command plans on a fleet of its
+own, the server on its live fleet. A job of several gangs books each
+feasible gang before the next is planned (they will run side by side); with
+``keep=False`` those bookings are undone before returning, so that a
+server's what-if leaves its fleet as it found it (it runs on the event-loop
+thread, so no verb sees the fleet in between).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from kilter.gangs.waits import NO_WAIT, Waits
+from kilter.model.core_v1 import PodTemplateSpec
+from kilter.model.jobs import JobSpec, PodSetSpec
+from kilter.topology.fleet import Fleet
+from kilter.topology.plan import GangRequest, Plan, commit, gang_request, plan_gang
+from kilter.topology.split_wait import WaitDecision
+
+__all__ = ["Wait", "plan_job", "plan_job_waits", "plan_object", "plan_to_dict"]
+
+Wait = Callable[[Sequence[PodSetSpec], GangRequest, Plan], WaitDecision]  # one gang's pod sets, request and plan
+
+
+def plan_job(fleet: Fleet, job: JobSpec, *, platform: str | None = None) -> list[Plan]:
+    """Plan each gang of the job in turn; a feasible gang's pods are booked before the next."""
+    return [plan for plan, _ in plan_job_waits(fleet, job, platform=platform)]
+
+
+def plan_job_waits(
+    fleet: Fleet, job: JobSpec, *, platform: str | None = None, wait: Wait | None = None, keep: bool = True
+) -> list[tuple[Plan, WaitDecision]]:
+    """``plan_job`` with each gang's wait for fewer domains (``wait``; None: no gang waits). A gang that waits holds
+    nothing, so the next gang is planned as if it were not there. ``keep=False`` undoes the bookings made between
+    gangs before returning (a what-if on a fleet someone else reads)."""
+    out = []
+    booked: list[Plan] = []
+    try:
+        for i, pod_sets in enumerate(job.gangs):
+            name = job.name if len(job.gangs) == 1 else f"{job.name}/group-{i}"
+            request = gang_request(name, pod_sets, fleet.catalog, platform=platform)
+            plan = plan_gang(fleet, request)
+            decision = wait(pod_sets, request, plan) if wait is not None else NO_WAIT
+            if plan.feasible and not decision.wait and len(job.gangs) > 1:
+                commit(fleet, plan)
+                booked.append(plan)
+            out.append((plan, decision))
+    finally:
+        if not keep:
+            for plan in reversed(booked):
+                for node, gpus in zip(plan.node_indices, plan.gpus, strict=True):
+                    fleet.bitmap.release(node, gpus)
+    return out
+
+
+def plan_object(
+    fleet: Fleet,
+    obj: Mapping[str, Any],
+    job: JobSpec,
+    waits: Waits,
+    *,
+    now_s: float,
+    platform: str | None = None,
+    keep: bool = True,
+) -> dict[str, Any]:
+    """The plan dict of job object ``obj`` (``job`` is ``read_job(obj)``), each gang's wait judged by ``waits`` at
+    ``now_s``; a job without ``metadata.creationTimestamp`` is taken as created at ``now_s``."""
+
+    def wait(pod_sets: Sequence[PodSetSpec], request: GangRequest, plan: Plan) -> WaitDecision:
+        templates: list[PodTemplateSpec] = [ps.template for ps in pod_sets]
+        return waits.for_object(obj, templates, request, plan, fleet, created_s=now_s)
+
+    planned = plan_job_waits(fleet, job, platform=platform, wait=wait, keep=keep)
+    return plan_to_dict(job, [p for p, _ in planned], [w for _, w in planned])
+
+
+def _gang_dict(plan: Plan, wait: WaitDecision = NO_WAIT) -> dict[str, Any]:
+    return {
+        "gang": plan.gang,
+        "feasible": plan.feasible,
+        "reason": plan.reason,
+        "platform": plan.platform,
+        "podSets": [
+            {"name": ps.name, "count": ps.count, "gpusPerPod": ps.gpus_per_pod, "nodes": list(ps.nodes)}
+            for ps in plan.pod_sets
+        ],
+        "domains": list(plan.domains),
+        "blocks": list(plan.groups),
+        "ignoredPodSets": list(plan.ignored),
+        "waiting": wait.wait,
+        "waitReason": wait.reason,
+        "waitSeconds": math.ceil(wait.remaining_s),
+    }
+
+
+def plan_to_dict(job: JobSpec, plans: list[Plan], waits: Sequence[WaitDecision] = ()) -> dict[str, Any]:
+    """The plan for programs; ``waiting`` (any gang waits for fewer domains) and each gang's ``waitReason`` and
+    ``waitSeconds`` (what is left of its wait) say what ``kilter serve`` would do now."""
+    decisions = list(waits) or [NO_WAIT] * len(plans)
+    gangs = [_gang_dict(p, w) for p, w in zip(plans, decisions, strict=True)]
+    return {
+        "job": {"kind": job.kind, "name": job.name, "namespace": job.namespace},
+        "feasible": all(p.feasible for p in plans),
+        "waiting": any(w.wait for w in decisions),
+        "reason": "; ".join(p.reason for p in plans),
+        "platform": next((p.platform for p in plans if p.platform), None),
+        "podSets": [ps for g in gangs for ps in g["podSets"]],
+        "domains": sorted({d for p in plans for d in p.domains}),
+        "blocks": sorted({b for p in plans for b in p.groups}),
+        "ignoredPodSets": sorted({n for p in plans for n in p.ignored}),
+        "gangs": gangs,
+    }
