@@ -13,6 +13,10 @@ a record keeps at most ``MAX_ENTRIES`` nodes in all; and the log as a whole
 keeps at most ``entries`` nodes across its records. What a record leaves
 out is said in its rendered ``note``. Rendering is then bounded too: at most
 ``per_pod`` records of ``MAX_ENTRIES`` nodes for one pod.
+
+Each record added is also a decision for ``WatchDecisions``: with a
+``feed`` that someone watches, ``add`` publishes its verb, outcome and
+summary (never the per-node arrays).
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+
+from kilter.gangs.decisions import Decision, DecisionFeed
 
 __all__ = ["MAX_ENTRIES", "MAX_UNKNOWN_NAMES", "DecisionLog", "Record"]
 
@@ -66,6 +72,7 @@ class Record:
     unknown: dict[int, str] = field(default_factory=dict)  # position -> name of each unknown node kept
     left_out_unknown: int = 0  # nodes kilter does not know, counted but not kept
     left_out: int = 0  # further nodes past MAX_ENTRIES, counted but not kept
+    outcome: str = ""  # the verb's short answer ("fits", "no-fit", "gang", "scored", "kept"): what a watcher sees
 
     @property
     def size(self) -> int:
@@ -165,7 +172,10 @@ class DecisionLog:
     ``MAX_UNKNOWN_NAMES`` strings a record.
     """
 
-    def __init__(self, *, records: int = 2_000, per_pod: int = 4, entries: int = 4_000_000) -> None:
+    def __init__(
+        self, *, records: int = 2_000, per_pod: int = 4, entries: int = 4_000_000, feed: DecisionFeed | None = None
+    ) -> None:
+        self.feed = feed  # told of each record added (``WatchDecisions``), when someone watches
         self.records = records
         self.per_pod = per_pod
         self.entries = entries
@@ -184,6 +194,12 @@ class DecisionLog:
         return sum(len(r.unknown) + (len(r.names) if r.index is None else 0) for e in self._log.values() for r in e)
 
     def add(self, namespace: str, name: str, record: Record) -> None:
+        feed = self.feed
+        if feed is not None and feed.watched:
+            decision = Decision(
+                record.at, "scheduler", record.verb, "pod", namespace, name, record.outcome, record.summary
+            )
+            feed.publish(decision)
         record = record.bounded()
         key = f"{namespace}/{name}"
         entries = self._log.get(key)

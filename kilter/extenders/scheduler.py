@@ -208,6 +208,7 @@ class SchedulerExtender:
         gang_note = plan.describe() if plan is not None else ""
         if found is not None and found.note:
             gang_note += f"; {found.note}"
+        outcome = "gang" if plan is not None else ("fits" if len(passing) else "no-fit")
         self.log.add(
             p.pod.metadata.namespace,
             p.pod.metadata.name,
@@ -223,9 +224,9 @@ class SchedulerExtender:
                 reason=reason_of,
                 verdicts=verdicts.OUTCOMES,
                 sent=cand.names or (),
+                outcome=outcome,
             ),
         )
-        outcome = "gang" if plan is not None else ("fits" if len(passing) else "no-fit")
         return Answer(200, body_out, outcome)
 
     def _filter_error(self, message: str) -> Answer:
@@ -278,6 +279,7 @@ class SchedulerExtender:
                 index,
                 scores=scores,
                 sent=shown or (),
+                outcome="scored",
             ),
         )
         return Answer(200, body_out, "scored")
@@ -344,6 +346,7 @@ class SchedulerExtender:
                 reason=lambda code, free, total: "victims confirmed on this node",
                 verdicts=("kept", "dropped"),
                 extra=notes,
+                outcome="kept" if kept else "none",
             ),
         )
         return Answer(200, self._encoder.encode(wire.PreemptionResult(kept)), "kept" if kept else "none")

@@ -33,7 +33,9 @@ from prometheus_client.registry import Collector
 from kilter.extenders import last_resort
 from kilter.extenders.scheduler import Answer, Binder, SchedulerExtender
 from kilter.extenders.volcano import VOLCANO_VERBS, VolcanoExtender
+from kilter.extenders.wire import BindingArgs
 from kilter.gangs import GangBook
+from kilter.gangs.decisions import Decision
 from kilter.model import asgi
 from kilter.model.asgi import BodyRefused, Receive, Scope, Send
 from kilter.model.errors import KilterError
@@ -317,7 +319,8 @@ class App:
         return self.extender.preempt(body)
 
     async def _bind(self, body: bytes) -> Answer:
-        """Decide on the loop, call the API server on a worker thread, record on the loop again."""
+        """Decide on the loop, call the API server on a worker thread, record on the loop again (and tell the
+        decision feed, for a pod whose names passed the checks)."""
         request = self.extender.bind_request(body)
         if isinstance(request, Answer):
             return request
@@ -327,8 +330,16 @@ class App:
                 None, self.binder.bind, request.pod_namespace, request.pod_name, request.pod_uid, request.node
             )
         except KilterError as exc:
+            self._tell_bind(request, "error", f"binding failed: {exc}")
             return self.extender.bind_failed(f"binding failed: {exc}")
+        self._tell_bind(request, "bound", f"bound to {request.node}")
         return self.extender.bound(request)
+
+    def _tell_bind(self, request: BindingArgs, outcome: str, message: str) -> None:
+        feed = self.extender.log.feed
+        if feed is not None and feed.watched:
+            ns, name = request.pod_namespace, request.pod_name
+            feed.publish(Decision(time.time(), "scheduler", "bind", "pod", ns, name, outcome, message, request.node))
 
     async def _explain(self, scope: Scope, send: Send) -> None:
         query = parse_qs(scope.get("query_string", b"").decode("latin-1"))

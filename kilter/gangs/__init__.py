@@ -2,6 +2,7 @@
 
 from kilter.gangs import (
     book,
+    decisions,
     identity,
     key_secret,
     keys,
@@ -37,6 +38,7 @@ __all__ = [
     "PlanRecorder",
     "Slot",
     "book",
+    "decisions",
     "gang_of",
     "identify",
     "identity",

@@ -64,6 +64,7 @@ from functools import partial
 from typing import Any
 
 from kilter.gangs import records
+from kilter.gangs.decisions import Decision, DecisionFeed
 from kilter.gangs.identity import GangKey
 from kilter.gangs.keys import PlanKeys
 from kilter.gangs.waits import Waits
@@ -330,7 +331,9 @@ class Controller:
         wall: Callable[[], float] = time.time,
         keys: PlanKeys | None = None,
         waits: Waits | None = None,
+        feed: DecisionFeed | None = None,
     ) -> None:
+        self.feed = feed  # told of each decision written (``WatchDecisions``)
         self.store = store
         self.keys = keys
         self.waits = waits
@@ -379,6 +382,11 @@ class Controller:
                 if d.state == "Ready" and self.on_ready is not None:
                     self.on_ready(d)
                 self._event(d)
+                if self.feed is not None and self.feed.watched:
+                    at, ns = self.wall(), d.namespace
+                    self.feed.publish(
+                        Decision(at, "admission-check", d.check, "workload", ns, d.workload, d.state, d.message)
+                    )
 
     async def run(self) -> None:
         """A round every ``next_round_s`` while this replica is the writer (the leader); idle otherwise."""
