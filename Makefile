@@ -16,9 +16,11 @@ $(PY):
 	$(PY) -m pip install --quiet --upgrade pip
 
 # Build tools first, then the project in editable mode with every extra; the
-# Cython core is compiled here and again whenever a .pyx/.pxd/.h changes.
-$(STAMP): $(PY) pyproject.toml setup.py $(NATIVE)
-	$(PY) -m pip install --quiet "setuptools>=69" "Cython>=3.0.10,<4" "numpy>=2.0" wheel
+# Cython core is compiled here and again whenever a .pyx/.pxd/.h changes, and
+# the gRPC stubs generated from kilter/api/placement.proto likewise.
+$(STAMP): $(PY) pyproject.toml setup.py $(NATIVE) kilter/api/placement.proto
+	$(PY) -m pip install --quiet "setuptools>=69" "Cython>=3.0.10,<4" "numpy>=2.0" wheel \
+		"grpcio-tools>=1.85.1,<1.86" "mypy-protobuf>=5.0"
 	$(PY) -m pip install --quiet --no-build-isolation -e '.[dev]'
 	$(PY) setup.py --quiet build_ext --inplace
 	@touch $(STAMP)
@@ -53,4 +55,4 @@ native-debug: $(STAMP)
 	$(PY) setup.py --quiet build_ext --inplace --force; exit $$status
 
 clean:
-	rm -rf build dist *.egg-info kilter/_native/*.so kilter/_native/*.c
+	rm -rf build dist *.egg-info kilter/_native/*.so kilter/_native/*.c kilter/api/placement_pb2*

@@ -1,15 +1,77 @@
-"""Builds the Cython core; everything else lives in pyproject.toml.
+"""Builds the Cython core and the gRPC stubs; everything else lives in pyproject.toml.
 
 The extensions are one table, built in a loop. ``KILTER_NATIVE_DEBUG=1`` turns
 bounds and wraparound checks back on for a debugging build.
+
+The gRPC stubs of ``kilter/api/placement.proto`` (messages, service, and
+their ``.pyi`` for mypy) are generated, never committed: ``build_ext``
+(what ``make`` runs in place) and ``build_py`` (what a wheel build runs)
+run grpcio-tools' protoc with mypy-protobuf's plugins first, whenever the
+.proto is newer than what it made.
 """
 
+import importlib.resources
 import os
 import platform
+import shutil
+import sys
+from pathlib import Path
 
 import numpy
 from Cython.Build import cythonize
 from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+from setuptools.command.build_py import build_py
+
+PROTO = "kilter/api/placement.proto"
+STUBS = ("placement_pb2.py", "placement_pb2.pyi", "placement_pb2_grpc.py", "placement_pb2_grpc.pyi")
+
+
+def _plugin(name: str) -> str:
+    """A protoc plugin's script: beside this Python (a venv not on PATH), else on PATH."""
+    found = shutil.which(name, path=os.path.dirname(sys.executable)) or shutil.which(name)
+    if found is None:
+        raise SystemExit(f"{name} not found: install mypy-protobuf (make does)")
+    return found
+
+
+def generate_stubs() -> None:
+    """Run protoc on PROTO unless every stub is newer than it."""
+    root = Path(__file__).resolve().parent
+    proto = root / PROTO
+    outputs = [proto.with_name(name) for name in STUBS]
+    if all(out.exists() and out.stat().st_mtime >= proto.stat().st_mtime for out in outputs):
+        return
+    from grpc_tools import protoc  # a build requirement, imported only when building
+
+    include = str(importlib.resources.files("grpc_tools") / "_proto")
+    args = [
+        "grpc_tools.protoc",
+        f"-I{include}",
+        f"-I{root}",
+        f"--python_out={root}",
+        f"--grpc_python_out={root}",
+        f"--mypy_out={root}",
+        f"--mypy_grpc_out={root}",
+        f"--plugin=protoc-gen-mypy={_plugin('protoc-gen-mypy')}",
+        f"--plugin=protoc-gen-mypy_grpc={_plugin('protoc-gen-mypy_grpc')}",
+        str(proto),
+    ]
+    if protoc.main(args) != 0:
+        raise SystemExit(f"protoc failed on {PROTO}")
+
+
+class BuildExt(build_ext):
+    def run(self) -> None:
+        generate_stubs()
+        super().run()
+
+
+class BuildPy(build_py):
+    def run(self) -> None:
+        generate_stubs()
+        super().run()
+
 
 NATIVE_MODULES = ["domains", "domainset", "gang", "jsonout", "names", "protoview"]
 
@@ -39,6 +101,7 @@ extensions = [
 
 # Debug and release C live apart so switching never reuses the other's output.
 setup(
+    cmdclass={"build_ext": BuildExt, "build_py": BuildPy},
     ext_modules=cythonize(
         extensions,
         compiler_directives=directives,
