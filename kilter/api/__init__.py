@@ -1,0 +1,24 @@
+"""The gRPC placement API (``kilter.v1.Placement``): Plan, Explain, Inventory and WatchDecisions.
+
+``placement.proto`` is the contract; its stubs (``placement_pb2``,
+``placement_pb2_grpc`` and their ``.pyi``) are generated at build time
+(``make``), never committed. ``servicer`` answers the calls from ``gangs``
+and ``state``, ``messages`` maps values to messages, ``server`` runs the
+listener with health and reflection, ``tls`` its reloading credentials.
+"""
+
+from kilter.api import messages, server, servicer, tls
+from kilter.api.server import PlacementServer
+from kilter.api.servicer import PlacementServicer, Sources
+from kilter.api.tls import ReloadingCredentials
+
+__all__ = [
+    "PlacementServer",
+    "PlacementServicer",
+    "ReloadingCredentials",
+    "Sources",
+    "messages",
+    "server",
+    "servicer",
+    "tls",
+]

@@ -1,0 +1,119 @@
+"""kilter's values as ``kilter.v1`` messages: one function per message, no policy.
+
+The servicer asks ``gangs``/``state`` and hands the answers here; nothing in
+this module decides anything. Explain records arrive rendered
+(``DecisionLog.explain``'s dicts, the very ones ``/debug/explain`` prints),
+so the gRPC and HTTP views cannot disagree.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from kilter.api import placement_pb2 as pb
+from kilter.gangs.book import GangPlan
+from kilter.gangs.decisions import Decision, Dropped
+from kilter.gangs.inventory import Inventory
+
+__all__ = ["explain_record", "gang_plan", "inventory", "plan_response", "pod_decisions", "timestamp", "watch_response"]
+
+
+def timestamp(unix_s: float) -> Timestamp:
+    stamp = Timestamp()
+    stamp.FromNanoseconds(round(unix_s * 1e9))
+    return stamp
+
+
+def plan_response(plan: Mapping[str, Any]) -> pb.PlanResponse:
+    """``plan`` (``gangs.planning.plan_object``'s dict) as JSON, with the fields a client branches on typed."""
+    return pb.PlanResponse(
+        plan_json=json.dumps(plan, indent=2),
+        feasible=bool(plan["feasible"]),
+        waiting=bool(plan["waiting"]),
+        reason=str(plan["reason"]),
+        platform=str(plan["platform"] or ""),
+    )
+
+
+def explain_record(record: Mapping[str, Any]) -> pb.ExplainRecord:
+    """One rendered ``DecisionLog`` record."""
+    nodes = []
+    for entry in record.get("nodes", ()):
+        node = pb.NodeVerdict(node=entry["node"], verdict=entry.get("verdict", ""), reason=entry.get("reason", ""))
+        if "score" in entry:
+            node.score = int(entry["score"])
+        nodes.append(node)
+    return pb.ExplainRecord(
+        verb=record["verb"], time=record["time"], summary=record["summary"], nodes=nodes, note=record.get("note", "")
+    )
+
+
+def gang_plan(plan: GangPlan) -> pb.GangPlanSummary:
+    return pb.GangPlanSummary(
+        key=plan.gang.key,
+        feasible=plan.feasible,
+        waiting=plan.waiting,
+        description=plan.describe(),
+        nodes=[s.node for s in plan.slots],
+        bound=sum(1 for s in plan.slots if s.uid),
+    )
+
+
+def inventory(inv: Inventory) -> pb.InventoryResponse:
+    platforms = [
+        pb.PlatformInventory(
+            platform=p.platform,
+            domains=p.domains,
+            nodes_healthy=p.nodes_healthy,
+            nodes_total=p.nodes_total,
+            gpus_free=p.gpus_free,
+            gpus_total=p.gpus_total,
+            free_histogram=p.free_histogram,
+        )
+        for p in inv.platforms
+    ]
+    domains = [
+        pb.DomainInventory(
+            domain=d.domain,
+            platform=d.platform,
+            block=d.block,
+            nodes_healthy=d.nodes_healthy,
+            nodes_total=d.nodes_total,
+            gpus_free=d.gpus_free,
+            gpus_total=d.gpus_total,
+            spares=d.spares,
+            largest_pods=d.largest_pods,
+            largest_gpus_per_pod=d.largest_gpus_per_pod,
+            gangs=[pb.GangOnDomain(key=g.key, pods=g.pods, gpus=g.gpus) for g in d.gangs],
+            trays=d.trays,
+            detached=d.detached,
+        )
+        for d in inv.domains
+    ]
+    return pb.InventoryResponse(generation=inv.generation, platforms=platforms, domains=domains)
+
+
+def watch_response(item: Decision | Dropped) -> pb.WatchResponse:
+    if isinstance(item, Dropped):
+        return pb.WatchResponse(dropped=pb.Dropped(count=item.count))
+    return pb.WatchResponse(
+        decision=pb.Decision(
+            time=timestamp(item.at),
+            source=item.source,
+            verb=item.verb,
+            kind=item.kind,
+            namespace=item.namespace,
+            name=item.name,
+            outcome=item.outcome,
+            message=item.message,
+            node=item.node,
+        )
+    )
+
+
+def pod_decisions(namespace: str, name: str, records: Sequence[Mapping[str, Any]]) -> pb.PodDecisions:
+    return pb.PodDecisions(namespace=namespace, name=name, records=[explain_record(r) for r in records])
