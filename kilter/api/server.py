@@ -27,11 +27,14 @@ from kilter.api import placement_pb2_grpc as pb_grpc
 from kilter.api.servicer import MAX_JOB_BYTES, PlacementServicer, Sources
 from kilter.api.tls import ReloadingCredentials
 
-__all__ = ["PLACEMENT", "READY_POLL_S", "PlacementServer"]
+__all__ = ["MAX_RECEIVE_BYTES", "PLACEMENT", "READY_POLL_S", "PlacementServer"]
 
 log = logging.getLogger("kilter.api")
 
 PLACEMENT = pb.DESCRIPTOR.services_by_name["Placement"].full_name
+MAX_RECEIVE_BYTES = 2 * MAX_JOB_BYTES
+"""Largest request gRPC reads: a job up to twice its cap is read and refused in-protocol (INVALID_ARGUMENT naming
+``job``); anything larger gRPC itself refuses (RESOURCE_EXHAUSTED) before a byte of it reaches kilter."""
 READY_POLL_S = 0.25
 """How often health looks at readiness: a flag read, so cheap; a load balancer probes far less often."""
 
@@ -62,6 +65,7 @@ class PlacementServer:
         self.credentials = credentials
         self.ready = ready or (lambda: sources.store.ready)
         self.health: _Health = health.aio.HealthServicer()  # type: ignore[attr-defined]
+        self.loop: asyncio.AbstractEventLoop | None = None  # the loop it serves on, once started
         self._server: grpc.aio.Server | None = None
         self._watch: asyncio.Task[None] | None = None
 
@@ -70,7 +74,7 @@ class PlacementServer:
         RuntimeError from gRPC, which ``kilter serve`` reports."""
         server = grpc.aio.server(
             options=[
-                ("grpc.max_receive_message_length", MAX_JOB_BYTES + 64 * 1024),  # the job cap answers in-protocol
+                ("grpc.max_receive_message_length", MAX_RECEIVE_BYTES),
                 ("grpc.so_reuseport", 0),
             ]
         )
@@ -89,6 +93,7 @@ class PlacementServer:
         await self._set(self.ready())
         await server.start()
         self._server, self.port = server, bound
+        self.loop = asyncio.get_running_loop()
         self._watch = asyncio.get_running_loop().create_task(self._follow_readiness(), name="grpc-health")
         log.info("gRPC placement API on %s:%d (%s)", self.address, bound, "TLS" if self.credentials else "plaintext")
         return bound

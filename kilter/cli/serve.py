@@ -22,7 +22,7 @@ from typing import Any, Literal
 import uvicorn
 import uvloop
 
-from kilter.cli import sources
+from kilter.cli import serve_grpc, sources
 from kilter.cli.listeners import Guard, ListenerReading, ensure_file_limit, listener_config
 from kilter.cli.serve_config import DEFAULT_KILTER_USER, DEFAULTS, ServeConfig, add_split_wait_arguments
 from kilter.extenders.explain import DecisionLog
@@ -30,6 +30,7 @@ from kilter.extenders.scheduler import ApiBinder, Binder, SchedulerExtender
 from kilter.extenders.server import App
 from kilter.extenders.volcano import PodGroupEvents, VolcanoExtender
 from kilter.gangs import GangBook, GangId, GangKey, KeySecret, PlanKeys, PlanRecorder, key_secret
+from kilter.gangs.decisions import DecisionFeed
 from kilter.gangs.waits import SplitWaits
 from kilter.kube.api import ApiServer, connect
 from kilter.kube.events import EventRecorder
@@ -57,12 +58,13 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     ``ServeConfig``'s."""
     p = sub.add_parser(
         "serve",
-        help="run the kube-scheduler extender, Volcano's extender verbs and the admission webhooks",
+        help="run the kube-scheduler extender, Volcano's extender verbs, the admission webhooks and the gRPC API",
         description=(
             "HTTP listener (--http-port): /scheduler/{filter,prioritize,preempt,bind}, /volcano/<verb> (Volcano's "
             "extender plugin), /debug/explain, /debug/volcano, /metrics, "
             "/healthz, /readyz. HTTPS listener (--webhook-port, only with --tls-cert-file and --tls-key-file): "
-            "/mutate, /validate, /healthz, /readyz; the certificate is re-read when its files change."
+            "/mutate, /validate, /healthz, /readyz; the certificate is re-read when its files change. gRPC listener "
+            "(--grpc-port): kilter.v1.Placement, grpc.health.v1.Health, reflection."
         ),
         epilog=(
             "Certificates for the webhooks: in a cluster, let cert-manager issue one into a Secret mounted into "
@@ -202,6 +204,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         metavar="N",
         help=f"open plans of one namespace's gangs no queue admitted yet (default {d.max_namespace_gang_plans})",
     )
+    serve_grpc.add_grpc_arguments(p)
     add_split_wait_arguments(p)
     p.add_argument(
         "--reload-interval",
@@ -289,10 +292,11 @@ def build_app(config: ServeConfig) -> tuple[App, ClusterStore]:
         limits=config.gang_limits,
         waits=SplitWaits(store, defaults=config.split_wait_rule, queues=queues),
     )
-    extender = SchedulerExtender(store, gangs, DecisionLog())
+    extender = SchedulerExtender(store, gangs, DecisionLog(feed=DecisionFeed()))
     binder = ApiBinder(api) if api is not None else Binder()
     events = PodGroupEvents(api, is_writer=is_writer) if api is not None else None
     volcano = VolcanoExtender(store, extender.gangs, queues=queues, events=events)
+    volcano.notes.feed = extender.log.feed
     app = App(
         store,
         extender,
@@ -443,15 +447,8 @@ def _listener(app: Any, guard: Guard, config: ServeConfig, port: int, lifespan: 
 
 
 async def _serve_all(servers: list[uvicorn.Server], controller: Controller | None) -> None:
-    """Run every listener (and the controller); when one listener stops (a signal, a failed bind), stop all."""
-    tasks = [asyncio.create_task(s.serve()) for s in servers]
-    background = asyncio.create_task(controller.run()) if controller is not None else None
-    await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-    for s in servers:
-        s.should_exit = True
-    await asyncio.gather(*tasks, return_exceptions=True)
-    if background is not None:
-        background.cancel()
+    """Run every listener (and the controller); when one listener stops, stop all (``serve_grpc.serve_all``)."""
+    await serve_grpc.serve_all(servers, controller)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -483,7 +480,8 @@ def run(args: argparse.Namespace) -> int:
             events=recorder,
             keys=gangs.keys,
             waits=gangs.waits,
+            feed=app.extender.log.feed,
         )
         log.info("AdmissionCheck controller %s running", CONTROLLER_NAME)
-    uvloop.run(_serve_all(servers, controller))
+    uvloop.run(serve_grpc.serve_all(servers, controller, serve_grpc.placement_server(config, app, store)))
     return 0

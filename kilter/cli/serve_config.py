@@ -79,6 +79,12 @@ class ServeConfig:
     http_client_ca: Path | None = None
     """PEM CA bundle: with ``http_tls``, the HTTP listener requires client certificates it signed (mutual TLS),
     and every caller that passes is trusted wherever it connects from."""
+    grpc_port: int = 9090
+    """TCP port of the gRPC listener (``kilter.v1.Placement``, health, reflection); 0 turns it off. TLS with
+    ``tls_cert_file``/``tls_key_file`` when given, else plaintext."""
+    grpc_client_ca: Path | None = None
+    """PEM CA bundle: the gRPC listener requires client certificates it signed (needs the TLS files), and every
+    caller that passes is trusted wherever it connects from."""
     trusted_networks: tuple[str, ...] = DEFAULT_TRUSTED_NETWORKS
     """CIDRs whose callers may use /scheduler/*, /volcano/* and /debug/* (by the peer address of the connection);
     loopback only by default. /healthz, /readyz and /metrics answer everyone."""
@@ -151,6 +157,10 @@ class ServeConfig:
             raise InputError("--max-connections must be at least 1")
         if self.http_client_ca is not None and not self.http_tls:
             raise InputError("--http-client-ca needs --http-tls: client certificates are checked in the TLS handshake")
+        if not 0 <= self.grpc_port <= 65535:
+            raise InputError(f"--grpc-port must be 0 (off) to 65535, got {self.grpc_port}")
+        if self.grpc_client_ca is not None and (self.tls_cert_file is None or self.grpc_port == 0):
+            raise InputError("--grpc-client-ca needs --tls-cert-file and --tls-key-file and a --grpc-port")
         if self.plan_key_file is not None and self.plan_key_secret is not None:
             raise InputError("--plan-key-file and --plan-key-secret exclude each other: the keys come from one place")
         if self.max_namespace_gang_gpus is not None and self.max_namespace_gang_gpus < 1:
@@ -175,6 +185,12 @@ class ServeConfig:
     def trust_rule(self) -> TrustRule:
         """Who the HTTP listener answers on /scheduler/*, /volcano/* and /debug/*."""
         return TrustRule(self.trusted_networks, client_certs=self.http_client_ca is not None)
+
+    @property
+    def grpc_trust_rule(self) -> TrustRule:
+        """Who the gRPC listener answers on ``kilter.v1.Placement``: the trusted networks, or with
+        ``grpc_client_ca`` every verified client. Health and reflection answer everyone."""
+        return TrustRule(self.trusted_networks, client_certs=self.grpc_client_ca is not None)
 
     @property
     def listener_limits(self) -> ListenerLimits:
@@ -222,6 +238,8 @@ class ServeConfig:
             tls_key_file=args.tls_key_file,
             http_tls=args.http_tls,
             http_client_ca=args.http_client_ca,
+            grpc_port=args.grpc_port,
+            grpc_client_ca=args.grpc_client_ca,
             trusted_networks=split_networks(args.trusted_networks),
             kilter_user=tuple(args.kilter_user),
             max_body_bytes=args.max_body_bytes,
