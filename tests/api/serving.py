@@ -16,6 +16,7 @@ import grpc
 import uvloop
 
 from kilter.api import PlacementServer
+from kilter.api import placement_pb2 as pb
 from kilter.api import placement_pb2_grpc as pb_grpc
 from kilter.cli import serve, serve_grpc
 from kilter.cli.serve_config import ServeConfig
@@ -91,3 +92,21 @@ def wait_for(condition: Any, *, within_s: float = 10.0) -> bool:
             return False
         time.sleep(0.01)
     return True
+
+
+class Watch:
+    """A WatchDecisions stream, read one message at a time (grpc-stubs types the call as iterable only)."""
+
+    def __init__(self, call: Any) -> None:
+        self._call = call
+        self._messages: Iterator[pb.WatchResponse] = iter(call)
+
+    def next(self) -> pb.WatchResponse:
+        return next(self._messages)
+
+    def cancel(self) -> None:
+        self._call.cancel()
+
+
+def watch(stub: pb_grpc.PlacementStub, namespace: str = "") -> Watch:
+    return Watch(stub.WatchDecisions(pb.WatchRequest(namespace=namespace)))

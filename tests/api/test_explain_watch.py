@@ -15,7 +15,7 @@ import pytest
 
 from kilter.api import placement_pb2 as pb
 from kilter.gangs.decisions import Decision, DecisionFeed
-from tests.api.serving import Serving, serving, wait_for
+from tests.api.serving import Serving, serving, wait_for, watch
 from tests.extenders.conftest import cluster_objects, names_args, pod_json
 
 NODES = [f"r1-t{t:02d}" for t in range(18)]
@@ -106,11 +106,11 @@ def test_a_bad_explain_request_is_invalid_argument_naming_the_field(
 
 
 def test_decisions_made_through_http_stream_as_they_are_made(served: Serving) -> None:
-    stream = served.stub().WatchDecisions(pb.WatchRequest())
+    stream = watch(served.stub())
     assert wait_for(lambda: feed(served).watched)
     post(served, "filter", names_args(pod_json("p", 4), ["r1-t00"]))
     post(served, "prioritize", names_args(pod_json("p", 4), ["r1-t00"]))
-    got = [next(stream).decision for _ in range(2)]
+    got = [stream.next().decision for _ in range(2)]
     stream.cancel()
     assert [(d.source, d.verb, d.kind, d.namespace, d.name) for d in got] == [
         ("scheduler", "filter", "pod", "ml", "p"),
@@ -121,30 +121,30 @@ def test_decisions_made_through_http_stream_as_they_are_made(served: Serving) ->
 
 
 def test_a_bind_over_http_streams_where_the_pod_went(served: Serving) -> None:
-    stream = served.stub().WatchDecisions(pb.WatchRequest(namespace="ml"))
+    stream = watch(served.stub(), "ml")
     assert wait_for(lambda: feed(served).watched)
     post(served, "filter", names_args(pod_json("p", 4), ["r1-t00"]))
     post(served, "bind", {"PodName": "p", "PodNamespace": "ml", "PodUID": "uid-p", "Node": "r1-t00"})
-    got = [next(stream).decision for _ in range(2)]
+    got = [stream.next().decision for _ in range(2)]
     stream.cancel()
     assert (got[1].verb, got[1].outcome, got[1].node) == ("bind", "bound", "r1-t00")
 
 
 def test_a_namespace_filter_streams_only_that_namespaces_decisions(served: Serving) -> None:
-    other = served.stub().WatchDecisions(pb.WatchRequest(namespace="team-b"))
+    other = watch(served.stub(), "team-b")
     assert wait_for(lambda: feed(served).watched)
     post(served, "filter", names_args(pod_json("p", 4), ["r1-t00"]))  # namespace ml: not for this stream
     theirs = pod_json("q", 4)
     theirs["metadata"]["namespace"] = "team-b"
     post(served, "filter", names_args(theirs, ["r1-t00"]))
-    first = next(other).decision
+    first = other.next().decision
     other.cancel()
     assert (first.namespace, first.name) == ("team-b", "q")
 
 
 def test_a_bad_namespace_to_watch_is_invalid_argument(served: Serving) -> None:
     with pytest.raises(grpc.RpcError) as caught:
-        next(served.stub().WatchDecisions(pb.WatchRequest(namespace="Not_A_Namespace")))
+        watch(served.stub(), "Not_A_Namespace").next()
     assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert (caught.value.details() or "").startswith("namespace: ")
 
@@ -152,7 +152,7 @@ def test_a_bad_namespace_to_watch_is_invalid_argument(served: Serving) -> None:
 def test_a_reader_that_falls_behind_is_told_how_many_it_missed_and_the_stream_goes_on(served: Serving) -> None:
     decisions = feed(served)
     decisions.limit = 5
-    stream = served.stub().WatchDecisions(pb.WatchRequest())
+    stream = watch(served.stub())
     assert wait_for(lambda: decisions.watched)
 
     def burst(n: int, start: int) -> None:  # on the server's loop, in one go: the handler cannot read in between
@@ -162,10 +162,10 @@ def test_a_reader_that_falls_behind_is_told_how_many_it_missed_and_the_stream_go
     loop = served.placement.loop
     assert loop is not None
     loop.call_soon_threadsafe(burst, 5000, 0)
-    got = [next(stream) for _ in range(6)]
+    got = [stream.next() for _ in range(6)]
     assert [m.decision.name for m in got[:5]] == ["p0", "p1", "p2", "p3", "p4"]
     assert got[5].WhichOneof("event") == "dropped" and got[5].dropped.count == 4995  # 5,000 - the 5 kept
     loop.call_soon_threadsafe(burst, 1, 5000)
-    assert next(stream).decision.name == "p5000"
+    assert stream.next().decision.name == "p5000"
     stream.cancel()
     assert wait_for(lambda: not decisions.watched)  # a cancelled stream unsubscribes
