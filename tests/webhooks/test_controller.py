@@ -221,3 +221,24 @@ def test_a_workload_whose_name_no_api_server_accepts_is_skipped_and_the_round_go
     assert ctl.errors == 1
     assert all("victim" not in p for p in paths)
     assert WORKLOADS.format(namespace="ml", name="spans") in paths
+
+
+def test_each_decision_written_is_published_to_the_decision_feed_and_nothing_when_unchanged(api: FakeApi) -> None:
+    from kilter.gangs.decisions import Decision, DecisionFeed
+
+    ctl, _ = controller(api)
+    ctl.feed = feed = DecisionFeed()
+    sub = feed.subscribe("ml")
+    asyncio.run(ctl.run_once())
+    seen = []
+    while (item := sub.take()) is not None:
+        assert isinstance(item, Decision)
+        seen.append(item)
+    written = {p.split("/")[-2]: b for p, _, _, b in patches(api) if "/workloads/" in p}
+    assert sorted(d.name for d in seen) == sorted(written) == ["fits", "later", "never", "spans"]
+    for d in seen:
+        entry = written[d.name]["status"]["admissionChecks"][0]
+        assert (d.source, d.verb, d.kind, d.namespace) == ("admission-check", CHECK, "workload", "ml")
+        assert (d.outcome, d.message) == (entry["state"], entry["message"])
+    asyncio.run(ctl.run_once())  # nothing new to write: nothing new to publish
+    assert sub.take() is None
