@@ -1,0 +1,223 @@
+"""The gRPC placement API under load: ``kilter serve``'s gRPC listener on the 5,004-node GB200 fleet.
+
+Targets (issue #19): Plan p99 <= 3 ms at 5,004 nodes; Inventory <= 5 ms;
+WatchDecisions keeps up with 5,000 decisions a second. The server runs in a
+process of its own (the extender bench's fleet, as a snapshot), with its
+HTTP app, gang book and decision feed wired as ``kilter serve`` wires them;
+the client is a grpcio stub on one channel, as a peer or a dashboard holds
+one. Plan and Inventory are timed round trip (client to answer decoded), and
+again in process (the servicer's own work: ``planning.plan_object``,
+``inventory.take`` and the message mapping), so the network's share shows.
+
+WatchDecisions: the server publishes into its real feed at a fixed rate
+(``RATES``, in 1 ms ticks) for ``STREAM_S`` seconds once the client has
+subscribed, then an end marker; the client counts what arrives and what it
+was told it missed (``Dropped``). Keeping up means nothing dropped and the
+arrival rate equal to the publishing rate. A burst (everything published at
+once, the feed's limit raised to hold it) gives the stream's ceiling.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import os
+import tempfile
+import time
+from functools import partial
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+import grpc
+import uvloop
+import yaml
+
+from bench.common import machine_speed, measure
+from bench.extender import RACKS, fleet_objects, write_snapshot
+from bench.server import serve_config
+from kilter.api import messages
+from kilter.api import placement_pb2 as pb
+from kilter.api import placement_pb2_grpc as pb_grpc
+from kilter.cli import serve, serve_grpc
+from kilter.cli.demo import DEMO_JOBS
+from kilter.gangs import inventory, planning
+from kilter.gangs.decisions import Decision, DecisionFeed
+from kilter.gangs.waits import Waits
+from kilter.model.jobs import read_job
+from kilter.state.feed import settle
+from kilter.topology.split_wait import SplitWait
+
+TARGETS = {"plan_p99_ms": 3.0, "inventory_p99_ms": 5.0, "watch_decisions_per_s": 5000}
+PLAN_RUNS, PLAN_WARMUP = 1000, 50
+INVENTORY_RUNS, INVENTORY_WARMUP = 300, 20
+RATES = (5_000, 10_000, 20_000)
+STREAM_S = 3.0
+BURST = 100_000
+END = "end-of-bench"
+
+
+# ---------------------------------------------------------------------------------------------- server
+
+
+async def _publish(decisions: DecisionFeed, rate: int, seconds: float) -> None:
+    """Once someone subscribes: ``rate`` decisions a second in 1 ms ticks for ``seconds`` (0: all of ``BURST`` at
+    once), then the end marker."""
+    while not decisions.watched:
+        await asyncio.sleep(0.01)
+    if seconds == 0:
+        decisions.limit = BURST + 1
+        for i in range(BURST):
+            decisions.publish(Decision(time.time(), "scheduler", "filter", "pod", "ml", f"p{i}", "fits", "burst"))
+    else:
+        start, sent, n = time.perf_counter(), 0, int(rate * seconds)
+        while sent < n:
+            due = min(n, int((time.perf_counter() - start) * rate) + 1)
+            for i in range(sent, due):
+                decisions.publish(Decision(time.time(), "scheduler", "filter", "pod", "ml", f"p{i}", "fits", "paced"))
+            sent = due
+            await asyncio.sleep(0.001)
+    decisions.publish(Decision(time.time(), "scheduler", END, "pod", "ml", END, "", ""))
+
+
+def serve_grpc_child(snapshot: str, rate: int, seconds: float, port_out: Connection) -> None:
+    """Child process: ``kilter serve --snapshot`` with its gRPC listener on an ephemeral port, and a publisher."""
+    config = serve_config(Path(snapshot))
+    app, store = serve.build_app(config)
+    settle()
+    store.fleet()
+    placement = serve_grpc.placement_server(config, app, store, port=0)
+    assert placement is not None and app.extender.log.feed is not None
+    placement.address = "127.0.0.1"
+    decisions = app.extender.log.feed
+
+    async def main() -> None:
+        port_out.send(await placement.start())
+        port_out.close()
+        if rate:
+            await _publish(decisions, rate, seconds)
+        await placement.wait()
+
+    uvloop.run(main())
+
+
+class Child:
+    def __init__(self, snapshot: Path, rate: int = 0, seconds: float = 0.0) -> None:
+        ctx = multiprocessing.get_context("spawn")
+        port_in, port_out = ctx.Pipe(duplex=False)
+        self.proc = ctx.Process(target=serve_grpc_child, args=(str(snapshot), rate, seconds, port_out), daemon=True)
+        self.proc.start()
+        port_out.close()
+        if not port_in.poll(300):
+            raise RuntimeError("the server process did not report its port")
+        self.port: int = port_in.recv()
+        self.channel = grpc.insecure_channel(f"127.0.0.1:{self.port}")
+        grpc.channel_ready_future(self.channel).result(timeout=60)
+        self.stub = pb_grpc.PlacementStub(self.channel)
+
+    def close(self) -> None:
+        self.channel.close()
+        self.proc.terminate()
+        self.proc.join(15)
+
+
+# ---------------------------------------------------------------------------------------------- client
+
+
+def _ms(stats: dict[str, float]) -> dict[str, float]:
+    return {k.replace("_us", "_ms"): round(v / 1000, 3) if k.endswith("_us") else v for k, v in stats.items()}
+
+
+def _watch(stub: pb_grpc.PlacementStub) -> dict[str, Any]:
+    received = dropped = 0
+    first = last = 0.0
+    for message in stub.WatchDecisions(pb.WatchRequest()):
+        now = time.perf_counter()
+        if message.WhichOneof("event") == "dropped":
+            dropped += message.dropped.count
+            continue
+        if message.decision.verb == END:
+            break
+        if not received:
+            first = now
+        received += 1
+        last = now
+    span = last - first
+    return {"received": received, "dropped": dropped, "per_s": round(received / span) if span > 0 else None}
+
+
+def in_process(snapshot: Path, jobs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The servicer's own work on the same fleet, without the network: plan dict + message, inventory + message."""
+    _, store = serve.build_app(serve_config(snapshot))
+    settle()
+    fleet = store.fleet()
+    now = time.time()
+    waits = Waits.of_state(store.state(), SplitWait(), now_s=now)
+    job = jobs[0]
+    spec = read_job(job)
+
+    def plan() -> bytes:
+        d = planning.plan_object(fleet, job, spec, waits, now_s=now, keep=False)
+        return messages.plan_response(d).SerializeToString()
+
+    def inv() -> bytes:
+        return messages.inventory(inventory.take(store)).SerializeToString()
+
+    return {
+        "plan": _ms(measure(plan, runs=PLAN_RUNS, warmup=PLAN_WARMUP)),
+        "inventory": _ms(measure(inv, runs=INVENTORY_RUNS, warmup=INVENTORY_WARMUP)),
+        "inventory_bytes": len(inv()),
+    }
+
+
+def main() -> dict[str, Any]:
+    speed_before = machine_speed()
+    nodes, bound = fleet_objects()
+    jobs = [d for d in yaml.safe_load_all(DEMO_JOBS.read_text()) if d]
+    results: dict[str, Any] = {
+        "fleet": {
+            "nodes": len(nodes),
+            "gpus": 4 * len(nodes),
+            "bound_pods": len(bound),
+            "racks": RACKS,
+        },
+        "targets": TARGETS,
+        "plan_job": f"{jobs[0]['kind']} {jobs[0]['metadata']['name']}",
+    }
+    with tempfile.TemporaryDirectory(prefix="kilter-bench-") as tmp:
+        snapshot = Path(tmp) / "snapshot.json"
+        write_snapshot(snapshot, nodes, bound)
+        child = Child(snapshot)
+        try:
+            stub = child.stub
+            bodies = [yaml.safe_dump(job).encode() for job in jobs]
+            request = pb.PlanRequest(job=bodies[0])
+            results["plan_round_trip"] = _ms(measure(partial(stub.Plan, request), runs=PLAN_RUNS, warmup=PLAN_WARMUP))
+            by_kind = {}
+            for job, body in zip(jobs, bodies, strict=True):
+                each = pb.PlanRequest(job=body)
+                by_kind[str(job["kind"])] = _ms(measure(partial(stub.Plan, each), runs=200, warmup=20))
+            results["plan_round_trip_by_kind"] = by_kind
+            empty = pb.InventoryRequest()
+            results["inventory_round_trip"] = _ms(
+                measure(partial(stub.Inventory, empty), runs=INVENTORY_RUNS, warmup=INVENTORY_WARMUP)
+            )
+        finally:
+            child.close()
+        results["in_process"] = in_process(snapshot, jobs)
+        stream: dict[str, Any] = {}
+        for rate in RATES:
+            child = Child(snapshot, rate, STREAM_S)
+            try:
+                stream[f"paced_{rate}_per_s"] = {"published": int(rate * STREAM_S), **_watch(child.stub)}
+            finally:
+                child.close()
+        child = Child(snapshot, BURST, 0.0)
+        try:
+            stream["burst"] = {"published": BURST, **_watch(child.stub)}
+        finally:
+            child.close()
+        results["watch_decisions"] = stream
+    results["machine_speed_us"] = {"before": speed_before, "after": machine_speed()}
+    results["load_avg_1m"] = os.getloadavg()[0]
+    return results
