@@ -20,6 +20,7 @@ PACKAGES = [
     "kilter.extenders",
     "kilter.extenders.volcano",
     "kilter.webhooks",
+    "kilter.api",
     "kilter.sim",
     "kilter.cli",
     "kilter._native",

@@ -102,7 +102,7 @@ def running_kilter(tmp: Path, extra: list[str]) -> Iterator[Kilter]:
     cert, key, ca = make_certificates(tmp)
     http_port, webhook_port = free_port(), free_port()
     argv = [sys.executable, "-m", "kilter.cli", "serve", "--snapshot", str(snapshot), "--address", "127.0.0.1"]
-    argv += ["--http-port", str(http_port), "--webhook-port", str(webhook_port)]
+    argv += ["--http-port", str(http_port), "--webhook-port", str(webhook_port), "--grpc-port", "0"]
     argv += ["--tls-cert-file", str(cert), "--tls-key-file", str(key), "--log-level", "error", *extra]
     process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     served = Kilter(process, http_port, webhook_port, ssl.create_default_context(cafile=str(ca)))

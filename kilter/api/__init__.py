@@ -7,7 +7,7 @@ and ``state``, ``messages`` maps values to messages, ``server`` runs the
 listener with health and reflection, ``tls`` its reloading credentials.
 """
 
-from kilter.api import messages, server, servicer, tls
+from kilter.api import messages, placement_pb2, placement_pb2_grpc, server, servicer, tls
 from kilter.api.server import PlacementServer
 from kilter.api.servicer import PlacementServicer, Sources
 from kilter.api.tls import ReloadingCredentials
@@ -18,6 +18,8 @@ __all__ = [
     "ReloadingCredentials",
     "Sources",
     "messages",
+    "placement_pb2",
+    "placement_pb2_grpc",
     "server",
     "servicer",
     "tls",

@@ -12,6 +12,7 @@ from kilter.cli import (
     render,
     serve,
     serve_config,
+    serve_grpc,
     simulate,
     sources,
 )
@@ -28,6 +29,7 @@ __all__ = [
     "render",
     "serve",
     "serve_config",
+    "serve_grpc",
     "simulate",
     "sources",
 ]
