@@ -198,3 +198,27 @@ def test_a_bad_inventory_request_is_invalid_argument_naming_the_field(
         s.stub().Inventory(request_, timeout=10)
     assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert (caught.value.details() or "").startswith(field)
+
+
+def test_the_inventory_follows_a_bind_made_over_http_though_the_state_version_did_not_change(tmp_path: Path) -> None:
+    import http.client
+    import json
+
+    from tests.extenders.conftest import names_args, pod_json
+
+    def post(s: Any, verb: str, body: dict[str, Any]) -> None:
+        conn = http.client.HTTPConnection("127.0.0.1", s.http_port, timeout=10)
+        conn.request("POST", f"/scheduler/{verb}", json.dumps(body).encode(), {"Content-Type": "application/json"})
+        assert conn.getresponse().status == 200
+        conn.close()
+
+    with serving(tmp_path) as s:
+        stub = s.stub()
+        before = {d.domain: d.gpus_free for d in inventory(stub).domains}
+        assert {d.domain: d.gpus_free for d in inventory(stub).domains} == before  # asked again: same answer
+        version = s.store.version
+        post(s, "filter", names_args(pod_json("p", 4), ["r1-t00"]))
+        post(s, "bind", {"PodName": "p", "PodNamespace": "ml", "PodUID": "uid-p", "Node": "r1-t00"})
+        after = {d.domain: d.gpus_free for d in inventory(stub).domains}
+        assert s.store.version == version  # the pod is only assumed: no event reached the state
+        assert after == {**before, "r1": before["r1"] - 4}  # 68 - 4 GPUs of the bound pod
