@@ -114,6 +114,7 @@ class PlacementServicer(pb_grpc.PlacementServicer):
     # ------------------------------------------------------------------ Plan
 
     async def Plan(self, request: pb.PlanRequest, context: grpc.aio.ServicerContext[Any, Any]) -> pb.PlanResponse:
+        started = time.perf_counter()
         await self._check_peer(context)
         store = self.sources.store
         try:
@@ -133,7 +134,9 @@ class PlacementServicer(pb_grpc.PlacementServicer):
             plan = planning.plan_object(fleet, obj, job, self._waits(now_s), now_s=now_s, platform=platform, keep=False)
         except (InputError, UnknownPlatform) as exc:
             await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, _field(exc, "job"))
-        return messages.plan_response(plan)
+        answer = messages.plan_response(plan)
+        _timing(context, started)
+        return answer
 
     def _waits(self, now_s: float) -> Waits:
         """The server's own split-wait rule and learned runtimes, judged at ``now_s``."""
@@ -202,11 +205,13 @@ class PlacementServicer(pb_grpc.PlacementServicer):
     async def Inventory(
         self, request: pb.InventoryRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.InventoryResponse:
+        started = time.perf_counter()
         await self._check_peer(context)
         store = self.sources.store
         fleet = store.fleet()
         key = (store.version, store.generation, _usage_digest(fleet), request.platform, request.block)
         if self._inventory is not None and self._inventory[0] == key:
+            _timing(context, started)
             return self._inventory[1]
         try:
             taken = inventory.take(store, platform=request.platform or None, block=request.block or None)
@@ -216,6 +221,7 @@ class PlacementServicer(pb_grpc.PlacementServicer):
             await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, _field(exc, "block"))
         answer = messages.inventory(taken)
         self._inventory = (key, answer)
+        _timing(context, started)
         return answer
 
     # ------------------------------------------------------------------ WatchDecisions
@@ -235,6 +241,12 @@ class PlacementServicer(pb_grpc.PlacementServicer):
                 yield messages.watch_response(await sub.next())
         finally:
             sub.close()
+
+
+def _timing(context: grpc.aio.ServicerContext[Any, Any], started: float) -> None:
+    """The answer's own time as trailing metadata, ``server-timing: dur=MS`` as the HTTP listener's header says it:
+    what a client's round trip spent in kilter rather than in transport."""
+    context.set_trailing_metadata((("server-timing", f"dur={(time.perf_counter() - started) * 1000:.3f}"),))
 
 
 def _usage_digest(fleet: Fleet) -> bytes:

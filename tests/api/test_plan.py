@@ -121,3 +121,9 @@ def test_a_job_above_the_cap_is_invalid_argument_and_far_above_it_grpc_refuses_i
     assert (error.details() or "").startswith(f"job: {len(over)} bytes; the limit is {MAX_JOB_BYTES}")
     error = refusal(demo.stub(), pb.PlanRequest(job=b"x" * (3 * MAX_JOB_BYTES)))
     assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+def test_an_answer_says_in_its_trailers_how_long_kilter_spent_on_it(demo: Serving) -> None:
+    _, call = demo.stub().Plan.with_call(pb.PlanRequest(job=yaml.safe_dump(DEMO[0]).encode()))
+    trailers = dict(call.trailing_metadata() or ())
+    assert float(str(trailers["server-timing"]).removeprefix("dur=")) > 0
