@@ -32,7 +32,16 @@ from kilter.topology.split_wait import SplitWait, WaitDecision
 
 Wait = Callable[[Sequence[PodSetSpec], GangRequest, Plan], WaitDecision]  # one gang's pod sets, request and plan
 
-__all__ = ["add_parser", "answer", "plan_job", "plan_job_waits", "plan_to_dict", "read_job_object", "render_plans", "run"]
+__all__ = [
+    "add_parser",
+    "answer",
+    "plan_job",
+    "plan_job_waits",
+    "plan_to_dict",
+    "read_job_object",
+    "render_plans",
+    "run",
+]
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -197,9 +206,7 @@ def run(args: argparse.Namespace) -> int:
     rule = read_split_wait(args)
     state = sources.load_state(args)
     obj = read_job_object(args.job)
-    text, code = answer(
-        state, state.fleet(), obj, now_s=now_s, rule=rule, platform=args.platform, output=args.output
-    )
+    text, code = answer(state, state.fleet(), obj, now_s=now_s, rule=rule, platform=args.platform, output=args.output)
     sources.print_warnings(state)
     print(text, end="")
     return code

@@ -38,6 +38,7 @@ __all__ = [
     "GangId",
     "GangKey",
     "GangSelector",
+    "gang_key",
     "gang_of",
     "identify",
     "in_gang",
@@ -128,36 +129,54 @@ def _size(raw: str | None, what: str) -> int | None:
     return None if raw is None else parse_gang_size(raw, what=what)
 
 
-def identify(pod: Pod, store: ClusterStore) -> GangId | None:
+def gang_key(pod: Pod) -> GangKey | None:
+    """The key of the gang ``pod`` belongs to, from its own labels and annotations alone (first match wins, in the
+    module docstring's order); None for a pod of no gang. Dictionary lookups only: cheap enough for every pod."""
     meta = pod.metadata
     labels, notes, ns = meta.labels, meta.annotations, meta.namespace
     if GANG_LABEL in labels:
+        return GangKey(ns, "gang", (labels[GANG_LABEL],))
+    if KUEUE_POD_GROUP in labels:
+        return GangKey(ns, "pod-group", (labels[KUEUE_POD_GROUP],))
+    if LWS_NAME in labels and LWS_GROUP in labels:
+        return GangKey(ns, "lws", (labels[LWS_NAME], labels[LWS_GROUP]))
+    if KUEUE_WORKLOAD in notes:
+        return GangKey(ns, "workload", (notes[KUEUE_WORKLOAD],))
+    if VOLCANO_GROUP in notes:
+        return GangKey(ns, "podgroup", (notes[VOLCANO_GROUP],))
+    for label, kind in ((JOBSET_NAME, "jobset"), (KUBEFLOW_JOB, "kubeflow")):
+        if label in labels:
+            return GangKey(ns, kind, (labels[label],))
+    return None
+
+
+def identify(pod: Pod, store: ClusterStore) -> GangId | None:
+    """The gang of ``pod`` (``gang_key``) with its size: from the pod, else its owning object in ``store``."""
+    key = gang_key(pod)
+    if key is None:
+        return None
+    labels, notes, ns, text = pod.metadata.labels, pod.metadata.annotations, key.namespace, key.format()
+    if key.kind == "gang":
         raw = labels.get(GANG_SIZE_LABEL, notes.get(GANG_SIZE_LABEL))
         size = _size(raw, f"label {GANG_SIZE_LABEL}")
         if size is None:
             raise InputError(f"label {GANG_LABEL} needs {GANG_SIZE_LABEL} (the gang's pod count)")
-        return GangId(_key(ns, "gang", labels[GANG_LABEL]), GANG_LABEL, size)
-    if KUEUE_POD_GROUP in labels:
-        size = _size(notes.get(KUEUE_POD_GROUP_COUNT), f"annotation {KUEUE_POD_GROUP_COUNT}")
-        return GangId(_key(ns, "pod-group", labels[KUEUE_POD_GROUP]), KUEUE_POD_GROUP, size)
-    if LWS_NAME in labels and LWS_GROUP in labels:
-        size = _size(notes.get(LWS_SIZE), f"annotation {LWS_SIZE}")
-        return GangId(_key(ns, "lws", labels[LWS_NAME], labels[LWS_GROUP]), LWS_NAME, size)
-    if KUEUE_WORKLOAD in notes:
-        name = notes[KUEUE_WORKLOAD]
-        key = _key(ns, "workload", name)
-        return _from_object(store, ("kueue.x-k8s.io", "Workload", ns, name), key, KUEUE_WORKLOAD)
-    if VOLCANO_GROUP in notes:
-        name = notes[VOLCANO_GROUP]
-        group = store.get("scheduling.volcano.sh", "PodGroup", ns, name)
+        return GangId(text, GANG_LABEL, size)
+    if key.kind == "pod-group":
+        return GangId(
+            text, KUEUE_POD_GROUP, _size(notes.get(KUEUE_POD_GROUP_COUNT), f"annotation {KUEUE_POD_GROUP_COUNT}")
+        )
+    if key.kind == "lws":
+        return GangId(text, LWS_NAME, _size(notes.get(LWS_SIZE), f"annotation {LWS_SIZE}"))
+    if key.kind == "workload":
+        return _from_object(store, ("kueue.x-k8s.io", "Workload", ns, key.name), text, KUEUE_WORKLOAD)
+    if key.kind == "podgroup":
+        group = store.get("scheduling.volcano.sh", "PodGroup", ns, key.name)
         spec = group.get("spec") if group else None
         member = spec.get("minMember") if isinstance(spec, Mapping) else None
         size = member if isinstance(member, int) and 1 <= member <= MAX_GANG_SIZE else None
-        return GangId(_key(ns, "podgroup", name), VOLCANO_GROUP, size)
-    for label, kind in ((JOBSET_NAME, "jobset"), (KUBEFLOW_JOB, "kubeflow")):
-        if label in labels:
-            return GangId(_key(ns, kind, labels[label]), label, None)
-    return None
+        return GangId(text, VOLCANO_GROUP, size)
+    return GangId(text, JOBSET_NAME if key.kind == "jobset" else KUBEFLOW_JOB, None)
 
 
 def _key(namespace: str, kind: str, *names: str) -> str:

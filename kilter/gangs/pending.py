@@ -55,6 +55,7 @@ __all__ = [
     "MISCONFIGURED",
     "NEXT_IN_LINE",
     "NO_MATCHING_FLAVOR",
+    "QUOTA_REASONS",
     "TOPOLOGY_FAILED",
     "WAITING_FOR_DOMAINS",
     "WAITING_FOR_PREEMPTED",
@@ -73,6 +74,9 @@ TOPOLOGY_FAILED = "TopologyPlacementFailed"
 ADMISSION_CHECKS = "UnsatisfiedAdmissionChecks"
 WAITING_FOR_DOMAINS = "WaitingForFewerDomains"  # kilter's own
 NEXT_IN_LINE = "NextInLine"  # kilter's own
+QUOTA_REASONS = frozenset(
+    (MISCONFIGURED, NO_MATCHING_FLAVOR, EXCEEDS_MAX_QUOTA, WAITING_FOR_QUOTA, WAITING_FOR_PREEMPTED)
+)
 
 
 @dataclass(frozen=True)
@@ -172,7 +176,9 @@ def _topology(
     plan = plan_gang(fleet, request)
     least = _least(fleet, request, plan)
     gpus = sum(ps.count * ps.gpus_per_pod for ps in request.pod_sets)
-    within = f"in at most {least} domain{'s' if least != 1 else ''}" if least else "(more than the whole fleet holds)"
+    within = f"in at most {least} domain{'s' if least != 1 else ''}" if least else "(more than the idle fleet holds)"
+    if any(ps.topology.required for ps in request.pod_sets):
+        within = "as its required topology asks"
     if not plan.feasible:
         return TOPOLOGY_FAILED, f"needs {gpus} GPUs {within}; the best now: {plan.reason}", plan, least, None
     decision = waits.for_object(obj, [ps.template for ps in gang], request, plan, fleet)

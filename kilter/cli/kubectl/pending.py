@@ -51,8 +51,13 @@ def _item(p: Pending) -> dict[str, Any]:
         "reason": p.reason,
         "message": p.message,
         "shortfall": [
-            {"flavor": s.flavor, "resource": s.resource, "requested": s.requested, "available": s.available,
-             "over": s.over}
+            {
+                "flavor": s.flavor,
+                "resource": s.resource,
+                "requested": s.requested,
+                "available": s.available,
+                "over": s.over,
+            }
             for s in p.shortfall
         ],
         "preempts": list(p.preempts),

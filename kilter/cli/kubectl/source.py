@@ -42,7 +42,9 @@ def common_options() -> argparse.ArgumentParser:
     g = p.add_argument_group("cluster (kubectl conventions)")
     g.add_argument("--kubeconfig", type=Path, help="path to the kubeconfig file (default: $KUBECONFIG, ~/.kube/config)")
     g.add_argument("--context", help="the kubeconfig context to use (default: its current-context)")
-    g.add_argument("--snapshot", type=Path, help="read this snapshot file instead of a cluster (kubectl get ... -o yaml)")
+    g.add_argument(
+        "--snapshot", type=Path, help="read this snapshot file instead of a cluster (kubectl get ... -o yaml)"
+    )
     g.add_argument("--platforms", type=Path, help="YAML file adding or overriding catalog platforms")
     g.add_argument("-n", "--namespace", help="the namespace (default: the context's, else default)")
     g.add_argument("-A", "--all-namespaces", action="store_true", help="every namespace")
