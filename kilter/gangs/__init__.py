@@ -3,6 +3,7 @@
 from kilter.gangs import (
     book,
     identity,
+    inventory,
     key_secret,
     keys,
     layout,
@@ -40,6 +41,7 @@ __all__ = [
     "identify",
     "identity",
     "in_gang",
+    "inventory",
     "key_secret",
     "keys",
     "layout",

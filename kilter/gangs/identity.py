@@ -38,10 +38,10 @@ __all__ = [
     "GangId",
     "GangKey",
     "GangSelector",
-    "gang_key",
     "gang_of",
     "identify",
     "in_gang",
+    "key_of",
 ]
 
 GANG_LABEL = GANG
@@ -129,9 +129,12 @@ def _size(raw: str | None, what: str) -> int | None:
     return None if raw is None else parse_gang_size(raw, what=what)
 
 
-def gang_key(pod: Pod) -> GangKey | None:
-    """The key of the gang ``pod`` belongs to, from its own labels and annotations alone (first match wins, in the
-    module docstring's order); None for a pod of no gang. Dictionary lookups only: cheap enough for every pod."""
+def key_of(pod: Pod) -> GangKey | None:
+    """The gang ``pod`` belongs to, by the labels and annotations alone (first match wins, as ``identify``).
+
+    What a view of many pods needs (which gang holds a node): no object is looked up and no size is read, so a
+    pod costs a few dict lookups and a malformed gang size is no error here.
+    """
     meta = pod.metadata
     labels, notes, ns = meta.labels, meta.annotations, meta.namespace
     if GANG_LABEL in labels:
@@ -151,36 +154,32 @@ def gang_key(pod: Pod) -> GangKey | None:
 
 
 def identify(pod: Pod, store: ClusterStore) -> GangId | None:
-    """The gang of ``pod`` (``gang_key``) with its size: from the pod, else its owning object in ``store``."""
-    key = gang_key(pod)
+    """The gang of ``pod`` (``key_of``) with its size: from the pod's own label or annotation where the kind
+    carries one, else from the object named (Workload, PodGroup), else unknown."""
+    key = key_of(pod)
     if key is None:
         return None
-    labels, notes, ns, text = pod.metadata.labels, pod.metadata.annotations, key.namespace, key.format()
+    labels, notes, ns, gang = pod.metadata.labels, pod.metadata.annotations, key.namespace, key.format()
     if key.kind == "gang":
         raw = labels.get(GANG_SIZE_LABEL, notes.get(GANG_SIZE_LABEL))
         size = _size(raw, f"label {GANG_SIZE_LABEL}")
         if size is None:
             raise InputError(f"label {GANG_LABEL} needs {GANG_SIZE_LABEL} (the gang's pod count)")
-        return GangId(text, GANG_LABEL, size)
+        return GangId(gang, GANG_LABEL, size)
     if key.kind == "pod-group":
-        return GangId(
-            text, KUEUE_POD_GROUP, _size(notes.get(KUEUE_POD_GROUP_COUNT), f"annotation {KUEUE_POD_GROUP_COUNT}")
-        )
+        size = _size(notes.get(KUEUE_POD_GROUP_COUNT), f"annotation {KUEUE_POD_GROUP_COUNT}")
+        return GangId(gang, KUEUE_POD_GROUP, size)
     if key.kind == "lws":
-        return GangId(text, LWS_NAME, _size(notes.get(LWS_SIZE), f"annotation {LWS_SIZE}"))
+        return GangId(gang, LWS_NAME, _size(notes.get(LWS_SIZE), f"annotation {LWS_SIZE}"))
     if key.kind == "workload":
-        return _from_object(store, ("kueue.x-k8s.io", "Workload", ns, key.name), text, KUEUE_WORKLOAD)
+        return _from_object(store, ("kueue.x-k8s.io", "Workload", ns, key.name), gang, KUEUE_WORKLOAD)
     if key.kind == "podgroup":
         group = store.get("scheduling.volcano.sh", "PodGroup", ns, key.name)
         spec = group.get("spec") if group else None
         member = spec.get("minMember") if isinstance(spec, Mapping) else None
         size = member if isinstance(member, int) and 1 <= member <= MAX_GANG_SIZE else None
-        return GangId(text, VOLCANO_GROUP, size)
-    return GangId(text, JOBSET_NAME if key.kind == "jobset" else KUBEFLOW_JOB, None)
-
-
-def _key(namespace: str, kind: str, *names: str) -> str:
-    return GangKey(namespace, kind, names).format()
+        return GangId(gang, VOLCANO_GROUP, size)
+    return GangId(gang, JOBSET_NAME if key.kind == "jobset" else KUBEFLOW_JOB, None)
 
 
 def _from_object(store: ClusterStore, key: tuple[str, str, str, str], gang: str, source: str) -> GangId:

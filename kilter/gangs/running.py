@@ -2,7 +2,7 @@
 
 What ``kubectl kilter top`` shows and the placement API can serve. One pass
 over the bound pods with dictionary lookups only (the gang key from the pod's
-own labels, ``identity.gang_key``; its GPUs from the store's booking, the
+own labels, ``identity.key_of``; its GPUs from the store's booking, the
 very number the fleet holds for it), then per gang a few array operations.
 A gang's minimum is ``split_wait.fewest_domains_idle`` for its pod shapes on
 its platform, the same bound the split-wait rule judges with, computed once
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kilter.gangs.identity import gang_key
+from kilter.gangs.identity import key_of
 from kilter.model.core_v1 import Pod
 from kilter.quota.policy import parse_time
 from kilter.state.store import ClusterStore
@@ -54,7 +54,7 @@ def _members(store: ClusterStore, pods: Iterable[Pod]) -> dict[str, list[tuple[i
         booking = store.booking(meta.uid or f"{meta.namespace}/{meta.name}")  # the store's own key for a pod
         if booking is None:
             continue
-        key = gang_key(pod)
+        key = key_of(pod)
         if key is not None:
             out.setdefault(key.format(), []).append((booking.node, booking.gpus, meta.creation_timestamp or ""))
     return out

@@ -25,7 +25,7 @@ from typing import Any
 from kilter.cli import render
 from kilter.cli.kubectl import explain_proxy, output
 from kilter.cli.kubectl.source import Cluster
-from kilter.gangs.identity import INDEXED_ANNOTATIONS, INDEXED_LABELS, GangKey, gang_key, in_gang
+from kilter.gangs.identity import INDEXED_ANNOTATIONS, INDEXED_LABELS, GangKey, in_gang, key_of
 from kilter.gangs.pending import QUOTA_REASONS, why_pending
 from kilter.gangs.story import domain_verdicts, recorded_plan
 from kilter.kube.api import check_name
@@ -114,7 +114,7 @@ def resolve(cluster: Cluster, text: str) -> Target | None:
         pod = store.pod_named(ns, name)
         if pod is None:
             return None
-        t.key = gang_key(pod)
+        t.key = key_of(pod)
         t.pods = in_gang(t.key).members(store) if t.key else [pod]
         if t.key is not None and t.key.kind == "workload":
             t.workload = store.get(KUEUE, "Workload", ns, t.key.name)
@@ -133,7 +133,7 @@ def resolve(cluster: Cluster, text: str) -> Target | None:
         t.workload = _owned_workload(cluster, ns, OWNER_KINDS[kind], name)
         if kind == "job":
             t.pods = store.pods_with(ns, {JOB_NAME: name}, {})
-            t.key = gang_key(t.pods[0]) if t.pods else None
+            t.key = key_of(t.pods[0]) if t.pods else None
         else:
             t.key = GangKey(ns, "jobset" if kind == "jobset" else "kubeflow", (name,))
     if t.key is not None and not t.pods:

@@ -1,0 +1,219 @@
+"""What each scale-up domain holds now: health, free GPUs, the largest gang it takes, and whose gangs run there.
+
+One answer for the people on call (``kubectl kilter domains``) and for
+programs (the gRPC ``Inventory``, what regional peers exchange), so both read
+this and neither counts on its own. Everything comes from the fleet's arrays
+in one pass per domain, plus one pass over the bound pods for the gangs: at
+5,004 nodes and 150,000 pods a view must answer in well under a second.
+
+A domain's *largest gang shape* is the most pods of one size it could take
+right now, tried from whole nodes down (a GB200 tray: 4 GPUs, then 2, then
+1): a platform engineer asks "does rack 7 take an 18-node job?", and a
+whole-node answer says so directly. ``trays`` gives one cell per node for a
+rack map. Spare nodes are reported as their own count and cell state, but no
+spare policy sets any yet, so both read zero and "spare" never appears.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from kilter._native import domains as native_domains
+from kilter.gangs.identity import key_of
+from kilter.model.core_v1 import pod_request
+from kilter.model.errors import InputError
+from kilter.state.store import ClusterStore
+from kilter.topology.fleet import ENDED_PHASES, Fleet
+
+__all__ = ["TRAY_STATES", "DomainInventory", "GangOnDomain", "Inventory", "PlatformInventory", "TrayState", "take"]
+
+TrayState = Literal["free", "partial", "busy", "failed", "spare"]
+TRAY_STATES: tuple[TrayState, ...] = ("free", "partial", "busy", "failed", "spare")
+
+
+@dataclass(frozen=True)
+class GangOnDomain:
+    """A gang with pods bound in a domain: its key (``GangKey.format``), those pods and their GPUs."""
+
+    key: str
+    pods: int
+    gpus: int
+
+
+@dataclass(frozen=True)
+class DomainInventory:
+    """One scale-up domain now. ``block`` is the group just above it (its full path), "" where none is known;
+    ``detached``: a node of a multi-node platform that lost its domain label (GPU Feature Discovery drops it when
+    the fabric is unhealthy), a domain of its own that only single-pod gangs use."""
+
+    domain: str
+    detached: bool
+    platform: str
+    block: str
+    nodes_healthy: int
+    nodes_total: int
+    gpus_free: int
+    gpus_total: int
+    spares: int
+    largest_pods: int
+    largest_gpus_per_pod: int
+    gangs: tuple[GangOnDomain, ...]
+    trays: tuple[TrayState, ...]
+
+
+@dataclass(frozen=True)
+class PlatformInventory:
+    """One platform's totals; ``free_histogram[g]`` counts its domains with exactly ``g`` free GPUs."""
+
+    platform: str
+    domains: int
+    nodes_healthy: int
+    nodes_total: int
+    gpus_free: int
+    gpus_total: int
+    free_histogram: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Inventory:
+    """The fleet's domains and platforms as of ``generation`` (``ClusterStore.generation``: a peer that holds the
+    same number holds the same answer)."""
+
+    generation: int
+    platforms: tuple[PlatformInventory, ...]
+    domains: tuple[DomainInventory, ...]
+
+
+def take(store: ClusterStore, *, platform: str | None = None, block: str | None = None) -> Inventory:
+    """The inventory of ``store``'s fleet, only ``platform``'s domains (a catalog name or alias) and only those
+    under ``block`` (a block's path, or a coarser prefix of it) when given.
+
+    ``InputError`` for a platform the catalog does not know; a known platform the fleet lacks, or a block
+    nothing is under, is an empty answer, not an error.
+    """
+    fleet = store.fleet()
+    generation = store.generation
+    wanted = store.catalog.get(platform).name if platform is not None else None
+    if block is not None and not block.strip("/"):
+        raise InputError("block must name a block (its path, e.g. spine-1/block-3), got an empty value")
+    gangs = _gangs_by_domain(store, fleet)
+    rows = _domain_rows(fleet, gangs, wanted, block.strip("/") if block is not None else None)
+    return Inventory(generation, _platform_rows(fleet, rows), tuple(rows))
+
+
+def _block_of(fleet: Fleet, domain: int) -> str:
+    if fleet.bitmap.n_levels == 0:
+        return ""
+    group = int(fleet.domain_group[0, domain])
+    return fleet.group_ids[0][group] if group >= 0 else ""
+
+
+def _under(block_path: str, wanted: str) -> bool:
+    return block_path == wanted or block_path.startswith(wanted + "/")
+
+
+def _domain_rows(
+    fleet: Fleet, gangs: dict[int, list[GangOnDomain]], platform: str | None, block: str | None
+) -> list[DomainInventory]:
+    bm = fleet.bitmap
+    starts = bm.domain_node_start
+    counts = bm.node_gpu_counts
+    usable = bm.node_usable_flags != 0
+    free = np.where(usable, counts - bm.node_used_gpus, 0)
+    detached = (bm.domain_flags & native_domains.DETACHED) != 0
+    cells = np.select([~usable, free == counts, free == 0], [3, 0, 2], default=1)  # index into TRAY_STATES
+    rows: list[DomainInventory] = []
+    for d, domain_id in enumerate(fleet.domain_ids):
+        plat = fleet.platforms[int(bm.domain_platforms[d])]
+        if platform is not None and plat.name != platform:
+            continue
+        path = _block_of(fleet, d)
+        if block is not None and not _under(path, block):
+            continue
+        lo, hi = int(starts[d]), int(starts[d + 1])
+        node_free = free[lo:hi]
+        node_total = counts[lo:hi]
+        pods, size = _largest_shape(node_free, plat.gpus_per_node)
+        rows.append(
+            DomainInventory(
+                domain=domain_id,
+                detached=bool(detached[d]),
+                platform=plat.name,
+                block=path,
+                nodes_healthy=int(usable[lo:hi].sum()),
+                nodes_total=hi - lo,
+                gpus_free=int(node_free.sum()),
+                gpus_total=int(node_total.sum()),
+                spares=0,
+                largest_pods=pods,
+                largest_gpus_per_pod=size,
+                gangs=tuple(sorted(gangs.get(d, ()), key=lambda g: (-g.gpus, g.key))),
+                trays=tuple(TRAY_STATES[c] for c in cells[lo:hi].tolist()),
+            )
+        )
+    return rows
+
+
+def _largest_shape(node_free: np.ndarray, per_node: int) -> tuple[int, int]:
+    """(pods, GPUs a pod) of the largest shape these nodes take now: whole nodes first, then halves, down to 1."""
+    size = per_node
+    while size >= 1:
+        pods = int((node_free // size).sum())
+        if pods:
+            return pods, size
+        size //= 2
+    return 0, per_node
+
+
+def _gangs_by_domain(store: ClusterStore, fleet: Fleet) -> dict[int, list[GangOnDomain]]:
+    """Per domain index, the gangs whose running pods are bound there (pods outside any gang are left out)."""
+    held: dict[int, dict[str, list[int]]] = defaultdict(dict)
+    index = fleet.node_index
+    node_domain = fleet.node_domain
+    for pod in store.pods():
+        node = index.get(pod.spec.node_name) if pod.spec.node_name else None
+        if node is None or pod.status.phase in ENDED_PHASES:
+            continue
+        key = key_of(pod)
+        if key is None:
+            continue
+        resource = fleet.platform_of_node(node).device_resource
+        try:
+            gpus = pod_request(pod.spec, resource)
+        except InputError:
+            continue  # the fleet already counts such a pod as filling its node, with a warning
+        if gpus <= 0:
+            continue
+        tally = held[int(node_domain[node])].setdefault(key.format(), [0, 0])
+        tally[0] += 1
+        tally[1] += gpus
+    return {d: [GangOnDomain(k, p, g) for k, (p, g) in by_key.items()] for d, by_key in held.items()}
+
+
+def _platform_rows(fleet: Fleet, rows: list[DomainInventory]) -> tuple[PlatformInventory, ...]:
+    by_platform: dict[str, list[DomainInventory]] = defaultdict(list)
+    for row in rows:
+        by_platform[row.platform].append(row)
+    out = []
+    for plat in fleet.platforms:
+        mine = by_platform.get(plat.name)
+        if not mine:
+            continue
+        top = max(max(r.gpus_total for r in mine), plat.gpus_per_domain)
+        hist = np.bincount(np.asarray([r.gpus_free for r in mine], dtype=np.int64), minlength=top + 1)
+        out.append(
+            PlatformInventory(
+                platform=plat.name,
+                domains=len(mine),
+                nodes_healthy=sum(r.nodes_healthy for r in mine),
+                nodes_total=sum(r.nodes_total for r in mine),
+                gpus_free=sum(r.gpus_free for r in mine),
+                gpus_total=sum(r.gpus_total for r in mine),
+                free_histogram=tuple(int(x) for x in hist),
+            )
+        )
+    return tuple(out)
