@@ -113,6 +113,7 @@ class Pending:
     domains_min: int = 0  # the fewest domains the idle fleet could hold it in (0: unknown or never)
     wait_until_s: float | None = None  # WaitingForFewerDomains: when its wait ends
     checks: Mapping[str, str] = field(default_factory=dict)  # admission check -> state
+    request: GangRequest | None = None  # the gang's GPU request, when topology was judged
 
     @property
     def key(self) -> str:
@@ -163,16 +164,24 @@ def _least(fleet: Fleet, request: GangRequest, plan: Plan) -> int:
 
 def _topology(
     fleet: Fleet, obj: Mapping[str, Any], waits: Waits, booked: list[Plan]
-) -> tuple[str, str, Plan | None, int, float | None]:
-    """The topology rung for a workload its quota lets in: (reason, message, plan, fewest domains, wait end)."""
+) -> tuple[str, str, Plan | None, int, float | None, GangRequest | None]:
+    """The topology rung for a workload its quota lets in: (reason, message, plan, fewest domains, wait end,
+    request)."""
     try:
         job = read_job(obj)
         gang = job.gangs[0] if job.gangs else []
         request = gang_request(job.name, gang, fleet.catalog)
     except InputError as exc:
         if "asks for GPUs" in str(exc):
-            return NEXT_IN_LINE, "fits its quota; it asks for no GPUs, so topology does not hold it", None, 0, None
-        return MISCONFIGURED, str(exc), None, 0, None
+            return (
+                NEXT_IN_LINE,
+                "fits its quota; it asks for no GPUs, so topology does not hold it",
+                None,
+                0,
+                None,
+                None,
+            )
+        return MISCONFIGURED, str(exc), None, 0, None, None
     plan = plan_gang(fleet, request)
     least = _least(fleet, request, plan)
     gpus = sum(ps.count * ps.gpus_per_pod for ps in request.pod_sets)
@@ -180,16 +189,17 @@ def _topology(
     if any(ps.topology.required for ps in request.pod_sets):
         within = "as its required topology asks"
     if not plan.feasible:
-        return TOPOLOGY_FAILED, f"needs {gpus} GPUs {within}; the best now: {plan.reason}", plan, least, None
+        return TOPOLOGY_FAILED, f"needs {gpus} GPUs {within}; the best now: {plan.reason}", plan, least, None, request
     decision = waits.for_object(obj, [ps.template for ps in gang], request, plan, fleet)
     if decision.wait:
         why = decision.standing or decision.reason
-        return WAITING_FOR_DOMAINS, f"needs {gpus} GPUs {within}; {why}", plan, least, decision.until_s
+        return WAITING_FOR_DOMAINS, f"needs {gpus} GPUs {within}; {why}", plan, least, decision.until_s, request
     commit(fleet, plan)
     booked.append(plan)
     where = ", ".join(plan.domains)
     n = len(plan.domains)
-    return NEXT_IN_LINE, f"fits now: {gpus} GPUs in {n} domain{'s' if n != 1 else ''} ({where})", plan, least, None
+    fits = f"fits now: {gpus} GPUs in {n} domain{'s' if n != 1 else ''} ({where})"
+    return NEXT_IN_LINE, fits, plan, least, None, request
 
 
 def _checks_waiting(
@@ -261,9 +271,9 @@ def why_pending(
         for d in decisions:
             w = d.workload
             reason, message, short = _quota_reason(d)
-            plan, least, until = None, 0, None
+            plan, least, until, request = None, 0, None, None
             if not reason:
-                reason, message, plan, least, until = _topology(fleet, objects.get(w.key, {}), waits, booked)
+                reason, message, plan, least, until, request = _topology(fleet, objects.get(w.key, {}), waits, booked)
             out.append(
                 Pending(
                     0,
@@ -281,6 +291,7 @@ def why_pending(
                     plan,
                     least,
                     until,
+                    request=request,
                 )
             )
     finally:

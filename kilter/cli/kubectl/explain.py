@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,7 +28,7 @@ from kilter.gangs.identity import INDEXED_ANNOTATIONS, INDEXED_LABELS, GangKey, 
 from kilter.gangs.pending import QUOTA_REASONS, why_pending
 from kilter.gangs.story import domain_verdicts, recorded_plan
 from kilter.kube.api import check_name
-from kilter.model.core_v1 import Pod, pod_request
+from kilter.model.core_v1 import Pod
 from kilter.model.errors import InputError
 from kilter.state.cluster import KUEUE
 
@@ -182,19 +181,10 @@ def story(cluster: Cluster, t: Target, service: str | None) -> dict[str, Any]:
         by_domain.setdefault(fleet.domain_of_node(fleet.node_index[p.spec.node_name]), []).append(p.spec.node_name)
     plan = entry.plan if entry is not None else None
     chosen = list(by_domain) or (list(plan.domains) if plan is not None else [])
-    shapes: tuple[tuple[int, int], ...] = ()
-    resource = ""
-    if plan is not None and plan.pod_sets:
-        shapes = tuple((ps.count, ps.gpus_per_pod) for ps in plan.pod_sets)
-    elif t.pods:
-        resource = fleet.platforms[0].device_resource if fleet.platforms else ""
-        counts = Counter(pod_request(p.spec, resource) for p in t.pods) if resource else Counter()
-        shapes = tuple((c, g) for g, c in sorted(counts.items()) if g > 0)
-    if plan is not None and plan.platform:
-        resource = next(p.device_resource for p in fleet.platforms if p.name == plan.platform)
-    elif plan is not None and not resource and fleet.platforms:
-        resource = fleet.platforms[0].device_resource
-    verdicts = domain_verdicts(fleet, resource, shapes, chosen) if plan is not None and shapes and resource else []
+    request = entry.request if entry is not None else None
+    shapes = tuple((ps.count, ps.gpus_per_pod) for ps in request.pod_sets) if request is not None else ()
+    resource = request.resource if request is not None else ""
+    verdicts = domain_verdicts(fleet, resource, shapes, chosen) if shapes and resource else []
     record = recorded_plan(t.owner, t.pods)
     data: dict[str, Any] = {
         "target": f"{t.kind}/{t.namespace}/{t.name}",
