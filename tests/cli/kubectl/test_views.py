@@ -164,9 +164,12 @@ def test_domains_filters_by_platform_and_draws_a_map(snap: Path, capsys: pytest.
     mi = data(capsys, snap, "domains", "--platform", "mi355x")["domains"]
     assert mi and {d["platform"] for d in mi} == {"MI355X-8"}
     code, out, _ = run(capsys, "domains", "--map", "--platform", "GB200-NVL72", "--snapshot", str(snap))
-    lines = out.splitlines()
+    _, page2, _ = run(capsys, "domains", "--map", "--platform", "GB200-NVL72", "--page", "2", "--snapshot", str(snap))
+    assert out.splitlines()[-1] == "page 1/2 (34 racks; --page N for another)"  # 32 racks a page
+    assert page2.splitlines()[-1].startswith("page 2/2")
+    lines = out.splitlines() + page2.splitlines()
     assert code == 0 and all(len(line) <= 80 for line in lines)
-    racks = [line.split() for line in lines[1:] if line.startswith("gb200-r") and len(line.split()[1]) > 1]
+    racks = [line.split() for line in lines if line.startswith("gb200-r") and len(line.split()[1]) > 1]
     assert len(racks) == 32 and all(len(r[1]) in (17, 18) for r in racks)  # 32 racks, a cell per tray
     assert sum(1 for line in lines if line.startswith("gb200-r")) == 34  # and the two detached trays, a row each
     gang_rack = next(r for r in racks if r[0] == "gb200-r016")
