@@ -25,9 +25,9 @@ from kilter.model.errors import InputError
 from kilter.model.jobs import JobSpec, PodSetSpec, read_job
 from kilter.quota.policy import parse_time
 from kilter.state import snapshot
+from kilter.state.cluster import ClusterState
 from kilter.topology.fleet import Fleet
 from kilter.topology.plan import GangRequest, Plan, commit, gang_request, plan_gang
-from kilter.state.cluster import ClusterState
 from kilter.topology.split_wait import SplitWait, WaitDecision
 
 Wait = Callable[[Sequence[PodSetSpec], GangRequest, Plan], WaitDecision]  # one gang's pod sets, request and plan

@@ -177,7 +177,9 @@ def workload_counts(
     ``reservingWorkloads`` (holding quota) and ``admittedWorkloads`` (of those, admitted); a Cohort's are its
     subtree's sums; keyed by (kind, name), as a Cohort may share a ClusterQueue's name."""
     nodes = [*tree.cluster_queues.values(), *tree.cohorts.values()]
-    out = {(n.kind, n.name): {"pendingWorkloads": 0, "reservingWorkloads": 0, "admittedWorkloads": 0} for n in nodes}
+    out: dict[tuple[str, str], dict[str, int]] = {
+        (n.kind, n.name): {"pendingWorkloads": 0, "reservingWorkloads": 0, "admittedWorkloads": 0} for n in nodes
+    }
     for info in infos:
         node = tree.cluster_queues.get(info.cluster_queue)
         if node is None:

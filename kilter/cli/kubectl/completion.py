@@ -6,17 +6,16 @@ choices (``-o``) and file names after flags that take a file. kubectl 1.26
 and later complete a plugin's words by running ``kubectl_complete-kilter``
 with them (the last one being the word typed so far) and reading cobra's
 answer: one candidate a line, then ``:DIRECTIVE`` (4: no file completion, 0:
-the shell's default, files). That executable is ``complete_main``; the
+the shell's default, files). That executable is ``main.complete_main``; the
 scripts and it read one ``spec`` of the parser, so they cannot disagree.
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Sequence
 
-__all__ = ["Spec", "add_parser", "bash_script", "candidates", "complete_main", "spec", "zsh_script"]
+__all__ = ["Spec", "add_parser", "bash_script", "candidates", "spec", "zsh_script"]
 
 FILE_FLAGS = ("--snapshot", "--kubeconfig", "--platforms", "-f", "--filename")
 NO_FILES, FILES = 4, 0  # cobra's ShellCompDirectiveNoFileComp and ShellCompDirectiveDefault
@@ -144,14 +143,4 @@ compdef _kubectl_kilter kubectl-kilter
 def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     s = spec(parser)
     print(bash_script(s) if args.shell == "bash" else zsh_script(s), end="")
-    return 0
-
-
-def complete_main(argv: Sequence[str] | None = None) -> int:
-    """``kubectl_complete-kilter``: kubectl's plugin completion protocol (module docstring)."""
-    from kilter.cli.kubectl.main import build_parser
-
-    words = list(sys.argv[1:] if argv is None else argv) or [""]
-    found, directive = candidates(spec(build_parser()), words)
-    print("\n".join([*found, f":{directive}"]))
     return 0

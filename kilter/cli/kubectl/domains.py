@@ -78,7 +78,7 @@ def run(args: argparse.Namespace, cluster: Cluster) -> int:
     fleet = cluster.store.fleet()
     starts = fleet.bitmap.domain_node_start
     index = {d: i for i, d in enumerate(fleet.domain_ids)}
-    rows = [
+    table_rows = [
         (
             d.domain if args.output == "wide" else short_domain(d.domain),
             d.platform,
@@ -92,5 +92,5 @@ def run(args: argparse.Namespace, cluster: Cluster) -> int:
         )
         for d in inventory.domains
     ]
-    print(output.emit(args, data, output.table(args, columns, rows)), end="")
+    print(output.emit(args, data, output.table(args, columns, table_rows)), end="")
     return 0

@@ -171,7 +171,7 @@ def _quota(cluster: Cluster, workload: Mapping[str, Any] | None) -> tuple[dict[s
     return {"state": "finished or inactive", "reason": "", "message": "neither pending nor holding quota"}, None
 
 
-def story(cluster: Cluster, t: Target, service: str | None) -> dict[str, Any]:
+def story(cluster: Cluster, t: Target, service: explain_proxy.Service | None) -> dict[str, Any]:
     store = cluster.store
     fleet = store.fleet()
     quota, entry = _quota(cluster, t.workload)
@@ -249,7 +249,9 @@ def _text(data: dict[str, Any]) -> str:
         out.append(f"Topology:  {data['topology']['reason']}: {data['topology']['message']}")
     text = "\n".join(out) + "\n"
     if data["placement"]:
-        rows = [(p["domain"], p["pods"], render.compress_names(p["nodes"])) for p in data["placement"]]
+        rows: list[tuple[object, ...]] = [
+            (p["domain"], p["pods"], render.compress_names(p["nodes"])) for p in data["placement"]
+        ]
         text += "\nPlacement (bound pods):\n" + render.table(("DOMAIN", "PODS", "NODES"), rows)
     plan = data["plan"]
     if plan is not None and plan["podSets"]:

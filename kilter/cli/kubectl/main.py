@@ -12,12 +12,13 @@ import argparse
 import os
 import sys
 from collections.abc import Callable, Sequence
+from typing import cast
 
 from kilter import __version__
 from kilter.cli.kubectl import completion, domains, explain, pending, plan, queues, source, top
 from kilter.model.errors import KilterError
 
-__all__ = ["PROG", "build_parser", "main"]
+__all__ = ["PROG", "build_parser", "complete_main", "main"]
 
 PROG = "kubectl kilter"
 
@@ -37,7 +38,10 @@ def build_parser() -> argparse.ArgumentParser:
         "read from the cluster (kubeconfig) or a snapshot file.",
     )
     parser.add_argument("--version", action="version", version=f"kubectl-kilter {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub = cast(
+        "argparse._SubParsersAction[argparse.ArgumentParser]",
+        parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser),
+    )
     common = source.common_options()
     queues.add_parser(sub, common)
     pending.add_parser(sub, common)
@@ -81,6 +85,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return 1
     return code
+
+
+def complete_main(argv: Sequence[str] | None = None) -> int:
+    """``kubectl_complete-kilter``: kubectl's plugin completion protocol (``completion``)."""
+    words = list(sys.argv[1:] if argv is None else argv) or [""]
+    found, directive = completion.candidates(completion.spec(build_parser()), words)
+    print("\n".join([*found, f":{directive}"]))
+    return 0
 
 
 if __name__ == "__main__":

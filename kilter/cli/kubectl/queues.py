@@ -59,7 +59,7 @@ def _decayed(node: dict[str, Any], devices: frozenset[str]) -> float | None:
     if "decayedUsage" not in node:
         return None
     usage = json.loads(node["decayedUsage"])["usage"]
-    return sum(v for k, v in usage.items() if k.split("/", 1)[1] in devices)
+    return float(sum(v for k, v in usage.items() if k.split("/", 1)[1] in devices))
 
 
 def _fmt(v: object) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import http.client
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,7 +21,7 @@ TOKEN = "explain"
 SERVICE = "kilter-system/kilter:http"
 
 
-def _filter(port: int, pod: dict, nodes: list[str]) -> None:
+def _filter(port: int, pod: dict[str, Any], nodes: list[str]) -> None:
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     conn.request("POST", "/scheduler/filter", json.dumps(names_args(pod, nodes)), {"Content-Type": "application/json"})
     assert conn.getresponse().status == 200

@@ -28,13 +28,11 @@ TOKEN = "plugin"
 def bindir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A PATH entry holding kubectl-kilter and kubectl_complete-kilter, run by this Python from this checkout."""
     d = tmp_path_factory.mktemp("bin")
-    for name, call in (("kubectl-kilter", "main"), ("kubectl_complete-kilter", "completion:complete_main")):
-        module, _, func = call.rpartition(":")
-        module = "kilter.cli.kubectl." + (module or "main")
+    for name, func in (("kubectl-kilter", "main"), ("kubectl_complete-kilter", "complete_main")):
         script = d / name
         script.write_text(
             f"#!/bin/sh\nPYTHONPATH={REPO} exec {sys.executable} -c "
-            f"'import sys; from {module} import {func or call}; sys.exit({func or call}())' \"$@\"\n"
+            f"'import sys; from kilter.cli.kubectl.main import {func}; sys.exit({func}())' \"$@\"\n"
         )
         script.chmod(0o755)
     return d

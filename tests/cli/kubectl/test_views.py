@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -26,10 +27,11 @@ def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
     return code, out, err
 
 
-def data(capsys: pytest.CaptureFixture[str], snap: Path, *args: str) -> dict:
+def data(capsys: pytest.CaptureFixture[str], snap: Path, *args: str) -> dict[str, Any]:
     code, out, err = run(capsys, *args, "--snapshot", str(snap), "--now", scenario.NOW, "-o", "json")
     assert code == 0, err
-    return json.loads(out)
+    doc: dict[str, Any] = json.loads(out)
+    return doc
 
 
 def test_queues_json_is_kilter_queues_json(snap: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -46,7 +48,7 @@ def test_queues_table_shows_borrowed_lent_and_counts(snap: Path, capsys: pytest.
     assert row[3:7] == ["576", "896", "320", "0"] and row[-2:] == ["1", "3"]
 
 
-def _pending(capsys: pytest.CaptureFixture[str], snap: Path) -> dict[str, dict]:
+def _pending(capsys: pytest.CaptureFixture[str], snap: Path) -> dict[str, dict[str, Any]]:
     return {f"{p['namespace']}/{p['name']}": p for p in data(capsys, snap, "pending", "-A")["pending"]}
 
 
