@@ -23,6 +23,7 @@ from typing import Any
 
 from kilter.cli import render
 from kilter.cli.kubectl import explain_proxy, output
+from kilter.cli.kubectl.domains import short_domain
 from kilter.cli.kubectl.source import Cluster
 from kilter.gangs.identity import INDEXED_ANNOTATIONS, INDEXED_LABELS, GangKey, in_gang, key_of
 from kilter.gangs.pending import QUOTA_REASONS, why_pending
@@ -250,7 +251,7 @@ def _text(data: dict[str, Any]) -> str:
     text = "\n".join(out) + "\n"
     if data["placement"]:
         rows: list[tuple[object, ...]] = [
-            (p["domain"], p["pods"], render.compress_names(p["nodes"])) for p in data["placement"]
+            (short_domain(p["domain"]), p["pods"], render.compress_names(p["nodes"])) for p in data["placement"]
         ]
         text += "\nPlacement (bound pods):\n" + render.table(("DOMAIN", "PODS", "NODES"), rows)
     plan = data["plan"]
@@ -261,7 +262,9 @@ def _text(data: dict[str, Any]) -> str:
         text += "\nPlan:\n" + render.table(("POD SET", "PODS", "GPUS/POD", "NODES"), rows)
     others = data["otherDomains"]
     if others:
-        rows = [(v["domain"], v["podsFit"], f"{v['freeGpus']}/{v['totalGpus']}", v["reason"]) for v in others]
+        rows = [
+            (short_domain(v["domain"]), v["podsFit"], f"{v['freeGpus']}/{v['totalGpus']}", v["reason"]) for v in others
+        ]
         shown = rows[:SHOWN_DOMAINS]
         more = f" ({len(rows) - len(shown)} more in -o json)" if len(rows) > len(shown) else ""
         text += f"\nOther domains{more}:\n" + render.table(("DOMAIN", "FITS", "FREE", "WHY NOT"), shown)
