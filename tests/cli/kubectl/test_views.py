@@ -11,6 +11,7 @@ import yaml
 
 from kilter.cli.kubectl.main import main as kubectl_main
 from kilter.cli.main import main as kilter_main
+from kilter.gangs import records
 from tests.cli.kubectl import scenario
 
 VIEWS = (["queues"], ["pending"], ["top"], ["domains"], ["explain", "llama-0"])
@@ -176,3 +177,26 @@ def test_domains_filters_by_platform_and_draws_a_map(snap: Path, capsys: pytest.
     assert sum(1 for line in lines if line.startswith("gb200-r")) == 34  # and the two detached trays, a row each
     gang_rack = next(r for r in racks if r[0] == "gb200-r016")
     assert gang_rack[1].startswith("######")  # the llama gang's six whole trays
+
+
+def test_the_map_marks_trays_a_recorded_plan_holds_as_planned(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    objects = scenario.objects()
+    huge = next(o for o in objects if o["kind"] == "Workload" and o["metadata"]["name"] == "huge")
+    record = records.PlanRecord("tas/workload/huge", 1_796_122_800.0, (("gb200-r020-t00", 4), ("gb200-r020-t01", 4)))
+    huge["metadata"]["annotations"] = {records.PLAN_ANNOTATION: records.encode(record)}
+    snap = tmp_path / "planned.json"
+    snap.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}))
+    before = {line.split()[0]: line.split()[1] for line in _map(capsys, scenario.write(tmp_path / "plain.json"))}
+    after = {line.split()[0]: line.split()[1] for line in _map(capsys, snap)}
+    assert before["gb200-r020"][:2] == ".." and after["gb200-r020"] == "pp" + before["gb200-r020"][2:]
+    assert {k: v for k, v in after.items() if k != "gb200-r020"} == {
+        k: v for k, v in before.items() if k != "gb200-r020"
+    }
+
+
+def _map(capsys: pytest.CaptureFixture[str], snap: Path) -> list[str]:
+    code, out, _ = run(capsys, "domains", "--map", "--platform", "GB200-NVL72", "--snapshot", str(snap))
+    assert code == 0
+    return [line for line in out.splitlines() if line.startswith("gb200-r")]
