@@ -71,6 +71,7 @@ from __future__ import annotations
 import base64
 import binascii
 import copy
+import http.client
 import json
 import posixpath
 import queue
@@ -650,6 +651,9 @@ class ListWatchServer:
         self.delay_s = 0.0
         self.too_large_wait_s = 3.0
         self.watch_list = True  # the WatchList feature (sendInitialEvents); off answers 422 as older servers do
+        # the service proxy: (namespace, service, port as written in the path) -> (host, port) it forwards to
+        self.services: dict[tuple[str, str, str], tuple[str, int]] = {}
+        self.forbid_proxy = False  # answer the proxy as RBAC does for a caller without get on services/proxy
         self.requests: list[Request] = []
         self.connections = 0  # accepted: keep-alive shows as fewer connections than requests
         self._installed = {(r.group, r.version, r.plural) for r in resources if r.installed}
@@ -1351,6 +1355,13 @@ class _Handler(BaseHTTPRequestHandler):
             if self.command == "POST" and binding:
                 self._json(201, cluster.bind(parts[3], parts[5], body))
                 return
+            if (
+                len(parts) >= 7
+                and parts[:3] == ["api", "v1", "namespaces"]
+                and parts[4::2][:2] == ["services", "proxy"]
+            ):
+                self._proxy(parts[3], parts[5], "/" + "/".join(parts[7:]), url.query)
+                return
             resource, namespace, name = cluster.route(parts)
             if self.command == "POST" and name is None and (namespace is not None or not resource.namespaced):
                 self._json(201, cluster.create_object(resource, namespace, body))
@@ -1393,6 +1404,36 @@ class _Handler(BaseHTTPRequestHandler):
                 self._protobuf(err.code, err.status())
             else:
                 self._json(err.code, err.status())
+
+    def _proxy(self, namespace: str, target: str, path: str, query: str) -> None:
+        """The Service proxy subresource: ``services/[scheme:]NAME[:PORT]/proxy/PATH`` (kube-apiserver's
+        ``SplitSchemeNamePort`` forms), forwarded as is and answered with the service's own status and body."""
+        cluster = self.server.cluster
+        pieces = target.split(":")
+        if len(pieces) > 3 or not pieces[-2 if len(pieces) == 3 else 0]:
+            raise ApiError(400, "BadRequest", f"invalid service request {target!r}")
+        name, port = pieces[-2:] if len(pieces) == 3 else (pieces[0], pieces[1] if len(pieces) == 2 else "")
+        if cluster.forbid_proxy:
+            raise ApiError(
+                403,
+                "Forbidden",
+                f'services "{name}" is forbidden: User "test" cannot get resource "services/proxy" in API group "" '
+                f'in the namespace "{namespace}"',
+                details={"name": name, "kind": "services"},
+            )
+        backend = cluster.services.get((namespace, name, port))
+        if backend is None:
+            raise ApiError(404, "NotFound", f'services "{name}" not found', details={"name": name, "kind": "services"})
+        conn = http.client.HTTPConnection(*backend, timeout=30)
+        try:
+            conn.request(self.command, path + (f"?{query}" if query else ""))
+            answer = conn.getresponse()
+            body = answer.read()
+        finally:
+            conn.close()
+        kind = answer.getheader("Content-Type") or "application/octet-stream"
+        self._start(answer.status, {"Content-Type": kind, "Content-Length": str(len(body))})
+        self.wfile.write(body)
 
     def _only_get(self) -> None:
         if self.command != "GET":

@@ -1,12 +1,12 @@
 """``kilter plan``: the placement plan a job would get on a cluster or snapshot.
 
-The plan itself comes from ``kilter.gangs.planning``, which the gRPC ``Plan`` answers with too.
 A preferred gang whose plan spans more scale-up domains than it needs may
 wait for fewer first (``kilter.gangs.waits``, as ``kilter serve`` decides at
 ``--now``, by default the clock; a job without ``metadata.creationTimestamp``
 is taken as created then): it is shown ``WAITS`` with the reason, then the
 plan it would take once its wait is over. A waiting gang is not a failure
-(exit 0); a gang that does not fit is (exit 1).
+(exit 0); a gang that does not fit is (exit 1). The plan itself comes from
+``kilter.gangs.planning``, which the gRPC ``Plan`` answers with too.
 """
 
 from __future__ import annotations
@@ -26,11 +26,12 @@ from kilter.model.errors import InputError
 from kilter.model.jobs import JobSpec, PodSetSpec, read_job
 from kilter.quota.policy import parse_time
 from kilter.state import snapshot
+from kilter.state.cluster import ClusterState
 from kilter.topology.fleet import Fleet
 from kilter.topology.plan import GangRequest, Plan
-from kilter.topology.split_wait import WaitDecision
+from kilter.topology.split_wait import SplitWait, WaitDecision
 
-__all__ = ["add_parser", "read_job_object", "render_plans", "run"]
+__all__ = ["add_parser", "answer", "read_job_object", "render_plans", "run"]
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -98,24 +99,40 @@ def _short(domain: str) -> str:
     return domain if len(domain) <= 24 else f"{domain[:8]}…{domain[-12:]}"
 
 
-def run(args: argparse.Namespace) -> int:
-    now_s = parse_time(args.now, path="--now") if args.now else time.time()
-    rule = read_split_wait(args)
-    state = sources.load_state(args)
-    obj = read_job_object(args.job)
+def answer(
+    state: ClusterState,
+    fleet: Fleet,
+    obj: Mapping[str, Any],
+    *,
+    now_s: float,
+    rule: SplitWait,
+    platform: str | None,
+    output: str,
+) -> tuple[str, int]:
+    """What ``kilter plan`` prints for the job ``obj`` on ``fleet`` (of ``state``), and its exit code; shared with
+    ``kubectl kilter plan``. ``fleet`` is not changed."""
     job = read_job(obj)
-    fleet = state.fleet()
     waits = Waits.of_state(state, rule, now_s=now_s)
 
     def wait(pod_sets: Sequence[PodSetSpec], request: GangRequest, plan: Plan) -> WaitDecision:
         templates = [ps.template for ps in pod_sets]
         return waits.for_object(obj, templates, request, plan, fleet, created_s=now_s)
 
-    planned = plan_job_waits(fleet, job, platform=args.platform, wait=wait)
+    planned = plan_job_waits(fleet, job, platform=platform, wait=wait, keep=False)
     plans, decisions = [p for p, _ in planned], [w for _, w in planned]
-    sources.print_warnings(state)
-    if args.output == "table":
-        print(render_plans(fleet, job, plans, decisions), end="")
+    if output == "table":
+        text = render_plans(fleet, job, plans, decisions)
     else:
-        print(render.dump(plan_to_dict(job, plans, decisions), args.output), end="")
-    return 0 if all(p.feasible for p in plans) else 1
+        text = render.dump(plan_to_dict(job, plans, decisions), output)
+    return text, 0 if all(p.feasible for p in plans) else 1
+
+
+def run(args: argparse.Namespace) -> int:
+    now_s = parse_time(args.now, path="--now") if args.now else time.time()
+    rule = read_split_wait(args)
+    state = sources.load_state(args)
+    obj = read_job_object(args.job)
+    text, code = answer(state, state.fleet(), obj, now_s=now_s, rule=rule, platform=args.platform, output=args.output)
+    sources.print_warnings(state)
+    print(text, end="")
+    return code

@@ -12,6 +12,7 @@ import argparse
 import math
 import sys
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from kilter.cli import render, sources
@@ -23,7 +24,7 @@ from kilter.quota.config import FairSharingConfig
 from kilter.quota.policy import parse_duration, parse_time
 from kilter.quota.status import NodeStatus, apply_usage, tree_status
 from kilter.quota.tree import build_tree
-from kilter.quota.usage import Ledger, workload_infos
+from kilter.quota.usage import Ledger, admitted_keys, workload_counts, workload_infos
 from kilter.state.cluster import ClusterState
 
 __all__ = ["add_parser", "queues_data", "run"]
@@ -84,7 +85,7 @@ def _number(resource: str, value: int | None) -> int | float | None:
     return None if value is None else amount.display(resource, value)
 
 
-def _node_dict(s: NodeStatus, *, cohort: bool) -> dict[str, Any]:
+def _node_dict(s: NodeStatus, *, cohort: bool, counts: Mapping[str, int]) -> dict[str, Any]:
     resources = []
     for r in s.resources:
         row: dict[str, Any] = {
@@ -96,6 +97,8 @@ def _node_dict(s: NodeStatus, *, cohort: bool) -> dict[str, Any]:
             "usage": _number(r.resource, r.usage),
             "available": _number(r.resource, r.available),
             "potentialAvailable": _number(r.resource, r.potential_available),
+            "borrowed": _number(r.resource, r.borrowed),
+            "lent": _number(r.resource, r.lent),
         }
         if cohort:
             row["subtreeQuota"] = _number(r.resource, r.subtree_quota)
@@ -110,6 +113,7 @@ def _node_dict(s: NodeStatus, *, cohort: bool) -> dict[str, Any]:
         "borrowing": s.borrowing,
         "active": s.active,
         "resources": resources,
+        **counts,
     }
     if not s.active:
         out["inactive"] = {"reason": s.inactive_reason, "message": s.inactive_message}
@@ -150,9 +154,10 @@ def queues_data(
     infos = workload_infos(state.workloads, state.local_queues, state.priority_classes)
     apply_usage(tree, Ledger(infos, sorted(tree.cluster_queues)).per_cluster_queue())
     cqs, cohorts = tree_status(tree, now=now)
+    counts = workload_counts(tree, infos, admitted_keys(state.workloads))
     data: dict[str, Any] = {
-        "clusterQueues": [_node_dict(s, cohort=False) for s in cqs],
-        "cohorts": [_node_dict(s, cohort=True) for s in cohorts],
+        "clusterQueues": [_node_dict(s, cohort=False, counts=counts[(s.kind, s.name)]) for s in cqs],
+        "cohorts": [_node_dict(s, cohort=True, counts=counts[(s.kind, s.name)]) for s in cohorts],
     }
     lq_usage = None
     if afs is not None:

@@ -125,6 +125,9 @@ class Decision:
     flavors: Mapping[str, str] = field(default_factory=dict)
     preemption: PreemptionResult | None = None
     reason: str = ""
+    shortfall: Mapping[FR, tuple[int, int]] = field(default_factory=dict)
+    """For a workload that must wait or preempt: per flavor/resource it asks more of than is ``available`` when
+    its turn comes, (what it asks, what is available, clamped at 0), in canonical units."""
 
 
 def _queue_key(w: WorkloadInfo, lq_usage: Mapping[tuple[str, str], float] | None) -> tuple[object, ...]:
@@ -356,7 +359,8 @@ def _decide(
             ),
         ]
         return Decision(position, cycle, w, ADMIT, share, assignment.flavors)
+    short = {fr: (v, max(0, available(cq, fr))) for fr, v in assignment.usage.items() if v > available(cq, fr)}
     afs = lq_usage if cq.admission_mode == AFS_MODE else None
     result = find_targets(tree, admitted, cq, w, assignment.usage, config=config, shares=shares, now=now, lq_usage=afs)
     outcome = PREEMPT if result.targets else WAIT
-    return Decision(position, cycle, w, outcome, share, assignment.flavors, result, result.reason)
+    return Decision(position, cycle, w, outcome, share, assignment.flavors, result, result.reason, short)

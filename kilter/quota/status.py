@@ -3,7 +3,11 @@
 One pass over the tree: usage from the ledger, subtree quotas, then per node
 its DRS (with decayed usage where the node asks for it), whether it borrows,
 and per flavor/resource its quota, usage, ``available`` (clamped at 0, as
-Kueue's ClusterQueue snapshot reports it) and ``potential_available``.
+Kueue's ClusterQueue snapshot reports it) and ``potential_available``, ``borrowed`` and ``lent``.
+
+Kueue does not say which queue lent what a borrower uses, so ``lent`` is the
+most a node can be lending: the smaller of its unused lendable quota
+(``min(lendingLimit or quota, quota - usage)``) and what its siblings borrow.
 """
 
 from __future__ import annotations
@@ -31,6 +35,8 @@ class ResourceStatus:
     usage: int
     available: int
     potential_available: int
+    borrowed: int = 0  # usage above its own (subtree) quota: what it takes from its cohort
+    lent: int = 0  # at most this much of its unused lendable quota is used by the rest of its cohort
 
 
 @dataclass(frozen=True)
@@ -61,6 +67,23 @@ def _frs(node: Node) -> list[FR]:
     return declared + extra
 
 
+def _borrowed(node: Node, fr: FR) -> int:
+    """Usage above the node's own quota (for a ClusterQueue its nominal quota, for a Cohort its subtree's)."""
+    return max(0, node.usage.get(fr, 0) - node.subtree.get(fr, 0)) if node.parent is not None else 0
+
+
+def _lent(node: Node, fr: FR) -> int:
+    """The most of the node's unused lendable quota its siblings can be using (module docstring)."""
+    if node.parent is None:
+        return 0
+    quota = node.subtree.get(fr, 0)
+    q = node.quotas.get(fr)
+    lendable = quota if q is None or q.lending_limit is None else min(q.lending_limit, quota)
+    unused = max(0, min(lendable, quota - node.usage.get(fr, 0)))
+    others = sum(_borrowed(c, fr) for c in node.parent.children if c is not node)
+    return min(unused, others)
+
+
 def node_status(node: Node, lendable: LendableCache, *, now: float) -> NodeStatus:
     state = None
     usage_for_share = None
@@ -82,6 +105,8 @@ def node_status(node: Node, lendable: LendableCache, *, now: float) -> NodeStatu
                 usage=node.usage.get(fr, 0),
                 available=max(0, available(node, fr)),
                 potential_available=potential_available(node, fr),
+                borrowed=_borrowed(node, fr),
+                lent=_lent(node, fr),
             )
         )
     borrowing = node.parent is not None and not is_within_nominal(node, node.subtree)

@@ -19,9 +19,9 @@ from kilter.model.core_v1 import PodSpec, pod_request
 from kilter.model.kueue import LocalQueue, Workload, WorkloadPriorityClass
 from kilter.quota import amount
 from kilter.quota.policy import parse_time
-from kilter.quota.tree import FR
+from kilter.quota.tree import FR, QuotaTree
 
-__all__ = ["Ledger", "WorkloadInfo", "workload_infos"]
+__all__ = ["Ledger", "WorkloadInfo", "admitted_keys", "workload_counts", "workload_infos"]
 
 
 @dataclass(frozen=True)
@@ -163,3 +163,31 @@ class Ledger:
             nz = np.flatnonzero(row)
             out[name] = {self.frs[j]: int(row[j]) for j in nz.tolist()}
         return out
+
+
+def admitted_keys(workloads: Iterable[Workload]) -> set[str]:
+    """``namespace/name`` of every Workload whose ``Admitted`` condition is true (quota and every check)."""
+    return {f"{w.metadata.namespace}/{w.metadata.name}" for w in workloads if w.status.condition("Admitted")}
+
+
+def workload_counts(
+    tree: QuotaTree, infos: Iterable[WorkloadInfo], admitted: set[str]
+) -> dict[tuple[str, str], dict[str, int]]:
+    """Per ClusterQueue and Cohort, Kueue's status counts: ``pendingWorkloads`` (no reservation yet),
+    ``reservingWorkloads`` (holding quota) and ``admittedWorkloads`` (of those, admitted); a Cohort's are its
+    subtree's sums; keyed by (kind, name), as a Cohort may share a ClusterQueue's name."""
+    nodes = [*tree.cluster_queues.values(), *tree.cohorts.values()]
+    out: dict[tuple[str, str], dict[str, int]] = {
+        (n.kind, n.name): {"pendingWorkloads": 0, "reservingWorkloads": 0, "admittedWorkloads": 0} for n in nodes
+    }
+    for info in infos:
+        node = tree.cluster_queues.get(info.cluster_queue)
+        if node is None:
+            continue
+        fields = ["reservingWorkloads"] if info.reserved else ["pendingWorkloads"]
+        if info.reserved and info.key in admitted:
+            fields.append("admittedWorkloads")
+        for n in (node, *node.ancestors()):
+            for f in fields:
+                out[(n.kind, n.name)][f] += 1
+    return out

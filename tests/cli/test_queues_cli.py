@@ -51,7 +51,10 @@ def test_queues_json_has_every_queue_and_cohort_with_the_promised_fields(capsys:
         "usage": 896,
         "available": 136,
         "potentialAvailable": 1416,
+        "borrowed": 320,  # 896 used - 576 nominal
+        "lent": 0,  # it uses more than its own quota: nothing of it is unused to lend
     }
+    assert (llm["pendingWorkloads"], llm["reservingWorkloads"], llm["admittedWorkloads"]) == (1, 3, 3)
     cpu = next(r for r in llm["resources"] if r["resource"] == "cpu")
     assert cpu["nominal"] == 10368 and isinstance(cpu["usage"], int)
     training = next(r for r in cqs["prod-training"]["resources"] if r["resource"] == "nvidia.com/gpu")

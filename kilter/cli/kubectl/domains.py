@@ -1,0 +1,96 @@
+"""``kubectl kilter domains``: per scale-up domain its health, free GPUs, spares, largest gang shape and gangs.
+
+The rows are ``gangs.inventory.take``'s, the same answer the gRPC
+``Inventory`` gives; ``--map`` draws them as a rack map (``rackmap``).
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from kilter.cli.kubectl import output, rackmap
+from kilter.cli.kubectl.source import Cluster
+from kilter.gangs.inventory import DomainInventory, take
+
+__all__ = ["add_parser", "run", "short_domain"]
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser(
+        "domains",
+        parents=[common],
+        help="per scale-up domain: health, free GPUs, spares, largest gang shape, gangs; --map draws racks",
+        description="Every scale-up domain (cluster-scoped: -n is ignored): platform, block, nodes healthy/total, "
+        "GPUs free/total, spares, the largest gang shape it takes now, and the gangs bound there.",
+    )
+    p.add_argument("--platform", help="only this platform (catalog name or alias)")
+    p.add_argument("--block", help="only domains under this block (its path, or a prefix of it)")
+    p.add_argument("--map", action="store_true", help="draw a rack map: one cell per tray")
+    p.add_argument("--page", type=int, default=1, metavar="N", help="with --map: show page N (32 racks a page)")
+    p.set_defaults(view=run)
+
+
+def short_domain(domain: str) -> str:
+    """A domain id short enough for a column: long clique ids keep their head and tail."""
+    return domain if len(domain) <= 24 else f"{domain[:8]}…{domain[-12:]}"
+
+
+def _item(d: DomainInventory) -> dict[str, Any]:
+    return {
+        "domain": d.domain,
+        "detached": d.detached,
+        "platform": d.platform,
+        "block": d.block or None,
+        "nodesHealthy": d.nodes_healthy,
+        "nodesTotal": d.nodes_total,
+        "gpusFree": d.gpus_free,
+        "gpusTotal": d.gpus_total,
+        "spares": d.spares,
+        "largestShape": {"pods": d.largest_pods, "gpusPerPod": d.largest_gpus_per_pod},
+        "gangs": [{"gang": g.key, "pods": g.pods, "gpus": g.gpus} for g in d.gangs],
+        "trays": list(d.trays),
+    }
+
+
+def run(args: argparse.Namespace, cluster: Cluster) -> int:
+    inventory = take(cluster.store, platform=args.platform, block=args.block)
+    data = {
+        "generation": inventory.generation,
+        "domains": [_item(d) for d in inventory.domains],
+    }
+    if args.map and args.output in ("table", "wide"):
+        fleet = cluster.store.fleet()
+        rows = rackmap.rack_rows(fleet, inventory.domains, rackmap.planned_nodes(cluster.store))
+        print(rackmap.render_map(rows, page=args.page), end="")
+        return 0
+    columns: output.Columns = (
+        ("DOMAIN", False),
+        ("PLATFORM", False),
+        ("BLOCK", False),
+        ("NODES", False),
+        ("GPUS FREE", False),
+        ("SPARES", False),
+        ("LARGEST", False),
+        ("GANGS", False),
+        ("FIRST NODE", True),
+    )
+    fleet = cluster.store.fleet()
+    starts = fleet.bitmap.domain_node_start
+    index = {d: i for i, d in enumerate(fleet.domain_ids)}
+    table_rows = [
+        (
+            d.domain if args.output == "wide" else short_domain(d.domain),
+            d.platform,
+            d.block or "-",
+            f"{d.nodes_healthy}/{d.nodes_total}",
+            f"{d.gpus_free}/{d.gpus_total}",
+            d.spares,
+            f"{d.largest_pods}x{d.largest_gpus_per_pod}" if d.largest_pods else "-",
+            ",".join(g.key for g in d.gangs) or "-",
+            fleet.node_names[int(starts[index[d.domain]])],
+        )
+        for d in inventory.domains
+    ]
+    print(output.emit(args, data, output.table(args, columns, table_rows)), end="")
+    return 0

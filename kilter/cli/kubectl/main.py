@@ -1,0 +1,99 @@
+"""``kubectl kilter``: the kubectl plugin's entry point (the ``kubectl-kilter`` console script).
+
+kubectl runs ``kubectl-kilter`` from PATH for ``kubectl kilter ...`` and
+passes every word after ``kilter`` through. Exit codes: 0 done, 1 the
+answer is negative (nothing of that name, a job that does not fit), 2 bad
+input (one line on stderr, never a traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable, Sequence
+from typing import cast
+
+from kilter import __version__
+from kilter.cli.kubectl import completion, domains, explain, pending, plan, queues, source, top
+from kilter.model.errors import KilterError
+
+__all__ = ["PROG", "build_parser", "complete_main", "main"]
+
+PROG = "kubectl kilter"
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse whose usage errors are one line and exit 2, as every other bad input."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        print(f"{PROG}: {message}", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog=PROG,
+        description="Why is my job pending? Quota, topology and placement of a Kueue/Volcano GPU cluster, "
+        "read from the cluster (kubeconfig) or a snapshot file.",
+    )
+    parser.add_argument("--version", action="version", version=f"kubectl-kilter {__version__}")
+    sub = cast(
+        "argparse._SubParsersAction[argparse.ArgumentParser]",
+        parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser),
+    )
+    common = source.common_options()
+    queues.add_parser(sub, common)
+    pending.add_parser(sub, common)
+    explain.add_parser(sub, common)
+    domains.add_parser(sub, common)
+    plan.add_parser(sub, common)
+    top.add_parser(sub, common)
+    completion.add_parser(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    if not getattr(args, "command", None):
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        if getattr(args, "offline", None) is not None:
+            code: int = args.offline(args, parser)
+        else:
+            view: Callable[[argparse.Namespace, source.Cluster], int] = args.view
+            code = view(args, source.load(args))
+    except KilterError as exc:
+        print(f"{PROG} {args.command}: {exc}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        return 0
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:  # last resort: a bug, reported in one line unless asked for more
+        if os.environ.get("KILTER_DEBUG") == "1":
+            raise
+        print(
+            f"{PROG} {args.command}: internal error: {type(exc).__name__}: {exc} "
+            "(rerun with KILTER_DEBUG=1 for the traceback)",
+            file=sys.stderr,
+        )
+        return 1
+    return code
+
+
+def complete_main(argv: Sequence[str] | None = None) -> int:
+    """``kubectl_complete-kilter``: kubectl's plugin completion protocol (``completion``)."""
+    words = list(sys.argv[1:] if argv is None else argv) or [""]
+    found, directive = completion.candidates(completion.spec(build_parser()), words)
+    print("\n".join([*found, f":{directive}"]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,108 @@
+"""``kubectl kilter pending``: pending workloads, closest to running first, each with the first reason it waits.
+
+The reasons come from ``gangs.pending`` (the ladder: quota, topology,
+admission checks), the one place that decides them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any
+
+from kilter.cli.kubectl import output
+from kilter.cli.kubectl.source import Cluster
+from kilter.gangs.pending import Pending, why_pending
+from kilter.quota.policy import parse_time
+from kilter.topology.split_wait import format_duration
+
+__all__ = ["add_parser", "pending_data", "run"]
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser(
+        "pending",
+        parents=[common],
+        help="pending workloads in admission order, each with the first reason it waits",
+        description="Pending Kueue Workloads, those holding quota first, then in the order Kueue would consider "
+        "them, with the first reason each waits: quota, topology, an admission check, or next in line.",
+    )
+    p.set_defaults(view=run)
+
+
+def _rfc3339(unix_s: float | None) -> str | None:
+    return None if unix_s is None else time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(unix_s))
+
+
+def _age(now_s: float, created: str | None) -> str:
+    return "-" if created is None else format_duration(now_s - parse_time(created, path="created"))
+
+
+def _item(p: Pending) -> dict[str, Any]:
+    return {
+        "position": p.position,
+        "namespace": p.namespace,
+        "name": p.name,
+        "clusterQueue": p.cluster_queue or None,
+        "localQueue": p.local_queue or None,
+        "priority": p.priority,
+        "gpus": p.gpus,
+        "created": _rfc3339(p.created_s) if p.created_s else None,
+        "reason": p.reason,
+        "message": p.message,
+        "shortfall": [
+            {
+                "flavor": s.flavor,
+                "resource": s.resource,
+                "requested": s.requested,
+                "available": s.available,
+                "over": s.over,
+            }
+            for s in p.shortfall
+        ],
+        "preempts": list(p.preempts),
+        "domains": list(p.plan.domains) if p.plan is not None else [],
+        "domainsMin": p.domains_min or None,
+        "waitUntil": _rfc3339(p.wait_until_s),
+        "admissionChecks": dict(p.checks),
+    }
+
+
+def pending_data(cluster: Cluster) -> dict[str, Any]:
+    """``{"pending": [...]}``: every pending Workload in the namespace scope, positions counted cluster-wide."""
+    store = cluster.store
+    found = why_pending(store.state(), store.fleet(), now_s=cluster.now_s)
+    return {"pending": [_item(p) for p in found if cluster.in_scope(p.namespace)]}
+
+
+def run(args: argparse.Namespace, cluster: Cluster) -> int:
+    data = pending_data(cluster)
+    columns: output.Columns = (
+        ("#", False),
+        *((("NAMESPACE", False),) if cluster.namespace is None else ()),
+        ("WORKLOAD", False),
+        ("CLUSTERQUEUE", False),
+        ("GPUS", False),
+        ("AGE", False),
+        ("REASON", False),
+        ("MESSAGE", False),
+        ("PRIORITY", True),
+        ("LOCALQUEUE", True),
+    )
+    rows = [
+        (
+            p["position"],
+            *((p["namespace"],) if cluster.namespace is None else ()),
+            p["name"],
+            p["clusterQueue"] or "-",
+            p["gpus"],
+            _age(cluster.now_s, p["created"]),
+            p["reason"],
+            p["message"],
+            p["priority"],
+            p["localQueue"] or "-",
+        )
+        for p in data["pending"]
+    ]
+    print(output.emit(args, data, output.table(args, columns, rows)), end="")
+    return 0

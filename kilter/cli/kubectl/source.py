@@ -1,0 +1,132 @@
+"""kubectl's conventions for every view, and where its cluster state comes from.
+
+Options every view takes, spelled as kubectl spells them: ``--kubeconfig``,
+``--context``, ``-n/--namespace``, ``-A/--all-namespaces``, ``-o
+table|wide|json|yaml``, ``--no-headers``; plus ``--snapshot FILE`` instead of
+a cluster. The cluster is found as kubectl finds it: ``--kubeconfig``, else
+``$KUBECONFIG`` (a list of files, merged), else ``~/.kube/config``, else the
+pod's service account when running in a cluster. The namespace is ``-n``,
+else the context's namespace, else ``default``.
+
+The state is read once into a ``ClusterStore`` (the servers' own store), so
+the views ask exactly the code the servers ask: the fleet is built once,
+with every bound pod booked.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kilter.cli import sources
+from kilter.kube.api import ApiServer, check_namespace, connect
+from kilter.model.errors import InputError
+from kilter.quota.policy import parse_time
+from kilter.state import snapshot
+from kilter.state.cluster import KNOWN_KINDS
+from kilter.state.live import default_resources, list_cluster
+from kilter.state.store import ClusterStore
+
+__all__ = ["FORMATS", "Cluster", "common_options", "load", "namespace_of", "resolve_kubeconfig"]
+
+FORMATS = ("table", "wide", "json", "yaml")
+
+
+def common_options() -> argparse.ArgumentParser:
+    """The parent parser of every view: kubectl's flags, and ``--snapshot`` in place of a cluster."""
+    p = argparse.ArgumentParser(add_help=False)
+    g = p.add_argument_group("cluster (kubectl conventions)")
+    g.add_argument("--kubeconfig", type=Path, help="path to the kubeconfig file (default: $KUBECONFIG, ~/.kube/config)")
+    g.add_argument("--context", help="the kubeconfig context to use (default: its current-context)")
+    g.add_argument(
+        "--snapshot", type=Path, help="read this snapshot file instead of a cluster (kubectl get ... -o yaml)"
+    )
+    g.add_argument("--platforms", type=Path, help="YAML file adding or overriding catalog platforms")
+    g.add_argument("-n", "--namespace", help="the namespace (default: the context's, else default)")
+    g.add_argument("-A", "--all-namespaces", action="store_true", help="every namespace")
+    g.add_argument("-o", "--output", choices=FORMATS, default="table", help="table (default), wide, json or yaml")
+    g.add_argument("--no-headers", action="store_true", help="tables without their header line")
+    g.add_argument("--now", metavar="RFC3339", help="judge waits and ages at this time (default: the clock)")
+    return p
+
+
+def resolve_kubeconfig(flag: Path | None) -> Path | None:
+    """The kubeconfig kubectl would read: the flag, ``$KUBECONFIG`` (kept whole: the client merges its list),
+    ``~/.kube/config`` when it exists; None means in-cluster."""
+    if flag is not None:
+        return flag
+    env = os.environ.get("KUBECONFIG", "")
+    if env:
+        return Path(env)
+    home = Path.home() / ".kube" / "config"
+    return home if home.is_file() else None
+
+
+def _context_namespace(kubeconfig: Path | None, context: str | None) -> str | None:
+    if kubeconfig is None:
+        ns_file = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+        return ns_file.read_text().strip() if ns_file.is_file() else None
+    from kubernetes import config
+
+    try:
+        contexts, active = config.list_kube_config_contexts(config_file=str(kubeconfig))  # type: ignore[no-untyped-call]
+    except (config.ConfigException, OSError, ValueError, TypeError) as exc:
+        raise InputError(f"cannot use {kubeconfig}: {exc}") from None
+    chosen = next((c for c in contexts if c.get("name") == context), None) if context else active
+    if context and chosen is None:
+        raise InputError(f"context {context!r} is not in {kubeconfig}")
+    ns = (chosen or {}).get("context", {}).get("namespace")
+    return ns if isinstance(ns, str) and ns else None
+
+
+@dataclass
+class Cluster:
+    """One reading of the cluster: the store, the API server when live, and the moment views judge at."""
+
+    store: ClusterStore
+    api: ApiServer | None
+    now_s: float
+    namespace: str | None  # None: every namespace (-A)
+    live: bool
+
+    def in_scope(self, namespace: str) -> bool:
+        return self.namespace is None or namespace == self.namespace
+
+
+def namespace_of(args: argparse.Namespace, kubeconfig: Path | None) -> str | None:
+    """The namespace the view is scoped to, None for ``-A``."""
+    if args.all_namespaces:
+        return None
+    if args.namespace:
+        return check_namespace(args.namespace)
+    if args.snapshot is None:
+        return _context_namespace(kubeconfig, args.context) or "default"
+    return "default"
+
+
+def load(args: argparse.Namespace) -> Cluster:
+    """Read the cluster (or snapshot) the options name, once."""
+    now_s = parse_time(args.now, path="--now") if args.now else time.time()
+    catalog = sources.catalog_of(args.platforms)
+    store = ClusterStore(catalog=catalog)
+    api: ApiServer | None = None
+    if args.snapshot is not None:
+        if args.kubeconfig is not None or args.context:
+            raise InputError("--snapshot reads a file: leave out --kubeconfig and --context")
+        kubeconfig = None
+        raw = snapshot.group_objects(snapshot.load_documents(args.snapshot), KNOWN_KINDS)
+        objects: list[Any] = [obj for objs in raw.by_kind.values() for obj in objs]
+    else:
+        kubeconfig = resolve_kubeconfig(args.kubeconfig)
+        if kubeconfig is None and not os.environ.get("KUBERNETES_SERVICE_HOST"):
+            raise InputError("no cluster to read: pass --kubeconfig FILE, set KUBECONFIG, or --snapshot FILE")
+        api = connect(kubeconfig, context=args.context)
+        objects = list(list_cluster(api, default_resources(catalog)))
+    namespace = namespace_of(args, kubeconfig)
+    store.replace(objects)
+    store.fleet()
+    return Cluster(store, api, now_s, namespace, live=api is not None)
