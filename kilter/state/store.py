@@ -36,6 +36,9 @@ An assumed booking lasts ``assume_ttl_s`` (``ASSUME_TTL_S``) unless the feed
 shows the pod first: the bind verb is reachable by anyone who reaches
 kilter's port, and a booking the feed never confirms (a forged or failed
 bind, a pod deleted meanwhile) must not hold GPUs for ever.
+
+The module runs past 500 lines because objects, bookings, assumptions and
+reservations move together under one event and must be read in one place.
 """
 
 from __future__ import annotations
@@ -365,6 +368,10 @@ class ClusterStore:
 
     def booking(self, uid: str) -> Booking | None:
         return self._bookings.get(uid)
+
+    def bookings(self) -> Iterator[tuple[str, Booking]]:
+        """(UID, booking) of every pod the fleet holds GPUs for, assumed ones included (after ``fleet()``)."""
+        return iter(self._bookings.items())
 
     def pod(self, uid: str) -> Pod | None:
         return self._pods_by_uid.get(uid)

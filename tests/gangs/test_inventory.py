@@ -148,3 +148,13 @@ def test_generation_follows_the_store() -> None:
     first = inventory.take(store).generation
     store.replace([*rack("rack-a", block="block-1")])
     assert inventory.take(store).generation > first
+
+
+def test_a_pod_that_changes_gang_is_counted_in_its_new_gang_and_an_assumed_bind_in_none() -> None:
+    store = store_of([*rack("r", trays=4), gang_pod("a", "r-t00", 4, gang="first")])
+    assert inventory.take(store).domains[0].gangs == (inventory.GangOnDomain("ml/gang/first", 1, 4),)
+    store.replace([*rack("r", trays=4), gang_pod("a", "r-t00", 4, gang="second")])
+    assert inventory.take(store).domains[0].gangs == (inventory.GangOnDomain("ml/gang/second", 1, 4),)
+    store.assume("uid-not-shown-yet", "r-t01", 4)
+    row = inventory.take(store).domains[0]
+    assert row.gangs == (inventory.GangOnDomain("ml/gang/second", 1, 4),) and row.gpus_free == 8
