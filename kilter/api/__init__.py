@@ -4,10 +4,11 @@
 ``placement_pb2_grpc`` and their ``.pyi``) are generated at build time
 (``make``), never committed. ``servicer`` answers the calls from ``gangs``
 and ``state``, ``messages`` maps values to messages, ``server`` runs the
-listener with health and reflection, ``tls`` its reloading credentials.
+listener with health and reflection, ``tls`` its reloading credentials,
+``last_resort`` answers what no handler foresaw.
 """
 
-from kilter.api import messages, placement_pb2, placement_pb2_grpc, server, servicer, tls
+from kilter.api import last_resort, messages, placement_pb2, placement_pb2_grpc, server, servicer, tls
 from kilter.api.server import PlacementServer
 from kilter.api.servicer import PlacementServicer, Sources
 from kilter.api.tls import ReloadingCredentials
@@ -17,6 +18,7 @@ __all__ = [
     "PlacementServicer",
     "ReloadingCredentials",
     "Sources",
+    "last_resort",
     "messages",
     "placement_pb2",
     "placement_pb2_grpc",

@@ -85,7 +85,12 @@ def placement_server(
     notes: Callable[[str], dict[str, str] | None] | None = app.volcano.notes.get if app.volcano is not None else None
     sources = Sources(store, app.extender.gangs, log.feed, log.explain, notes=notes, trusted=trusted)
     bind = config.grpc_port if port is None else port
-    return PlacementServer(sources, address=config.address, port=bind, credentials=credentials)
+    def internal_error(method: str) -> None:
+        app.metrics.internal_errors.labels(method).inc()
+
+    return PlacementServer(
+        sources, address=config.address, port=bind, credentials=credentials, internal_error=internal_error
+    )
 
 
 async def serve_all(
