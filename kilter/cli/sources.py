@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import sys
 from pathlib import Path
 from typing import Any
@@ -78,7 +79,9 @@ def load_state(args: argparse.Namespace) -> ClusterState:
             "no cluster to read: pass --snapshot FILE, --kubeconfig FILE or --in-cluster "
             "(or --demo for the embedded demo fleet)"
         )
-    return cluster.load(args.snapshot, catalog=catalog)
+    state = cluster.load(args.snapshot, catalog=catalog)
+    gc.freeze()  # a command reads the state it loaded until it exits: no collection need walk it again
+    return state
 
 
 def print_warnings(state: ClusterState) -> None:

@@ -24,7 +24,8 @@ from kilter.model.kueue import (
     WorkloadPriorityClass,
 )
 from kilter.model.volcano import HYPERNODE_GROUP, SCHEDULING_GROUP, HyperNode, PodGroup, Queue
-from kilter.state import snapshot
+from kilter.state import snapshot, snapshot_file
+from kilter.state.events import TYPED_KINDS
 from kilter.topology.catalog import BUILTIN, Catalog
 from kilter.topology.fleet import Fleet, build_fleet
 
@@ -117,14 +118,26 @@ def from_objects(docs: Iterable[Any], *, catalog: Catalog | None = None) -> Clus
     docs = list(docs)
     typed = [d for d in docs if isinstance(d, Node | Pod)]
     raw = snapshot.group_objects([d for d in docs if not isinstance(d, Node | Pod)], KNOWN_KINDS)
-    lists: dict[str, list[Any]] = {}
-    for name, ((group, kind), cls) in TYPES.items():
-        lists[name] = [o for o in typed if isinstance(o, cls)] + [
-            codec.convert(obj, cls, path=f"{kind} {_name(obj)}") for obj in raw.of(group, kind)
-        ]
-    return ClusterState(catalog=catalog or Catalog(BUILTIN), raw=raw, **lists)
+    return _state(typed, raw, catalog)
 
 
 def load(path: Path, *, catalog: Catalog | None = None) -> ClusterState:
-    """The state a snapshot file describes."""
-    return from_objects(snapshot.load_documents(path), catalog=catalog)
+    """The state a snapshot file describes (JSON decoded straight into typed Nodes and Pods, YAML parsed)."""
+    typed, raw = snapshot_file.read(path, KNOWN_KINDS)
+    return _state(typed, raw, catalog)
+
+
+def _state(typed: list[Node | Pod], raw: snapshot.RawObjects, catalog: Catalog | None) -> ClusterState:
+    """Type each object kept as received, and keep as received only what has no typed view (Nodes and Pods
+    always have one: holding 150,000 Pod dicts beside their views would double the memory for nothing)."""
+    lists: dict[str, list[Any]] = {}
+    by_type: dict[type[Any], list[Node | Pod]] = {Node: [], Pod: []}
+    for obj in typed:
+        by_type[Pod if isinstance(obj, Pod) else Node].append(obj)
+    for name, ((group, kind), cls) in TYPES.items():
+        lists[name] = by_type.get(cls, []) + [
+            codec.convert(obj, cls, path=f"{kind} {_name(obj)}") for obj in raw.of(group, kind)
+        ]
+    for typed_kind in TYPED_KINDS:
+        raw.by_kind.pop(typed_kind, None)
+    return ClusterState(catalog=catalog or Catalog(BUILTIN), raw=raw, **lists)
