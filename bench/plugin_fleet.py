@@ -150,10 +150,11 @@ def build(pods: int = POD_COUNT) -> list[Json]:
     return [*nodes, *(_strip(p) for p in cluster.pods), fleetgen.topology_object(), *kueue_objects(rng)]
 
 
-def write(path: Path, objects: list[Json]) -> int:
-    """Write ``objects`` as kubectl's ``v1 List``; returns the file's size in bytes."""
+def write(path: Path, objects: list[Json], *, indent: int | None = 4) -> int:
+    """Write ``objects`` as kubectl's ``v1 List`` (``indent=None``: compact, as ``jq -c`` prints it); returns the
+    file's size in bytes."""
     doc = {"apiVersion": "v1", "items": objects, "kind": "List", "metadata": {"resourceVersion": ""}}
     with path.open("w", encoding="utf-8") as f:
-        json.dump(doc, f, indent=4, sort_keys=True)
+        json.dump(doc, f, indent=indent, sort_keys=True, separators=None if indent else (",", ":"))
         f.write("\n")
     return path.stat().st_size

@@ -29,7 +29,7 @@ from kilter.state.events import TYPED_KINDS
 from kilter.topology.catalog import BUILTIN, Catalog
 from kilter.topology.fleet import Fleet, build_fleet
 
-__all__ = ["KNOWN_KINDS", "TYPES", "ClusterState", "from_objects", "load"]
+__all__ = ["KNOWN_KINDS", "TYPES", "ClusterState", "from_objects", "load", "state_of"]
 
 KUEUE = "kueue.x-k8s.io"
 KNOWN_KINDS: set[tuple[str, str]] = {
@@ -118,18 +118,21 @@ def from_objects(docs: Iterable[Any], *, catalog: Catalog | None = None) -> Clus
     docs = list(docs)
     typed = [d for d in docs if isinstance(d, Node | Pod)]
     raw = snapshot.group_objects([d for d in docs if not isinstance(d, Node | Pod)], KNOWN_KINDS)
-    return _state(typed, raw, catalog)
+    return state_of(typed, raw, catalog=catalog)
 
 
 def load(path: Path, *, catalog: Catalog | None = None) -> ClusterState:
     """The state a snapshot file describes (JSON decoded straight into typed Nodes and Pods, YAML parsed)."""
     typed, raw = snapshot_file.read(path, KNOWN_KINDS)
-    return _state(typed, raw, catalog)
+    return state_of(typed, raw, catalog=catalog)
 
 
-def _state(typed: list[Node | Pod], raw: snapshot.RawObjects, catalog: Catalog | None) -> ClusterState:
-    """Type each object kept as received, and keep as received only what has no typed view (Nodes and Pods
-    always have one: holding 150,000 Pod dicts beside their views would double the memory for nothing)."""
+def state_of(typed: list[Node | Pod], raw: snapshot.RawObjects, *, catalog: Catalog | None = None) -> ClusterState:
+    """The state of objects already read (``snapshot_file.read``): Nodes and Pods typed, the rest as received.
+
+    Each object kept as received is typed here; only what has no typed view stays as received (a Node or Pod
+    dict of a YAML file does not: 150,000 Pod dicts beside their views would double the memory for nothing).
+    """
     lists: dict[str, list[Any]] = {}
     by_type: dict[type[Any], list[Node | Pod]] = {Node: [], Pod: []}
     for obj in typed:

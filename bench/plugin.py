@@ -1,0 +1,163 @@
+"""Each ``kubectl kilter`` view on a 5,004-node, 150,000-pod snapshot, run as a user runs it (issue #19).
+
+Target: every view answers in <= 1.5 s wall on this 2-core machine. The
+snapshot is bench/plugin_fleet.py's cluster written once as ``kubectl get
+... -A -o json`` prints it (a v1 List, four-space indents, keys sorted,
+managedFields stripped): ~1.45 GB. The same objects in compact JSON
+(``kubectl ... -o json | jq -c``, ~0.57 GB) are timed beside it, to show
+what the indentation alone costs.
+
+Each view in ``VIEWS`` runs as a subprocess of the installed console script
+(``PYTHONPATH`` = this checkout), ``RUNS`` times after one untimed run, and
+the median wall clock is judged; its peak RSS comes from ``wait4``. The
+split of a view's time is measured in fresh processes of its own: Python's
+start, the entry module's imports, reading and decoding the file
+(``snapshot_file.read``), building the typed state (``cluster.state_of``),
+the fleet model (``state.fleet()``); "rest" is the view's median minus
+those (the view itself, rendering, exit).
+
+Before the JSON fast path (commit 003bec8, PyYAML's CSafeLoader and
+``msgspec.convert`` of dicts), the same 1.45 GB file took the time noted in
+bench/results/plugin.json's ``before`` (measured once by hand: it needs
+~10 GB and minutes; see ``BEFORE``).
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from bench import plugin_fleet
+from bench.common import machine_speed
+
+ROOT = Path(__file__).resolve().parent.parent
+JOB = ROOT / "examples" / "jobs" / "pytorchjob-16x4.yaml"
+TARGET_S = 1.5
+RUNS = 3
+# View name -> the command line: a console script and its arguments; {snapshot} and {job} are filled in.
+# Until kubectl-kilter's views land, the ``kilter`` commands that read the same snapshot stand in for them.
+VIEWS: dict[str, tuple[str, ...]] = {
+    "queues (kilter queues)": ("kilter", "queues", "--snapshot", "{snapshot}", "-o", "table"),
+    "plan (kilter plan)": ("kilter", "plan", "--job", "{job}", "--snapshot", "{snapshot}", "-o", "table"),
+}
+# Console script -> the module its entry point lives in (what "imports" times)
+ENTRIES = {"kilter": "kilter.cli.main", "kubectl-kilter": "kilter.cli.kubectl.main"}
+BEFORE = {
+    "commit": "003bec8",
+    "how": "PYTHONPATH=<checkout at 003bec8> python -c 'kilter.state.cluster.load(Path(F))' on the 1.45 GB file",
+    "load_s": None,
+}
+
+PHASES = """
+import json, sys, time
+t0 = time.perf_counter()
+from pathlib import Path
+from kilter.state import cluster, snapshot_file
+t1 = time.perf_counter()
+typed, raw = snapshot_file.read(Path(sys.argv[1]), cluster.KNOWN_KINDS)
+t2 = time.perf_counter()
+state = cluster.state_of(typed, raw)
+t3 = time.perf_counter()
+state.fleet()
+t4 = time.perf_counter()
+print(json.dumps({"read_decode_s": t2 - t1, "state_s": t3 - t2, "fleet_s": t4 - t3,
+                  "nodes": len(state.nodes), "pods": len(state.pods), "workloads": len(state.workloads)}))
+"""
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(ROOT)}
+
+
+def _script(name: str) -> str:
+    beside = Path(sys.executable).parent / name
+    return str(beside) if beside.exists() else name
+
+
+def _run(argv: list[str]) -> tuple[float, float, int, str]:
+    """Wall seconds, peak RSS (MiB), exit code and the last stderr line of one run."""
+    started = time.perf_counter()
+    proc = subprocess.Popen(argv, env=_env(), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    assert proc.stderr is not None
+    err = proc.stderr.read().decode(errors="replace").strip().splitlines()
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - started
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return wall, usage.ru_maxrss / 1024, proc.returncode, err[-1] if err else ""
+
+
+def _median_wall(argv: list[str], runs: int = RUNS) -> dict[str, Any]:
+    _run(argv)  # untimed: the file into the page cache, the .pyc files written
+    samples = [_run(argv) for _ in range(runs)]
+    walls = [s[0] for s in samples]
+    return {
+        "median_s": round(statistics.median(walls), 3),
+        "min_s": round(min(walls), 3),
+        "runs": [round(w, 3) for w in walls],
+        "peak_rss_mib": round(max(s[1] for s in samples)),
+        "exit": samples[-1][2],
+        "stderr_last_line": samples[-1][3],
+    }
+
+
+def _phases(snapshot: Path, entry: str) -> dict[str, float]:
+    start = _median_wall([sys.executable, "-c", "pass"], runs=5)["median_s"]
+    imports = _median_wall([sys.executable, "-c", f"import {entry}"], runs=5)["median_s"] - start
+    inside = []
+    for _ in range(RUNS):
+        out = subprocess.run(
+            [sys.executable, "-c", PHASES, str(snapshot)], env=_env(), cwd=ROOT, capture_output=True, check=True
+        )
+        inside.append(msgspec.json.decode(out.stdout.splitlines()[-1]))
+    split = {"python_start_s": start, "imports_s": imports}
+    for key in ("read_decode_s", "state_s", "fleet_s"):
+        split[key] = statistics.median(run[key] for run in inside)
+    return {k: round(v, 3) for k, v in split.items()} | {k: inside[0][k] for k in ("nodes", "pods", "workloads")}
+
+
+def _views(snapshot: Path) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    phases: dict[str, dict[str, Any]] = {}
+    for name, template in VIEWS.items():
+        script, *args = template
+        argv = [_script(script), *(a.format(snapshot=snapshot, job=JOB) for a in args)]
+        entry = ENTRIES[script]
+        if entry not in phases:
+            phases[entry] = _phases(snapshot, entry)
+        timed = _median_wall(argv)
+        split = phases[entry]
+        known = sum(split[k] for k in ("python_start_s", "imports_s", "read_decode_s", "state_s", "fleet_s"))
+        timed["split_s"] = {
+            **{k: split[k] for k in split if k.endswith("_s")},
+            "rest_s": round(timed["median_s"] - known, 3),
+        }
+        timed["within_target"] = timed["median_s"] <= TARGET_S
+        out[name] = timed
+        print(f"{snapshot.name} {name}: {timed}", file=sys.stderr, flush=True)
+    return out
+
+
+def main() -> dict[str, Any]:
+    results: dict[str, Any] = {"target_s": TARGET_S, "views": list(VIEWS), "before": BEFORE}
+    with tempfile.TemporaryDirectory(prefix="kilter-plugin-bench-") as tmp:
+        objects = plugin_fleet.build()
+        indented, compact = Path(tmp) / "cluster.json", Path(tmp) / "cluster-compact.json"
+        results["snapshot_bytes"] = {
+            "kubectl -o json": plugin_fleet.write(indented, objects),
+            "compact": plugin_fleet.write(compact, objects, indent=None),
+        }
+        results["objects"] = len(objects)
+        del objects
+        results["machine_speed_us"] = machine_speed()
+        results["kubectl -o json"] = _views(indented)
+        results["compact"] = _views(compact)
+    results["all_within_target"] = all(v["within_target"] for v in results["kubectl -o json"].values())
+    return results
