@@ -29,22 +29,29 @@ YAML_RETRY_BYTES = 16 * 1024**2
 """Malformed JSON up to this size is tried as YAML before it is refused (bytes); past it, it is refused at once."""
 
 
-def read(path: Path, known: Iterable[tuple[str, str]], *, strict: bool = True) -> Decoded:
-    """The objects of the snapshot at ``path``, kept by ``known`` (API group, kind).
+def read(
+    path: Path,
+    known: Iterable[tuple[str, str]],
+    *,
+    strict: bool = True,
+    skip: frozenset[tuple[str, str]] = frozenset(),
+) -> Decoded:
+    """The objects of the snapshot at ``path``, kept by ``known`` (API group, kind), less the kinds in ``skip``.
 
     From JSON, Nodes and Pods come typed (``strict``: one that does not type
     is an InputError; otherwise it stays a dict among the raw objects); from
-    YAML, every object comes as a dict, for the caller to type.
+    YAML, every object comes as a dict, for the caller to type. Skipped kinds
+    are left out (from JSON, unread: see ``snapshot_json.decode``).
     """
     with _no_collection():
-        return _read(path, frozenset(known), strict=strict)
+        return _read(path, frozenset(known), strict=strict, skip=skip)
 
 
-def _read(path: Path, known: frozenset[tuple[str, str]], *, strict: bool) -> Decoded:
+def _read(path: Path, known: frozenset[tuple[str, str]], *, strict: bool, skip: frozenset[tuple[str, str]]) -> Decoded:
     data = _map(path)
     if snapshot_json.looks_like_json(data):
         try:
-            return snapshot_json.decode(data, known, strict=strict)
+            return snapshot_json.decode(data, known, strict=strict, skip=skip)
         except msgspec.DecodeError as exc:
             if len(data) > YAML_RETRY_BYTES:
                 raise InputError(f"{path} is not valid YAML or JSON: {exc}") from None
@@ -53,7 +60,10 @@ def _read(path: Path, known: frozenset[tuple[str, str]], *, strict: bool) -> Dec
     except UnicodeDecodeError:
         raise InputError(f"{path} is not UTF-8 text") from None
     docs = snapshot.parse_documents(text, source=str(path))
-    return Decoded([], snapshot.group_objects(docs, set(known)))
+    raw = snapshot.group_objects(docs, set(known))
+    for kind in skip:
+        raw.by_kind.pop(kind, None)
+    return Decoded([], raw)
 
 
 @contextlib.contextmanager

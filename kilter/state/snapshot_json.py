@@ -96,22 +96,31 @@ def _first(data: Any) -> bytes:
     return bytes(memoryview(data)[:4096]).lstrip()[:1]
 
 
-def decode(data: Any, known: frozenset[tuple[str, str]], *, strict: bool = True) -> Decoded:
+def decode(
+    data: Any,
+    known: frozenset[tuple[str, str]],
+    *,
+    strict: bool = True,
+    skip: frozenset[tuple[str, str]] = frozenset(),
+) -> Decoded:
     """The objects of a JSON snapshot in ``data`` (bytes or a buffer such as an mmap).
 
     ``strict``: a Node or Pod that does not type is an ``InputError``, as when
     a ``ClusterState`` is built; otherwise it is kept as a dict among the raw
     objects (the live store's way: leave it out, say why, go on).
+    ``skip``: known kinds the caller does not read, passed over unread and
+    unchecked (a view of the quota objects alone need not build 150,000 Pod
+    views), neither kept nor counted as unknown.
     Raises ``msgspec.DecodeError`` for text that is not JSON.
     """
     try:
-        return _one_pass(data, known)
+        return _one_pass(data, known, skip)
     except _Fallback:
         pass
     raw = RawObjects()
     typed: list[Node | Pod] = []
     for item, path in _items(msgspec.Raw(data) if not isinstance(data, msgspec.Raw) else data, "$[0]"):
-        _keep(item, path, known, strict=strict, typed=typed, raw=raw)
+        _keep(item, path, known - skip, skip=skip, strict=strict, typed=typed, raw=raw)
     return Decoded(typed, raw)
 
 
@@ -119,24 +128,30 @@ def decode(data: Any, known: frozenset[tuple[str, str]], *, strict: bool = True)
 
 
 @functools.cache
-def _decoders(known: frozenset[tuple[str, str]]) -> tuple[msgspec.json.Decoder[Any], msgspec.json.Decoder[Any]]:
-    """Decoders of a List and of a bare array of the known kinds (a tagged union on ``kind``), built once."""
-    others = sorted({kind for _, kind in known} - {"Node", "Pod"})
+def _decoders(
+    known: frozenset[tuple[str, str]], skip: frozenset[tuple[str, str]]
+) -> tuple[msgspec.json.Decoder[Any], msgspec.json.Decoder[Any]]:
+    """Decoders of a List and of a bare array of the known kinds (a tagged union on ``kind``), built once per set.
+
+    A skipped kind's member reads only ``apiVersion``: msgspec passes over the rest without building anything.
+    """
+    skipped = {kind for _, kind in skip}
     union: list[Any] = [_NodeItem, _PodItem]
-    for kind in others:
-        fields = [("api_version", Any, _UNSET)] + [(name, Any, _UNSET) for name in (*_TOP, *_EXTRA.get(kind, ()))]
+    union = [m for m in union if m.__struct_config__.tag not in skipped]
+    for kind in sorted({kind for _, kind in known} - {"Node", "Pod"} | skipped):
+        names = () if kind in skipped else (*_TOP, *_EXTRA.get(kind, ()))
+        fields = [("api_version", Any, _UNSET)] + [(name, Any, _UNSET) for name in names]
+        name = f"_{kind}{'Skipped' if kind in skipped else 'Item'}"
         union.append(
-            msgspec.defstruct(
-                f"_{kind}Item", fields, tag_field="kind", tag=kind, rename={"api_version": "apiVersion"}, gc=False
-            )
+            msgspec.defstruct(name, fields, tag_field="kind", tag=kind, rename={"api_version": "apiVersion"}, gc=False)
         )
     item = functools.reduce(lambda a, b: a | b, union)
     listed = msgspec.defstruct("_List", [("kind", str, ""), ("items", list[item] | None, None)])  # type: ignore[valid-type]
     return msgspec.json.Decoder(listed), msgspec.json.Decoder(list[item])  # type: ignore[valid-type]
 
 
-def _one_pass(data: Any, known: frozenset[tuple[str, str]]) -> Decoded:
-    as_list, as_array = _decoders(known)
+def _one_pass(data: Any, known: frozenset[tuple[str, str]], skip: frozenset[tuple[str, str]]) -> Decoded:
+    as_list, as_array = _decoders(known, skip)
     try:
         if _first(data) == b"[":
             items = as_array.decode(data)
@@ -164,6 +179,10 @@ def _one_pass(data: Any, known: frozenset[tuple[str, str]]) -> Decoded:
                 typed.append(view)
             continue
         kind = type(obj).__struct_config__.tag
+        if (group, kind) in skip:
+            continue
+        if len(obj.__struct_fields__) == 1 and (group, kind) in known:  # a kind of the same name as a skipped one
+            raise _Fallback
         if (group, kind) not in known:
             raw.unknown[unknown_name(api_version, kind)] += 1
             continue
@@ -219,6 +238,7 @@ def _keep(
     path: str,
     known: frozenset[tuple[str, str]],
     *,
+    skip: frozenset[tuple[str, str]],
     strict: bool,
     typed: list[Node | Pod],
     raw: RawObjects,
@@ -227,6 +247,8 @@ def _keep(
     if not isinstance(head.api_version, str) or not isinstance(head.kind, str):
         raise InputError("object without apiVersion and kind", path=path)
     key = (head.api_version.rpartition("/")[0], head.kind)
+    if key in skip:
+        return
     if key not in known:
         raw.unknown[unknown_name(head.api_version, head.kind)] += 1
         return

@@ -231,3 +231,27 @@ def test_what_kubectl_prints_for_the_known_kinds_is_read_in_one_pass(
     kubectl_json(tmp_path / "s.json", [*demo_objects(), CONFIG_MAP])
     with pytest.raises(AssertionError, match="item by item"):
         cluster.load(path)
+
+
+@pytest.mark.parametrize("form", ["json", "yaml"])
+def test_skipped_kinds_are_left_out_unread_and_the_rest_is_the_same(tmp_path: Path, form: str) -> None:
+    objects = [*demo_objects(), CONFIG_MAP]
+    write_file = kubectl_json if form == "json" else as_yaml
+    path = write_file(tmp_path / f"s.{form}", objects)
+    full = cluster.load(path)
+    quota_only = cluster.load(path, skip=cluster.NODES_AND_PODS)
+    assert quota_only.nodes == [] and quota_only.pods == []
+    for name in ("cluster_queues", "cohorts", "local_queues", "workloads", "flavors", "topologies"):
+        assert getattr(quota_only, name) == getattr(full, name), name
+    assert quota_only.raw == full.raw
+    assert quota_only.warnings == ["ignored 1 v1/ConfigMap object(s)"]
+    with pytest.raises(RuntimeError, match="without Nodes or Pods"):
+        quota_only.fleet()
+
+
+def test_a_skipped_kind_is_not_checked(tmp_path: Path) -> None:
+    bad = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": 5}}
+    path = kubectl_json(tmp_path / "s.json", [*demo_objects(), bad])
+    with pytest.raises(InputError):
+        cluster.load(path)
+    assert cluster.load(path, skip=cluster.NODES_AND_PODS).workloads
