@@ -119,8 +119,11 @@ def decode(
         pass
     raw = RawObjects()
     typed: list[Node | Pod] = []
-    for item, path in _items(msgspec.Raw(data) if not isinstance(data, msgspec.Raw) else data, "$[0]"):
-        _keep(item, path, known - skip, skip=skip, strict=strict, typed=typed, raw=raw)
+    try:
+        for item, path in _items(msgspec.Raw(data) if not isinstance(data, msgspec.Raw) else data, "$[0]"):
+            _keep(item, path, known - skip, skip=skip, strict=strict, typed=typed, raw=raw)
+    except RecursionError:
+        raise InputError(codec.TOO_DEEP) from None
     return Decoded(typed, raw)
 
 

@@ -255,3 +255,8 @@ def test_a_skipped_kind_is_not_checked(tmp_path: Path) -> None:
     with pytest.raises(InputError):
         cluster.load(path)
     assert cluster.load(path, skip=cluster.NODES_AND_PODS).workloads
+
+
+def test_json_nested_past_the_recursion_limit_is_an_input_error(tmp_path: Path) -> None:
+    message = json_error(tmp_path, "[" * 5000 + "]" * 5000)
+    assert message == "JSON nested too deep"
