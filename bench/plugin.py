@@ -112,6 +112,7 @@ def _run(argv: list[str]) -> tuple[float, float, int, str]:
     wall = time.perf_counter() - started
     err = out.stderr.decode(errors="replace").strip().splitlines()
     peak = int(err.pop()) / 1024 if err and err[-1].isdigit() else float("nan")
+    err = [line for line in err if not line.startswith("Command exited with non-zero status")]  # GNU time's
     return wall, peak, out.returncode, err[-1] if err else ""
 
 
