@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.kilter-installed
 NATIVE := $(wildcard kilter/_native/*.pyx kilter/_native/*.pxd kilter/_native/*.h)
 
-.PHONY: all run test e2e lint bench build native-debug clean
+.PHONY: all run test e2e lint bench build plugin native-debug clean
 
 all: $(STAMP)
 
@@ -56,3 +56,8 @@ native-debug: $(STAMP)
 
 clean:
 	rm -rf build dist *.egg-info kilter/_native/*.so kilter/_native/*.c kilter/api/placement_pb2*
+
+# The one-file kubectl plugin: dist/kubectl-kilter, the compiled core inside (PyInstaller, the `plugin` extra).
+plugin: $(STAMP)
+	$(VENV)/bin/pyinstaller --noconfirm --clean --log-level WARN \
+		--distpath dist --workpath build/pyinstaller plugins/kubectl-kilter.spec

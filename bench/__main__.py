@@ -11,7 +11,18 @@ import subprocess
 import sys
 from pathlib import Path
 
-BENCHMARKS = ("topology", "quota", "extender", "webhooks", "volcano", "grpc", "coldstart", "simulate", "hostile")
+BENCHMARKS = (
+    "topology",
+    "quota",
+    "extender",
+    "webhooks",
+    "volcano",
+    "grpc",
+    "coldstart",
+    "simulate",
+    "hostile",
+    "plugin",
+)
 ONE = (
     "import json; from bench import common, {name}; results = {name}.main(); "
     "path = common.write({name!r}, results); print(json.dumps(results, indent=2)); print(f'wrote {{path}}')"

@@ -1,22 +1,14 @@
-"""The ``kilter`` command line: one module per command, output through ``render``."""
+"""The ``kilter`` command line: one module per command, output through ``render``.
 
-from kilter.cli import (
-    admissioncheck,
-    demo,
-    demo_compare,
-    demo_scheduler,
-    kubectl,
-    listeners,
-    main,
-    plan,
-    queues,
-    render,
-    serve,
-    serve_config,
-    serve_grpc,
-    simulate,
-    sources,
-)
+The command modules are imported on first use, not here: ``kubectl kilter``
+and the ``kilter`` command each import what they run, and a plugin call must
+not pay for the servers' imports (uvicorn, prometheus, the gRPC stack).
+"""
+
+from __future__ import annotations
+
+import importlib
+import types
 
 __all__ = [
     "admissioncheck",
@@ -35,3 +27,9 @@ __all__ = [
     "simulate",
     "sources",
 ]
+
+
+def __getattr__(name: str) -> types.ModuleType:
+    if name in __all__:
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

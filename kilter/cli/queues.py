@@ -25,6 +25,7 @@ from kilter.quota.policy import parse_duration, parse_time
 from kilter.quota.status import NodeStatus, apply_usage, tree_status
 from kilter.quota.tree import build_tree
 from kilter.quota.usage import Ledger, admitted_keys, workload_counts, workload_infos
+from kilter.state import cluster
 from kilter.state.cluster import ClusterState
 
 __all__ = ["add_parser", "queues_data", "run"]
@@ -282,7 +283,7 @@ def render_table(data: dict[str, Any]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    state = sources.load_state(args)
+    state = sources.load_state(args, skip=cluster.NODES_AND_PODS)  # quota is Workloads' business: no Pod is read
     now = parse_time(args.now, path="--now") if args.now else time.time()
     data = queues_data(state, now=now, pending=args.pending, config=_config(args), afs=_afs(args))
     if not data["clusterQueues"] and not data["cohorts"]:

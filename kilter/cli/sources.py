@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import sys
 from pathlib import Path
 from typing import Any
@@ -65,7 +66,9 @@ def demo_state(catalog: Catalog | None = None) -> ClusterState:
     return cluster.from_objects(demo_objects(catalog), catalog=catalog)
 
 
-def load_state(args: argparse.Namespace) -> ClusterState:
+def load_state(args: argparse.Namespace, *, skip: frozenset[tuple[str, str]] = frozenset()) -> ClusterState:
+    """The state the command's arguments name. ``skip``: kinds the command does not read, left unread from a
+    snapshot (``cluster.load``); a live cluster or the demo has them all."""
     catalog = load_catalog(args)
     if getattr(args, "demo", False):
         return demo_state(catalog)
@@ -78,7 +81,9 @@ def load_state(args: argparse.Namespace) -> ClusterState:
             "no cluster to read: pass --snapshot FILE, --kubeconfig FILE or --in-cluster "
             "(or --demo for the embedded demo fleet)"
         )
-    return cluster.load(args.snapshot, catalog=catalog)
+    state = cluster.load(args.snapshot, catalog=catalog, skip=skip)
+    gc.freeze()  # a command reads the state it loaded until it exits: no collection need walk it again
+    return state
 
 
 def print_warnings(state: ClusterState) -> None:

@@ -1,20 +1,18 @@
-"""The cluster-state cache: one store, fed by a snapshot file or by list/watch reflectors, and the fleet."""
+"""The cluster-state cache: one store, fed by a snapshot file or by list/watch reflectors, and the fleet.
 
-from kilter.state import (
-    cluster,
-    copies,
-    events,
-    feed,
-    live,
-    pod_index,
-    reflector,
-    reservations,
-    snapshot,
-    store,
-    watchers,
-)
-from kilter.state.cluster import ClusterState, from_objects, load
-from kilter.state.store import ClusterStore, Event
+Modules are imported on first use: a command that reads one snapshot needs
+``cluster`` and the snapshot readers, not the live feed's reflectors and
+HTTP client.
+"""
+
+from __future__ import annotations
+
+import importlib
+import typing
+
+if typing.TYPE_CHECKING:
+    from kilter.state.cluster import ClusterState, from_objects, load
+    from kilter.state.store import ClusterStore, Event
 
 __all__ = [
     "ClusterState",
@@ -31,6 +29,25 @@ __all__ = [
     "reflector",
     "reservations",
     "snapshot",
+    "snapshot_file",
+    "snapshot_json",
     "store",
     "watchers",
 ]
+
+_NAMES = {
+    "ClusterState": "cluster",
+    "from_objects": "cluster",
+    "load": "cluster",
+    "ClusterStore": "store",
+    "Event": "store",
+}
+
+
+def __getattr__(name: str) -> typing.Any:
+    if name in _NAMES:
+        value = globals()[name] = getattr(importlib.import_module(f"{__name__}.{_NAMES[name]}"), name)
+        return value
+    if name in __all__:
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

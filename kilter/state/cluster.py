@@ -24,11 +24,12 @@ from kilter.model.kueue import (
     WorkloadPriorityClass,
 )
 from kilter.model.volcano import HYPERNODE_GROUP, SCHEDULING_GROUP, HyperNode, PodGroup, Queue
-from kilter.state import snapshot
+from kilter.state import snapshot, snapshot_file
+from kilter.state.events import TYPED_KINDS
 from kilter.topology.catalog import BUILTIN, Catalog
 from kilter.topology.fleet import Fleet, build_fleet
 
-__all__ = ["KNOWN_KINDS", "TYPES", "ClusterState", "from_objects", "load"]
+__all__ = ["KNOWN_KINDS", "NODES_AND_PODS", "TYPES", "ClusterState", "from_objects", "load", "state_of"]
 
 KUEUE = "kueue.x-k8s.io"
 KNOWN_KINDS: set[tuple[str, str]] = {
@@ -47,6 +48,9 @@ KNOWN_KINDS: set[tuple[str, str]] = {
     ("topology.volcano.sh", "HyperNode"),
     ("scheduling.k8s.io", "PriorityClass"),
 }
+
+NODES_AND_PODS: frozenset[tuple[str, str]] = frozenset({("", "Node"), ("", "Pod")})
+"""What a view of the quota objects alone (ClusterQueues, Cohorts, Workloads ...) can ``skip`` when it loads."""
 
 # ClusterState's typed lists: field -> ((API group, kind), typed view)
 TYPES: dict[str, tuple[tuple[str, str], type[Any]]] = {
@@ -81,11 +85,13 @@ class ClusterState:
     volcano_queues: list[Queue] = field(default_factory=list)
     pod_groups: list[PodGroup] = field(default_factory=list)
     raw: snapshot.RawObjects = field(default_factory=snapshot.RawObjects)
+    skipped: frozenset[tuple[str, str]] = field(default=frozenset(), init=False)  # kinds ``load`` left unread
     _fleet: Fleet | None = field(default=None, init=False, repr=False)
     _idle: Fleet | None = field(default=None, init=False, repr=False)
 
     def fleet(self) -> Fleet:
         """The fleet model of the current objects, built on first use."""
+        self._check_nodes_read()
         if self._fleet is None:
             self._fleet = build_fleet(
                 self.nodes, self.pods, catalog=self.catalog, topologies=self.topologies, hypernodes=self.hypernodes
@@ -94,11 +100,17 @@ class ClusterState:
 
     def idle_fleet(self) -> Fleet:
         """The same fleet with nothing running: what the cluster could ever offer."""
+        self._check_nodes_read()
         if self._idle is None:
             self._idle = build_fleet(
                 self.nodes, (), catalog=self.catalog, topologies=self.topologies, hypernodes=self.hypernodes
             )
         return self._idle
+
+    def _check_nodes_read(self) -> None:
+        """A fleet of a state loaded without its Nodes or Pods would be empty or idle: a bug of the caller."""
+        if self.skipped & NODES_AND_PODS:
+            raise RuntimeError("this state was loaded without Nodes or Pods (skip): it has no fleet")
 
     @property
     def warnings(self) -> list[str]:
@@ -117,14 +129,36 @@ def from_objects(docs: Iterable[Any], *, catalog: Catalog | None = None) -> Clus
     docs = list(docs)
     typed = [d for d in docs if isinstance(d, Node | Pod)]
     raw = snapshot.group_objects([d for d in docs if not isinstance(d, Node | Pod)], KNOWN_KINDS)
+    return state_of(typed, raw, catalog=catalog)
+
+
+def load(path: Path, *, catalog: Catalog | None = None, skip: frozenset[tuple[str, str]] = frozenset()) -> ClusterState:
+    """The state a snapshot file describes (JSON decoded straight into typed Nodes and Pods, YAML parsed).
+
+    ``skip``: kinds the caller does not read (``NODES_AND_PODS`` for a view of quota objects alone: from a
+    150,000-pod JSON snapshot they are most of the time of a load). They are left out of the state, which
+    then refuses to build a fleet without its Nodes.
+    """
+    typed, raw = snapshot_file.read(path, KNOWN_KINDS, skip=skip)
+    state = state_of(typed, raw, catalog=catalog)
+    state.skipped = skip
+    return state
+
+
+def state_of(typed: list[Node | Pod], raw: snapshot.RawObjects, *, catalog: Catalog | None = None) -> ClusterState:
+    """The state of objects already read (``snapshot_file.read``): Nodes and Pods typed, the rest as received.
+
+    Each object kept as received is typed here; only what has no typed view stays as received (a Node or Pod
+    dict of a YAML file does not: 150,000 Pod dicts beside their views would double the memory for nothing).
+    """
     lists: dict[str, list[Any]] = {}
+    by_type: dict[type[Any], list[Node | Pod]] = {Node: [], Pod: []}
+    for obj in typed:
+        by_type[Pod if isinstance(obj, Pod) else Node].append(obj)
     for name, ((group, kind), cls) in TYPES.items():
-        lists[name] = [o for o in typed if isinstance(o, cls)] + [
+        lists[name] = by_type.get(cls, []) + [
             codec.convert(obj, cls, path=f"{kind} {_name(obj)}") for obj in raw.of(group, kind)
         ]
+    for typed_kind in TYPED_KINDS:
+        raw.by_kind.pop(typed_kind, None)
     return ClusterState(catalog=catalog or Catalog(BUILTIN), raw=raw, **lists)
-
-
-def load(path: Path, *, catalog: Catalog | None = None) -> ClusterState:
-    """The state a snapshot file describes."""
-    return from_objects(snapshot.load_documents(path), catalog=catalog)

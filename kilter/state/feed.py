@@ -22,14 +22,12 @@ import asyncio
 import gc
 import logging
 import os
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from kilter.model.errors import KilterError
-from kilter.state import snapshot
+from kilter.state import snapshot_file
 from kilter.state.cluster import KNOWN_KINDS
-from kilter.state.store import ClusterStore, Event
+from kilter.state.store import ClusterStore, Event, Stored
 
 __all__ = ["SnapshotFeed", "settle"]
 
@@ -48,9 +46,11 @@ def settle() -> None:
     gc.freeze()
 
 
-def _objects(path: Path) -> list[Mapping[str, Any]]:
-    raw = snapshot.group_objects(snapshot.load_documents(path), KNOWN_KINDS)
-    return [obj for objs in raw.by_kind.values() for obj in objs]
+def _objects(path: Path) -> list[Stored]:
+    """The file's objects the store keeps: Nodes and Pods typed where they type (the store leaves out, with a
+    warning, one that does not), the other known kinds as received."""
+    typed, raw = snapshot_file.read(path, KNOWN_KINDS, strict=False)
+    return [*typed, *(obj for objs in raw.by_kind.values() for obj in objs)]
 
 
 class SnapshotFeed:

@@ -18,7 +18,7 @@ import yaml
 
 from kilter.model.errors import InputError
 
-__all__ = ["MAX_SNAPSHOT_BYTES", "RawObjects", "group_objects", "load_documents", "parse_documents"]
+__all__ = ["MAX_SNAPSHOT_BYTES", "RawObjects", "group_objects", "load_documents", "parse_documents", "unknown_name"]
 
 MAX_SNAPSHOT_BYTES = 2 * 1024**3
 
@@ -93,5 +93,10 @@ def group_objects(docs: list[Any], known: set[tuple[str, str]]) -> RawObjects:
             if key in known:
                 raw.by_kind.setdefault(key, []).append(obj)
             else:
-                raw.unknown[f"{api_version}/{kind}" if "/" not in api_version else f"{api_version}, {kind}"] += 1
+                raw.unknown[unknown_name(api_version, kind)] += 1
     return raw
+
+
+def unknown_name(api_version: str, kind: str) -> str:
+    """How the warning about objects nobody reads names their kind (``v1/ConfigMap``, ``apps/v1, Deployment``)."""
+    return f"{api_version}/{kind}" if "/" not in api_version else f"{api_version}, {kind}"
