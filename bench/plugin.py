@@ -41,6 +41,7 @@ from typing import Any, NamedTuple
 
 import msgspec
 
+from bench import plugin_fleet
 from bench.common import machine_speed
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -57,11 +58,21 @@ class View(NamedTuple):
     reads_pods: bool = True
 
 
-# Until kubectl-kilter's views land, the ``kilter`` commands that read the same snapshot stand in for them.
+# Each view of kubectl-kilter on the snapshot; ``{explain}`` is a pending Workload of the bench cluster.
 VIEWS: dict[str, View] = {
-    "queues (kilter queues)": View(("kilter", "queues", "--snapshot", "{snapshot}", "-o", "table"), reads_pods=False),
-    "plan (kilter plan)": View(("kilter", "plan", "--job", "{job}", "--snapshot", "{snapshot}", "-o", "table")),
+    "queues": View(("kubectl-kilter", "queues", "--snapshot", "{snapshot}"), reads_pods=False),
+    "pending -A": View(("kubectl-kilter", "pending", "-A", "--snapshot", "{snapshot}")),
+    "explain workload": View(
+        ("kubectl-kilter", "explain", "-n", "{namespace}", "{explain}", "--snapshot", "{snapshot}")
+    ),
+    "domains": View(("kubectl-kilter", "domains", "--snapshot", "{snapshot}")),
+    "domains --map": View(("kubectl-kilter", "domains", "--map", "--snapshot", "{snapshot}")),
+    "plan -f": View(("kubectl-kilter", "plan", "-f", "{job}", "--snapshot", "{snapshot}")),
+    "top -A": View(("kubectl-kilter", "top", "-A", "--snapshot", "{snapshot}")),
+    "kilter queues": View(("kilter", "queues", "--snapshot", "{snapshot}", "-o", "table"), reads_pods=False),
 }
+EXPLAIN_NAMESPACE = next(iter(plugin_fleet.QUEUES))
+EXPLAIN = f"workload/job-{EXPLAIN_NAMESPACE}-{plugin_fleet.ADMITTED:04d}"  # the first pending Workload
 # Console script -> the module its entry point lives in (what "imports" times)
 ENTRIES = {"kilter": "kilter.cli.main", "kubectl-kilter": "kilter.cli.kubectl.main"}
 BEFORE = {
@@ -154,7 +165,8 @@ def _views(snapshot: Path) -> dict[str, Any]:
     phases: dict[tuple[str, bool], dict[str, Any]] = {}
     for name, view in VIEWS.items():
         script, *args = view.argv
-        argv = [_script(script), *(a.format(snapshot=snapshot, job=JOB) for a in args)]
+        fill = {"snapshot": snapshot, "job": JOB, "namespace": EXPLAIN_NAMESPACE, "explain": EXPLAIN}
+        argv = [_script(script), *(a.format(**fill) for a in args)]
         key = (ENTRIES[script], view.reads_pods)
         if key not in phases:
             phases[key] = _phases(snapshot, key[0], reads_pods=view.reads_pods)

@@ -1,8 +1,6 @@
 """The script PyInstaller freezes into the one-file ``kubectl-kilter`` (plugins/kubectl-kilter.spec)."""
 
-import sys
-
-from kilter.cli.kubectl.main import main
+from kilter.cli.kubectl.main import run
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

@@ -23,7 +23,7 @@ from kilter.model.errors import InputError
 from kilter.state import snapshot, snapshot_json
 from kilter.state.snapshot_json import Decoded
 
-__all__ = ["YAML_RETRY_BYTES", "read"]
+__all__ = ["YAML_RETRY_BYTES", "no_collection", "read"]
 
 YAML_RETRY_BYTES = 16 * 1024**2
 """Malformed JSON up to this size is tried as YAML before it is refused (bytes); past it, it is refused at once."""
@@ -43,7 +43,7 @@ def read(
     YAML, every object comes as a dict, for the caller to type. Skipped kinds
     are left out (from JSON, unread: see ``snapshot_json.decode``).
     """
-    with _no_collection():
+    with no_collection():
         return _read(path, frozenset(known), strict=strict, skip=skip)
 
 
@@ -67,7 +67,7 @@ def _read(path: Path, known: frozenset[tuple[str, str]], *, strict: bool, skip: 
 
 
 @contextlib.contextmanager
-def _no_collection() -> Iterator[None]:
+def no_collection() -> Iterator[None]:
     """The cyclic collector off while a snapshot is decoded: it would walk the millions of new objects again and
     again (1.5 s of a 150,000-pod read), and none of them can be garbage yet."""
     enabled = gc.isenabled()

@@ -1,4 +1,4 @@
-"""``kubectl kilter``: the kubectl plugin's entry point (the ``kubectl-kilter`` console script).
+"""``kubectl kilter``: the kubectl plugin's entry point (the ``kubectl-kilter`` console script is ``run``).
 
 kubectl runs ``kubectl-kilter`` from PATH for ``kubectl kilter ...`` and
 passes every word after ``kilter`` through. Exit codes: 0 done, 1 the
@@ -9,16 +9,17 @@ input (one line on stderr, never a traceback).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import cast
+from typing import NoReturn, cast
 
 from kilter import __version__
 from kilter.cli.kubectl import completion, domains, explain, pending, plan, queues, source, top
 from kilter.model.errors import KilterError
 
-__all__ = ["PROG", "build_parser", "complete_main", "main"]
+__all__ = ["PROG", "build_parser", "complete_main", "main", "run"]
 
 PROG = "kubectl kilter"
 
@@ -85,6 +86,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return 1
     return code
+
+
+def run() -> NoReturn:
+    """The console script: ``main``, then out at once. The objects of a 150,000-pod reading are all alive at the
+    end; freeing them one by one at interpreter exit would cost as long as a view's own work (~0.4 s), and
+    nothing is left to do with them once the answer is written."""
+    code = main()
+    with contextlib.suppress(BrokenPipeError):
+        sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def complete_main(argv: Sequence[str] | None = None) -> int:

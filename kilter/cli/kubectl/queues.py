@@ -47,7 +47,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], common:
         description="Quota, borrowing and fair share of every ClusterQueue and Cohort (cluster-scoped: -n is "
         "ignored). -o json is kilter queues -o json.",
     )
-    p.set_defaults(view=run)
+    p.set_defaults(view=run, reads_pods=False)  # quota is Workloads' business: a snapshot's Pods go unread
 
 
 def _sum(node: dict[str, Any], key: str, devices: frozenset[str]) -> float | None:

@@ -26,9 +26,10 @@ from kilter.cli import sources
 from kilter.kube.api import ApiServer, check_namespace, connect
 from kilter.model.errors import InputError
 from kilter.quota.policy import parse_time
-from kilter.state import snapshot
-from kilter.state.cluster import KNOWN_KINDS
+from kilter.state import snapshot_file
+from kilter.state.cluster import KNOWN_KINDS, NODES_AND_PODS
 from kilter.state.live import default_resources, list_cluster
+from kilter.state.snapshot_file import no_collection
 from kilter.state.store import ClusterStore
 
 __all__ = ["FORMATS", "Cluster", "common_options", "load", "namespace_of", "resolve_kubeconfig"]
@@ -118,8 +119,9 @@ def load(args: argparse.Namespace) -> Cluster:
         if args.kubeconfig is not None or args.context:
             raise InputError("--snapshot reads a file: leave out --kubeconfig and --context")
         kubeconfig = None
-        raw = snapshot.group_objects(snapshot.load_documents(args.snapshot), KNOWN_KINDS)
-        objects: list[Any] = [obj for objs in raw.by_kind.values() for obj in objs]
+        skip = frozenset() if getattr(args, "reads_pods", True) else NODES_AND_PODS
+        typed, raw = snapshot_file.read(args.snapshot, KNOWN_KINDS, skip=skip)
+        objects: list[Any] = [*typed, *(obj for objs in raw.by_kind.values() for obj in objs)]
     else:
         kubeconfig = resolve_kubeconfig(args.kubeconfig)
         if kubeconfig is None and not os.environ.get("KUBERNETES_SERVICE_HOST"):
@@ -127,6 +129,7 @@ def load(args: argparse.Namespace) -> Cluster:
         api = connect(kubeconfig, context=args.context)
         objects = list(list_cluster(api, default_resources(catalog)))
     namespace = namespace_of(args, kubeconfig)
-    store.replace(objects)
-    store.fleet()
+    with no_collection():  # 150,000 pods' objects are all alive: the cyclic collector would only walk them
+        store.replace(objects)
+        store.fleet()
     return Cluster(store, api, now_s, namespace, live=api is not None)

@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -26,13 +27,16 @@ TOKEN = "plugin"
 
 @pytest.fixture(scope="module")
 def bindir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A PATH entry holding kubectl-kilter and kubectl_complete-kilter, run by this Python from this checkout."""
+    """A PATH entry holding kubectl-kilter and kubectl_complete-kilter, run by this Python from this checkout
+    through the very functions pyproject's console scripts name."""
     d = tmp_path_factory.mktemp("bin")
-    for name, func in (("kubectl-kilter", "main"), ("kubectl_complete-kilter", "complete_main")):
+    scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
+    for name in ("kubectl-kilter", "kubectl_complete-kilter"):
+        module, _, func = scripts[name].partition(":")
         script = d / name
         script.write_text(
             f"#!/bin/sh\nPYTHONPATH={REPO} exec {sys.executable} -c "
-            f"'import sys; from kilter.cli.kubectl.main import {func}; sys.exit({func}())' \"$@\"\n"
+            f"'import sys; from {module} import {func}; sys.exit({func}())' \"$@\"\n"
         )
         script.chmod(0o755)
     return d
@@ -62,6 +66,8 @@ def test_kubectl_kilter_answers_from_a_snapshot(bindir: Path, snap: Path) -> Non
     assert {p["reason"] for p in json.loads(done.stdout)["pending"]} >= {"WaitingForQuota", "TopologyPlacementFailed"}
     bad = kubectl(bindir, "kilter", "explain", "deployment/x", "--snapshot", str(snap))
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1
+    missing = kubectl(bindir, "kilter", "explain", "-n", "llm", "pod/nope", "--snapshot", str(snap))
+    assert missing.returncode == 1 and "not found" in missing.stderr and missing.stderr.count("\n") == 1
 
 
 @needs_kubectl
