@@ -249,7 +249,8 @@ def test_kilter_listens_where_the_kubelet_probes_reach(kilter_args: argparse.Nam
     # httpGet probes connect to the pod IP: a loopback-only listener would fail them all.
     assert not ipaddress.ip_address(kilter_args.address).is_loopback
     kilter = _container(pod_spec, "kilter")
-    assert [p["containerPort"] for p in kilter["ports"]] == [kilter_args.http_port, kilter_args.webhook_port]
+    ports = [kilter_args.http_port, kilter_args.webhook_port, kilter_args.grpc_port]
+    assert [p["containerPort"] for p in kilter["ports"]] == ports
     probes = {kind: kilter[kind]["httpGet"] for kind in ("startupProbe", "livenessProbe", "readinessProbe")}
     assert probes["livenessProbe"]["path"] == "/healthz"
     assert probes["startupProbe"]["path"] == "/healthz"
