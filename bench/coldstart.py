@@ -479,10 +479,15 @@ class Cluster:
         self.host_ip = {n["metadata"]["name"]: n["status"]["addresses"][0]["address"] for n in nodes}
         daemons = [_daemon_template(d, rng) for d in DAEMONSETS]
         started = "2025-11-20T03:12:00Z"
+        taken: set[str] = set()  # generateName retries a name already taken, as the apiserver does
         for name in names:
             for t in daemons:
                 status = t.running_status(rng, self.host_ip[name], started)
-                self.pods.append(t.pod(f"{t.owner_name}-{_hex(rng, 5)}", 0, rng, node=name, status=status))
+                pod_name = f"{t.owner_name}-{_hex(rng, 5)}"
+                while pod_name in taken:
+                    pod_name = f"{t.owner_name}-{_hex(rng, 5)}"
+                taken.add(pod_name)
+                self.pods.append(t.pod(pod_name, 0, rng, node=name, status=status))
         self.cpu_only = len(self.pods)
         healthy = [n["metadata"]["name"] for n in nodes if _ready(n) and not n["spec"].get("unschedulable")]
         target = int(FILL * 4 * len(healthy))
