@@ -15,6 +15,7 @@ __all__ = [
     "demo",
     "demo_compare",
     "demo_scheduler",
+    "exits",
     "kubectl",
     "listeners",
     "main",

@@ -7,13 +7,12 @@ an internal error, 2 bad input (one line on stderr, never a traceback).
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from kilter import __version__
 from kilter.cli import admissioncheck, demo, plan, queues, serve, simulate
-from kilter.model.errors import KilterError
+from kilter.cli.exits import guarded
 
 __all__ = ["build_parser", "main"]
 
@@ -40,25 +39,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)
         return 2
-    try:
-        code: int = args.func(args)
-    except KilterError as exc:
-        print(f"kilter {args.command}: {exc}", file=sys.stderr)
-        return 2
-    except BrokenPipeError:
-        return 0
-    except KeyboardInterrupt:
-        return 130
-    except Exception as exc:  # last resort: a bug, reported in one line unless asked for more
-        if os.environ.get("KILTER_DEBUG") == "1":
-            raise
-        print(
-            f"kilter {args.command}: internal error: {type(exc).__name__}: {exc} "
-            "(rerun with KILTER_DEBUG=1 for the traceback)",
-            file=sys.stderr,
-        )
-        return 1
-    return code
+    func: Callable[[argparse.Namespace], int] = args.func
+    return guarded(f"kilter {args.command}", lambda: func(args))
 
 
 if __name__ == "__main__":

@@ -16,8 +16,8 @@ from collections.abc import Callable, Sequence
 from typing import NoReturn, cast
 
 from kilter import __version__
+from kilter.cli.exits import guarded
 from kilter.cli.kubectl import completion, domains, explain, pending, plan, queues, source, top
-from kilter.model.errors import KilterError
 
 __all__ = ["PROG", "build_parser", "complete_main", "main", "run"]
 
@@ -63,29 +63,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "command", None):
         parser.print_help(sys.stderr)
         return 2
-    try:
+
+    def answer() -> int:
         if getattr(args, "offline", None) is not None:
             code: int = args.offline(args, parser)
-        else:
-            view: Callable[[argparse.Namespace, source.Cluster], int] = args.view
-            code = view(args, source.load(args))
-    except KilterError as exc:
-        print(f"{PROG} {args.command}: {exc}", file=sys.stderr)
-        return 2
-    except BrokenPipeError:
-        return 0
-    except KeyboardInterrupt:
-        return 130
-    except Exception as exc:  # last resort: a bug, reported in one line unless asked for more
-        if os.environ.get("KILTER_DEBUG") == "1":
-            raise
-        print(
-            f"{PROG} {args.command}: internal error: {type(exc).__name__}: {exc} "
-            "(rerun with KILTER_DEBUG=1 for the traceback)",
-            file=sys.stderr,
-        )
-        return 1
-    return code
+            return code
+        view: Callable[[argparse.Namespace, source.Cluster], int] = args.view
+        return view(args, source.load(args))
+
+    return guarded(f"{PROG} {args.command}", answer)
 
 
 def run() -> NoReturn:
