@@ -187,10 +187,15 @@ class ClusterStore:
             if self._left_out.get(key, self._duplicates.get(key)) != why:
                 log.warning("%s", why)
         self._left_out, self._duplicates = left_out, duplicates
-        changes = self._difference(incoming, self.objects)
         self.ignored = ignored
-        self._apply(changes)
         self.ready = True
+        if not self.objects:  # a first load (a command's one reading): every object is new, nothing to compare
+            by_kind: dict[tuple[str, str], dict[ObjectKey, Stored]] = {}
+            for key, obj in incoming.items():
+                by_kind.setdefault(key[:2], {})[key] = obj
+            return [event for kind, objs in by_kind.items() for event in self._add_all(kind, objs)]
+        changes = self._difference(incoming, self.objects)
+        self._apply(changes)
         return [event for _, event in changes]
 
     def replace_kind(self, group: str, kind: str, objects: Iterable[Stored]) -> list[Event]:

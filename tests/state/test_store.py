@@ -151,3 +151,19 @@ def test_pods_are_found_by_indexed_labels_and_the_index_follows_every_change() -
     assert names({"kilter.dev/gang": "a"}) == {"a2"} and names({"kilter.dev/gang": "b"}) == {"a1", "b0"}
     assert names({"kilter.dev/gang": "b", "team": "a"}) == {"a1", "b0"}  # an unindexed key filters the candidates
     assert names({"team": "a"}) == {"a1", "a2", "b0"}  # nothing indexed: every pod is read
+
+
+def test_a_first_load_holds_what_a_relist_over_other_objects_holds() -> None:
+    """A store's first ``replace`` adds every object without comparing; it must end where the comparing path ends."""
+    objects = [*cluster_objects(), pod_json("late", 2, node="r1-t01"), pod_json("late", 1, node="r1-t02")]
+    first = ClusterStore()
+    events = first.replace(objects)
+    relisted = ClusterStore()
+    relisted.replace([node_dict("gone", labels={CLIQUE: "x", TIER1: "y"}), pod_json("old", 4, node="gone")])
+    relisted.replace(objects)
+    assert first.objects == relisted.objects
+    assert {e.type for e in events} == {ADDED} and len(events) == len(first.objects)
+    assert dict(first.bookings()) == dict(relisted.bookings())
+    assert first.fleet().summary() == relisted.fleet().summary()
+    assert first.problems() == relisted.problems()  # the duplicate "late" pod is named by both paths
+    assert [p.metadata.name for p in first.pods()] == [p.metadata.name for p in relisted.pods()]
