@@ -27,10 +27,19 @@ from kilter._native import domains as native_domains
 from kilter.gangs.identity import key_of
 from kilter.model.core_v1 import Pod
 from kilter.model.errors import InputError
-from kilter.state.store import ClusterStore
+from kilter.state.store import Booking, ClusterStore
 from kilter.topology.fleet import Fleet
 
-__all__ = ["TRAY_STATES", "DomainInventory", "GangOnDomain", "Inventory", "PlatformInventory", "TrayState", "take"]
+__all__ = [
+    "TRAY_STATES",
+    "DomainInventory",
+    "GangOnDomain",
+    "Inventory",
+    "PlatformInventory",
+    "TrayState",
+    "booked_gang_pods",
+    "take",
+]
 
 TrayState = Literal["free", "partial", "busy", "failed", "spare"]
 TRAY_STATES: tuple[TrayState, ...] = ("free", "partial", "busy", "failed", "spare")
@@ -190,31 +199,41 @@ def _halvings(size: int) -> list[int]:
 
 def _gangs_by_domain(store: ClusterStore, fleet: Fleet) -> dict[int, list[GangOnDomain]]:
     """Per domain index, the gangs whose pods the fleet holds GPUs for there (pods outside any gang are left
-    out): read from the store's bookings, so a view of 150,000 pods walks only those holding GPUs, and counts the
-    very GPUs the free columns leave out. A pod's gang key is remembered per store while the pod object is the
-    same one: a server asked for its inventory again and again reads a pod's labels once, not once a call."""
+    out), counting the very GPUs the free columns leave out."""
     held: dict[int, dict[str, list[int]]] = defaultdict(dict)
     node_domain = fleet.node_domain.tolist()
+    for key, _, booking in booked_gang_pods(store):
+        tally = held[node_domain[booking.node]].setdefault(key, [0, 0])
+        tally[0] += 1
+        tally[1] += booking.gpus
+    return {d: [GangOnDomain(k, p, g) for k, (p, g) in by_key.items()] for d, by_key in held.items()}
+
+
+def booked_gang_pods(store: ClusterStore) -> list[tuple[str, Pod, Booking]]:
+    """(gang key, pod, booking) of every pod of a gang the fleet holds GPUs for (after ``store.fleet()``).
+
+    Read from the store's bookings, so a view of 150,000 pods walks only those holding GPUs; a pod the feed does
+    not show yet (an assumed bind) has no labels to read and is left out. A pod's gang key is remembered per
+    store while the pod object is the same one: a server asked for its inventory again and again reads a pod's
+    labels once, not once a call.
+    """
     known = _KEYS.get(store, {})
     fresh: dict[str, tuple[Pod, str | None]] = {}
+    out = []
     pod_of = store.pod
     for uid, booking in store.bookings():
         pod = pod_of(uid)
         if pod is None:
-            continue  # assumed: bound by a verb, not shown by the feed yet
+            continue
         seen = known.get(uid)
         if seen is None or seen[0] is not pod:
             found = key_of(pod)
             seen = (pod, found.format() if found is not None else None)
         fresh[uid] = seen
-        key = seen[1]
-        if key is None:
-            continue
-        tally = held[node_domain[booking.node]].setdefault(key, [0, 0])
-        tally[0] += 1
-        tally[1] += booking.gpus
+        if seen[1] is not None:
+            out.append((seen[1], pod, booking))
     _KEYS[store] = fresh
-    return {d: [GangOnDomain(k, p, g) for k, (p, g) in by_key.items()] for d, by_key in held.items()}
+    return out
 
 
 _KEYS: weakref.WeakKeyDictionary[ClusterStore, dict[str, tuple[Pod, str | None]]] = weakref.WeakKeyDictionary()

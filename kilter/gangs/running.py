@@ -1,9 +1,9 @@
 """Running gangs: their pods and GPUs, the scale-up domains they use and the fewest they could have used.
 
 What ``kubectl kilter top`` shows and the placement API can serve. One pass
-over the bound pods with dictionary lookups only (the gang key from the pod's
-own labels, ``identity.key_of``; its GPUs from the store's booking, the
-very number the fleet holds for it), then per gang a few array operations.
+over the pods the fleet books GPUs for (``inventory.booked_gang_pods``: the
+gang key from the pod's own labels; its GPUs, the very number the fleet holds
+for it), then per gang a few array operations.
 A gang's minimum is ``split_wait.fewest_domains_idle`` for its pod shapes on
 its platform, the same bound the split-wait rule judges with, computed once
 per distinct (platform, shapes). Its start is its earliest pod's
@@ -14,16 +14,13 @@ are created together.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
 
-from kilter.gangs.identity import key_of
-from kilter.model.core_v1 import Pod
+from kilter.gangs.inventory import booked_gang_pods
 from kilter.quota.policy import parse_time
 from kilter.state.store import ClusterStore
-from kilter.topology.fleet import ENDED_PHASES
 from kilter.topology.split_wait import fewest_domains_idle
 
 __all__ = ["RunningGang", "running_gangs"]
@@ -44,31 +41,22 @@ class RunningGang:
     nodes: tuple[str, ...]  # the nodes of its pods, one per pod, sorted
 
 
-def _members(store: ClusterStore, pods: Iterable[Pod]) -> dict[str, list[tuple[int, int, str]]]:
-    """Per gang key, (node index, GPUs, creationTimestamp) of each bound pod the fleet books."""
+def _members(store: ClusterStore, namespace: str | None) -> dict[str, list[tuple[int, int, str]]]:
+    """Per gang key, (node index, GPUs, creationTimestamp) of each of its pods the fleet books."""
     out: dict[str, list[tuple[int, int, str]]] = {}
-    for pod in pods:
-        if not pod.spec.node_name or pod.status.phase in ENDED_PHASES:
-            continue
+    for key, pod, booking in booked_gang_pods(store):
         meta = pod.metadata
-        booking = store.booking(meta.uid or f"{meta.namespace}/{meta.name}")  # the store's own key for a pod
-        if booking is None:
-            continue
-        key = key_of(pod)
-        if key is not None:
-            out.setdefault(key.format(), []).append((booking.node, booking.gpus, meta.creation_timestamp or ""))
+        if namespace is None or meta.namespace == namespace:
+            out.setdefault(key, []).append((booking.node, booking.gpus, meta.creation_timestamp or ""))
     return out
 
 
 def running_gangs(store: ClusterStore, *, namespace: str | None = None) -> list[RunningGang]:
     """Every gang with bound GPU pods (of ``namespace``, or all), the most GPUs first, then by key."""
     fleet = store.fleet()
-    pods = store.pods()
-    if namespace is not None:
-        pods = (p for p in pods if p.metadata.namespace == namespace)
     minimum: dict[tuple[int, tuple[tuple[int, int], ...]], int] = {}
     out = []
-    for key, members in _members(store, pods).items():
+    for key, members in _members(store, namespace).items():
         nodes = np.fromiter((m[0] for m in members), dtype=np.int64, count=len(members))
         domain_index = np.unique(fleet.node_domain[nodes])
         platform = int(fleet.bitmap.domain_platforms[domain_index[0]])

@@ -76,7 +76,7 @@ from kilter.state.watchers import KindWatchers
 from kilter.topology.catalog import BUILTIN, Catalog
 from kilter.topology.fleet import ENDED_PHASES, Fleet, build_fleet
 
-__all__ = ["ADDED", "DELETED", "MODIFIED", "ClusterStore", "Event", "ObjectKey", "Stored", "object_key"]
+__all__ = ["ADDED", "DELETED", "MODIFIED", "Booking", "ClusterStore", "Event", "ObjectKey", "Stored", "object_key"]
 
 log = logging.getLogger("kilter.state")
 
