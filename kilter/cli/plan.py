@@ -88,15 +88,12 @@ def render_plans(fleet: Fleet, job: JobSpec, plans: list[Plan], waits: Sequence[
             for node in ps.nodes:
                 by_domain.setdefault(fleet.domain_of_node(fleet.node_index[node]), []).append(node)
             for domain, nodes in by_domain.items():
-                rows.append((ps.name, len(nodes), ps.gpus_per_pod, _short(domain), render.compress_names(nodes)))
+                shown = render.short_domain(domain)
+                rows.append((ps.name, len(nodes), ps.gpus_per_pod, shown, render.compress_names(nodes)))
         out.append(render.table(("POD SET", "PODS", "GPUS/POD", "DOMAIN", "NODES"), rows))
         if plan.groups:
             out.append(f"{plan.group_level}: {', '.join(plan.groups)}\n")
     return "".join(out)
-
-
-def _short(domain: str) -> str:
-    return domain if len(domain) <= 24 else f"{domain[:8]}…{domain[-12:]}"
 
 
 def answer(

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Sequence
 from typing import Any
 
 import yaml
 
-__all__ = ["compress_names", "dump", "table"]
+__all__ = ["compress_names", "dump", "rfc3339", "short_domain", "table"]
 
 
 def dump(data: Any, fmt: str) -> str:
@@ -63,3 +64,13 @@ def compress_names(names: Sequence[str]) -> str:
     if repeats:
         text += f" ({sum(repeats.values())} pods share {len(repeats)} node{'s' if len(repeats) > 1 else ''})"
     return text
+
+
+def short_domain(domain: str) -> str:
+    """A domain id short enough for a column: long clique ids keep their head and tail."""
+    return domain if len(domain) <= 24 else f"{domain[:8]}…{domain[-12:]}"
+
+
+def rfc3339(unix_s: float) -> str:
+    """Unix seconds as RFC 3339 in UTC to the second (``2026-12-01T12:00:00Z``), as Kubernetes prints times."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(unix_s))

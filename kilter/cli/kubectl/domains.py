@@ -9,11 +9,12 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from kilter.cli import render
 from kilter.cli.kubectl import output, rackmap
 from kilter.cli.kubectl.source import Cluster
 from kilter.gangs.inventory import DomainInventory, take
 
-__all__ = ["add_parser", "run", "short_domain"]
+__all__ = ["add_parser", "run"]
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
@@ -29,11 +30,6 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], common:
     p.add_argument("--map", action="store_true", help="draw a rack map: one cell per tray")
     p.add_argument("--page", type=int, default=1, metavar="N", help="with --map: show page N (32 racks a page)")
     p.set_defaults(view=run)
-
-
-def short_domain(domain: str) -> str:
-    """A domain id short enough for a column: long clique ids keep their head and tail."""
-    return domain if len(domain) <= 24 else f"{domain[:8]}…{domain[-12:]}"
 
 
 def _item(d: DomainInventory) -> dict[str, Any]:
@@ -80,7 +76,7 @@ def run(args: argparse.Namespace, cluster: Cluster) -> int:
     index = {d: i for i, d in enumerate(fleet.domain_ids)}
     table_rows = [
         (
-            d.domain if args.output == "wide" else short_domain(d.domain),
+            d.domain if args.output == "wide" else render.short_domain(d.domain),
             d.platform,
             d.block or "-",
             f"{d.nodes_healthy}/{d.nodes_total}",

@@ -23,7 +23,6 @@ from typing import Any
 
 from kilter.cli import render
 from kilter.cli.kubectl import explain_proxy, output
-from kilter.cli.kubectl.domains import short_domain
 from kilter.cli.kubectl.source import Cluster
 from kilter.gangs.identity import INDEXED_ANNOTATIONS, INDEXED_LABELS, GangKey, in_gang, key_of
 from kilter.gangs.pending import QUOTA_REASONS, why_pending
@@ -251,7 +250,7 @@ def _text(data: dict[str, Any]) -> str:
     text = "\n".join(out) + "\n"
     if data["placement"]:
         rows: list[tuple[object, ...]] = [
-            (short_domain(p["domain"]), p["pods"], render.compress_names(p["nodes"])) for p in data["placement"]
+            (render.short_domain(p["domain"]), p["pods"], render.compress_names(p["nodes"])) for p in data["placement"]
         ]
         text += "\nPlacement (bound pods):\n" + render.table(("DOMAIN", "PODS", "NODES"), rows)
     plan = data["plan"]
@@ -263,7 +262,8 @@ def _text(data: dict[str, Any]) -> str:
     others = data["otherDomains"]
     if others:
         rows = [
-            (short_domain(v["domain"]), v["podsFit"], f"{v['freeGpus']}/{v['totalGpus']}", v["reason"]) for v in others
+            (render.short_domain(v["domain"]), v["podsFit"], f"{v['freeGpus']}/{v['totalGpus']}", v["reason"])
+            for v in others
         ]
         shown = rows[:SHOWN_DOMAINS]
         more = f" ({len(rows) - len(shown)} more in -o json)" if len(rows) > len(shown) else ""

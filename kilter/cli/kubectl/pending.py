@@ -7,9 +7,9 @@ admission checks), the one place that decides them.
 from __future__ import annotations
 
 import argparse
-import time
 from typing import Any
 
+from kilter.cli import render
 from kilter.cli.kubectl import output
 from kilter.cli.kubectl.source import Cluster
 from kilter.gangs.pending import Pending, why_pending
@@ -30,10 +30,6 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], common:
     p.set_defaults(view=run)
 
 
-def _rfc3339(unix_s: float | None) -> str | None:
-    return None if unix_s is None else time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(unix_s))
-
-
 def _age(now_s: float, created: str | None) -> str:
     return "-" if created is None else format_duration(now_s - parse_time(created, path="created"))
 
@@ -47,7 +43,7 @@ def _item(p: Pending) -> dict[str, Any]:
         "localQueue": p.local_queue or None,
         "priority": p.priority,
         "gpus": p.gpus,
-        "created": _rfc3339(p.created_s) if p.created_s else None,
+        "created": render.rfc3339(p.created_s) if p.created_s else None,
         "reason": p.reason,
         "message": p.message,
         "shortfall": [
@@ -63,7 +59,7 @@ def _item(p: Pending) -> dict[str, Any]:
         "preempts": list(p.preempts),
         "domains": list(p.plan.domains) if p.plan is not None else [],
         "domainsMin": p.domains_min or None,
-        "waitUntil": _rfc3339(p.wait_until_s),
+        "waitUntil": render.rfc3339(p.wait_until_s) if p.wait_until_s is not None else None,
         "admissionChecks": dict(p.checks),
     }
 

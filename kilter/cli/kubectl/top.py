@@ -7,9 +7,9 @@
 from __future__ import annotations
 
 import argparse
-import time
 from typing import Any
 
+from kilter.cli import render
 from kilter.cli.kubectl import output
 from kilter.cli.kubectl.source import Cluster
 from kilter.gangs.running import RunningGang, running_gangs
@@ -30,7 +30,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], common:
 
 
 def _item(g: RunningGang) -> dict[str, Any]:
-    started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(g.started_s)) if g.started_s is not None else None
+    started = render.rfc3339(g.started_s) if g.started_s is not None else None
     return {
         "gang": g.key,
         "namespace": g.namespace,
