@@ -36,6 +36,8 @@ class LastResort(Interceptor):
 
     def __init__(self, count: Count | None = None) -> None:
         self.count = count or (lambda method: None)
+        # gRPC asks again on every call; a method's handler is the one registered, so it is wrapped once.
+        self._wrapped: dict[tuple[str, grpc.RpcMethodHandler[Any, Any]], grpc.RpcMethodHandler[Any, Any]] = {}
 
     async def intercept_service(
         self,
@@ -46,6 +48,12 @@ class LastResort(Interceptor):
         if handler is None:
             return handler
         method: str = details.method
+        wrapped = self._wrapped.get((method, handler))
+        if wrapped is None:
+            wrapped = self._wrapped[(method, handler)] = self._wrap(method, handler)
+        return wrapped
+
+    def _wrap(self, method: str, handler: grpc.RpcMethodHandler[Any, Any]) -> grpc.RpcMethodHandler[Any, Any]:
         if handler.unary_unary is not None:
             return grpc.unary_unary_rpc_method_handler(
                 self._unary(method, handler.unary_unary),
