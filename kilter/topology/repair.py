@@ -39,10 +39,10 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
-from kilter._native import domains
+from kilter._native import domains, gang
 from kilter.topology.fleet import Fleet
 
-__all__ = ["STEPS", "Choice", "Replacement", "Step", "describe", "repair"]
+__all__ = ["STEPS", "Choice", "Replacement", "Step", "describe", "repair", "within"]
 
 Step = Literal["same-node", "same-domain", "gang-domain", "new-domain"]
 STEPS: tuple[Step, ...] = ("same-node", "same-domain", "gang-domain", "new-domain")
@@ -208,3 +208,26 @@ def describe(fleet: Fleet, choice: Choice) -> str:
     if 0 < choice.distance <= len(keys):
         near = f"same {fleet.levels.describe(keys[choice.distance - 1])}"
     return f"{'a domain the gang uses' if choice.step == 'gang-domain' else 'a new domain'}, {near}"
+
+
+def within(fleet: Fleet, platform: int, key: str, survivors: Sequence[int]) -> npt.NDArray[np.bool_] | None:
+    """The nodes a pod set that *requires* topology level ``key`` may be repaired onto: those of the domain (or the
+    group at that level) holding most of the survivors. None when the level does not narrow anything (the node
+    level, or a key this fleet lacks: the planner already said so when the gang was first placed)."""
+    if not len(survivors):
+        return None
+    level = fleet.levels.level_of(key, fleet.platforms[platform])
+    if level is None or level < gang.DOMAIN:
+        return None
+    held = fleet.node_domain[np.asarray(survivors, dtype=np.int64)]
+    if level == gang.DOMAIN:
+        home = np.bincount(held).argmax()
+        mask: npt.NDArray[np.bool_] = fleet.node_domain == home
+        return mask
+    row = fleet.domain_group[level - gang.UP]
+    groups = row[held]
+    groups = groups[groups >= 0]
+    if not len(groups):
+        return None
+    mask = row[fleet.node_domain] == np.bincount(groups).argmax()
+    return mask
