@@ -28,12 +28,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from kilter.gangs import pod_facts
 from kilter.gangs.identity import GangId
 from kilter.gangs.ranks import ROLE_ORDER, Place, Shape, group_of, place_of, read_index
-from kilter.model.core_v1 import Pod, PodSpec, PodTemplateSpec, pod_request
+from kilter.model.core_v1 import Pod, PodSpec, PodTemplateSpec
 from kilter.model.errors import InputError
 from kilter.model.jobs import PodSetSpec, TopologyRequest, topology_request
-from kilter.topology import verdicts
 from kilter.topology.catalog import Catalog
 from kilter.topology.fleet import Fleet
 from kilter.topology.plan import Plan
@@ -141,10 +141,7 @@ def of_gang(
 
 def _gpus(spec: PodSpec, resources: Sequence[str]) -> tuple[str, int]:
     """(device resource, count) a pod asks; ("", 0) for none, and ("?", 0) when it cannot be read."""
-    try:
-        return verdicts.gpu_ask((r, pod_request(spec, r, path="$.spec")) for r in resources) or ("", 0)
-    except InputError:
-        return "?", 0
+    return pod_facts.spec_gpu_ask(spec, resources)
 
 
 def _holds(
@@ -159,8 +156,8 @@ def _holds(
     for m in members:
         if not m.spec.node_name:
             continue
-        g = (asks[id(m)] if asks is not None else _gpus(m.spec, resources))[1]
-        place = place_of(m, g, shapes)
+        g = (asks[id(m)] if asks is not None else pod_facts.gpu_ask(m, tuple(resources)))[1]
+        place = place_of(m, g, shapes, index=pod_facts.index_of)
         if not isinstance(place, Place):
             if g:
                 return None
@@ -186,12 +183,13 @@ def _built(pod: Pod, gpus: int, members: list[Pod], *, size: int, bound: int, re
     resource = _gpus(pod.spec, resources)[0]
     mine = (group_of(pod), gpus)
     groups: dict[tuple[str, int], list[Pod]] = {mine: []}
-    asks = {id(m): _gpus(m.spec, resources) for m in members}  # read once: a 512-pod gang's repair reads them all
+    held_resources = tuple(resources)
+    asks = {id(m): pod_facts.gpu_ask(m, held_resources) for m in members}
     for m in members:
         r, g = asks[id(m)]
         groups.setdefault((group_of(m), g) if r in (resource, "") else mine, []).append(m)
     count = {k: len(pods) + (size - len(members) if k == mine else 0) for k, pods in groups.items()}
-    keys = sorted(groups, key=lambda k: (_role(k[0]), _lowest(groups[k]), k))
+    keys = sorted(groups, key=lambda k: (_role(k[0]), _lowest(groups[k]), k)) if len(groups) > 1 else list(groups)
     several = {group for group, _ in keys if sum(1 for g, _ in keys if g == group) > 1}
     name = {k: (k[0] or "pods") + (f"-{k[1]}gpu" if k[0] in several else "") for k in keys}
     shapes = tuple(Shape(name[k], count[k], k[1]) for k in keys)

@@ -55,7 +55,7 @@ nothing raises for what a pod carries.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from kilter.model.core_v1 import Pod
@@ -212,14 +212,17 @@ def _offset(pod: Pod) -> int:
     return value if isinstance(value, int) else 0
 
 
-def place_of(pod: Pod, gpus: int, shapes: Sequence[Shape]) -> Place | str | None:
+def place_of(
+    pod: Pod, gpus: int, shapes: Sequence[Shape], *, index: Callable[[Pod], PodIndex | str | None] | None = None
+) -> Place | str | None:
     """The rank slot the pod is held to among the gang's pod sets ``shapes`` (each whole, in order).
 
     None when the pod carries no index; the reason (a sentence) when its
     index is unusable, which leaves it unindexed. ``gpus`` is what the pod
-    asks: a pod set of another GPU count is not its own.
+    asks: a pod set of another GPU count is not its own. ``index`` reads the
+    pod's index (default ``read_index``; ``pod_facts.index_of`` remembers it).
     """
-    found = read_index(pod)
+    found = (index or read_index)(pod)
     if found is None or isinstance(found, str):
         return found
     k, rank = _pod_set_of(pod, found, gpus, shapes)

@@ -247,12 +247,23 @@ _time_decoder = msgspec.json.Decoder(_Time)
 
 
 def _time_of(raw: str) -> float | None:
-    """A record's time (Unix seconds) read without its slots; None when the value is no record with a zoned time."""
+    """A record's time (Unix seconds) read without its slots; None when the value is no record with a zoned time.
+
+    kilter writes ``at`` before the slots (``encode``): there it is cut out of
+    the text; anything else is decoded (msgspec passes over the slots). The
+    time only orders the values: the one adopted is decoded and verified whole.
+    """
+    start = raw.find(_AT, 0, 512)
+    end = raw.find('"', start + len(_AT), start + len(_AT) + 40) if start >= 0 else -1
+    text = raw[start + len(_AT) : end] if end >= 0 else None
     try:
-        at = datetime.datetime.fromisoformat(_time_decoder.decode(raw).at)
+        at = datetime.datetime.fromisoformat(text if text is not None else _time_decoder.decode(raw).at)
     except (msgspec.DecodeError, msgspec.ValidationError, ValueError, RecursionError):
         return None
     return at.timestamp() if at.tzinfo is not None else None
+
+
+_AT = '","at":"'
 
 
 def _trusted(record: PlanRecord | None, keys: PlanKeys, uids: Iterable[str], where: str) -> PlanRecord | None:
