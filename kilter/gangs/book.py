@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from kilter.gangs import layout, ranks, records, refit, trust
+from kilter.gangs import cliques, layout, ranks, records, refit, trust
 from kilter.gangs.identity import INDEXED_ANNOTATIONS, INDEXED_LABELS, GangId, gang_of, in_gang
 from kilter.gangs.keys import PlanKeys
 from kilter.gangs.layout import Layout, SlotSpec
@@ -339,6 +339,7 @@ class GangBook:
             return None
         shaped = layout.of_gang(gang, pod, gpus, members, size=size, bound=bound, catalog=fleet.catalog)
         request = gang_request(gang.key, shaped.to_place, fleet.catalog)
+        request = cliques.constrain(self.store, request, namespace=pod.metadata.namespace, spec=pod.spec, gang=gang.key)
         adopted = self._from_record(gang, request, members, shaped)
         if adopted is not None:
             return adopted

@@ -1,0 +1,138 @@
+"""A ComputeDomain's gang in one NVLink clique, and two ComputeDomains never in one: the planner's request narrowed.
+
+An NVIDIA ComputeDomain runs an IMEX daemon on every node its pods land on,
+and IMEX shares GPU memory only inside one NVLink clique; the domain itself
+places nothing, so without a scheduler's help its pods spread over racks
+(dra-driver-nvidia-gpu issue 804). Two ComputeDomains in one clique conflict
+(issue 892). ``constrain`` turns both rules into what the planner reads, for
+the pod that asks (a gang's first pod, or a replacement of a running gang's):
+
+* ``one_domain``: every pod of the gang in one scale-up domain — the clique,
+  which the fleet keys on the whole ``nvidia.com/gpu.clique`` value
+  ``<clusterUUID>.<cliqueId>``, so equal clique ids under two cluster UUIDs
+  stay two domains. Unless the ComputeDomain carries
+  ``kilter.dev/compute-domain-spans-cliques: "true"``.
+* ``node_ok``: where the domain's pods already run (bound, bound by kilter and
+  not yet seen, or held by another gang's plan of the same domain), only that
+  clique; never a clique holding a pod, a plan's slot, or the driver's node
+  label (``resource.nvidia.com/computeDomain``) of another ComputeDomain the
+  state holds — unless both domains carry
+  ``kilter.dev/compute-domain-shares-cliques: "true"``; never a node without a
+  clique (GPU Feature Discovery drops the label when the fabric is unhealthy,
+  and such a node cannot join an IMEX domain).
+
+A pod that joins no ComputeDomain gets its request back unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import replace
+
+import numpy as np
+
+from kilter._native import domains as native_domains
+from kilter.gangs import compute_domains
+from kilter.gangs.identity import COMPUTE_DOMAIN, GangKey, in_gang
+from kilter.model.core_v1 import Pod, PodSpec
+from kilter.model.errors import InputError
+from kilter.model.nvidia_dra import COMPUTE_DOMAIN_NODE_LABEL, ComputeDomain
+from kilter.state.store import ClusterStore
+from kilter.topology.fleet import Fleet
+from kilter.topology.plan import GangRequest
+
+__all__ = ["constrain"]
+
+Name = tuple[str, str]  # a ComputeDomain's (namespace, name)
+
+
+def constrain(store: ClusterStore, request: GangRequest, *, namespace: str, spec: PodSpec, gang: str) -> GangRequest:
+    """``request`` (gang ``gang``, asked for by a pod of ``namespace`` with ``spec``) held to its ComputeDomain's
+    clique and away from other ComputeDomains' (module docstring); unchanged for a pod in no ComputeDomain."""
+    cd = compute_domains.domain_of(store, namespace, compute_domains.templates(spec))
+    if cd is None:
+        return request
+    fleet = store.fleet()
+    me = _name(cd)
+    others = {_name(o): o for o in compute_domains.all_domains(store) if _name(o) != me and _apart(cd, o)}
+    own = _placed(store, fleet, compute_domains.members(store, cd))
+    taken: set[int] = set()
+    for other in others.values():
+        taken |= _placed(store, fleet, compute_domains.members(store, other))
+    for owner, held in store.reservations():
+        if owner == gang:
+            continue
+        of = _domain_of_gang(store, owner)
+        where = {int(fleet.node_domain[h.node_index]) for h in held}
+        if of == me:
+            own |= where
+        elif of in others:
+            taken |= where
+    taken |= _labelled(fleet, {o.metadata.uid for o in others.values() if o.metadata.uid})
+    detached = (fleet.bitmap.domain_flags & native_domains.DETACHED) != 0
+    ok = ~detached[fleet.node_domain]
+    own -= {int(d) for d in np.flatnonzero(detached)}
+    spans = compute_domains.spans_cliques(cd)
+    if taken:
+        ok &= ~np.isin(fleet.node_domain, sorted(taken))
+    if own and not spans:
+        ok &= np.isin(fleet.node_domain, sorted(own))
+    note = _note(fleet, cd, own=own if not spans else set(), taken=taken, spans=spans)
+    return replace(request, one_domain=not spans, node_ok=np.ascontiguousarray(ok, dtype=np.uint8), note=note)
+
+
+def _name(cd: ComputeDomain) -> Name:
+    return cd.metadata.namespace, cd.metadata.name
+
+
+def _apart(cd: ComputeDomain, other: ComputeDomain) -> bool:
+    """The two domains must not share a clique: unless both allow it."""
+    return not (compute_domains.shares_cliques(cd) and compute_domains.shares_cliques(other))
+
+
+def _placed(store: ClusterStore, fleet: Fleet, pods: Iterable[Pod]) -> set[int]:
+    """The domains (fleet indices) of the nodes these pods are bound to, or that kilter bound them to (assumed)."""
+    out: set[int] = set()
+    for pod in pods:
+        index = fleet.node_index.get(pod.spec.node_name) if pod.spec.node_name else None
+        if index is None and not pod.spec.node_name:
+            booking = store.booking(pod.metadata.uid or f"{pod.metadata.namespace}/{pod.metadata.name}")
+            index = booking.node if booking is not None else None
+        if index is not None:
+            out.add(int(fleet.node_domain[index]))
+    return out
+
+
+def _domain_of_gang(store: ClusterStore, gang: str) -> Name | None:
+    """The ComputeDomain whose pods gang ``gang`` (a reservation's owner) is, or holds; None if it is none."""
+    try:
+        key = GangKey.parse(gang)
+    except InputError:
+        return None
+    if key.kind == COMPUTE_DOMAIN:
+        return key.namespace, key.name
+    for pod in in_gang(key).members(store):
+        cd = compute_domains.domain_of(store, pod.metadata.namespace, compute_domains.templates(pod.spec))
+        if cd is not None:
+            return _name(cd)
+    return None
+
+
+def _labelled(fleet: Fleet, uids: set[str]) -> set[int]:
+    """The domains of nodes the driver labels as serving one of these ComputeDomains (by UID)."""
+    if not uids or not fleet.has_label_key(COMPUTE_DOMAIN_NODE_LABEL):
+        return set()
+    codes, values = fleet.label_codes(COMPUTE_DOMAIN_NODE_LABEL)
+    wanted = [code for value, code in values.items() if value in uids]
+    return {int(d) for d in np.unique(fleet.node_domain[np.isin(codes, wanted)])} if wanted else set()
+
+
+def _note(fleet: Fleet, cd: ComputeDomain, *, own: set[int], taken: set[int], spans: bool) -> str:
+    """What the plan's reason says of the ComputeDomain's rules."""
+    where = f"ComputeDomain {cd.metadata.namespace}/{cd.metadata.name}"
+    parts = [f"{where}: any number of cliques" if spans else f"{where}: one clique"]
+    if own:
+        parts.append("where its pods run: " + ", ".join(fleet.domain_ids[d] for d in sorted(own)))
+    if taken:
+        parts.append(f"{len(taken)} clique{'s' if len(taken) != 1 else ''} of other ComputeDomains left out")
+    return "; ".join(parts)
