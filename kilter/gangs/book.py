@@ -161,6 +161,7 @@ class GangBook:
         self.refused = 0  # plans not made: a stranger asked, or a cap was reached
         self.unverified_dropped = 0  # plans for pods that never showed up in the state
         self.waits = waits  # whether a preferred gang holds off for fewer domains; None: it never does
+        self.cliques = cliques.Cliques()  # ComputeDomains: one clique each, never two in one
 
     def plan_for(self, gang: GangId, pod: Pod, gpus: int) -> GangPlan | None:
         """The gang's current plan, making one if there is none or the old one no longer holds.
@@ -339,7 +340,7 @@ class GangBook:
             return None
         shaped = layout.of_gang(gang, pod, gpus, members, size=size, bound=bound, catalog=fleet.catalog)
         request = gang_request(gang.key, shaped.to_place, fleet.catalog)
-        request = cliques.constrain(self.store, request, namespace=pod.metadata.namespace, spec=pod.spec, gang=gang.key)
+        request = self.cliques.constrain(self.store, request, pod=pod, gang=gang.key)
         adopted = self._from_record(gang, request, members, shaped)
         if adopted is not None:
             return adopted

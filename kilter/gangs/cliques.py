@@ -4,8 +4,9 @@ An NVIDIA ComputeDomain runs an IMEX daemon on every node its pods land on,
 and IMEX shares GPU memory only inside one NVLink clique; the domain itself
 places nothing, so without a scheduler's help its pods spread over racks
 (dra-driver-nvidia-gpu issue 804). Two ComputeDomains in one clique conflict
-(issue 892). ``constrain`` turns both rules into what the planner reads, for
-the pod that asks (a gang's first pod, or a replacement of a running gang's):
+(issue 892). ``Cliques.constrain`` turns both rules into what the planner
+reads, for the pod that asks (a gang's first pod, or a replacement of a
+running gang's):
 
 * ``one_domain``: every pod of the gang in one scale-up domain — the clique,
   which the fleet keys on the whole ``nvidia.com/gpu.clique`` value
@@ -33,52 +34,63 @@ import numpy as np
 
 from kilter._native import domains as native_domains
 from kilter.gangs import compute_domains
-from kilter.gangs.identity import COMPUTE_DOMAIN, GangKey, in_gang
-from kilter.model.core_v1 import Pod, PodSpec
-from kilter.model.errors import InputError
+from kilter.model.core_v1 import Pod
 from kilter.model.nvidia_dra import COMPUTE_DOMAIN_NODE_LABEL, ComputeDomain
 from kilter.state.store import ClusterStore
 from kilter.topology.fleet import Fleet
 from kilter.topology.plan import GangRequest
 
-__all__ = ["constrain"]
+__all__ = ["Cliques"]
 
 Name = tuple[str, str]  # a ComputeDomain's (namespace, name)
 
 
-def constrain(store: ClusterStore, request: GangRequest, *, namespace: str, spec: PodSpec, gang: str) -> GangRequest:
-    """``request`` (gang ``gang``, asked for by a pod of ``namespace`` with ``spec``) held to its ComputeDomain's
-    clique and away from other ComputeDomains' (module docstring); unchanged for a pod in no ComputeDomain."""
-    cd = compute_domains.domain_of(store, namespace, compute_domains.templates(spec))
-    if cd is None:
-        return request
-    fleet = store.fleet()
-    me = _name(cd)
-    others = {_name(o): o for o in compute_domains.all_domains(store) if _name(o) != me and _apart(cd, o)}
-    own = _placed(store, fleet, compute_domains.members(store, cd))
-    taken: set[int] = set()
-    for other in others.values():
-        taken |= _placed(store, fleet, compute_domains.members(store, other))
-    for owner, held in store.reservations():
-        if owner == gang:
-            continue
-        of = _domain_of_gang(store, owner)
-        where = {int(fleet.node_domain[h.node_index]) for h in held}
-        if of == me:
-            own |= where
-        elif of in others:
-            taken |= where
-    taken |= _labelled(fleet, {o.metadata.uid for o in others.values() if o.metadata.uid})
-    detached = (fleet.bitmap.domain_flags & native_domains.DETACHED) != 0
-    ok = ~detached[fleet.node_domain]
-    own -= {int(d) for d in np.flatnonzero(detached)}
-    spans = compute_domains.spans_cliques(cd)
-    if taken:
-        ok &= ~np.isin(fleet.node_domain, sorted(taken))
-    if own and not spans:
-        ok &= np.isin(fleet.node_domain, sorted(own))
-    note = _note(fleet, cd, own=own if not spans else set(), taken=taken, spans=spans)
-    return replace(request, one_domain=not spans, node_ok=np.ascontiguousarray(ok, dtype=np.uint8), note=note)
+class Cliques:
+    """The rules, and which ComputeDomain each gang holding a reservation plans for (the gang book keeps one).
+
+    A gang's pods need not be in the state (Volcano's session sends them), so the domain a reservation is for is
+    remembered when its plan is asked for, not looked up from its pods later.
+    """
+
+    def __init__(self) -> None:
+        self._owners: dict[str, Name] = {}  # gang key -> the ComputeDomain its plan was made for
+
+    def constrain(self, store: ClusterStore, request: GangRequest, *, pod: Pod, gang: str) -> GangRequest:
+        """``request`` (gang ``gang``, asked for by ``pod``) held to its ComputeDomain's clique and away from other
+        ComputeDomains' (module docstring); unchanged for a pod in no ComputeDomain. A job's pod template serves
+        as ``pod`` too (``Pod(metadata=..., spec=template.spec)`` with the job's namespace)."""
+        cd = compute_domains.domain_of(store, pod.metadata.namespace, compute_domains.templates(pod.spec))
+        reserved = dict(store.reservations())
+        self._owners = {k: v for k, v in self._owners.items() if k in reserved and k != gang}
+        if cd is None:
+            return request
+        me = _name(cd)
+        self._owners[gang] = me
+        fleet = store.fleet()
+        others = {_name(o): o for o in compute_domains.all_domains(store) if _name(o) != me and _apart(cd, o)}
+        own = _placed(store, fleet, compute_domains.members(store, cd))
+        taken: set[int] = set()
+        for other in others.values():
+            taken |= _placed(store, fleet, compute_domains.members(store, other))
+        for owner, of in self._owners.items():
+            where = {int(fleet.node_domain[h.node_index]) for h in reserved.get(owner, ())}
+            if owner == gang:
+                continue
+            if of == me:
+                own |= where
+            elif of in others:
+                taken |= where
+        taken |= _labelled(fleet, {o.metadata.uid for o in others.values() if o.metadata.uid})
+        detached = (fleet.bitmap.domain_flags & native_domains.DETACHED) != 0
+        ok = ~detached[fleet.node_domain]
+        own -= {int(d) for d in np.flatnonzero(detached)}
+        spans = compute_domains.spans_cliques(cd)
+        if taken:
+            ok &= ~np.isin(fleet.node_domain, sorted(taken))
+        if own and not spans:
+            ok &= np.isin(fleet.node_domain, sorted(own))
+        note = _note(fleet, cd, own=own if not spans else set(), taken=taken, spans=spans)
+        return replace(request, one_domain=not spans, node_ok=np.ascontiguousarray(ok, dtype=np.uint8), note=note)
 
 
 def _name(cd: ComputeDomain) -> Name:
@@ -101,21 +113,6 @@ def _placed(store: ClusterStore, fleet: Fleet, pods: Iterable[Pod]) -> set[int]:
         if index is not None:
             out.add(int(fleet.node_domain[index]))
     return out
-
-
-def _domain_of_gang(store: ClusterStore, gang: str) -> Name | None:
-    """The ComputeDomain whose pods gang ``gang`` (a reservation's owner) is, or holds; None if it is none."""
-    try:
-        key = GangKey.parse(gang)
-    except InputError:
-        return None
-    if key.kind == COMPUTE_DOMAIN:
-        return key.namespace, key.name
-    for pod in in_gang(key).members(store):
-        cd = compute_domains.domain_of(store, pod.metadata.namespace, compute_domains.templates(pod.spec))
-        if cd is not None:
-            return _name(cd)
-    return None
 
 
 def _labelled(fleet: Fleet, uids: set[str]) -> set[int]:

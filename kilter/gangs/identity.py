@@ -274,4 +274,3 @@ def in_gang(key: str | GangKey) -> GangSelector:
     labels = dict(zip(label_keys, key.names[: len(label_keys)], strict=True))
     notes = dict(zip(note_keys, key.names[len(label_keys) :], strict=True))
     return GangSelector(key.namespace, labels, notes)
-

@@ -1,6 +1,18 @@
 """Typed models of the Kubernetes objects kilter reads and the wire formats it speaks."""
 
-from kilter.model import annotations, asgi, codec, core_v1, durations, errors, jobs, kueue, nvidia_dra, quantity, volcano
+from kilter.model import (
+    annotations,
+    asgi,
+    codec,
+    core_v1,
+    durations,
+    errors,
+    jobs,
+    kueue,
+    nvidia_dra,
+    quantity,
+    volcano,
+)
 from kilter.model.errors import ConfigError, InputError, KilterError, UnknownPlatform
 
 __all__ = [
