@@ -60,13 +60,28 @@ class Cliques:
         ComputeDomains' (module docstring); unchanged for a pod in no ComputeDomain. A job's pod template serves
         as ``pod`` too (``Pod(metadata=..., spec=template.spec)`` with the job's namespace)."""
         cd = compute_domains.domain_of(store, pod.metadata.namespace, compute_domains.templates(pod.spec))
-        reserved = dict(store.reservations())
-        self._owners = {k: v for k, v in self._owners.items() if k in reserved and k != gang}
         if cd is None:
             return request
-        me = _name(cd)
-        self._owners[gang] = me
         fleet = store.fleet()
+        own, taken = self._held(store, fleet, cd, gang)
+        spans = compute_domains.spans_cliques(cd)
+        detached = (fleet.bitmap.domain_flags & native_domains.DETACHED) != 0
+        own = set() if spans else own - {int(d) for d in np.flatnonzero(detached)}  # a node without a clique is none
+        ok = ~detached[fleet.node_domain]
+        if taken:
+            ok &= ~np.isin(fleet.node_domain, sorted(taken))
+        if own:
+            ok &= np.isin(fleet.node_domain, sorted(own))
+        note = _note(fleet, cd, own=own, taken=taken, spans=spans)
+        return replace(request, one_domain=not spans, node_ok=np.ascontiguousarray(ok, dtype=np.uint8), note=note)
+
+    def _held(self, store: ClusterStore, fleet: Fleet, cd: ComputeDomain, gang: str) -> tuple[set[int], set[int]]:
+        """The domains (fleet indices) ``cd``'s pods and other gangs' plans for it hold, and those that pods,
+        plans and node labels of the ComputeDomains it must stay apart from hold; ``gang``'s plan is for ``cd``."""
+        me = _name(cd)
+        reserved = dict(store.reservations())
+        self._owners = {k: v for k, v in self._owners.items() if k in reserved and k != gang}
+        self._owners[gang] = me
         others = {_name(o): o for o in compute_domains.all_domains(store) if _name(o) != me and _apart(cd, o)}
         own = _placed(store, fleet, compute_domains.members(store, cd))
         taken: set[int] = set()
@@ -74,23 +89,12 @@ class Cliques:
             taken |= _placed(store, fleet, compute_domains.members(store, other))
         for owner, of in self._owners.items():
             where = {int(fleet.node_domain[h.node_index]) for h in reserved.get(owner, ())}
-            if owner == gang:
-                continue
-            if of == me:
+            if of == me and owner != gang:
                 own |= where
             elif of in others:
                 taken |= where
         taken |= _labelled(fleet, {o.metadata.uid for o in others.values() if o.metadata.uid})
-        detached = (fleet.bitmap.domain_flags & native_domains.DETACHED) != 0
-        ok = ~detached[fleet.node_domain]
-        own -= {int(d) for d in np.flatnonzero(detached)}
-        spans = compute_domains.spans_cliques(cd)
-        if taken:
-            ok &= ~np.isin(fleet.node_domain, sorted(taken))
-        if own and not spans:
-            ok &= np.isin(fleet.node_domain, sorted(own))
-        note = _note(fleet, cd, own=own if not spans else set(), taken=taken, spans=spans)
-        return replace(request, one_domain=not spans, node_ok=np.ascontiguousarray(ok, dtype=np.uint8), note=note)
+        return own, taken
 
 
 def _name(cd: ComputeDomain) -> Name:
