@@ -398,7 +398,7 @@ class ClusterStore:
         return self._pod_index.pods_with(namespace, labels, annotations)
 
     def pods_claiming(self, namespace: str, template: str) -> list[Pod]:
-        """The pods of ``namespace`` whose DRA claims are made from ResourceClaimTemplate ``template`` (``PodIndex``)."""
+        """The pods of ``namespace`` whose DRA claims come from ResourceClaimTemplate ``template`` (``PodIndex``)."""
         return self._pod_index.pods_claiming(namespace, template)
 
     # ------------------------------------------------------------------ reading

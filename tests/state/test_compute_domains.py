@@ -137,7 +137,7 @@ def feed_of() -> Iterator[Callable[[ListWatchServer], Feed]]:
         feed.close()
 
 
-def annotations(store: ClusterStore) -> dict[str, str] | None:
+def cd_annotations(store: ClusterStore) -> dict[str, str] | None:
     cds = store.state().compute_domains
     return dict(cds[0].metadata.annotations) if cds else None
 
@@ -156,11 +156,11 @@ def test_list_watch_reads_compute_domains_and_the_claims_of_pods_listed_in_proto
         feed.settled(lambda s: [p.spec.resource_claims for p in s.pods()] == [CLAIMS])
         changed = compute_domain("train", num_nodes=2, annotations={"kilter.dev/compute-domain-spans-cliques": "true"})
         server.update(changed)
-        feed.settled(lambda s: annotations(s) == {"kilter.dev/compute-domain-spans-cliques": "true"})
+        feed.settled(lambda s: cd_annotations(s) == {"kilter.dev/compute-domain-spans-cliques": "true"})
         server.add(cd_pod("train-1", "train-channel"))  # through the watch: JSON
         feed.settled(lambda s: len(s.pods_claiming("ml", "train-channel")) == 2)
         server.delete("resource.nvidia.com", "computedomains", "ml", "train")
-        feed.settled(lambda s: annotations(s) is None)
+        feed.settled(lambda s: cd_annotations(s) is None)
 
 
 def test_a_cluster_without_the_nvidia_driver_is_ready_without_compute_domains(

@@ -7,7 +7,7 @@ from dataclasses import replace
 import numpy as np
 
 from kilter.topology.catalog import BUILTIN, Catalog
-from kilter.topology.fleet import build_fleet
+from kilter.topology.fleet import Fleet, build_fleet
 from kilter.topology.plan import gang_request, plan_gang
 from tests.topology.builders import CLIQUE, node, pod, rack
 from tests.topology.test_plan import pod_set
@@ -26,17 +26,17 @@ def test_one_clique_id_under_two_cluster_uuids_is_two_scale_up_domains() -> None
     assert not fleet.warnings  # no "domain has 36 nodes, more than the platform's 18"
 
 
-def two_pod_sets_fleet(busy_r1: int, busy_r2: int) -> list[object]:
-    nodes = rack("r1") + rack("r2")
+def two_racks(busy_r1: int, busy_r2: int) -> Fleet:
+    """Racks r1 and r2 of 18 trays, the first ``busy_r1`` / ``busy_r2`` trays of each full."""
     pods = [pod(f"x{t}", f"r1-t{t:02d}", 4) for t in range(busy_r1)]
     pods += [pod(f"y{t}", f"r2-t{t:02d}", 4) for t in range(busy_r2)]
-    return [nodes, pods]
+    return build_fleet(rack("r1") + rack("r2"), pods)
 
 
 def test_a_one_domain_gang_whose_pod_sets_the_planner_splits_is_tried_in_each_domain_alone() -> None:
     # r1: 16 idle trays, r2: 17. Workers (16) fit r1 best and fill it, so the leader lands in r2: two domains.
     # Only r2 holds all 17 pods.
-    fleet = build_fleet(*two_pod_sets_fleet(2, 1))
+    fleet = two_racks(2, 1)
     request = gang_request("g", [pod_set("leader", 1, 4), pod_set("worker", 16, 4)], CATALOG)
     assert plan_gang(fleet, request).domains == ("r1", "r2")
     plan = plan_gang(fleet, replace(request, one_domain=True, note="ComputeDomain ml/g: one clique"))
@@ -45,14 +45,14 @@ def test_a_one_domain_gang_whose_pod_sets_the_planner_splits_is_tried_in_each_do
 
 
 def test_a_one_domain_gang_no_domain_holds_whole_is_infeasible_and_says_so() -> None:
-    fleet = build_fleet(*two_pod_sets_fleet(2, 2))  # 16 idle trays each; the gang needs 17
+    fleet = two_racks(2, 2)  # 16 idle trays each; the gang needs 17
     request = replace(gang_request("g", [pod_set("leader", 1, 4), pod_set("worker", 16, 4)], CATALOG), one_domain=True)
     plan = plan_gang(fleet, request)
     assert not plan.feasible and plan.reason == "g: its pod sets fit no one scale-up domain together"
 
 
 def test_the_node_mask_keeps_the_plan_off_the_nodes_it_clears() -> None:
-    fleet = build_fleet(*two_pod_sets_fleet(8, 0))  # r1 is the best fit of 4 pods
+    fleet = two_racks(8, 0)  # r1 is the best fit of 4 pods
     request = gang_request("g", [pod_set("worker", 4, 4)], CATALOG)
     assert plan_gang(fleet, request).domains == ("r1",)
     ok = np.array([not name.startswith("r1-") for name in fleet.node_names], dtype=np.uint8)
