@@ -28,8 +28,8 @@ from tests.extenders.conftest import (
 )
 from tests.extenders.test_extender_http import RACK1, RACK2, bind
 from tests.gangs.cd_scenario import cd_pod, compute_domain
-from tests.live_mode import live_cluster, wait_ready
-from tests.topology.builders import CLIQUE, node_dict
+from tests.live_mode import live_cluster, settled, wait_ready
+from tests.topology.builders import CLIQUE, TIER1, node_dict
 
 EVERYTHING = [*RACK1, *RACK2]
 MODES = pytest.mark.parametrize("mode", ["snapshot", "live"])
@@ -142,20 +142,24 @@ def test_compute_domains_that_both_allow_it_may_share_a_clique(mode: str, tmp_pa
         assert racks(plan_of(served, "ml/compute-domain/a")) == racks(plan_of(served, "ml/compute-domain/b")) == {"r2"}
 
 
-@pytest.mark.parametrize("spans", [False, True], ids=["held to its clique", "spans cliques: best fit"])
-def test_a_pod_of_a_running_compute_domain_goes_to_the_clique_its_domain_runs_in(spans: bool, tmp_path: Path) -> None:
-    # numNodes 0: the gang is the pods the state holds. Two run in r1; r2 is fuller (5 more busy trays), so a pod
-    # placed by best fit alone would go to r2.
-    busy = [pod_json(f"busy-{t}", 4, node=f"r2-t{t:02d}") for t in range(2, 7)]
+@pytest.mark.parametrize("spans", [False, True], ids=["held to its clique", "spans cliques"])
+def test_a_late_pod_of_a_running_compute_domain_goes_nowhere_but_its_domains_clique(
+    spans: bool, tmp_path: Path
+) -> None:
+    # numNodes 0: the gang is the pods the state holds, the late one among them. Two run in r1, whose other trays
+    # are busy (t05 is cordoned), so a repair beside them would take r2.
+    busy = [pod_json(f"busy-{t}", 4, node=f"r1-t{t:02d}") for t in range(2, 18) if t != 5]
     running = [cd_pod(f"run-{i}", "run-channel", node=f"r1-t0{i}") for i in range(2)]
     cd = compute_domain("run", annotations=SPANS if spans else None)
     late = cd_pod("run-2", "run-channel")
     with serving("snapshot", tmp_path, [*cluster_objects(), *busy, cd, *running, late]) as served:
         _, result = served.post("filter", names_args(late, EVERYTHING))
         plan = plan_of(served, "ml/compute-domain/run")
-        assert len(plan.slots) == 1 and plan.gang.size == 3
-        assert racks(plan) == ({"r2"} if spans else {"r1"})
-        assert result["NodeNames"] == [plan.slots[0].node]
+        assert plan.gang.size == 3
+        if spans:
+            assert racks(plan) == {"r2"} and result["NodeNames"] == [plan.slots[0].node]
+        else:
+            assert result["NodeNames"] == [] and "where its pods run: r1" in plan.plan.reason
 
 
 @MODES
@@ -192,3 +196,50 @@ def test_one_clique_id_under_two_cluster_uuids_is_two_cliques(spans: bool, tmp_p
             assert {s.node[:4] for s in plan.slots} == {"7b96", "3183"} and len(plan.plan.domains) == 2
         else:
             assert result["NodeNames"] == [] and "holds 18 such pods" in plan.plan.reason
+
+
+JOB_INDEX = "batch.kubernetes.io/job-completion-index"
+
+
+def running_domain(*, spans: bool, busy_r2: range) -> list[dict[str, Any]]:
+    """Gang ``train`` (8 indexed pods, ComputeDomain ``train``) running on r2-t02..t09 when r2-t03 fails: its pod
+    is gone and the Job's replacement for index 1 waits. ``busy_r2`` trays of r2 run other pods."""
+    gang = {"kilter.dev/gang": "train", "kilter.dev/gang-size": "8"}
+    objects = [o for o in cluster_objects() if o["metadata"]["name"] != "r2-t03"]
+    objects.append(node_dict("r2-t03", labels={CLIQUE: "r2", TIER1: "leaf-a"}, cordoned=True, ready=False))
+    objects.append(compute_domain("train", annotations=SPANS if spans else None))
+    for rank in range(8):
+        name, node = (f"train-{rank}", f"r2-t{rank + 2:02d}") if rank != 1 else ("train-1-r", "")
+        pod = cd_pod(name, "train-channel", labels=gang, node=node)
+        pod["metadata"]["annotations"] = {JOB_INDEX: str(rank)}
+        objects.append(pod)
+    return [*objects, *(pod_json(f"busy-{t}", 4, node=f"r2-t{t:02d}") for t in busy_r2)]
+
+
+def replacement() -> dict[str, Any]:
+    return next(o for o in running_domain(spans=False, busy_r2=range(0)) if o["metadata"]["name"] == "train-1-r")
+
+
+@MODES
+def test_a_replacement_in_a_running_compute_domain_waits_for_room_in_its_clique_rather_than_leave_it(
+    mode: str, tmp_path: Path
+) -> None:
+    # r2 is full (its other trays busy, t01 has 2 GPUs free): a repair would go to r1, outside the domain's clique.
+    objects = running_domain(spans=False, busy_r2=range(10, 18))
+    with serving(mode, tmp_path, objects) as served:
+        _, result = served.post("filter", names_args(replacement(), EVERYTHING))
+        assert result["NodeNames"] == []
+        plan = plan_of(served, "ml/gang/train")
+        assert not plan.feasible and plan.plan.reason.startswith("repair: ")
+        assert "ComputeDomain ml/train: one clique; where its pods run: r2" in plan.plan.reason
+        served.replace(running_domain(spans=False, busy_r2=range(11, 18)))  # r2-t10 comes free
+        settled(lambda: served.store.pod("uid-busy-10") is None)  # a snapshot is re-read within 50 ms
+        _, result = served.post("filter", names_args(replacement(), EVERYTHING))
+        assert result["NodeNames"] == ["r2-t10"]
+
+
+def test_a_replacement_in_a_compute_domain_that_spans_cliques_is_repaired_like_any_gang(tmp_path: Path) -> None:
+    with serving("snapshot", tmp_path, running_domain(spans=True, busy_r2=range(10, 18))) as served:
+        _, result = served.post("filter", names_args(replacement(), EVERYTHING))
+        assert [n.split("-")[0] for n in result["NodeNames"]] == ["r1"]
+        assert plan_of(served, "ml/gang/train").origin == "repair"
