@@ -71,8 +71,9 @@ PodSpec volumes:1:Volume* containers:2:Container* restartPolicy:3:str terminatio
     dnsConfig:26:PodDNSConfig? shareProcessNamespace:27:bool? readinessGates:28:PodReadinessGate*
     runtimeClassName:29:str? enableServiceLinks:30:bool? preemptionPolicy:31:str? overhead:32:Quantity{}
     topologySpreadConstraints:33:TopologySpreadConstraint* setHostnameAsFQDN:35:bool? os:36:PodOS?
-    hostUsers:37:bool? schedulingGates:38:PodSchedulingGate* resources:40:ResourceRequirements?
-    hostnameOverride:41:str?
+    hostUsers:37:bool? schedulingGates:38:PodSchedulingGate* resourceClaims:39:PodResourceClaim*
+    resources:40:ResourceRequirements? hostnameOverride:41:str?
+PodResourceClaim name:1:str resourceClaimName:3:str? resourceClaimTemplateName:4:str?
 PodStatus phase:1:str conditions:2:PodCondition* message:3:str reason:4:str hostIP:5:str podIP:6:str
     startTime:7:Time? containerStatuses:8:ContainerStatus* qosClass:9:str initContainerStatuses:10:ContainerStatus*
     nominatedNodeName:11:str podIPs:12:PodIP* ephemeralContainerStatuses:13:ContainerStatus* resize:14:str

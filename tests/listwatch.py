@@ -149,6 +149,8 @@ class Resource:
 PODS = Resource("", "v1", "pods", "Pod", namespaced=True)
 NODES = Resource("", "v1", "nodes", "Node", namespaced=False)
 SECRETS = Resource("", "v1", "secrets", "Secret", namespaced=True)
+COMPUTE_DOMAINS = Resource("resource.nvidia.com", "v1beta1", "computedomains", "ComputeDomain", namespaced=True)
+"""NVIDIA's DRA driver's CRD (``computedomains.resource.nvidia.com``), served as the apiserver serves a CRD."""
 
 
 class Request(NamedTuple):

@@ -2,6 +2,8 @@
 
 from kilter.gangs import (
     book,
+    cliques,
+    compute_domains,
     decisions,
     identity,
     inventory,
@@ -44,6 +46,8 @@ __all__ = [
     "PlanRecorder",
     "Slot",
     "book",
+    "cliques",
+    "compute_domains",
     "decisions",
     "gang_of",
     "identify",

@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from kilter.gangs import layout, ranks, records, refit, repairs, trust
+from kilter.gangs import cliques, layout, ranks, records, refit, repairs, trust
 from kilter.gangs.identity import INDEXED_ANNOTATIONS, INDEXED_LABELS, GangId, gang_of, in_gang
 from kilter.gangs.keys import PlanKeys
 from kilter.gangs.layout import Layout, SlotSpec
@@ -162,6 +162,7 @@ class GangBook:
         self.refused = 0  # plans not made: a stranger asked, or a cap was reached
         self.unverified_dropped = 0  # plans for pods that never showed up in the state
         self.waits = waits  # whether a preferred gang holds off for fewer domains; None: it never does
+        self.cliques = cliques.Cliques()  # ComputeDomains: one clique each, never two in one
 
     def plan_for(self, gang: GangId, pod: Pod, gpus: int) -> GangPlan | None:
         """The gang's current plan, making one if there is none or the old one no longer holds.
@@ -340,6 +341,7 @@ class GangBook:
             return None
         shaped = layout.of_gang(gang, pod, gpus, members, size=size, bound=bound, catalog=fleet.catalog)
         request = gang_request(gang.key, shaped.to_place, fleet.catalog)
+        request = self.cliques.constrain(self.store, request, pod=pod, gang=gang.key)
         if bound and members is None:
             members = in_gang(gang.key).members(self.store)
         record = self._record(gang, members)

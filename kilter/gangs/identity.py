@@ -8,7 +8,12 @@ group-index labels, ``size`` annotation); a Kueue Workload named by the
 ``scheduling.k8s.io/group-name`` (``minMember``); JobSet, PyTorchJob and
 MPIJob pods by their job-name labels. Where the pod does not carry the size,
 it comes from the owning object in the state, else from the number of the
-gang's pods the state holds.
+gang's pods the state holds. A pod none of these name, whose DRA claims join
+an NVIDIA ComputeDomain (``compute_domains``), is in the domain's gang
+(``NAMESPACE/compute-domain/NAME``): ``spec.numNodes`` pods when it is above
+0 (one pod per node, as the driver's examples run), else as many as the
+state holds with the asking pod, so a lone pod is planned too (and held to
+its domain's clique: ``cliques``).
 
 ``gang_of`` and ``in_gang`` select a gang's pods again, from one of its pods
 or from its key, by the very labels and annotations ``identify`` read.
@@ -20,6 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
+from kilter.gangs import compute_domains
 from kilter.model.annotations import GANG, GANG_SIZE, MAX_GANG_SIZE, parse_gang_size
 from kilter.model.core_v1 import Pod
 from kilter.model.errors import InputError
@@ -28,6 +34,7 @@ from kilter.state.store import ClusterStore
 from kilter.topology.fleet import ENDED_PHASES
 
 __all__ = [
+    "COMPUTE_DOMAIN",
     "GANG_LABEL",
     "GANG_SIZE_LABEL",
     "INDEXED_ANNOTATIONS",
@@ -66,6 +73,9 @@ KINDS: Final[Mapping[str, tuple[tuple[str, ...], tuple[str, ...]]]] = {
     "jobset": ((JOBSET_NAME,), ()),
     "kubeflow": ((KUBEFLOW_JOB,), ()),
 }
+COMPUTE_DOMAIN = "compute-domain"
+"""The kind in the key of a gang that is an NVIDIA ComputeDomain's pods: its one name part is the domain's name (the
+pods are found by the claim template the domain names, not by a label)."""
 
 
 @dataclass(frozen=True, order=True)
@@ -90,9 +100,11 @@ class GangKey:
     def parse(cls, text: str) -> GangKey:
         """The key ``text`` spells; ``InputError`` if the kind is unknown or has another number of name parts."""
         parts = text.split("/")
+        if len(parts) == 3 and parts[1] == COMPUTE_DOMAIN:
+            return cls(parts[0], COMPUTE_DOMAIN, (parts[2],))
         selectors = KINDS.get(parts[1]) if len(parts) >= 3 else None
         if selectors is None or len(parts) - 2 != len(selectors[0]) + len(selectors[1]):
-            want = "NAMESPACE/KIND/NAME with KIND one of " + ", ".join(sorted(KINDS))
+            want = "NAMESPACE/KIND/NAME with KIND one of " + ", ".join(sorted({*KINDS, COMPUTE_DOMAIN}))
             raise InputError(f"gang key {text[:200]!r} is not {want} (lws: NAMESPACE/lws/NAME/GROUP)")
         return cls(parts[0], parts[1], tuple(parts[2:]))
 
@@ -158,7 +170,7 @@ def identify(pod: Pod, store: ClusterStore) -> GangId | None:
     carries one, else from the object named (Workload, PodGroup), else unknown."""
     key = key_of(pod)
     if key is None:
-        return None
+        return _of_compute_domain(pod, store)
     labels, notes, ns, gang = pod.metadata.labels, pod.metadata.annotations, key.namespace, key.format()
     if key.kind == "gang":
         raw = labels.get(GANG_SIZE_LABEL, notes.get(GANG_SIZE_LABEL))
@@ -182,6 +194,20 @@ def identify(pod: Pod, store: ClusterStore) -> GangId | None:
     return GangId(gang, JOBSET_NAME if key.kind == "jobset" else KUBEFLOW_JOB, None)
 
 
+def _of_compute_domain(pod: Pod, store: ClusterStore) -> GangId | None:
+    """The gang of a pod that joins a ComputeDomain and names no other gang (module docstring); None otherwise."""
+    meta = pod.metadata
+    cd = compute_domains.domain_of(store, meta.namespace, compute_domains.templates(pod.spec))
+    if cd is None:
+        return None
+    key = GangKey(meta.namespace, COMPUTE_DOMAIN, (cd.metadata.name,)).format()
+    if cd.spec.num_nodes > 0:
+        return GangId(key, compute_domains.SOURCE, min(cd.spec.num_nodes, MAX_GANG_SIZE))
+    held = compute_domains.members(store, cd)
+    asking = any(p.metadata.name == meta.name for p in held) or pod.status.phase in ENDED_PHASES
+    return GangId(key, compute_domains.SOURCE, min(len(held) + (0 if asking else 1), MAX_GANG_SIZE))
+
+
 def _from_object(store: ClusterStore, key: tuple[str, str, str, str], gang: str, source: str) -> GangId:
     obj = store.get(*key)
     if obj is None:
@@ -199,11 +225,19 @@ class GangSelector:
     labels: dict[str, str] = field(default_factory=dict)
     annotations: dict[str, str] = field(default_factory=dict)
     nothing: bool = False  # a key that names no gang: matches no pod
+    compute_domain: str = ""  # the gang is this ComputeDomain's pods (its name), not found by labels
+    claims: frozenset[str] = frozenset()  # ... or the domain whose claim template is one of these
 
     def members(self, store: ClusterStore) -> list[Pod]:
         """The gang's pods in the store that have not finished."""
         if self.nothing:
             return []
+        if self.compute_domain or self.claims:
+            if self.compute_domain:
+                cd = compute_domains.named(store, self.namespace, self.compute_domain)
+            else:
+                cd = compute_domains.domain_of(store, self.namespace, self.claims)
+            return compute_domains.members(store, cd) if cd is not None else []
         found = store.pods_with(self.namespace, self.labels, self.annotations)
         return [p for p in found if p.status.phase not in ENDED_PHASES]
 
@@ -213,8 +247,11 @@ INDEXED_ANNOTATIONS = (KUEUE_WORKLOAD, VOLCANO_GROUP)
 
 
 def gang_of(pod: Pod) -> GangSelector:
-    """The pods that carry the same gang labels and annotations as ``pod``."""
+    """The pods that carry the same gang labels and annotations as ``pod``; those of its ComputeDomain when it
+    carries none (``identify``'s order)."""
     labels, notes = pod.metadata.labels, pod.metadata.annotations
+    if key_of(pod) is None and compute_domains.templates(pod.spec):
+        return GangSelector(pod.metadata.namespace, claims=compute_domains.templates(pod.spec))
     return GangSelector(
         pod.metadata.namespace,
         {k: labels[k] for k in INDEXED_LABELS if k in labels},
@@ -229,6 +266,8 @@ def in_gang(key: str | GangKey) -> GangSelector:
             key = GangKey.parse(key)
         except InputError:
             return GangSelector("", nothing=True)
+    if key.kind == COMPUTE_DOMAIN:
+        return GangSelector(key.namespace, compute_domain=key.name) if key.name else GangSelector("", nothing=True)
     label_keys, note_keys = KINDS.get(key.kind, ((), ()))
     if len(key.names) != len(label_keys) + len(note_keys) or not key.names:
         return GangSelector(key.namespace, nothing=True)

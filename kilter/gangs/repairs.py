@@ -91,7 +91,8 @@ def plan_repair(
     chosen = repair.repair(fleet, platform, survivors, wanted, node_ok=mask)
     name = fleet.platforms[platform].name
     if isinstance(chosen, str):
-        return Repair(Plan(False, f"repair: {chosen}", request.name, name, ignored=request.ignored), ())
+        why = _noted(f"repair: {chosen}", request)
+        return Repair(Plan(False, why, request.name, name, ignored=request.ignored), ())
     return _plan(fleet, request, name, survivors, chosen, places, homes, _holders(request, shaped, members))
 
 
@@ -114,8 +115,9 @@ def _holders(request: GangRequest, shaped: Layout, members: Sequence[Pod]) -> di
 def _mask(
     fleet: Fleet, platform: int, request: GangRequest, survivors: Sequence[int]
 ) -> np.ndarray[tuple[int], np.dtype[np.bool_]] | None:
-    """The nodes every replacement may use: its pod set's selectors and tolerations, and a required level kept."""
-    mask = None
+    """The nodes every replacement may use: what the request allows (``node_ok``: a ComputeDomain's clique), its
+    pod set's selectors and tolerations, and a required level kept."""
+    mask = None if request.node_ok is None else request.node_ok.astype(bool)
     for ps in request.pod_sets:
         for m in (
             eligibility.node_mask(fleet, ps.spec, path=f"pod set {ps.name}: spec"),
@@ -172,7 +174,7 @@ def _plan(
     )
     plan = Plan(
         True,
-        reason,
+        _noted(reason, request),
         request.name,
         platform,
         tuple(pod_sets),
@@ -182,3 +184,8 @@ def _plan(
         gpus=tuple(gpus),
     )
     return Repair(plan, repaired)
+
+
+def _noted(reason: str, request: GangRequest) -> str:
+    """The reason with what narrowed the request (``GangRequest.note``), as ``plan_gang`` says it."""
+    return f"{reason} ({request.note})" if request.note else reason

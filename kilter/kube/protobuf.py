@@ -169,9 +169,19 @@ _AFFINITY = Message(
         )
     },
 )
+_CLAIM = Message(
+    v1.PodResourceClaim,
+    ("", None, None),
+    {
+        1: (0, SHARED_STRING, None, 0),  # name
+        3: (1, SHARED_STRING, None, 0),  # resourceClaimName
+        4: (2, SHARED_STRING, None, 0),  # resourceClaimTemplateName
+    },
+    dedup=True,
+)
 _POD_SPEC = Message(
     v1.PodSpec,
-    ("", "", (), (), _EMPTY, None, (), _EMPTY, None),
+    ("", "", (), (), _EMPTY, None, (), _EMPTY, None, ()),
     {
         10: (0, SHARED_STRING, None, 0),  # nodeName
         19: (1, SHARED_STRING, None, 0),  # schedulerName
@@ -182,6 +192,7 @@ _POD_SPEC = Message(
         22: (6, MESSAGE, _TOLERATION, REPEATED | SHARED),  # tolerations
         32: (7, QUANTITY_MAP, None, SHARED),  # overhead
         5: (8, INT, None, 0),  # activeDeadlineSeconds
+        39: (9, MESSAGE, _CLAIM, REPEATED | SHARED),  # resourceClaims: a job's pods name the same templates
     },
 )
 _POD = Message(

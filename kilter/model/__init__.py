@@ -1,6 +1,18 @@
 """Typed models of the Kubernetes objects kilter reads and the wire formats it speaks."""
 
-from kilter.model import annotations, asgi, codec, core_v1, durations, errors, jobs, kueue, quantity, volcano
+from kilter.model import (
+    annotations,
+    asgi,
+    codec,
+    core_v1,
+    durations,
+    errors,
+    jobs,
+    kueue,
+    nvidia_dra,
+    quantity,
+    volcano,
+)
 from kilter.model.errors import ConfigError, InputError, KilterError, UnknownPlatform
 
 __all__ = [
@@ -16,6 +28,7 @@ __all__ = [
     "errors",
     "jobs",
     "kueue",
+    "nvidia_dra",
     "quantity",
     "volcano",
 ]

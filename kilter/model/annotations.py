@@ -16,6 +16,8 @@ from kilter.model.errors import InputError
 __all__ = [
     "BLOCK",
     "CLUSTER_QUEUE",
+    "COMPUTE_DOMAIN_SHARES_CLIQUES",
+    "COMPUTE_DOMAIN_SPANS_CLIQUES",
     "CONTROLLER_NAME",
     "DECAYED_USAGE",
     "GANG",
@@ -35,6 +37,7 @@ __all__ = [
     "USAGE_HALF_LIFE",
     "ZONE",
     "hypernode_tier",
+    "is_true",
     "parse_gang_size",
 ]
 
@@ -85,6 +88,22 @@ TOPOLOGY = "kilter.dev/topology"
 CONTROLLER_NAME = TOPOLOGY
 """The ``controllerName`` of kilter's Kueue AdmissionCheck, and its server-side-apply field manager: the same string
 as the job annotation ``TOPOLOGY``, since the check is what that annotation asks for."""
+
+# ------------------------------------------------------------------ NVIDIA ComputeDomains (resource.nvidia.com)
+
+COMPUTE_DOMAIN_SPANS_CLIQUES = "kilter.dev/compute-domain-spans-cliques"
+"""ComputeDomain annotation: ``"true"`` lets the domain's pods spread over several NVLink cliques (scale-up
+domains); any other value, or none, keeps them in one (IMEX shares GPU memory inside one clique only)."""
+
+COMPUTE_DOMAIN_SHARES_CLIQUES = "kilter.dev/compute-domain-shares-cliques"
+"""ComputeDomain annotation: ``"true"`` lets the domain share a clique with other ComputeDomains that carry it too;
+without it on both, kilter keeps two ComputeDomains out of one clique (their IMEX daemons conflict)."""
+
+
+def is_true(value: str | None) -> bool:
+    """An opt-in annotation's value reads as set: ``"true"``, in any case, nothing else (not ``"1"``, ``"yes"``)."""
+    return value is not None and value.strip().lower() == "true"
+
 
 # ------------------------------------------------------------------ queues (ClusterQueues, Cohorts, Volcano Queues)
 

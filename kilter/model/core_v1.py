@@ -32,6 +32,7 @@ __all__ = [
     "ObjectMeta",
     "OwnerReference",
     "Pod",
+    "PodResourceClaim",
     "PodSpec",
     "PodStatus",
     "PodTemplateSpec",
@@ -147,6 +148,16 @@ class Affinity(msgspec.Struct, rename="camel", gc=False):
     node_affinity: NodeAffinity | None = None
 
 
+class PodResourceClaim(msgspec.Struct, rename="camel", gc=False):
+    """``v1.PodResourceClaim``: a DRA claim the pod uses, by its own ``name``; at most one of the two sources is
+    set (both ``*string``, omitempty): an existing ResourceClaim, or a ResourceClaimTemplate the pod's claim is
+    made from (how a pod joins a ComputeDomain)."""
+
+    name: str = ""
+    resource_claim_name: str | None = None
+    resource_claim_template_name: str | None = None
+
+
 class PodSpec(msgspec.Struct, rename="camel", gc=False):
     node_name: str = ""
     scheduler_name: str = ""
@@ -157,6 +168,7 @@ class PodSpec(msgspec.Struct, rename="camel", gc=False):
     tolerations: tuple[Toleration, ...] = ()
     overhead: dict[str, Quantity] = {}
     active_deadline_seconds: int | None = None  # the pod's own limit on its run, seconds (an expected runtime)
+    resource_claims: tuple[PodResourceClaim, ...] = ()
 
 
 class PodStatus(msgspec.Struct, rename="camel", gc=False):

@@ -23,6 +23,7 @@ from kilter.model.kueue import (
     Workload,
     WorkloadPriorityClass,
 )
+from kilter.model.nvidia_dra import COMPUTE_DOMAIN_GROUP, COMPUTE_DOMAIN_KIND, ComputeDomain
 from kilter.model.volcano import HYPERNODE_GROUP, SCHEDULING_GROUP, HyperNode, PodGroup, Queue
 from kilter.state import snapshot, snapshot_file
 from kilter.state.events import TYPED_KINDS
@@ -47,6 +48,7 @@ KNOWN_KINDS: set[tuple[str, str]] = {
     ("scheduling.volcano.sh", "PodGroup"),
     ("topology.volcano.sh", "HyperNode"),
     ("scheduling.k8s.io", "PriorityClass"),
+    (COMPUTE_DOMAIN_GROUP, COMPUTE_DOMAIN_KIND),
 }
 
 NODES_AND_PODS: frozenset[tuple[str, str]] = frozenset({("", "Node"), ("", "Pod")})
@@ -66,6 +68,7 @@ TYPES: dict[str, tuple[tuple[str, str], type[Any]]] = {
     "hypernodes": ((HYPERNODE_GROUP, "HyperNode"), HyperNode),
     "volcano_queues": ((SCHEDULING_GROUP, "Queue"), Queue),
     "pod_groups": ((SCHEDULING_GROUP, "PodGroup"), PodGroup),
+    "compute_domains": ((COMPUTE_DOMAIN_GROUP, COMPUTE_DOMAIN_KIND), ComputeDomain),
 }
 
 
@@ -84,6 +87,7 @@ class ClusterState:
     hypernodes: list[HyperNode] = field(default_factory=list)
     volcano_queues: list[Queue] = field(default_factory=list)
     pod_groups: list[PodGroup] = field(default_factory=list)
+    compute_domains: list[ComputeDomain] = field(default_factory=list)
     raw: snapshot.RawObjects = field(default_factory=snapshot.RawObjects)
     skipped: frozenset[tuple[str, str]] = field(default=frozenset(), init=False)  # kinds ``load`` left unread
     _fleet: Fleet | None = field(default=None, init=False, repr=False)

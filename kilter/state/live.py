@@ -22,6 +22,12 @@ from typing import Any
 from kilter.kube.api import ApiServer
 from kilter.model.core_v1 import Node, Pod, pod_request
 from kilter.model.errors import InputError
+from kilter.model.nvidia_dra import (
+    COMPUTE_DOMAIN_GROUP,
+    COMPUTE_DOMAIN_KIND,
+    COMPUTE_DOMAIN_PLURAL,
+    COMPUTE_DOMAIN_VERSION,
+)
 from kilter.state.feed import settle
 from kilter.state.reflector import Batch, Reflector, Resource
 from kilter.state.store import ClusterStore, Stored
@@ -75,6 +81,7 @@ def default_resources(catalog: Catalog) -> list[Resource]:
         Resource(VOLCANO, ("v1beta1",), "podgroups", "PodGroup"),
         Resource(HYPERNODES, ("v1alpha1",), "hypernodes", "HyperNode"),
         Resource("scheduling.k8s.io", ("v1",), "priorityclasses", "PriorityClass"),
+        Resource(COMPUTE_DOMAIN_GROUP, (COMPUTE_DOMAIN_VERSION,), COMPUTE_DOMAIN_PLURAL, COMPUTE_DOMAIN_KIND),
     ]
 
 

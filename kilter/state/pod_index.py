@@ -5,6 +5,10 @@ The store tells the index of every pod it adds or drops; the index keeps, per
 keys it was asked to index only (the gang labels and the Workload annotation:
 a handful of keys, so the index grows with the pods, not with what tenants
 write on them). It is built on first use, so a store nobody asks costs nothing.
+
+Pods are also found by the ResourceClaimTemplates their ``spec.resourceClaims``
+name (how a pod joins an NVIDIA ComputeDomain), built on first use apart from
+the label index: most pods name none, so it costs what DRA pods there are.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ class PodIndex:
         self._pods = pods  # the store's pods by uid: what a first use indexes, and what an unindexed ask reads
         self._keys: tuple[frozenset[str], frozenset[str]] = (frozenset(), frozenset())  # labels, annotations
         self._index: dict[Entry, dict[str, Pod]] | None = None  # built on first use
+        self._claims: dict[tuple[str, str], dict[str, Pod]] | None = None  # (namespace, template) -> pods by uid
 
     def index(self, labels: Iterable[str], annotations: Iterable[str]) -> None:
         """Index these label and annotation keys from now on (the index is built again on first use)."""
@@ -35,11 +40,30 @@ class PodIndex:
         if self._index is not None:
             for entry in self._entries(pod):
                 self._index.setdefault(entry, {})[uid] = pod
+        if self._claims is not None:
+            for claim in _templates(pod):
+                self._claims.setdefault(claim, {})[uid] = pod
 
     def drop(self, uid: str, pod: Pod) -> None:
         if self._index is not None:
             for entry in self._entries(pod):
                 self._index.get(entry, {}).pop(uid, None)
+        if self._claims is not None:
+            for claim in _templates(pod):
+                held = self._claims.get(claim)
+                if held is not None:
+                    held.pop(uid, None)
+                    if not held:
+                        del self._claims[claim]
+
+    def pods_claiming(self, namespace: str, template: str) -> list[Pod]:
+        """The pods of ``namespace`` whose ``spec.resourceClaims`` name ResourceClaimTemplate ``template``."""
+        if self._claims is None:
+            self._claims = {}
+            for uid, pod in self._pods.items():
+                for claim in _templates(pod):
+                    self._claims.setdefault(claim, {})[uid] = pod
+        return list(self._claims.get((namespace, template), {}).values())
 
     def pods_with(self, namespace: str, labels: Mapping[str, str], annotations: Mapping[str, str]) -> list[Pod]:
         """The pods of ``namespace`` that carry every one of these labels and annotations.
@@ -70,3 +94,9 @@ class PodIndex:
         out = [(meta.namespace, True, k, v) for k, v in meta.labels.items() if k in label_keys]
         out += [(meta.namespace, False, k, v) for k, v in meta.annotations.items() if k in note_keys]
         return out
+
+
+def _templates(pod: Pod) -> set[tuple[str, str]]:
+    """(namespace, template) for each ResourceClaimTemplate the pod's claims are made from."""
+    ns = pod.metadata.namespace
+    return {(ns, c.resource_claim_template_name) for c in pod.spec.resource_claims if c.resource_claim_template_name}

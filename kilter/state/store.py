@@ -363,6 +363,11 @@ class ClusterStore:
         self.fleet()
         return self._reservations.of(owner)
 
+    def reservations(self) -> Iterator[tuple[str, tuple[Held, ...]]]:
+        """(owner, what it holds) of every reservation in the current fleet, oldest first."""
+        self.fleet()
+        return self._reservations.items()
+
     def is_reserved(self, owner: str) -> bool:
         return bool(self.reservation(owner))
 
@@ -391,6 +396,10 @@ class ClusterStore:
     def pods_with(self, namespace: str, labels: Mapping[str, str], annotations: Mapping[str, str]) -> list[Pod]:
         """The pods of ``namespace`` that carry every one of these labels and annotations (``PodIndex``)."""
         return self._pod_index.pods_with(namespace, labels, annotations)
+
+    def pods_claiming(self, namespace: str, template: str) -> list[Pod]:
+        """The pods of ``namespace`` whose DRA claims come from ResourceClaimTemplate ``template`` (``PodIndex``)."""
+        return self._pod_index.pods_claiming(namespace, template)
 
     # ------------------------------------------------------------------ reading
 

@@ -15,7 +15,7 @@ them; ``kilter.gangs.ranks`` holds each pod to its rank's node.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -68,6 +68,9 @@ class GangRequest:
     pod_sets: tuple[PodSetRequest, ...]
     platform: str | None = None
     ignored: tuple[str, ...] = ()
+    one_domain: bool = False  # all GPU pod sets together in one scale-up domain (a ComputeDomain's clique)
+    node_ok: npt.NDArray[np.uint8] | None = field(default=None, compare=False, repr=False)  # [node]: 1 = may use
+    note: str = ""  # who narrowed the request and how (``one_domain``, ``node_ok``), added to the plan's reason
 
 
 @dataclass(frozen=True)
@@ -167,6 +170,8 @@ def _levels(
         required, preferred, slice_level = levels
         if required == gang.NONE and preferred == gang.NONE and not tr.unconstrained:
             preferred = int(gang.DOMAIN)
+        if request.one_domain and (required == gang.NONE or required > gang.DOMAIN):
+            required, preferred = int(gang.DOMAIN), min(preferred, int(gang.DOMAIN))
         if slice_level != gang.NONE and required != gang.NONE and slice_level > required:
             return (
                 [],
@@ -193,7 +198,19 @@ def _failure(fleet: Fleet, request: GangRequest, platform: Platform, status: int
 
 
 def plan_gang(fleet: Fleet, request: GangRequest) -> Plan:
-    """Plan the gang on the best platform the fleet offers for its device resource."""
+    """Plan the gang on the best platform the fleet offers for its device resource.
+
+    Nodes are those the pod sets' selectors admit and ``request.node_ok``
+    allows. A ``one_domain`` request requires one scale-up domain of each pod
+    set; when the best plan still puts two pod sets in different domains, each
+    domain with room for the whole gang is tried alone, fewest free GPUs first
+    (best fit; ties by index), and the first that holds it is the plan.
+    """
+    plan = _plan_gang(fleet, request)
+    return replace(plan, reason=f"{plan.reason} ({request.note})") if request.note else plan
+
+
+def _plan_gang(fleet: Fleet, request: GangRequest) -> Plan:
     wanted = fleet.catalog.get(request.platform).name if request.platform else None
     candidates = [
         (i, p)
@@ -205,13 +222,27 @@ def plan_gang(fleet: Fleet, request: GangRequest) -> Plan:
             False, f"the fleet has no {wanted or request.resource} nodes", request.name, ignored=request.ignored
         )
 
-    mask = None
+    mask = None if request.node_ok is None else request.node_ok.astype(bool)
+    if mask is not None and mask.shape != (fleet.n_nodes,):
+        raise ValueError(f"node_ok has {mask.shape[0]} nodes, the fleet {fleet.n_nodes}")
     for ps in request.pod_sets:
         m = eligibility.node_mask(fleet, ps.spec, path=f"pod set {ps.name}: spec")
         if m is not None:
             mask = m if mask is None else (mask & m)
     node_ok = None if mask is None else np.ascontiguousarray(mask, dtype=np.uint8)
+    feasible, reasons = _plan_on(fleet, request, candidates, node_ok)
+    together = [kv for kv in feasible if len(kv[1].domains) <= 1 or not request.one_domain]
+    if together:
+        return min(together, key=lambda kv: kv[0])[1]
+    if feasible:
+        return _in_one_domain(fleet, request, candidates, node_ok)
+    return Plan(False, "; ".join(reasons), request.name, ignored=request.ignored)
 
+
+def _plan_on(
+    fleet: Fleet, request: GangRequest, candidates: Sequence[tuple[int, Platform]], node_ok: np.ndarray | None
+) -> tuple[list[tuple[tuple[int, int, int], Plan]], list[str]]:
+    """Each candidate platform's plan, ranked (domains, groups, platform), and why the others failed."""
     counts = np.array([ps.count for ps in request.pod_sets], dtype=np.int32)
     gpus = np.array([ps.gpus_per_pod for ps in request.pod_sets], dtype=np.int32)
     total = int(counts.sum())
@@ -235,9 +266,27 @@ def plan_gang(fleet: Fleet, request: GangRequest) -> Plan:
             continue
         result = _plan_from_nodes(fleet, request, platform, out)
         feasible.append(((len(result.domains), len(result.groups), index), result))
-    if feasible:
-        return min(feasible, key=lambda kv: kv[0])[1]
-    return Plan(False, "; ".join(reasons), request.name, ignored=request.ignored)
+    return feasible, reasons
+
+
+def _in_one_domain(
+    fleet: Fleet, request: GangRequest, candidates: Sequence[tuple[int, Platform]], node_ok: np.ndarray | None
+) -> Plan:
+    """The plan of a ``one_domain`` gang whose pod sets the planner put in several domains: each domain with
+    room for every GPU the gang asks, tried alone, fewest free GPUs first; the first that holds it all."""
+    bm = fleet.bitmap
+    want = sum(ps.count * ps.gpus_per_pod for ps in request.pod_sets)
+    platforms = np.array([i for i, _ in candidates], dtype=np.int32)
+    free = bm.domain_free_gpus
+    room = np.flatnonzero((free >= want) & np.isin(bm.domain_platforms, platforms))
+    allowed = np.ones(fleet.n_nodes, dtype=bool) if node_ok is None else node_ok.astype(bool)
+    for d in room[np.lexsort((room, free[room]))]:
+        alone = np.ascontiguousarray(allowed & (fleet.node_domain == d), dtype=np.uint8)
+        feasible, _ = _plan_on(fleet, request, candidates, alone)
+        if feasible:
+            return min(feasible, key=lambda kv: kv[0])[1]
+    why = f"{request.name}: its pod sets fit no one scale-up domain together"
+    return Plan(False, why, request.name, ignored=request.ignored)
 
 
 def rank_order(fleet: Fleet, nodes: npt.NDArray[np.int32]) -> npt.NDArray[np.int32]:

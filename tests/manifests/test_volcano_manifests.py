@@ -504,6 +504,7 @@ def test_rbac_grants_exactly_what_kilter_needs(kilter_docs: list[Obj], deploymen
         *(("", r, v) for r in ("nodes", "pods") for v in read),
         *(("scheduling.volcano.sh", r, v) for r in ("podgroups", "queues") for v in read),
         *(("topology.volcano.sh", "hypernodes", v) for v in read),
+        *(("resource.nvidia.com", "computedomains", v) for v in read),  # a ComputeDomain job's one clique
         ("scheduling.volcano.sh", "podgroups", "patch"),  # the plan's HyperNode annotation
     }
     assert granted == wanted

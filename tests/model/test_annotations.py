@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kilter.model.annotations import MAX_GANG_SIZE, parse_gang_size
+from kilter.model.annotations import MAX_GANG_SIZE, is_true, parse_gang_size
 from kilter.model.errors import InputError
 
 
@@ -42,3 +42,20 @@ def test_a_gang_size_is_a_whole_number_up_to_the_limit(raw: str, size: int) -> N
 def test_anything_else_is_refused_naming_the_key_and_the_range(raw: str) -> None:
     with pytest.raises(InputError, match=r"^label kilter\.dev/gang-size must be a whole number from 1 to 100,000"):
         parse_gang_size(raw)
+
+
+@pytest.mark.parametrize(
+    ("raw", "set_"),
+    [
+        pytest.param("true", True, id="true"),
+        pytest.param("True", True, id="any case"),
+        pytest.param(" true ", True, id="spaces around"),
+        pytest.param("false", False, id="false"),
+        pytest.param("1", False, id="not a one"),
+        pytest.param("yes", False, id="not a yes"),
+        pytest.param("", False, id="empty"),
+        pytest.param(None, False, id="absent"),
+    ],
+)
+def test_an_opt_in_annotation_is_set_by_true_alone(raw: str | None, set_: bool) -> None:
+    assert is_true(raw) is set_

@@ -1,0 +1,139 @@
+"""A ComputeDomain's gang in one NVLink clique, and two ComputeDomains never in one: the planner's request narrowed.
+
+An NVIDIA ComputeDomain runs an IMEX daemon on every node its pods land on,
+and IMEX shares GPU memory only inside one NVLink clique; the domain itself
+places nothing, so without a scheduler's help its pods spread over racks
+(dra-driver-nvidia-gpu issue 804). Two ComputeDomains in one clique conflict
+(issue 892). ``Cliques.constrain`` turns both rules into what the planner
+reads, for the pod that asks (a gang's first pod, or a replacement of a
+running gang's):
+
+* ``one_domain``: every pod of the gang in one scale-up domain — the clique,
+  which the fleet keys on the whole ``nvidia.com/gpu.clique`` value
+  ``<clusterUUID>.<cliqueId>``, so equal clique ids under two cluster UUIDs
+  stay two domains. Unless the ComputeDomain carries
+  ``kilter.dev/compute-domain-spans-cliques: "true"``.
+* ``node_ok``: where the domain's pods already run (bound, bound by kilter and
+  not yet seen, or held by another gang's plan of the same domain), only that
+  clique; never a clique holding a pod, a plan's slot, or the driver's node
+  label (``resource.nvidia.com/computeDomain``) of another ComputeDomain the
+  state holds — unless both domains carry
+  ``kilter.dev/compute-domain-shares-cliques: "true"``; never a node without a
+  clique (GPU Feature Discovery drops the label when the fabric is unhealthy,
+  and such a node cannot join an IMEX domain).
+
+A pod that joins no ComputeDomain gets its request back unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import replace
+
+import numpy as np
+
+from kilter._native import domains as native_domains
+from kilter.gangs import compute_domains
+from kilter.model.core_v1 import Pod
+from kilter.model.nvidia_dra import COMPUTE_DOMAIN_NODE_LABEL, ComputeDomain
+from kilter.state.store import ClusterStore
+from kilter.topology.fleet import Fleet
+from kilter.topology.plan import GangRequest
+
+__all__ = ["Cliques"]
+
+Name = tuple[str, str]  # a ComputeDomain's (namespace, name)
+
+
+class Cliques:
+    """The rules, and which ComputeDomain each gang holding a reservation plans for (the gang book keeps one).
+
+    A gang's pods need not be in the state (Volcano's session sends them), so the domain a reservation is for is
+    remembered when its plan is asked for, not looked up from its pods later.
+    """
+
+    def __init__(self) -> None:
+        self._owners: dict[str, Name] = {}  # gang key -> the ComputeDomain its plan was made for
+
+    def constrain(self, store: ClusterStore, request: GangRequest, *, pod: Pod, gang: str) -> GangRequest:
+        """``request`` (gang ``gang``, asked for by ``pod``) held to its ComputeDomain's clique and away from other
+        ComputeDomains' (module docstring); unchanged for a pod in no ComputeDomain. A job's pod template serves
+        as ``pod`` too (``Pod(metadata=..., spec=template.spec)`` with the job's namespace)."""
+        cd = compute_domains.domain_of(store, pod.metadata.namespace, compute_domains.templates(pod.spec))
+        if cd is None:
+            return request
+        fleet = store.fleet()
+        own, taken = self._held(store, fleet, cd, gang)
+        spans = compute_domains.spans_cliques(cd)
+        detached = (fleet.bitmap.domain_flags & native_domains.DETACHED) != 0
+        own = set() if spans else own - {int(d) for d in np.flatnonzero(detached)}  # a node without a clique is none
+        ok = ~detached[fleet.node_domain]
+        if taken:
+            ok &= ~np.isin(fleet.node_domain, sorted(taken))
+        if own:
+            ok &= np.isin(fleet.node_domain, sorted(own))
+        note = _note(fleet, cd, own=own, taken=taken, spans=spans)
+        return replace(request, one_domain=not spans, node_ok=np.ascontiguousarray(ok, dtype=np.uint8), note=note)
+
+    def _held(self, store: ClusterStore, fleet: Fleet, cd: ComputeDomain, gang: str) -> tuple[set[int], set[int]]:
+        """The domains (fleet indices) ``cd``'s pods and other gangs' plans for it hold, and those that pods,
+        plans and node labels of the ComputeDomains it must stay apart from hold; ``gang``'s plan is for ``cd``."""
+        me = _name(cd)
+        reserved = dict(store.reservations())
+        self._owners = {k: v for k, v in self._owners.items() if k in reserved and k != gang}
+        self._owners[gang] = me
+        others = {_name(o): o for o in compute_domains.all_domains(store) if _name(o) != me and _apart(cd, o)}
+        own = _placed(store, fleet, compute_domains.members(store, cd))
+        taken: set[int] = set()
+        for other in others.values():
+            taken |= _placed(store, fleet, compute_domains.members(store, other))
+        for owner, of in self._owners.items():
+            where = {int(fleet.node_domain[h.node_index]) for h in reserved.get(owner, ())}
+            if of == me and owner != gang:
+                own |= where
+            elif of in others:
+                taken |= where
+        taken |= _labelled(fleet, {o.metadata.uid for o in others.values() if o.metadata.uid})
+        return own, taken
+
+
+def _name(cd: ComputeDomain) -> Name:
+    return cd.metadata.namespace, cd.metadata.name
+
+
+def _apart(cd: ComputeDomain, other: ComputeDomain) -> bool:
+    """The two domains must not share a clique: unless both allow it."""
+    return not (compute_domains.shares_cliques(cd) and compute_domains.shares_cliques(other))
+
+
+def _placed(store: ClusterStore, fleet: Fleet, pods: Iterable[Pod]) -> set[int]:
+    """The domains (fleet indices) of the nodes these pods are bound to, or that kilter bound them to (assumed)."""
+    out: set[int] = set()
+    for pod in pods:
+        index = fleet.node_index.get(pod.spec.node_name) if pod.spec.node_name else None
+        if index is None and not pod.spec.node_name:
+            booking = store.booking(pod.metadata.uid or f"{pod.metadata.namespace}/{pod.metadata.name}")
+            index = booking.node if booking is not None else None
+        if index is not None:
+            out.add(int(fleet.node_domain[index]))
+    return out
+
+
+def _labelled(fleet: Fleet, uids: set[str]) -> set[int]:
+    """The domains of nodes the driver labels as serving one of these ComputeDomains (by UID)."""
+    if not uids or not fleet.has_label_key(COMPUTE_DOMAIN_NODE_LABEL):
+        return set()
+    codes, values = fleet.label_codes(COMPUTE_DOMAIN_NODE_LABEL)
+    wanted = [code for value, code in values.items() if value in uids]
+    return {int(d) for d in np.unique(fleet.node_domain[np.isin(codes, wanted)])} if wanted else set()
+
+
+def _note(fleet: Fleet, cd: ComputeDomain, *, own: set[int], taken: set[int], spans: bool) -> str:
+    """What the plan's reason says of the ComputeDomain's rules."""
+    where = f"ComputeDomain {cd.metadata.namespace}/{cd.metadata.name}"
+    parts = [f"{where}: any number of cliques" if spans else f"{where}: one clique"]
+    if own:
+        parts.append("where its pods run: " + ", ".join(fleet.domain_ids[d] for d in sorted(own)))
+    if taken:
+        parts.append(f"{len(taken)} clique{'s' if len(taken) != 1 else ''} of other ComputeDomains left out")
+    return "; ".join(parts)
