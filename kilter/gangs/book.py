@@ -328,7 +328,7 @@ class GangBook:
 
     def _make(self, gang: GangId, pod: Pod, gpus: int) -> GangPlan | None:
         fleet = self.store.fleet()
-        members: list[Pod] | None = None
+        members: list[Pod] | None = list(gang.members) if gang.members is not None else None
         if gang.placed is not None and gang.size is not None:
             bound, size = gang.placed, gang.size  # the caller knows: no need to look through every pod
         else:

@@ -134,6 +134,7 @@ class GangId:
     size: int | None
     pod_sets: tuple[PodSetSpec, ...] = ()
     placed: int | None = None  # pods already placed, when the caller knows (Volcano's session does)
+    members: tuple[Pod, ...] | None = field(default=None, compare=False)  # the gang's pods, when the caller has them
 
 
 def _size(raw: str | None, what: str) -> int | None:

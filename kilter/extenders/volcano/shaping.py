@@ -2,7 +2,10 @@
 
 A job (PodGroup ``minMember`` > 1) is a gang while it still misses members:
 its first ``minMember`` - (tasks holding a node) pending GPU tasks, in
-(role, name) order, grouped by role and GPU shape into pod sets. Its
+(role, name) order, grouped by role and GPU shape into pod sets. A job some
+of whose GPU tasks hold nodes already (a running gang whose failed pods
+were replaced) is shaped whole, its holding tasks as placed members, so the
+gang book repairs it beside them rather than planning the rest afresh. Its
 ``networkTopology`` becomes a topology level, the highest HyperNode tier it
 allows (``network_request``). The job comes from the open session, else
 from its PodGroup and pods in the cluster state (``state_job``). Its gang key
@@ -126,7 +129,25 @@ def make_gang(job: str, info: vw.JobInfo | None, fleet: Fleet, *, state: Callabl
     sets = pod_sets(pending, request, fleet)
     if not sets:
         return None, frozenset()
-    return GangId(gang_key(job), "volcano", need, sets, placed=0), frozenset(t.uid for t in pending)
+    uids = frozenset(t.uid for t in pending)
+    holding = sorted(
+        (t for t in tasks if t.status & vw.HOLDING and t.node_name and task_gpus(t, fleet)[1] > 0),
+        key=lambda t: (t.task_role, t.name),
+    )
+    if holding:  # a running gang short of members: its replacements go beside these (``gangs.repairs``)
+        whole = pod_sets([*holding, *pending], request, fleet)
+        members = tuple(_placed_pod(t) for t in (*holding, *pending))
+        size = len(holding) + len(pending)
+        return GangId(gang_key(job), "volcano", size, whole, placed=len(holding), members=members), uids
+    return GangId(gang_key(job), "volcano", need, sets, placed=0), uids
+
+
+def _placed_pod(task: vw.TaskInfo) -> Pod:
+    """The task's Pod, on the node the session has it on (a task allocated this session has no nodeName yet)."""
+    pod = task_pod(task)
+    if task.node_name and pod.spec.node_name != task.node_name:
+        return msgspec.structs.replace(pod, spec=msgspec.structs.replace(pod.spec, node_name=task.node_name))
+    return pod
 
 
 def state_job(state: ClusterState, fleet: Fleet, job: str) -> vw.JobInfo | None:
