@@ -24,7 +24,7 @@ from kilter._native import gang
 from kilter.model.core_v1 import PodSpec, pod_request
 from kilter.model.errors import InputError
 from kilter.model.jobs import PodSetSpec, TopologyRequest
-from kilter.topology import eligibility, verdicts
+from kilter.topology import eligibility, spares, verdicts
 from kilter.topology.catalog import Catalog, Platform
 from kilter.topology.fleet import Fleet
 
@@ -192,8 +192,12 @@ def _failure(fleet: Fleet, request: GangRequest, platform: Platform, status: int
     return f"pod set {ps.name} needs {shape}; idle, healthy {platform.name} nodes hold {best} such pods"
 
 
-def plan_gang(fleet: Fleet, request: GangRequest) -> Plan:
-    """Plan the gang on the best platform the fleet offers for its device resource."""
+def plan_gang(fleet: Fleet, request: GangRequest, *, hold_spares: bool = True) -> Plan:
+    """Plan the gang on the best platform the fleet offers for its device resource.
+
+    ``hold_spares``: keep the fleet's spare nodes (``spares``) out, as every new plan does; a repair of a
+    running gang passes False, since spares are kept for it.
+    """
     wanted = fleet.catalog.get(request.platform).name if request.platform else None
     candidates = [
         (i, p)
@@ -211,6 +215,8 @@ def plan_gang(fleet: Fleet, request: GangRequest) -> Plan:
         if m is not None:
             mask = m if mask is None else (mask & m)
     node_ok = None if mask is None else np.ascontiguousarray(mask, dtype=np.uint8)
+    if hold_spares:
+        node_ok = spares.usable_mask(fleet, node_ok)
 
     counts = np.array([ps.count for ps in request.pod_sets], dtype=np.int32)
     gpus = np.array([ps.gpus_per_pod for ps in request.pod_sets], dtype=np.int32)
@@ -237,7 +243,8 @@ def plan_gang(fleet: Fleet, request: GangRequest) -> Plan:
         feasible.append(((len(result.domains), len(result.groups), index), result))
     if feasible:
         return min(feasible, key=lambda kv: kv[0])[1]
-    return Plan(False, "; ".join(reasons), request.name, ignored=request.ignored)
+    held = spares.note(fleet) if hold_spares else ""
+    return Plan(False, "; ".join([*reasons, *([held] if held else [])]), request.name, ignored=request.ignored)
 
 
 def rank_order(fleet: Fleet, nodes: npt.NDArray[np.int32]) -> npt.NDArray[np.int32]:
@@ -305,12 +312,14 @@ def place_pods(
     *,
     required: int = LEVEL_NONE,
     preferred: int = LEVEL_DOMAIN,
+    hold_spares: bool = True,
 ) -> npt.NDArray[np.int32] | None:
     """The nodes ``plan_gang`` would choose for pod sets of (count, GPUs per pod) on one platform, or None.
 
     The same planner call without names, reasons or node selectors: the
     simulator asks it about every job of a trace, so it skips what only
-    people read. Levels are ``LEVEL_NONE``, ``LEVEL_DOMAIN`` or a level above.
+    people read. Levels are ``LEVEL_NONE``, ``LEVEL_DOMAIN`` or a level above; ``hold_spares`` as
+    ``plan_gang``'s.
     """
     n = len(pod_sets)
     counts = np.fromiter((c for c, _ in pod_sets), dtype=np.int32, count=n)
@@ -326,7 +335,7 @@ def place_pods(
         np.ones(n, dtype=np.int32),
         np.full(n, LEVEL_NONE, dtype=np.int32),
         platform,
-        None,
+        spares.usable_mask(fleet, None) if hold_spares else None,
         out,
         info,
     )
