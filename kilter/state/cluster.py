@@ -87,7 +87,7 @@ class ClusterState:
     pod_groups: list[PodGroup] = field(default_factory=list)
     raw: snapshot.RawObjects = field(default_factory=snapshot.RawObjects)
     skipped: frozenset[tuple[str, str]] = field(default=frozenset(), init=False)  # kinds ``load`` left unread
-    spare_nodes_default: int = 0  # --spare-nodes-per-domain: spares per domain where no object sets more
+    spare_nodes_default: int = field(default=0, init=False)  # --spare-nodes-per-domain, set before fleet()
     spare_problems: tuple[str, ...] = field(default=(), init=False)  # spare settings skipped (``spare_settings``)
     _fleet: Fleet | None = field(default=None, init=False, repr=False)
     _idle: Fleet | None = field(default=None, init=False, repr=False)

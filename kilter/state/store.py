@@ -448,7 +448,8 @@ class ClusterStore:
             lists = {name: self._list(kind, cls) for name, (kind, cls) in TYPES.items()}
             received = {kind: list(self._by_kind[kind].values()) for kind in KNOWN_KINDS if kind not in TYPED_KINDS}
             raw = RawObjects(cast(dict[tuple[str, str], list[dict[str, Any]]], received), Counter(self.ignored))
-            state = ClusterState(catalog=self.catalog, raw=raw, spare_nodes_default=self.spare_nodes_default, **lists)
+            state = ClusterState(catalog=self.catalog, raw=raw, **lists)
+            state.spare_nodes_default = self.spare_nodes_default
             self._state = (self.version, state)
         return self._state[1]
 

@@ -70,7 +70,7 @@ def flavor_reach(fleet: Fleet, node_labels: Mapping[str, str]) -> DomainMask:
         codes, values = fleet.label_codes(key)
         match &= codes == values.get(value, -2)
     hit = np.bincount(fleet.node_domain[match], minlength=len(fleet.domain_ids)) > 0
-    return hit & spares.eligible_domains(fleet)  # type: ignore[no-any-return]
+    return hit & spares.eligible_domains(fleet)
 
 
 def _groups_reach(
@@ -131,7 +131,7 @@ def limit(fleet: Fleet, reach: DomainMask, catalog: Catalog | None = None) -> in
     if reach.any():
         plats = np.unique(fleet.bitmap.domain_platforms[reach]).tolist()
         sizes = np.diff(fleet.bitmap.domain_node_start)[reach]
-        return max(max(fleet.platforms[p].nodes_per_domain for p in plats), int(sizes.max()))
+        return int(max(max(fleet.platforms[p].nodes_per_domain for p in plats), int(sizes.max())))
     catalog = catalog or fleet.catalog
     return max((p.nodes_per_domain for p in catalog.platforms if p.is_multi_node), default=1)
 

@@ -44,7 +44,18 @@ from kilter._native import domains
 from kilter.model.annotations import SPARE_NODES_PER_DOMAIN
 from kilter.topology.fleet import Fleet
 
-__all__ = ["SpareCounts", "assign", "eligible_domains", "held_count", "held_mask", "note", "tally", "usable_mask"]
+__all__ = [
+    "PlatformSpares",
+    "SpareCounts",
+    "assign",
+    "by_platform",
+    "eligible_domains",
+    "held_count",
+    "held_mask",
+    "note",
+    "tally",
+    "usable_mask",
+]
 
 
 @dataclass(frozen=True)
@@ -122,6 +133,32 @@ def tally(fleet: Fleet) -> SpareCounts:
     healthy = np.where(np.diff(bm.domain_node_start) > 0, healthy, 0)  # reduceat of an empty range repeats a node
     reachable = np.minimum(wanted, healthy).astype(np.int32)
     return SpareCounts(wanted.astype(np.int32), held, reachable - held, (wanted - reachable).astype(np.int32))
+
+
+@dataclass(frozen=True)
+class PlatformSpares:
+    """One platform's spare counts summed over its domains that ask for spares (``domains`` of them)."""
+
+    platform: str
+    domains: int
+    wanted: int
+    held: int
+    used: int
+    short: int
+
+
+def by_platform(fleet: Fleet, counts: SpareCounts | None = None) -> list[PlatformSpares]:
+    """Per platform (fleet order) with a domain asking for spares, the sums of ``tally``; [] when none asks."""
+    counts = counts or tally(fleet)
+    asking = counts.wanted > 0
+    plat = fleet.bitmap.domain_platforms
+    out = []
+    for i, p in enumerate(fleet.platforms):
+        sel = asking & (plat == i)
+        if sel.any():
+            sums = (int(a[sel].sum()) for a in (counts.wanted, counts.held, counts.used, counts.short))
+            out.append(PlatformSpares(p.name, int(sel.sum()), *sums))
+    return out
 
 
 def note(fleet: Fleet) -> str:
