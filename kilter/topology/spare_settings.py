@@ -45,6 +45,7 @@ from kilter.topology.fleet import Fleet
 __all__ = [
     "SpareSettings",
     "apply",
+    "check",
     "cohort_reach",
     "flavor_reach",
     "limit",
@@ -188,3 +189,29 @@ def apply(
     settings = resolve(fleet, flavors=flavors, cluster_queues=cluster_queues, cohorts=cohorts, default=default)
     spares.assign(fleet, settings.per_domain)
     return settings.problems
+
+
+def check(
+    fleet: Fleet,
+    obj: ResourceFlavor | ClusterQueue | Cohort,
+    *,
+    flavors: Sequence[ResourceFlavor] = (),
+    cluster_queues: Sequence[ClusterQueue] = (),
+    cohorts: Sequence[Cohort] = (),
+) -> None:
+    """``InputError`` if ``obj``'s spare count is no whole number within ``limit`` of what it would reach among
+    these objects (the validating webhook, before ``obj`` is stored: ``obj`` replaces its namesake)."""
+    raw = obj.metadata.annotations.get(SPARE_NODES_PER_DOMAIN)
+    if raw is None:
+        return
+    name = obj.metadata.name
+    if isinstance(obj, ResourceFlavor):
+        where = flavor_reach(fleet, obj.spec.node_labels)
+    else:
+        reach = {rf.metadata.name: flavor_reach(fleet, rf.spec.node_labels) for rf in flavors}
+        if isinstance(obj, ClusterQueue):
+            where = queue_reach(fleet, obj, reach)
+        else:
+            others = [c for c in cohorts if c.metadata.name != name]
+            where = cohort_reach(fleet, name, cluster_queues=cluster_queues, cohorts=[*others, obj], flavors=reach)
+    parse_spare_nodes(raw, limit=limit(fleet, where), what=f"{obj.kind} {name}: {SPARE_NODES_PER_DOMAIN}")
