@@ -15,10 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from kilter.cli.serve import build_app
-
 from tests.extenders.conftest import Served, _Server, names_args, pod_json, serve_config, serve_snapshot
-from tests.live_mode import live_cluster, wait_ready
 from tests.gangs.wait_scenario import gang_pods
+from tests.live_mode import live_cluster, wait_ready
 from tests.topology.builders import CLIQUE, TIER1, node_dict
 
 KEY = "kilter.dev/spare-nodes-per-domain"
