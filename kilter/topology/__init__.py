@@ -9,6 +9,8 @@ from kilter.topology import (
     labels,
     plan,
     score,
+    spare_settings,
+    spares,
     split_wait,
     verdicts,
 )
@@ -49,6 +51,8 @@ __all__ = [
     "score",
     "score_pod",
     "score_pod_json",
+    "spare_settings",
+    "spares",
     "split_wait",
     "verdicts",
 ]
