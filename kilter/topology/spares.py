@@ -94,13 +94,14 @@ def held_mask(fleet: Fleet) -> npt.NDArray[np.bool_] | None:
     if wanted is None or fleet.n_nodes == 0:
         return None
     bm = fleet.bitmap
-    node_domain = fleet.node_domain
-    idle = (bm.node_usable_flags != 0) & (bm.node_used_gpus == 0)
-    # Rank of each idle node from the top of its domain: idle nodes at or above it, within the domain.
+    idle = bm.node_used_gpus == 0
+    idle &= bm.node_usable_flags != 0
+    # Idle nodes at or after each node, fleet-wide; a node is a spare when that count, less the idle nodes of the
+    # domains after its own, is at most its domain's N: one threshold per domain, one gather per node.
     at_or_after = np.cumsum(idle[::-1], dtype=np.int32)[::-1]
-    from_next_domain = np.append(at_or_after, 0)[bm.domain_node_start[1:]]
-    rank = at_or_after - from_next_domain[node_domain]
-    return idle & (rank <= wanted[node_domain])  # type: ignore[no-any-return]
+    threshold = np.append(at_or_after, 0)[bm.domain_node_start[1:]] + wanted
+    idle &= at_or_after <= threshold[fleet.node_domain]
+    return idle  # type: ignore[no-any-return]
 
 
 def usable_mask(fleet: Fleet, node_ok: npt.NDArray[np.uint8] | None) -> npt.NDArray[np.uint8] | None:
