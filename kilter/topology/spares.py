@@ -52,6 +52,7 @@ __all__ = [
     "eligible_domains",
     "held_count",
     "held_mask",
+    "is_spare",
     "note",
     "tally",
     "usable_mask",
@@ -102,6 +103,22 @@ def held_mask(fleet: Fleet) -> npt.NDArray[np.bool_] | None:
     threshold = np.append(at_or_after, 0)[bm.domain_node_start[1:]] + wanted
     idle &= at_or_after <= threshold[fleet.node_domain]
     return idle  # type: ignore[no-any-return]
+
+
+def is_spare(fleet: Fleet, node: int) -> bool:
+    """Whether node ``node`` (a fleet index; -1: none) is a spare now: ``held_mask(fleet)[node]`` from its own domain
+    alone, for callers that ask about one node at a time (Volcano's predicate)."""
+    wanted = fleet.spare_nodes
+    if wanted is None or node < 0:
+        return False
+    domain = int(fleet.node_domain[node])
+    count = int(wanted[domain])
+    if count == 0:
+        return False
+    bm = fleet.bitmap
+    end = int(bm.domain_node_start[domain + 1])
+    idle = (bm.node_used_gpus[node:end] == 0) & (bm.node_usable_flags[node:end] != 0)
+    return bool(idle[0]) and int(np.count_nonzero(idle)) <= count
 
 
 def usable_mask(fleet: Fleet, node_ok: npt.NDArray[np.uint8] | None) -> npt.NDArray[np.uint8] | None:

@@ -134,3 +134,12 @@ def test_live_a_flavor_annotated_through_the_api_moves_the_spares_the_plan_avoid
             served.post("filter", names_args(pods[0], NODES))
             planned = planned_nodes(served, "live")
             assert len(planned) == 17 and not planned & SPARES
+
+
+def test_a_lone_gpu_pod_is_kept_off_the_spares_unresolvably(tmp_path: Path) -> None:
+    with serve_snapshot(tmp_path, objects()) as served:
+        _, answer = served.post("filter", names_args(pod_json("lone", 4), NODES))
+        assert set(answer["NodeNames"]) == set(NODES) - SPARES
+        assert answer["FailedAndUnresolvableNodes"] == {
+            n: f"kept spare for repairs of running gangs ({KEY})" for n in sorted(SPARES)
+        }
