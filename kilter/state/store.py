@@ -455,7 +455,8 @@ class ClusterStore:
 
     def problems(self) -> list[str]:
         """What is wrong with the state kilter serves, one line each, for ``/readyz``: the state is older than its
-        source, objects were left out, objects came twice, ClusterQueues are inactive. Empty when nothing is."""
+        source, objects were left out, objects came twice, spare settings were skipped, ClusterQueues are inactive.
+        Empty when nothing is."""
         out = [self.feed_error] if self.feed_error else []
         out += self.unreadable() + [why for _, why in sorted(self._duplicates.items())] + list(self._spare_problems)
         return out + self.inactive_cluster_queues()
