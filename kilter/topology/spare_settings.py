@@ -74,9 +74,7 @@ def flavor_reach(fleet: Fleet, node_labels: Mapping[str, str]) -> DomainMask:
     return hit & spares.eligible_domains(fleet)
 
 
-def _groups_reach(
-    fleet: Fleet, groups: Iterable[ResourceGroup], flavors: Mapping[str, DomainMask]
-) -> DomainMask:
+def _groups_reach(fleet: Fleet, groups: Iterable[ResourceGroup], flavors: Mapping[str, DomainMask]) -> DomainMask:
     """The domains the flavors of these resource groups reach, each on the platforms of the resources covered."""
     resource_of = np.array([p.device_resource for p in fleet.platforms], dtype=object)
     resource = resource_of[fleet.bitmap.domain_platforms] if len(resource_of) else np.array([], dtype=object)
