@@ -23,6 +23,7 @@ BENCHMARKS = (
     "simulate",
     "hostile",
     "plugin",
+    "repair",
 )
 ONE = (
     "import json; from bench import common, {name}; results = {name}.main(); "

@@ -80,7 +80,7 @@ class PlacementServer:
             options=[
                 ("grpc.max_receive_message_length", MAX_RECEIVE_BYTES),
                 ("grpc.so_reuseport", 0),
-            ]
+            ],
         )
         pb_grpc.add_PlacementServicer_to_server(PlacementServicer(self.sources), server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)

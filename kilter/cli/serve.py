@@ -378,7 +378,9 @@ def _plan_recorder(api: ApiServer | None, live: LiveFeed | None) -> PlanRecorder
     if api is None:
         return None
     kueue_version = (lambda: live.served_version(KUEUE_GROUP, "Workload")) if live is not None else None
-    return PlanRecorder(api, kueue_version=kueue_version)
+    recorder = PlanRecorder(api, kueue_version=kueue_version)
+    recorder.events = EventRecorder(api, is_writer=lambda: recorder.is_writer())
+    return recorder
 
 
 def _connect(config: ServeConfig) -> ApiServer | None:

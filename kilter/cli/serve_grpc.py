@@ -85,6 +85,7 @@ def placement_server(
     notes: Callable[[str], dict[str, str] | None] | None = app.volcano.notes.get if app.volcano is not None else None
     sources = Sources(store, app.extender.gangs, log.feed, log.explain, notes=notes, trusted=trusted)
     bind = config.grpc_port if port is None else port
+
     def internal_error(method: str) -> None:
         app.metrics.internal_errors.labels(method).inc()
 

@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from kilter.gangs import layout, ranks, records, refit, trust
+from kilter.gangs import layout, ranks, records, refit, repairs, trust
 from kilter.gangs.identity import INDEXED_ANNOTATIONS, INDEXED_LABELS, GangId, gang_of, in_gang
 from kilter.gangs.keys import PlanKeys
 from kilter.gangs.layout import Layout, SlotSpec
@@ -85,7 +85,7 @@ class GangPlan:
     slots: list[Slot]
     created: float
     generation: int
-    origin: str = "planned"  # "planned" here, "record" (adopted from the cluster), "admission-check"
+    origin: str = "planned"  # "planned" here, "repair" (beside a running gang's pods), "record", "admission-check"
     pods: tuple[str, ...] = ()  # the gang's pods unbound when it was planned: where a record goes without an owner
     verified: bool = True  # a pod of the gang that the state holds asked for it (``trust``); else not recorded yet
     asker: tuple[str, str, str] = ("", "", "")  # namespace, name and uid of the unseen pod an unverified plan is for
@@ -95,6 +95,7 @@ class GangPlan:
     waiting: bool = False  # held back for room in fewer domains (``waits``): infeasible, holding no nodes
     retry_s: float = INFEASIBLE_RETRY_S  # an infeasible plan is asked again after this long
     free_at: int = 0  # the fleet's free GPUs when an infeasible plan was made: asked again as soon as more are free
+    repaired: tuple[repairs.Repaired, ...] = ()  # a repair plan's replacements: which rank went where, and why
 
     @property
     def open_gpus(self) -> int:
@@ -231,7 +232,7 @@ class GangBook:
         plan.verified, plan.asker = True, ("", "", "")
         members = in_gang(plan.gang.key).members(self.store)
         plan.pods = tuple(sorted(p.metadata.name for p in members if not p.spec.node_name))
-        if plan.feasible and plan.origin == "planned":
+        if plan.feasible and plan.origin in ("planned", "repair"):
             self._tell(plan)
 
     def _room_for_unseen(self, plan: GangPlan) -> bool:
@@ -339,10 +340,14 @@ class GangBook:
             return None
         shaped = layout.of_gang(gang, pod, gpus, members, size=size, bound=bound, catalog=fleet.catalog)
         request = gang_request(gang.key, shaped.to_place, fleet.catalog)
-        adopted = self._from_record(gang, request, members, shaped)
+        if bound and members is None:
+            members = in_gang(gang.key).members(self.store)
+        record = self._record(gang, members)
+        adopted = self._from_record(gang, request, members, shaped, record)
         if adopted is not None:
             return adopted
-        result = plan_gang(fleet, request)
+        fixed = repairs.plan_repair(fleet, request, shaped, members or (), record) if bound else None
+        result = fixed.plan if fixed is not None else plan_gang(fleet, request)
         wait = self.waits.for_gang(gang, pod, request, result) if self.waits is not None and not bound else None
         if wait is not None and wait.wait:  # nothing reserved, nothing recorded; asked again within INFEASIBLE_RETRY_S
             waits = Plan(False, wait.reason, gang.key, result.platform)
@@ -359,14 +364,15 @@ class GangBook:
         if held is not None and held.metadata.uid == pod.metadata.uid and not held.spec.node_name:
             unbound.add(pod.metadata.name)  # only pods the state holds get a record (``trust``)
         now, generation, pods = self.clock(), self.store.generation, tuple(sorted(unbound))
+        if fixed is not None:
+            origin, repaired = "repair", fixed.repaired
+            return GangPlan(gang, result, slots, now, generation, origin, pods, shapes=shaped.shapes, repaired=repaired)
         return GangPlan(gang, result, slots, now, generation, pods=pods, shapes=shaped.shapes)
 
     # ------------------------------------------------------------------ records
 
-    def _from_record(
-        self, gang: GangId, request: GangRequest, members: list[Pod] | None, shaped: Layout
-    ) -> GangPlan | None:
-        """The gang's recorded plan, taken up again if it still holds; None when there is none or it does not."""
+    def _record(self, gang: GangId, members: list[Pod] | None) -> records.PlanRecord | None:
+        """The gang's newest plan record that verifies, of any age (a repair reads the ranks' nodes from it)."""
         owner = records.owner_of(gang.key)
         if owner is not None:
             where = f"{owner[1]} {owner[2]}/{owner[3]}"
@@ -374,10 +380,21 @@ class GangBook:
         else:
             where = f"the pods of gang {gang.key}"
             record = records.newest(members or (), keys=self.keys, owner_uid=self._owner_uid)
-        if record is None:
-            return None
-        if record.gang != gang.key:
+        if record is not None and record.gang != gang.key:
             log.info("%s: the plan record names gang %s, not %s; ignored", where, record.gang, gang.key)
+            return None
+        return record
+
+    def _from_record(
+        self,
+        gang: GangId,
+        request: GangRequest,
+        members: list[Pod] | None,
+        shaped: Layout,
+        record: records.PlanRecord | None,
+    ) -> GangPlan | None:
+        """The gang's recorded plan, taken up again if it is young enough and still holds; None otherwise."""
+        if record is None:
             return None
         age = self.wall() - record.at_s
         if abs(age) > self.timeout_s:

@@ -148,15 +148,18 @@ def _gpus(spec: PodSpec, resources: Sequence[str]) -> tuple[str, int]:
 
 
 def _holds(
-    shapes: Sequence[Shape], members: Sequence[Pod], resources: Sequence[str]
+    shapes: Sequence[Shape],
+    members: Sequence[Pod],
+    resources: Sequence[str],
+    asks: Mapping[int, tuple[str, int]] | None = None,
 ) -> tuple[dict[str, tuple[int, ...]], tuple[Taken, ...]] | None:
     """Per pod set, the ranks no bound pod holds, and the bound GPU pods' ranks; None when a bound GPU pod holds
-    none, or two hold one."""
+    none, or two hold one. ``asks``: each member's ``_gpus`` by ``id``, when the caller read them already."""
     taken: list[Taken] = []
     for m in members:
         if not m.spec.node_name:
             continue
-        g = _gpus(m.spec, resources)[1]
+        g = (asks[id(m)] if asks is not None else _gpus(m.spec, resources))[1]
         place = place_of(m, g, shapes)
         if not isinstance(place, Place):
             if g:
@@ -183,8 +186,9 @@ def _built(pod: Pod, gpus: int, members: list[Pod], *, size: int, bound: int, re
     resource = _gpus(pod.spec, resources)[0]
     mine = (group_of(pod), gpus)
     groups: dict[tuple[str, int], list[Pod]] = {mine: []}
+    asks = {id(m): _gpus(m.spec, resources) for m in members}  # read once: a 512-pod gang's repair reads them all
     for m in members:
-        r, g = _gpus(m.spec, resources)
+        r, g = asks[id(m)]
         groups.setdefault((group_of(m), g) if r in (resource, "") else mine, []).append(m)
     count = {k: len(pods) + (size - len(members) if k == mine else 0) for k, pods in groups.items()}
     keys = sorted(groups, key=lambda k: (_role(k[0]), _lowest(groups[k]), k))
@@ -197,7 +201,7 @@ def _built(pod: Pod, gpus: int, members: list[Pod], *, size: int, bound: int, re
         for k in keys
         if left[name[k]] > 0
     )
-    held = _holds(shapes, members, resources)
+    held = _holds(shapes, members, resources, asks)
     if held is None or any(len(held[0][s.name]) != max(left[s.name], 0) for s in shapes if s.gpus > 0):
         return Layout(shapes, to_place)
     return Layout(shapes, to_place, {ps.name: held[0][ps.name] for ps in to_place}, held[1])

@@ -8,6 +8,11 @@ never raised. A record over ``records.MAX_BYTES`` is not written. Each
 object gets the record signed for its own UID (``records``, ``keys``), as
 the gang book gives it (``GangPlan.uids``); an object kilter's state does
 not show is not written, as there is nothing to sign for.
+
+A repair plan also says what it replaced, as a ``Repaired`` Event per moved
+rank ("replaced gb200-r07-t03 by gb200-r07-t16 in domain ..., rank 27 of pod
+set workers ...") on the gang's Workload or PodGroup, or on the replacement
+pod of a gang without one: what ``kubectl describe`` shows the person on call.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from kilter.gangs.identity import GangId, GangKey
 from kilter.gangs.keys import PlanKeys
 from kilter.gangs.records import KUEUE, MAX_BYTES, PLAN_ANNOTATION, VOLCANO, PlanRecord, encode, owner_of
 from kilter.kube.api import ApiServer, object_path
+from kilter.kube.events import EventRecorder, Involved
 from kilter.model.errors import InputError, KilterError
 
 __all__ = ["MERGE_PATCH", "PlanRecorder"]
@@ -52,6 +58,7 @@ class PlanRecorder:
         kueue_version: Callable[[], str] | None = None,
         wall: Callable[[], float] = time.time,
         keys: PlanKeys | None = None,
+        events: EventRecorder | None = None,
     ) -> None:
         self.api = api
         self.keys = keys or PlanKeys.ephemeral(announce=False)  # ``kilter serve`` sets the gang book's keys
@@ -64,6 +71,7 @@ class PlanRecorder:
         self.unknown = 0  # objects not written: kilter's state does not show their UID, so nothing to sign for
         self._stop_at: float | None = None
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kilter-plans")
+        self.events = events
 
     def on_planned(self, gang: GangId, plan: GangPlan) -> Future[None] | None:
         """Queue the record of ``plan`` (called on the event loop when a plan is made); its future, if queued."""
@@ -90,6 +98,7 @@ class PlanRecorder:
                 writes.append((path, encode(record, keys=self.keys, uid=uid)))
             else:
                 self.unknown += 1
+        self._tell_repairs(gang.key, plan)
         if not writes:
             log.info("gang %s: no object kilter's state shows to record the plan on", gang.key)
             return None
@@ -98,6 +107,31 @@ class PlanRecorder:
         except RuntimeError:  # shut down: the server is stopping
             log.info("gang %s: plan not recorded, kilter is stopping", gang.key)
             return None
+
+    def _tell_repairs(self, gang_key: str, plan: GangPlan) -> None:
+        """A ``Repaired`` Event per rank a repair plan moved (or placed without knowing its old node)."""
+        if self.events is None:
+            return
+        try:
+            owner = owner_of(gang_key)
+        except InputError:
+            return
+        namespace = GangKey.parse(gang_key).namespace
+        for moved in plan.repaired:
+            if moved.was == moved.now:
+                continue
+            if owner is not None:
+                group = VOLCANO if owner[1] == "PodGroup" else KUEUE
+                version = "v1beta1" if owner[1] == "PodGroup" else self._kueue_version()
+                about = Involved(f"{group}/{version}", owner[1], namespace, owner[3], plan.uids.get(owner[3], ""))
+            elif moved.pod:
+                about = Involved("v1", "Pod", namespace, moved.pod, plan.uids.get(moved.pod, ""))
+            else:
+                continue
+            self.events.record(about, "Repaired", f"gang {gang_key}: {moved}")
+
+    def _kueue_version(self) -> str:
+        return (self.kueue_version() if self.kueue_version is not None else "") or KUEUE_DEFAULT_VERSION
 
     def paths(self, gang_key: str, pods: Sequence[str]) -> list[str]:
         """Where the record goes: the owner object's path, else each pod's; ``InputError`` for a malformed key or a
@@ -108,8 +142,7 @@ class PlanRecorder:
         if owner is not None:
             if owner[1] == "PodGroup":
                 return [object_path(f"/apis/{VOLCANO}/v1beta1", "podgroups", owner[3], namespace=ns)]
-            version = (self.kueue_version() if self.kueue_version is not None else "") or KUEUE_DEFAULT_VERSION
-            return [object_path(f"/apis/{KUEUE}/{version}", "workloads", owner[3], namespace=ns)]
+            return [object_path(f"/apis/{KUEUE}/{self._kueue_version()}", "workloads", owner[3], namespace=ns)]
         return [object_path("/api/v1", "pods", pod, namespace=ns) for pod in pods]
 
     def _write(self, gang_key: str, writes: list[tuple[str, str]]) -> None:
@@ -136,3 +169,5 @@ class PlanRecorder:
         """Write what is queued for up to ``timeout_s`` more, then stop."""
         self._stop_at = time.monotonic() + timeout_s
         self._pool.shutdown(wait=True)
+        if self.events is not None:
+            self.events.close()

@@ -50,7 +50,8 @@ def seat(plan: GangPlan, pod: Pod, uid: str, gpus: int, store: ClusterStore) -> 
         if slot is None or slot.gpus != gpus:
             note = f"{found} has no slot in this plan (made without ranks): any free slot of its shape"
         elif not slot.uid:
-            return Seat((slot.node_index,), found, f"holds {found} on {slot.node}")
+            repaired = next((f"; {r}" for r in plan.repaired if r.place == found), "")
+            return Seat((slot.node_index,), found, f"holds {found} on {slot.node}{repaired}")
         elif not ranks.is_gone(store, slot.uid):
             note = f"{found} is held by pod {_who(store, slot.uid)} on {slot.node}: any free slot of its shape"
         elif store.fleet().bitmap.node_free_gpus(slot.node_index) >= gpus:

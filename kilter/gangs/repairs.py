@@ -1,0 +1,184 @@
+"""Repair plans for gangs whose pods run: replacement pods go next to the survivors, each to its own rank's place.
+
+When a running gang loses pods (a node failed, a pod was deleted) its job
+controller makes replacements with the same indices. A fresh plan for those
+pods would put them wherever the fleet is best for them alone; the gang
+wants them beside its survivors. So when the gang book plans a gang with
+pods bound already, it asks here first: the rank each replacement holds
+(``layout``), the node that rank held (the gang's newest plan record, of any
+age: a gang may run for weeks after its plan), the survivors' nodes, and
+``topology.repair`` chooses. The answer is an ordinary ``Plan`` (node per
+replacement, in the layout's rank order), so the book reserves, records and
+holds pods to it as to any plan, and a restarted kilter takes the recorded
+repair up again, plus what was replaced by what, for ``explain`` and Events.
+
+Pod sets that *require* a topology level keep that requirement in a repair:
+their replacements stay inside the group (domain, block ...) holding most of
+the survivors (``topology.repair.within``).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from kilter.gangs.layout import Layout
+from kilter.gangs.ranks import Place, place_of
+from kilter.gangs.records import PlanRecord
+from kilter.model.core_v1 import Pod, pod_request
+from kilter.model.errors import InputError
+from kilter.topology import eligibility, repair
+from kilter.topology.fleet import Fleet
+from kilter.topology.plan import GangRequest, Plan, PlannedPodSet
+
+__all__ = ["Repair", "Repaired", "plan_repair"]
+
+
+@dataclass(frozen=True)
+class Repaired:
+    """One replacement: the rank it holds (None: the gang is unranked), the node that rank held ("" unknown), the
+    node it goes to, that node's scale-up domain, which rung of the repair ladder chose it, and the pod that holds
+    the rank now ("" when no pod in the state says it does yet)."""
+
+    place: Place | None
+    was: str
+    now: str
+    domain: str
+    how: str
+    pod: str = ""
+
+    def __str__(self) -> str:
+        rank = f", {self.place}" if self.place is not None else ""
+        if self.was == self.now:
+            return f"kept {self.now} in domain {self.domain}{rank} ({self.how})"
+        was = f"replaced {self.was} by" if self.was else "placed on"
+        return f"{was} {self.now} in domain {self.domain}{rank} ({self.how})"
+
+
+@dataclass(frozen=True)
+class Repair:
+    plan: Plan
+    repaired: tuple[Repaired, ...]
+
+
+def plan_repair(
+    fleet: Fleet, request: GangRequest, shaped: Layout, members: Sequence[Pod], record: PlanRecord | None
+) -> Repair | None:
+    """The repair plan for ``request`` (the gang's pods still to place), or None when there is nothing to repair
+    next to (no bound GPU pod of the gang on a node of the fleet): the caller plans afresh."""
+    survivors = [
+        fleet.node_index[p.spec.node_name] for p in members if p.spec.node_name and p.spec.node_name in fleet.node_index
+    ]
+    platforms = Counter(int(fleet.bitmap.domain_platforms[fleet.node_domain[n]]) for n in survivors)
+    candidates = [i for i, p in enumerate(fleet.platforms) if p.device_resource == request.resource]
+    platform = max(candidates, key=lambda i: (platforms[i], -i)) if candidates else -1
+    if platform < 0 or not platforms[platform]:
+        return None
+    mask = _mask(fleet, platform, request, survivors)
+    homes = _homes(record, shaped)
+    places: list[Place | None] = []
+    wanted: list[repair.Replacement] = []
+    for ps in request.pod_sets:
+        ranks = shaped.ranks.get(ps.name)
+        for i in range(ps.count):
+            place = Place(ps.name, ranks[i]) if ranks is not None and len(ranks) == ps.count else None
+            home = homes.get(place) if place is not None else None
+            places.append(place)
+            wanted.append(repair.Replacement(ps.gpus_per_pod, fleet.node_index.get(home) if home else None))
+    chosen = repair.repair(fleet, platform, survivors, wanted, node_ok=mask)
+    name = fleet.platforms[platform].name
+    if isinstance(chosen, str):
+        return Repair(Plan(False, f"repair: {chosen}", request.name, name, ignored=request.ignored), ())
+    return _plan(fleet, request, name, survivors, chosen, places, homes, _holders(request, shaped, members))
+
+
+def _holders(request: GangRequest, shaped: Layout, members: Sequence[Pod]) -> dict[Place, str]:
+    """The unbound pod that holds each rank (by its index), by name."""
+    out: dict[Place, str] = {}
+    for pod in members:
+        if pod.spec.node_name:
+            continue
+        try:
+            gpus = pod_request(pod.spec, request.resource, path="$.spec")
+        except InputError:
+            continue
+        place = place_of(pod, gpus, shaped.shapes)
+        if isinstance(place, Place):
+            out[place] = pod.metadata.name
+    return out
+
+
+def _mask(
+    fleet: Fleet, platform: int, request: GangRequest, survivors: Sequence[int]
+) -> np.ndarray[tuple[int], np.dtype[np.bool_]] | None:
+    """The nodes every replacement may use: its pod set's selectors and tolerations, and a required level kept."""
+    mask = None
+    for ps in request.pod_sets:
+        for m in (
+            eligibility.node_mask(fleet, ps.spec, path=f"pod set {ps.name}: spec"),
+            repair.within(fleet, platform, ps.topology.required, survivors) if ps.topology.required else None,
+        ):
+            if m is not None:
+                mask = m if mask is None else (mask & m)
+    return mask
+
+
+def _homes(record: PlanRecord | None, shaped: Layout) -> dict[Place, str]:
+    """The node each rank held in the gang's last plan (none when the record does not list the gang whole)."""
+    if record is None:
+        return {}
+    places = shaped.record_places(len(record.slots))
+    return {p: node for p, (node, _) in zip(places, record.slots, strict=True) if p is not None}
+
+
+def _plan(
+    fleet: Fleet,
+    request: GangRequest,
+    platform: str,
+    survivors: Sequence[int],
+    chosen: Sequence[repair.Choice],
+    places: Sequence[Place | None],
+    homes: dict[Place, str],
+    holders: dict[Place, str],
+) -> Repair:
+    names = fleet.node_names
+    nodes = [c.node for c in chosen]
+    pod_sets, gpus, pos = [], [], 0
+    for ps in request.pod_sets:
+        planned = tuple(names[n] for n in nodes[pos : pos + ps.count])
+        pod_sets.append(PlannedPodSet(ps.name, ps.count, ps.gpus_per_pod, planned))
+        gpus += [ps.gpus_per_pod] * ps.count
+        pos += ps.count
+    repaired = tuple(
+        Repaired(
+            p,
+            homes.get(p, "") if p is not None else "",
+            names[c.node],
+            fleet.domain_of_node(c.node),
+            repair.describe(fleet, c),
+            holders.get(p, "") if p is not None else "",
+        )
+        for c, p in zip(chosen, places, strict=True)
+    )
+    gang_domains = sorted({fleet.domain_of_node(n) for n in (*survivors, *nodes)})
+    steps = Counter(c.step for c in chosen)
+    told = ", ".join(f"{steps[s]} {s}" for s in repair.STEPS if steps[s])
+    reason = (
+        f"repair: {len(nodes)} pods, {sum(gpus)} GPUs beside {len(survivors)} running ({told}); "
+        f"the gang spans {len(gang_domains)} scale-up domain{'s' if len(gang_domains) != 1 else ''} of {platform}"
+    )
+    plan = Plan(
+        True,
+        reason,
+        request.name,
+        platform,
+        tuple(pod_sets),
+        tuple(gang_domains),
+        ignored=request.ignored,
+        node_indices=tuple(nodes),
+        gpus=tuple(gpus),
+    )
+    return Repair(plan, repaired)
