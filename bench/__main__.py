@@ -13,6 +13,7 @@ from pathlib import Path
 
 BENCHMARKS = (
     "topology",
+    "spares",
     "quota",
     "extender",
     "webhooks",

@@ -91,6 +91,7 @@ def inventory(inv: Inventory) -> pb.InventoryResponse:
             gangs=[pb.GangOnDomain(key=g.key, pods=g.pods, gpus=g.gpus) for g in d.gangs],
             trays=d.trays,
             detached=d.detached,
+            spares_used=d.spares_used,
         )
         for d in inv.domains
     ]

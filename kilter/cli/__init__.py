@@ -27,6 +27,7 @@ __all__ = [
     "serve_grpc",
     "simulate",
     "sources",
+    "spare_flag",
 ]
 
 

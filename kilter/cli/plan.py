@@ -20,6 +20,7 @@ from typing import Any
 
 from kilter.cli import render, sources
 from kilter.cli.serve_config import add_split_wait_arguments, read_split_wait
+from kilter.cli.spare_flag import add_spare_argument, read_spare_nodes
 from kilter.gangs.planning import plan_job_waits, plan_to_dict
 from kilter.gangs.waits import NO_WAIT, Waits
 from kilter.model.errors import InputError
@@ -54,6 +55,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="judge a preferred gang's wait for fewer domains at this time (default: now), e.g. 2026-12-01T10:00:00Z",
     )
     add_split_wait_arguments(p)
+    add_spare_argument(p)
     sources.add_source_arguments(p)
     p.add_argument("-o", "--output", choices=("table", "json", "yaml"), default="table")
     p.set_defaults(func=run)
@@ -93,7 +95,8 @@ def render_plans(fleet: Fleet, job: JobSpec, plans: list[Plan], waits: Sequence[
         out.append(render.table(("POD SET", "PODS", "GPUS/POD", "DOMAIN", "NODES"), rows))
         if plan.groups:
             out.append(f"{plan.group_level}: {', '.join(plan.groups)}\n")
-    return "".join(out)
+    held = render.spares_line(fleet)
+    return "".join(out) + (f"{held}\n" if held else "")
 
 
 def answer(
@@ -127,7 +130,9 @@ def answer(
 def run(args: argparse.Namespace) -> int:
     now_s = parse_time(args.now, path="--now") if args.now else time.time()
     rule = read_split_wait(args)
+    spare_nodes = read_spare_nodes(args.spare_nodes_per_domain, sources.load_catalog(args))
     state = sources.load_state(args)
+    state.spare_nodes_default = spare_nodes
     obj = read_job_object(args.job)
     text, code = answer(state, state.fleet(), obj, now_s=now_s, rule=rule, platform=args.platform, output=args.output)
     sources.print_warnings(state)

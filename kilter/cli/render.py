@@ -10,7 +10,11 @@ from typing import Any
 
 import yaml
 
-__all__ = ["compress_names", "dump", "rfc3339", "short_domain", "table"]
+from kilter.model.annotations import SPARE_NODES_PER_DOMAIN
+from kilter.topology import spares
+from kilter.topology.fleet import Fleet
+
+__all__ = ["compress_names", "dump", "rfc3339", "short_domain", "spares_line", "table"]
 
 
 def dump(data: Any, fmt: str) -> str:
@@ -74,3 +78,12 @@ def short_domain(domain: str) -> str:
 def rfc3339(unix_s: float) -> str:
     """Unix seconds as RFC 3339 in UTC to the second (``2026-12-01T12:00:00Z``), as Kubernetes prints times."""
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(unix_s))
+
+
+def spares_line(fleet: Fleet) -> str:
+    """One line of the spare nodes the fleet keeps per platform (``topology.spares``), "" when none asks."""
+    parts = [
+        f"{p.platform} {p.held} held, {p.used} used, {p.short} short of {p.wanted} in {p.domains} domains"
+        for p in spares.by_platform(fleet)
+    ]
+    return f"spare nodes ({SPARE_NODES_PER_DOMAIN}): {'; '.join(parts)}" if parts else ""

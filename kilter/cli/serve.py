@@ -25,6 +25,7 @@ import uvloop
 from kilter.cli import serve_grpc, sources
 from kilter.cli.listeners import Guard, ListenerReading, ensure_file_limit, listener_config
 from kilter.cli.serve_config import DEFAULT_KILTER_USER, DEFAULTS, ServeConfig, add_split_wait_arguments
+from kilter.cli.spare_flag import add_spare_argument, check_spare_nodes
 from kilter.extenders.explain import DecisionLog
 from kilter.extenders.scheduler import ApiBinder, Binder, SchedulerExtender
 from kilter.extenders.server import App
@@ -206,6 +207,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     serve_grpc.add_grpc_arguments(p)
     add_split_wait_arguments(p)
+    add_spare_argument(p)
     p.add_argument(
         "--reload-interval",
         default=f"{d.reload_interval_s:g}s",
@@ -228,7 +230,12 @@ def build_app(config: ServeConfig) -> tuple[App, ClusterStore]:
     both.
     """
     catalog = sources.catalog_of(config.platforms)
-    store = ClusterStore(catalog=catalog, assume_ttl_s=math.inf if config.is_snapshot else None)
+    check_spare_nodes(config.spare_nodes_per_domain, catalog)
+    store = ClusterStore(
+        catalog=catalog,
+        assume_ttl_s=math.inf if config.is_snapshot else None,
+        spare_nodes_default=config.spare_nodes_per_domain,
+    )
     startup: list[Callable[[], Awaitable[None]]] = []
     stops: list[Callable[[], None]] = []
     api = _connect(config)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Literal, cast
 
 from kilter.cli.listeners import ListenerLimits, TrustRule, split_networks
+from kilter.cli.spare_flag import read_spare_nodes
 from kilter.extenders.server import DEFAULT_MAX_BODY_BYTES, DEFAULT_VOLCANO_BODY_BYTES
 from kilter.gangs import trust
 from kilter.gangs.key_secret import DEFAULT_ROTATION_S, REREAD_INTERVAL_S
@@ -143,6 +144,9 @@ class ServeConfig:
     """The longest such a wait lasts, in seconds, where nothing sets ``kilter.dev/split-wait-max``."""
     split_slowdown: float = DEFAULT_SPLIT_SLOWDOWN
     """How much slower a gang runs per extra scale-up domain (0.2: 20%), the rule's price of a split."""
+    spare_nodes_per_domain: int = 0
+    """Spare nodes per scale-up domain where no ResourceFlavor, ClusterQueue or Cohort sets more
+    (``topology.spare_settings``); read by ``spare_flag.read_spare_nodes``."""
     reload_interval_s: float = 1.0
     """Seconds between checks of the snapshot file for changes."""
     log_level: LogLevel = "info"
@@ -167,6 +171,8 @@ class ServeConfig:
             raise InputError("--max-namespace-gang-gpus must be at least 1")
         if self.max_namespace_gang_plans < 1:
             raise InputError("--max-namespace-gang-plans must be at least 1")
+        if self.spare_nodes_per_domain < 0:
+            raise InputError("--spare-nodes-per-domain must be at least 0")
         least_s = self.gang_timeout_s + 2 * REREAD_INTERVAL_S
         if self.plan_key_secret is not None and self.plan_key_rotation_s <= least_s:
             raise InputError(
@@ -263,6 +269,7 @@ class ServeConfig:
             max_namespace_gang_gpus=args.max_namespace_gang_gpus,
             max_namespace_gang_plans=args.max_namespace_gang_plans,
             **_split_wait_fields(args),
+            spare_nodes_per_domain=read_spare_nodes(args.spare_nodes_per_domain),
             reload_interval_s=parse_duration(args.reload_interval, path="--reload-interval"),
             log_level=cast(LogLevel, args.log_level),
         )

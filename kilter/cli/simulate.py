@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from kilter.cli import render
+from kilter.cli.spare_flag import add_spare_argument, read_spare_nodes
+from kilter.model.annotations import SPARE_NODES_PER_DOMAIN
 from kilter.model.durations import parse_duration
 from kilter.model.errors import InputError
 from kilter.sim import fleetspec, synthetic
@@ -25,7 +27,9 @@ from kilter.topology import split_wait
 from kilter.topology.catalog import Catalog
 from kilter.topology.fleet import Fleet, build_fleet
 
-__all__ = ["add_parser", "load_fleet", "load_jobs", "run"]
+__all__ = ["add_parser", "load_fleet", "load_jobs", "run", "with_spares"]
+
+SPARE_KINDS = ("ResourceFlavor", "ClusterQueue", "Cohort")
 
 COLUMNS = (
     ("jobs", "JOBS"),
@@ -130,6 +134,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         metavar="LIST",
         help="also rank the policies by mean JCT with both slowdowns set to each of these values (e.g. 0,0.1,0.3,1)",
     )
+    add_spare_argument(p)
     p.add_argument("-o", "--output", choices=("table", "json", "yaml"), default="table")
     p.set_defaults(func=run)
 
@@ -159,6 +164,29 @@ def load_fleet(path: Path, *, seed: int, catalog: Catalog | None = None) -> Call
     if not state.nodes:
         raise InputError(f"{path}: neither a fleet spec ({{platforms: [...]}}) nor a snapshot with Nodes")
     return lambda: build_fleet(state.nodes, catalog=catalog, topologies=state.topologies, hypernodes=state.hypernodes)
+
+
+def with_spares(make_fleet: Callable[[], Fleet], queue_objects: list[Any], default: int) -> Callable[[], Fleet]:
+    """``make_fleet`` whose fleets keep the spare nodes ``--spare-nodes-per-domain`` and the queue file's
+    ``kilter.dev/spare-nodes-per-domain`` annotations ask for (``topology.spare_settings``; kilter's placement
+    holds them out, the baselines do not know of them). A bad annotation is refused here, as the webhook would."""
+    state = cluster.from_objects([o for o in queue_objects if isinstance(o, dict) and o.get("kind") in SPARE_KINDS])
+    state.spare_nodes_default = default
+    if not default and not any(SPARE_NODES_PER_DOMAIN in o.metadata.annotations for o in _spare_objects(state)):
+        return make_fleet
+
+    def make() -> Fleet:
+        fleet = make_fleet()
+        problems = state.hold_spares(fleet)
+        if problems:
+            raise InputError(problems[0])
+        return fleet
+
+    return make
+
+
+def _spare_objects(state: cluster.ClusterState) -> list[Any]:
+    return [*state.flavors, *state.cluster_queues, *state.cohorts]
 
 
 def policies(text: str) -> list[str]:
@@ -224,8 +252,9 @@ def run(args: argparse.Namespace) -> int:
     jobs = load_jobs(args.trace, gpu_scale=args.gpu_scale, time_scale=args.time_scale, limit=args.limit, seed=args.seed)
     if not jobs:
         raise InputError("the trace has no jobs")
-    make_fleet = load_fleet(args.fleet, seed=args.seed)
+    spare_nodes = read_spare_nodes(args.spare_nodes_per_domain)
     queue_objects = snapshot.load_documents(args.queues) if args.queues else []
+    make_fleet = with_spares(load_fleet(args.fleet, seed=args.seed), queue_objects, spare_nodes)
     config = SimConfig(
         topology=args.topology_request,
         fair=args.quota in ("fair", "volcano"),  # the Volcano verbs run Kueue's fair-sharing preemption

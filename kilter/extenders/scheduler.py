@@ -36,7 +36,7 @@ from kilter.model import codec
 from kilter.model.core_v1 import Pod, pod_request
 from kilter.model.errors import InputError, KilterError
 from kilter.state.store import MODIFIED, ClusterStore, Event
-from kilter.topology import verdicts
+from kilter.topology import spares, verdicts
 from kilter.topology.fleet import ENDED_PHASES, Fleet
 from kilter.topology.plan import MAX_POD_GPUS
 from kilter.topology.score import score_pod, score_pod_json
@@ -208,6 +208,8 @@ class SchedulerExtender:
         gang_note = plan.describe() if plan is not None else ""
         if found is not None and found.note:
             gang_note += f"; {found.note}"
+        kept = spares.note(fleet) if plan is not None and plan.feasible else ""
+        gang_note += f"; {kept}" if kept else ""
         outcome = "gang" if plan is not None else ("fits" if len(passing) else "no-fit")
         self.log.add(
             p.pod.metadata.namespace,

@@ -26,7 +26,7 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 
@@ -40,8 +40,9 @@ from kilter.model import asgi
 from kilter.model.asgi import BodyRefused, Receive, Scope, Send
 from kilter.model.errors import KilterError
 from kilter.state.store import ClusterStore
+from kilter.topology import spares
 
-__all__ = ["DEFAULT_MAX_BODY_BYTES", "DEFAULT_VOLCANO_BODY_BYTES", "App", "Metrics", "VolcanoReading"]
+__all__ = ["DEFAULT_MAX_BODY_BYTES", "DEFAULT_VOLCANO_BODY_BYTES", "App", "Metrics", "SpareReading", "VolcanoReading"]
 
 log = logging.getLogger("kilter.serve")
 
@@ -74,6 +75,7 @@ class Metrics:
 
     def __init__(self, gangs: GangBook, *, volcano: VolcanoExtender | None = None) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
+        self.registry.register(SpareReading(gangs.store))
         if volcano is not None:
             self.registry.register(VolcanoReading(volcano))
         self.requests = Counter(
@@ -140,6 +142,27 @@ class Metrics:
             registry=self.registry,
         )
         unreadable.set_function(lambda: len(store.unreadable()))
+
+
+class SpareReading(Collector):
+    """The spare nodes of each platform (``topology.spares``), read from the fleet at scrape time."""
+
+    def __init__(self, store: ClusterStore) -> None:
+        self.store = store
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        rows = spares.by_platform(self.store.fleet())
+        families = (
+            ("kilter_spare_nodes_wanted", "Spare nodes the settings ask for, summed over the platform's domains"),
+            ("kilter_spare_nodes_held", "Healthy, wholly free nodes kept out of new plans now"),
+            ("kilter_spare_nodes_used", "Spare places busy nodes fill (repairs of running gangs, mostly)"),
+            ("kilter_spare_nodes_short", "Spare places a domain lacks healthy nodes for"),
+        )
+        for name, doc in families:
+            family = GaugeMetricFamily(name, doc, labels=["platform"])
+            for row in rows:
+                family.add_metric([row.platform], getattr(row, name.removeprefix("kilter_spare_nodes_")))
+            yield family
 
 
 class VolcanoReading(Collector):

@@ -10,8 +10,9 @@ A domain's *largest gang shape* is the most pods of one size it could take
 right now, tried from whole nodes down (a GB200 tray: 4 GPUs, then 2, then
 1): a platform engineer asks "does rack 7 take an 18-node job?", and a
 whole-node answer says so directly. ``trays`` gives one cell per node for a
-rack map. Spare nodes are reported as their own count and cell state, but no
-spare policy sets any yet, so both read zero and "spare" never appears.
+rack map. Spare nodes (``kilter.topology.spares``) are their own count and
+cell state: ``spares`` the nodes a domain keeps out of new plans now (cell
+"spare"), ``spares_used`` the spare places busy nodes fill (repairs, mostly).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from kilter.gangs.identity import key_of
 from kilter.model.core_v1 import Pod
 from kilter.model.errors import InputError
 from kilter.state.store import Booking, ClusterStore
+from kilter.topology import spares
 from kilter.topology.fleet import Fleet
 
 __all__ = [
@@ -73,6 +75,7 @@ class DomainInventory:
     largest_gpus_per_pod: int
     gangs: tuple[GangOnDomain, ...]
     trays: tuple[TrayState, ...]
+    spares_used: int = 0
 
 
 @dataclass(frozen=True)
@@ -144,7 +147,11 @@ def _domain_rows(
     plat_of = bm.domain_platforms
     shapes = _largest_shapes(fleet, free, at)
     detached = ((bm.domain_flags & native_domains.DETACHED) != 0).tolist()
-    cells = np.select([~usable, free == counts, free == 0], [3, 0, 2], default=1).tolist()  # into TRAY_STATES
+    held = spares.held_mask(fleet)
+    is_spare = held if held is not None else np.zeros(len(usable), dtype=bool)
+    cells = np.select([is_spare, ~usable, free == counts, free == 0], [4, 3, 0, 2], default=1).tolist()  # TRAY_STATES
+    spare_counts = spares.tally(fleet)
+    spares_held, spares_used = spare_counts.held.tolist(), spare_counts.used.tolist()
     bounds = starts.tolist()
     rows: list[DomainInventory] = []
     for d, domain_id in enumerate(fleet.domain_ids):
@@ -166,11 +173,12 @@ def _domain_rows(
                 nodes_total=hi - lo,
                 gpus_free=free_sum[d],
                 gpus_total=total[d],
-                spares=0,
+                spares=spares_held[d],
                 largest_pods=pods,
                 largest_gpus_per_pod=size,
                 gangs=tuple(sorted(gangs.get(d, ()), key=lambda g: (-g.gpus, g.key))),
                 trays=tuple(TRAY_STATES[c] for c in cells[lo:hi]),
+                spares_used=spares_used[d],
             )
         )
     return rows

@@ -3,7 +3,8 @@ why each other domain would not take it, and the plan record it carries.
 
 ``domain_verdicts`` is one pass of array arithmetic over the fleet: per
 scale-up domain of the gang's platform, how many of its pods (per pod shape)
-the domain's free GPUs on usable nodes hold, against how many the gang needs.
+the domain's free GPUs on usable nodes hold (its spare nodes left out, as
+new plans leave them: ``topology.spares``), against how many the gang needs.
 A domain that cannot take the whole gang says what it lacks; the planner may
 still use it as one part of a split plan, which the verdict also says.
 
@@ -21,6 +22,7 @@ import numpy as np
 
 from kilter.gangs import records
 from kilter.model.core_v1 import Pod
+from kilter.topology import spares
 from kilter.topology.fleet import Fleet
 
 __all__ = ["DomainVerdict", "domain_verdicts", "recorded_plan"]
@@ -51,10 +53,17 @@ def domain_verdicts(
     free_d = np.bincount(fleet.node_domain, weights=free, minlength=n_domains).astype(np.int64)
     total_d = np.bincount(fleet.node_domain, weights=bm.node_gpu_counts, minlength=n_domains).astype(np.int64)
     bad_d = np.bincount(fleet.node_domain, weights=~usable, minlength=n_domains).astype(np.int64)
+    held = spares.held_mask(fleet)
+    plannable = free if held is None else np.where(held, 0, free)  # new plans leave spares alone
+    held_d = (
+        np.zeros(n_domains, dtype=np.int64)
+        if held is None
+        else np.bincount(fleet.node_domain[held], minlength=n_domains)
+    )
     need = sum(c for c, _ in shapes)
     fit = np.zeros(n_domains, dtype=np.int64)
     for i, (_, per_pod) in enumerate(shapes):
-        per = np.bincount(fleet.node_domain, weights=free // max(per_pod, 1), minlength=n_domains).astype(np.int64)
+        per = np.bincount(fleet.node_domain, weights=plannable // max(per_pod, 1), minlength=n_domains).astype(np.int64)
         fit = per if i == 0 else np.minimum(fit, per)  # each shape alone: an upper bound shared by all
     fit = np.minimum(fit, need)
     skip = set(chosen)
@@ -73,6 +82,8 @@ def domain_verdicts(
             why = f"holds {pods} of the {need} pods ({shape}): {int(free_d[d])} of {int(total_d[d])} GPUs free"
         if bad_d[d]:
             why += f"; {int(bad_d[d])} node{'s' if bad_d[d] != 1 else ''} unusable"
+        if held_d[d]:
+            why += f"; {int(held_d[d])} spare node{'s' if held_d[d] != 1 else ''} kept for repairs"
         out.append(DomainVerdict(name, pods, int(free_d[d]), int(total_d[d]), int(bad_d[d]), why))
     out.sort(key=lambda v: (-v.pods_fit, -v.free_gpus, v.domain))
     return out

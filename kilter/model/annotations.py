@@ -31,6 +31,7 @@ __all__ = [
     "PREFIX",
     "PRODUCT",
     "SCALE_UP_DOMAIN",
+    "SPARE_NODES_PER_DOMAIN",
     "SPINE",
     "TOPOLOGY",
     "TOPOLOGY_POLICY",
@@ -39,6 +40,7 @@ __all__ = [
     "hypernode_tier",
     "is_true",
     "parse_gang_size",
+    "parse_spare_nodes",
 ]
 
 PREFIX = "kilter.dev/"
@@ -124,6 +126,25 @@ another ClusterQueue."""
 DECAYED_USAGE = "kilter.dev/decayed-usage"
 """ClusterQueue or Cohort annotation, written by kilter only: the decay state as JSON,
 ``{"time": RFC 3339, "usage": {"flavor/resource": n >= 0}}``."""
+
+SPARE_NODES_PER_DOMAIN = "kilter.dev/spare-nodes-per-domain"
+"""ResourceFlavor, ClusterQueue or Cohort annotation: a whole number N >= 0 of healthy, wholly free nodes kept out of
+new gang plans in each scale-up domain the object reaches (``kilter.topology.spare_settings``); repairs of running
+gangs may use them. At most the platform's nodes per domain (``parse_spare_nodes``)."""
+
+
+def parse_spare_nodes(raw: str, *, limit: int, what: str = f"annotation {SPARE_NODES_PER_DOMAIN}") -> int:
+    """The spare count ``raw`` spells; ``InputError`` unless a whole number from 0 to ``limit``.
+
+    ``limit`` is the most nodes a domain of the platforms the setting reaches
+    can hold: a larger count could never be kept anywhere, so it is a typo
+    (``180`` for ``18``), not a wish. The validating webhook and the state
+    apply this one rule, so a value one accepts the other never skips.
+    """
+    if not _WHOLE_NUMBER.fullmatch(raw) or not 0 <= int(raw) <= limit:
+        raise InputError(f"{what} must be a whole number from 0 to {limit}, got {raw[:40]!r}")
+    return int(raw)
+
 
 # ------------------------------------------------------------------ node labels
 

@@ -27,6 +27,7 @@ from kilter.model.nvidia_dra import COMPUTE_DOMAIN_GROUP, COMPUTE_DOMAIN_KIND, C
 from kilter.model.volcano import HYPERNODE_GROUP, SCHEDULING_GROUP, HyperNode, PodGroup, Queue
 from kilter.state import snapshot, snapshot_file
 from kilter.state.events import TYPED_KINDS
+from kilter.topology import spare_settings
 from kilter.topology.catalog import BUILTIN, Catalog
 from kilter.topology.fleet import Fleet, build_fleet
 
@@ -90,6 +91,8 @@ class ClusterState:
     compute_domains: list[ComputeDomain] = field(default_factory=list)
     raw: snapshot.RawObjects = field(default_factory=snapshot.RawObjects)
     skipped: frozenset[tuple[str, str]] = field(default=frozenset(), init=False)  # kinds ``load`` left unread
+    spare_nodes_default: int = field(default=0, init=False)  # --spare-nodes-per-domain, set before fleet()
+    spare_problems: tuple[str, ...] = field(default=(), init=False)  # spare settings skipped (``spare_settings``)
     _fleet: Fleet | None = field(default=None, init=False, repr=False)
     _idle: Fleet | None = field(default=None, init=False, repr=False)
 
@@ -100,16 +103,29 @@ class ClusterState:
             self._fleet = build_fleet(
                 self.nodes, self.pods, catalog=self.catalog, topologies=self.topologies, hypernodes=self.hypernodes
             )
+            self.spare_problems = self.hold_spares(self._fleet)
         return self._fleet
 
     def idle_fleet(self) -> Fleet:
-        """The same fleet with nothing running: what the cluster could ever offer."""
+        """The same fleet with nothing running: what the cluster could ever offer new plans (spares held)."""
         self._check_nodes_read()
         if self._idle is None:
             self._idle = build_fleet(
                 self.nodes, (), catalog=self.catalog, topologies=self.topologies, hypernodes=self.hypernodes
             )
+            self.hold_spares(self._idle)
         return self._idle
+
+    def hold_spares(self, fleet: Fleet) -> tuple[str, ...]:
+        """Set ``fleet``'s spare counts from this state's ResourceFlavors, ClusterQueues and Cohorts and
+        ``spare_nodes_default`` (``topology.spare_settings``); the settings skipped, one line each."""
+        return spare_settings.apply(
+            fleet,
+            flavors=self.flavors,
+            cluster_queues=self.cluster_queues,
+            cohorts=self.cohorts,
+            default=self.spare_nodes_default,
+        )
 
     def _check_nodes_read(self) -> None:
         """A fleet of a state loaded without its Nodes or Pods would be empty or idle: a bug of the caller."""
@@ -119,7 +135,7 @@ class ClusterState:
     @property
     def warnings(self) -> list[str]:
         notes = [f"ignored {n} {kind} object(s)" for kind, n in sorted(self.raw.unknown.items())]
-        return notes + (self._fleet.warnings if self._fleet else [])
+        return notes + (self._fleet.warnings if self._fleet else []) + list(self.spare_problems)
 
 
 def _name(obj: dict[str, Any]) -> str:

@@ -85,6 +85,7 @@ ASSUME_TTL_S = 120.0
 two minutes also covers a relist after 410 Gone of a 100k-pod cluster. Later than that, the bind was forged, failed
 or its pod deleted, and the GPUs go back."""
 _FLEET_KINDS = {("", "Node"), (KUEUE, "Topology"), ("topology.volcano.sh", "HyperNode")}
+_SPARE_KINDS = ((KUEUE, "ResourceFlavor"), (KUEUE, "ClusterQueue"), (KUEUE, "Cohort"))
 
 
 @dataclass(frozen=True)
@@ -101,8 +102,12 @@ class ClusterStore:
         catalog: Catalog | None = None,
         assume_ttl_s: float | None = None,
         clock: Callable[[], float] = time.monotonic,
+        spare_nodes_default: int = 0,
     ) -> None:
         self.catalog = catalog or Catalog(BUILTIN)
+        self.spare_nodes_default = spare_nodes_default  # --spare-nodes-per-domain (``topology.spare_settings``)
+        self._spares_of: tuple[int, ...] | None = None  # (generation, versions of the kinds that set spares)
+        self._spare_problems: tuple[str, ...] = ()
         self.assume_ttl_s = ASSUME_TTL_S if assume_ttl_s is None else assume_ttl_s
         self.clock = clock
         self._assumed: dict[str, float] = {}  # uid -> when its assumed booking expires (clock seconds), oldest first
@@ -129,7 +134,7 @@ class ClusterStore:
         self._typed: dict[ObjectKey, Any] = {}  # the other kinds' typed views, converted once per change
         self._lists: dict[tuple[str, str], tuple[int, list[Any]]] = {}
         self._state: tuple[int, ClusterState] | None = None
-        self._idle: tuple[int, Fleet] | None = None
+        self._idle: tuple[tuple[int, ...] | None, Fleet] | None = None
         self.watchers = KindWatchers()  # told of each change applied, by kind (``watchers``)
 
     # ------------------------------------------------------------------ feeding
@@ -407,6 +412,7 @@ class ClusterStore:
         """The fleet model with every bound pod booked; rebuilt only after Node or Topology changes."""
         if self._fleet is not None and not self._fleet_dirty:
             self._expire_assumed()
+            self._spares(self._fleet)
             return self._fleet
         state = self.state()
         assumed = {uid: (b, self._assumed.get(uid, 0.0)) for uid, b in self._bookings.items() if b.assumed}
@@ -426,13 +432,23 @@ class ClusterStore:
                 self._assume(self._fleet, uid, name, b.gpus, until)  # a node gone takes its assumed pods with it
         self._reservations.rebook(self._fleet)
         self.generation += 1
+        self._spares(self._fleet)
         return self._fleet
 
+    def _spares(self, fleet: Fleet) -> None:
+        """Set the fleet's spare counts again when it was rebuilt or a ResourceFlavor, ClusterQueue or Cohort
+        changed (``spare_settings``); a bad setting is skipped and named in ``problems``."""
+        key = (self.generation, *(self._kind_version[k] for k in _SPARE_KINDS))
+        if key != self._spares_of:
+            self._spare_problems = self.state().hold_spares(fleet)
+            self._spares_of = key
+
     def idle_fleet(self) -> Fleet:
-        """The fleet with nothing running (validation, mutation, AdmissionCheck Retry vs Rejected), per generation."""
+        """The fleet with nothing running (validation, mutation, AdmissionCheck Retry vs Rejected), its spares held
+        as new plans see them; per generation and spare settings."""
         self.fleet()
-        if self._idle is None or self._idle[0] != self.generation:
-            self._idle = (self.generation, self.state().idle_fleet())
+        if self._idle is None or self._idle[0] != self._spares_of:
+            self._idle = (self._spares_of, self.state().idle_fleet())
         return self._idle[1]
 
     def state(self) -> ClusterState:
@@ -441,14 +457,17 @@ class ClusterStore:
             lists = {name: self._list(kind, cls) for name, (kind, cls) in TYPES.items()}
             received = {kind: list(self._by_kind[kind].values()) for kind in KNOWN_KINDS if kind not in TYPED_KINDS}
             raw = RawObjects(cast(dict[tuple[str, str], list[dict[str, Any]]], received), Counter(self.ignored))
-            self._state = (self.version, ClusterState(catalog=self.catalog, raw=raw, **lists))
+            state = ClusterState(catalog=self.catalog, raw=raw, **lists)
+            state.spare_nodes_default = self.spare_nodes_default
+            self._state = (self.version, state)
         return self._state[1]
 
     def problems(self) -> list[str]:
         """What is wrong with the state kilter serves, one line each, for ``/readyz``: the state is older than its
-        source, objects were left out, objects came twice, ClusterQueues are inactive. Empty when nothing is."""
+        source, objects were left out, objects came twice, spare settings were skipped, ClusterQueues are inactive.
+        Empty when nothing is."""
         out = [self.feed_error] if self.feed_error else []
-        out += self.unreadable() + [why for _, why in sorted(self._duplicates.items())]
+        out += self.unreadable() + [why for _, why in sorted(self._duplicates.items())] + list(self._spare_problems)
         return out + self.inactive_cluster_queues()
 
     def inactive_cluster_queues(self) -> list[str]:

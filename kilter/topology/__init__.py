@@ -10,6 +10,8 @@ from kilter.topology import (
     plan,
     repair,
     score,
+    spare_settings,
+    spares,
     split_wait,
     verdicts,
 )
@@ -51,6 +53,8 @@ __all__ = [
     "score",
     "score_pod",
     "score_pod_json",
+    "spare_settings",
+    "spares",
     "split_wait",
     "verdicts",
 ]

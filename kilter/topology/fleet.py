@@ -102,6 +102,7 @@ class Fleet:
     domain_group: npt.NDArray[np.int32]
     warnings: list[str] = field(default_factory=list)
     unreadable_nodes: dict[str, str] = field(default_factory=dict)  # left out, by name: why (its device count)
+    spare_nodes: npt.NDArray[np.int32] | None = None  # per domain, spare nodes asked for (``spares.assign``)
     _label_codes: dict[str, tuple[npt.NDArray[np.int32], dict[str, int]]] = field(default_factory=dict)
     _label_keys: frozenset[str] | None = None
     _absent: npt.NDArray[np.int32] | None = None

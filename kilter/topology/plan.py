@@ -24,7 +24,7 @@ from kilter._native import gang
 from kilter.model.core_v1 import PodSpec, pod_request
 from kilter.model.errors import InputError
 from kilter.model.jobs import PodSetSpec, TopologyRequest
-from kilter.topology import eligibility, verdicts
+from kilter.topology import eligibility, spares, verdicts
 from kilter.topology.catalog import Catalog, Platform
 from kilter.topology.fleet import Fleet
 
@@ -197,7 +197,7 @@ def _failure(fleet: Fleet, request: GangRequest, platform: Platform, status: int
     return f"pod set {ps.name} needs {shape}; idle, healthy {platform.name} nodes hold {best} such pods"
 
 
-def plan_gang(fleet: Fleet, request: GangRequest) -> Plan:
+def plan_gang(fleet: Fleet, request: GangRequest, *, hold_spares: bool = True) -> Plan:
     """Plan the gang on the best platform the fleet offers for its device resource.
 
     Nodes are those the pod sets' selectors admit and ``request.node_ok``
@@ -205,12 +205,14 @@ def plan_gang(fleet: Fleet, request: GangRequest) -> Plan:
     set; when the best plan still puts two pod sets in different domains, each
     domain with room for the whole gang is tried alone, fewest free GPUs first
     (best fit; ties by index), and the first that holds it is the plan.
+    ``hold_spares``: keep the fleet's spare nodes (``spares``) out, as every
+    new plan does; a repair of a running gang may use them.
     """
-    plan = _plan_gang(fleet, request)
+    plan = _plan_gang(fleet, request, hold_spares)
     return replace(plan, reason=f"{plan.reason} ({request.note})") if request.note else plan
 
 
-def _plan_gang(fleet: Fleet, request: GangRequest) -> Plan:
+def _plan_gang(fleet: Fleet, request: GangRequest, hold_spares: bool) -> Plan:
     wanted = fleet.catalog.get(request.platform).name if request.platform else None
     candidates = [
         (i, p)
@@ -230,13 +232,16 @@ def _plan_gang(fleet: Fleet, request: GangRequest) -> Plan:
         if m is not None:
             mask = m if mask is None else (mask & m)
     node_ok = None if mask is None else np.ascontiguousarray(mask, dtype=np.uint8)
+    if hold_spares:
+        node_ok = spares.usable_mask(fleet, node_ok)
     feasible, reasons = _plan_on(fleet, request, candidates, node_ok)
     together = [kv for kv in feasible if len(kv[1].domains) <= 1 or not request.one_domain]
     if together:
         return min(together, key=lambda kv: kv[0])[1]
     if feasible:
         return _in_one_domain(fleet, request, candidates, node_ok)
-    return Plan(False, "; ".join(reasons), request.name, ignored=request.ignored)
+    held = spares.note(fleet) if hold_spares else ""
+    return Plan(False, "; ".join([*reasons, *([held] if held else [])]), request.name, ignored=request.ignored)
 
 
 def _plan_on(
@@ -354,12 +359,14 @@ def place_pods(
     *,
     required: int = LEVEL_NONE,
     preferred: int = LEVEL_DOMAIN,
+    hold_spares: bool = True,
 ) -> npt.NDArray[np.int32] | None:
     """The nodes ``plan_gang`` would choose for pod sets of (count, GPUs per pod) on one platform, or None.
 
     The same planner call without names, reasons or node selectors: the
     simulator asks it about every job of a trace, so it skips what only
-    people read. Levels are ``LEVEL_NONE``, ``LEVEL_DOMAIN`` or a level above.
+    people read. Levels are ``LEVEL_NONE``, ``LEVEL_DOMAIN`` or a level above; ``hold_spares`` as
+    ``plan_gang``'s.
     """
     n = len(pod_sets)
     counts = np.fromiter((c for c, _ in pod_sets), dtype=np.int32, count=n)
@@ -375,7 +382,7 @@ def place_pods(
         np.ones(n, dtype=np.int32),
         np.full(n, LEVEL_NONE, dtype=np.int32),
         platform,
-        None,
+        spares.usable_mask(fleet, None) if hold_spares else None,
         out,
         info,
     )

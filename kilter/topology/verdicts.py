@@ -16,8 +16,10 @@ same order, the first rung a node fails naming its verdict:
    ``NOT_PLANNED`` off the plan's nodes for this pod, ``FULL`` when the
    scheduler's own view (Volcano's ``Idle``) shows too few GPUs there; the
    pod's planned GPUs are reserved for it, so kilter's free count is not asked;
-7. otherwise ``FULL`` when fewer GPUs are free than it asks (the lower of
-   kilter's count and the scheduler's, when it sends one);
+7. otherwise ``SPARE`` on a spare node (``spares``: kept out of new
+   placements for repairs of running gangs; a gang's plan never holds one,
+   a repair's may), then ``FULL`` when fewer GPUs are free than it asks
+   (the lower of kilter's count and the scheduler's, when it sends one);
 8. ``PASS``.
 
 ``FULL`` and ``GANG_WAITS`` may resolve by themselves (kube-scheduler's
@@ -36,9 +38,10 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
+from kilter.model.annotations import SPARE_NODES_PER_DOMAIN
 from kilter.model.core_v1 import PodSpec
 from kilter.model.errors import InputError
-from kilter.topology import eligibility
+from kilter.topology import eligibility, spares
 from kilter.topology.fleet import Fleet
 
 __all__ = [
@@ -49,6 +52,7 @@ __all__ = [
     "OTHER_KIND",
     "OUTCOMES",
     "PASS",
+    "SPARE",
     "TOO_SMALL",
     "UNKNOWN",
     "UNUSABLE",
@@ -61,7 +65,7 @@ __all__ = [
     "reason",
 ]
 
-PASS, FULL, UNKNOWN, OTHER_KIND, UNUSABLE, TOO_SMALL, NOT_ELIGIBLE, NOT_PLANNED, GANG_WAITS = range(9)
+PASS, FULL, UNKNOWN, OTHER_KIND, UNUSABLE, TOO_SMALL, NOT_ELIGIBLE, NOT_PLANNED, GANG_WAITS, SPARE = range(10)
 OUTCOMES = (  # per code: "passed", "failed" (may resolve by itself) or "unresolvable"
     "passed",
     "failed",
@@ -72,6 +76,7 @@ OUTCOMES = (  # per code: "passed", "failed" (may resolve by itself) or "unresol
     "unresolvable",
     "unresolvable",
     "failed",
+    "unresolvable",  # SPARE: no preemption frees it, the node is idle already
 )
 _RESOLVABLE = np.array([o == "failed" for o in OUTCOMES], dtype=bool)
 MAX_CACHED_MASKS = 256
@@ -205,6 +210,10 @@ class Ladder:
                 free = np.where(short, idle, free).astype(np.int32)
                 codes[short] = FULL
             return Verdicts(codes, free, total)
+        held = spares.held_mask(fleet)
+        if held is not None:
+            codes[ok & np.append(held, False)[index]] = SPARE
+            ok = codes == PASS
         if idle is not None:
             free = np.where(ok, np.minimum(free, idle), free).astype(np.int32)
         codes[ok & (free < gpus)] = FULL
@@ -246,6 +255,8 @@ class Ladder:
             if idle is not None and idle < gpus:
                 return FULL, idle, total
             return PASS, free, total
+        if spares.is_spare(fleet, node):
+            return SPARE, free, total
         if idle is not None:
             free = min(free, idle)
         return (FULL if free < gpus else PASS), free, total
@@ -267,6 +278,8 @@ def reason(code: int, *, gpus: int, resource: str, free: int, total: int, hold: 
         return "the pod's nodeSelector, node affinity or tolerations exclude the node"
     if code == NOT_PLANNED:
         return f"kilter holds this pod to its gang's plan ({hold.note if hold else ''})"
+    if code == SPARE:
+        return f"kept spare for repairs of running gangs ({SPARE_NODES_PER_DOMAIN})"
     if code == GANG_WAITS:
         if hold is not None and hold.waits:
             return hold.note

@@ -2,10 +2,12 @@
 
 Checked on CREATE and UPDATE:
 
-* ClusterQueues and Cohorts: every ``kilter.dev/*`` annotation is one kilter
-  knows and parses (``split-wait``, ``split-wait-max`` included: at
-  scheduling a bad one is only skipped, so here is where it is refused);
-  ``kilter.dev/decayed-usage`` is written by kilter only.
+* ClusterQueues, Cohorts and ResourceFlavors: every ``kilter.dev/*``
+  annotation is one kilter knows and parses (``split-wait``,
+  ``split-wait-max`` and ``spare-nodes-per-domain`` included: at scheduling a
+  bad one is only skipped, so here is where it is refused; a spare count
+  above the most nodes a domain of the platforms the object reaches holds is
+  refused too); ``kilter.dev/decayed-usage`` is written by kilter only.
 * Pods, PodGroups and Workloads: ``kilter.dev/plan`` is written by kilter
   only (``plan_guard``).
 * Jobs of every kind kilter reads (and plain pods): ``kilter.dev/topology``,
@@ -30,17 +32,26 @@ from typing import Any
 import msgspec
 
 from kilter.model import codec
-from kilter.model.annotations import GANG, GANG_SIZE, PREFIX, TOPOLOGY, TOPOLOGY_POLICY, parse_gang_size
+from kilter.model.annotations import (
+    GANG,
+    GANG_SIZE,
+    PREFIX,
+    SPARE_NODES_PER_DOMAIN,
+    TOPOLOGY,
+    TOPOLOGY_POLICY,
+    parse_gang_size,
+)
 from kilter.model.core_v1 import PodSpec, pod_request
 from kilter.model.errors import InputError, KilterError
 from kilter.model.jobs import PodSetSpec, read_job
-from kilter.model.kueue import ClusterQueue, Cohort
+from kilter.model.kueue import ClusterQueue, Cohort, ResourceFlavor
 from kilter.quota import amount
 from kilter.quota.admit import assign_flavors
 from kilter.quota.policy import DECAYED_USAGE, MIN_RUNTIME, USAGE_HALF_LIFE, parse_policy
 from kilter.quota.runtimes import EXPECTED_RUNTIME, declared_runtime
 from kilter.quota.tree import QuotaTree, build_tree
 from kilter.state.store import ClusterStore
+from kilter.topology import spare_settings
 from kilter.topology.plan import gang_request, plan_gang
 from kilter.topology.split_wait import SPLIT_WAIT, SPLIT_WAIT_MAX, parse_split_wait
 from kilter.webhooks import plan_guard
@@ -49,7 +60,16 @@ from kilter.webhooks.admission import AdmissionRequest, Verdict
 __all__ = ["QUEUE_KEYS", "TOPOLOGY", "TOPOLOGY_POLICY", "Validator", "pod_set_shape"]
 
 TOPOLOGY_VALUES = ("auto", "off")
-QUEUE_KEYS = (USAGE_HALF_LIFE, MIN_RUNTIME, DECAYED_USAGE, TOPOLOGY_POLICY, SPLIT_WAIT, SPLIT_WAIT_MAX)
+QUEUE_KEYS = (
+    USAGE_HALF_LIFE,
+    MIN_RUNTIME,
+    DECAYED_USAGE,
+    TOPOLOGY_POLICY,
+    SPLIT_WAIT,
+    SPLIT_WAIT_MAX,
+    SPARE_NODES_PER_DOMAIN,
+)
+FLAVOR_KEYS = (SPARE_NODES_PER_DOMAIN,)
 KILTER_ONLY = (DECAYED_USAGE,)
 QUEUE_NAME = "kueue.x-k8s.io/queue-name"
 KUEUE = "kueue.x-k8s.io"
@@ -82,7 +102,7 @@ class Validator:
             forged = plan_guard.forged_plan(request, self.store, kilter_users=self.kilter_users)
             if forged:
                 return Verdict(False, forged, 403)
-            if request.kind.group == KUEUE and request.kind.kind in ("ClusterQueue", "Cohort"):
+            if request.kind.group == KUEUE and request.kind.kind in ("ClusterQueue", "Cohort", "ResourceFlavor"):
                 return self._queue(request, obj)
             return self._job(request, obj)
         except KilterError as exc:
@@ -92,13 +112,17 @@ class Validator:
 
     def _queue(self, request: AdmissionRequest, obj: Mapping[str, Any]) -> Verdict:
         notes = _annotations(obj)
-        unknown = sorted(k for k in notes if k.startswith(PREFIX) and k not in QUEUE_KEYS)
+        known = FLAVOR_KEYS if request.kind.kind == "ResourceFlavor" else QUEUE_KEYS
+        unknown = sorted(k for k in notes if k.startswith(PREFIX) and k not in known)
         if unknown:
             return Verdict(
                 False,
-                f"unknown annotation {unknown[0]}: kilter reads {', '.join(QUEUE_KEYS)} on a {request.kind.kind}",
+                f"unknown annotation {unknown[0]}: kilter reads {', '.join(known)} on a {request.kind.kind}",
                 422,
             )
+        if request.kind.kind == "ResourceFlavor":
+            self._spares(codec.convert(obj, ResourceFlavor, path="ResourceFlavor"))
+            return Verdict()
         old = _annotations(request.old_object)
         for key in KILTER_ONLY:
             if notes.get(key) != old.get(key) and request.user_info.username not in self.kilter_users:
@@ -114,8 +138,21 @@ class Validator:
         if policy is not None and policy not in TOPOLOGY_VALUES:
             return Verdict(False, f"{TOPOLOGY_POLICY} must be one of {', '.join(TOPOLOGY_VALUES)}, not {policy!r}", 422)
         kind: type[Any] = ClusterQueue if request.kind.kind == "ClusterQueue" else Cohort
-        codec.convert(obj, kind, path=request.kind.kind)
+        self._spares(codec.convert(obj, kind, path=request.kind.kind))
         return Verdict()
+
+    def _spares(self, obj: ResourceFlavor | ClusterQueue | Cohort) -> None:
+        """The object's spare count fits what it would reach (``spare_settings.check``); InputError if not."""
+        if SPARE_NODES_PER_DOMAIN not in obj.metadata.annotations:
+            return
+        state = self.store.state()
+        spare_settings.check(
+            self.store.idle_fleet(),
+            obj,
+            flavors=state.flavors,
+            cluster_queues=state.cluster_queues,
+            cohorts=state.cohorts,
+        )
 
     # ------------------------------------------------------------------ jobs
 

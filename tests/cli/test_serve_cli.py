@@ -82,7 +82,7 @@ def test_every_flag_reaches_its_field() -> None:
     argv += ["--http-tls", "--http-client-ca", "ca.crt", "--trusted-networks", "10.244.0.0/16, fd00::/8"]
     argv += ["--context", "c", "--leader-elect", "--lease", "ns/l", "--queues", "q.yaml"]
     argv += ["--gang-timeout", "1h30m", "--reload-interval", "250ms", "--log-level", "debug", "--platforms", "p.yaml"]
-    argv += ["--max-namespace-gang-gpus", "40", "--max-namespace-gang-plans", "3"]
+    argv += ["--max-namespace-gang-gpus", "40", "--max-namespace-gang-plans", "3", "--spare-nodes-per-domain", "2"]
     config = ServeConfig.from_args(build_parser().parse_args(argv))
     assert config == ServeConfig(
         demo=True,
@@ -111,6 +111,7 @@ def test_every_flag_reaches_its_field() -> None:
         platforms=Path("p.yaml"),
         max_namespace_gang_gpus=40,
         max_namespace_gang_plans=3,
+        spare_nodes_per_domain=2,
     )
 
 

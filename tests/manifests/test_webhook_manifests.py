@@ -48,7 +48,7 @@ KUEUE = "kueue.x-k8s.io"
 VOLCANO = "scheduling.volcano.sh"
 # (API group, kind) of each object kilter reads plan records from -> the resource a webhook rule names.
 PLAN_RESOURCES = {("", "Pod"): "pods", (KUEUE, "Workload"): "workloads", (VOLCANO, "PodGroup"): "podgroups"}
-QUEUE_RESOURCES = {(KUEUE, "clusterqueues"), (KUEUE, "cohorts")}
+QUEUE_RESOURCES = {(KUEUE, "clusterqueues"), (KUEUE, "cohorts"), (KUEUE, "resourceflavors")}
 
 # (API group, kind) of every kind kilter's job readers could support -> the resource a webhook rule names.
 RESOURCES: dict[tuple[str, str], str] = {
@@ -336,7 +336,7 @@ def test_excluded_kinds_are_reader_kinds() -> None:
     assert set(NOT_VALIDATED) <= set(NOT_MUTATED)
 
 
-def test_queue_webhook_covers_clusterqueues_and_cohorts(queue_webhook: Obj) -> None:
+def test_queue_webhook_covers_clusterqueues_cohorts_and_resourceflavors(queue_webhook: Obj) -> None:
     assert _covered(queue_webhook) == QUEUE_RESOURCES
     for rule in queue_webhook["rules"]:
         assert sorted(rule["operations"]) == ["CREATE", "UPDATE"]

@@ -12,9 +12,11 @@ from hypothesis import strategies as st
 from kilter.model import codec
 from kilter.model.core_v1 import PodSpec
 from kilter.model.errors import InputError
+from kilter.topology import spares
 from kilter.topology import verdicts as v
 from kilter.topology.fleet import Fleet, build_fleet
 from tests.topology.builders import CLIQUE, node, pod
+from tests.topology.test_spares import brute_force as spares_by_hand
 
 ZONE = "example.com/zone"
 
@@ -116,6 +118,9 @@ def test_the_schedulers_own_idle_count_caps_what_is_free() -> None:
         pytest.param(v.OTHER_KIND, 8, 8, "the node's GPUs are not nvidia.com/gpu", id="other kind"),
         pytest.param(v.NOT_PLANNED, 4, 4, "kilter holds this pod to its gang's plan (the plan)", id="not planned"),
         pytest.param(v.GANG_WAITS, 4, 4, "the gang does not fit yet: the plan", id="gang waits"),
+        pytest.param(
+            v.SPARE, 4, 4, "kept spare for repairs of running gangs (kilter.dev/spare-nodes-per-domain)", id="spare"
+        ),
     ],
 )
 def test_every_verdict_has_one_sentence(code: int, free: int, total: int, sentence: str) -> None:
@@ -153,6 +158,8 @@ def brute_force(fleet: Fleet, node: int, *, gpus: int, zone: str | None, hold: v
         if node not in hold.nodes:
             return v.NOT_PLANNED
         return v.FULL if idle is not None and idle < gpus else v.PASS
+    if fleet.spare_nodes is not None and node in spares_by_hand(fleet):
+        return v.SPARE
     free = total - int(fleet.bitmap.node_used_gpus[node])
     if idle is not None:
         free = min(free, idle)
@@ -176,6 +183,9 @@ def cases(draw: st.DrawFn) -> tuple[Fleet, int, str | None, v.Hold | None, list[
             if used:
                 pods.append(pod(f"p{i}", name, used))
     fleet = build_fleet(nodes, pods)
+    spares.assign(
+        fleet, draw(st.lists(st.integers(0, 3), min_size=len(fleet.domain_ids), max_size=len(fleet.domain_ids)))
+    )
     gpus = draw(st.integers(1, 8))
     wanted_zone = draw(st.sampled_from([None, "a", "b"]))
     hold: v.Hold | None = None
@@ -214,3 +224,17 @@ def test_vector_and_scalar_entries_equal_the_ladder_done_by_hand(
         )
         assert int(vector.codes[at]) == one[0] == want
         assert (int(vector.free[at]), int(vector.total[at])) == one[1:]
+
+
+def test_a_lone_pod_is_kept_off_the_spares_a_planned_gang_pod_is_not_judged_by_them() -> None:
+    fleet = small_fleet()  # r1: t00 idle, t01 3 of 4 busy, t02 cordoned, t03 idle
+    spares.assign(fleet, [1 if d == "r1" else 0 for d in fleet.domain_ids])  # r1 keeps its top idle tray, t03
+    ladder = v.Ladder()
+    index = index_of(fleet, NAMES)
+    lone = ladder.judge(fleet, index, resource="nvidia.com/gpu", gpus=2, spec=spec())
+    assert lone.codes.tolist() == [v.PASS, v.FULL, v.UNUSABLE, v.SPARE, v.OTHER_KIND, v.UNKNOWN]
+    assert not v.is_resolvable(lone.codes)[3]
+    t03 = fleet.node_index["r1-t03"]
+    assert ladder.judge_one(fleet, t03, resource="nvidia.com/gpu", gpus=2, spec=spec()) == (v.SPARE, 4, 4)
+    repair = v.Hold(True, [t03], "a repair's plan")
+    assert ladder.judge_one(fleet, t03, resource="nvidia.com/gpu", gpus=2, spec=spec(), hold=repair)[0] == v.PASS

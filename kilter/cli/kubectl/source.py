@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from kilter.cli import sources
+from kilter.cli.spare_flag import add_spare_argument, read_spare_nodes
 from kilter.kube.api import ApiServer, check_namespace, connect
 from kilter.model.errors import InputError
 from kilter.quota.policy import parse_time
@@ -52,6 +53,7 @@ def common_options() -> argparse.ArgumentParser:
     g.add_argument("-o", "--output", choices=FORMATS, default="table", help="table (default), wide, json or yaml")
     g.add_argument("--no-headers", action="store_true", help="tables without their header line")
     g.add_argument("--now", metavar="RFC3339", help="judge waits and ages at this time (default: the clock)")
+    add_spare_argument(g)
     return p
 
 
@@ -113,7 +115,7 @@ def load(args: argparse.Namespace) -> Cluster:
     """Read the cluster (or snapshot) the options name, once."""
     now_s = parse_time(args.now, path="--now") if args.now else time.time()
     catalog = sources.catalog_of(args.platforms)
-    store = ClusterStore(catalog=catalog)
+    store = ClusterStore(catalog=catalog, spare_nodes_default=read_spare_nodes(args.spare_nodes_per_domain, catalog))
     api: ApiServer | None = None
     if args.snapshot is not None:
         if args.kubeconfig is not None or args.context:

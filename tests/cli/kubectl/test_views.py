@@ -200,3 +200,21 @@ def _map(capsys: pytest.CaptureFixture[str], snap: Path) -> list[str]:
     code, out, _ = run(capsys, "domains", "--map", "--platform", "GB200-NVL72", "--snapshot", str(snap))
     assert code == 0
     return [line for line in out.splitlines() if line.startswith("gb200-r")]
+
+
+def test_domains_shows_the_spares_the_flag_keeps_and_the_map_draws_them(
+    snap: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    gb200 = data(capsys, snap, "domains", "--platform", "GB200-NVL72", "--spare-nodes-per-domain", "2")["domains"]
+    racks = [d for d in gb200 if not d["detached"]]
+    assert sum(d["spares"] for d in racks) > 0 and all(d["spares"] + d["sparesUsed"] <= 2 for d in racks)
+    for d in racks:  # held spares are the top wholly free trays: "spare" cells, none "free" above them
+        cells = d["trays"]
+        assert cells.count("spare") == d["spares"]
+        if d["spares"]:
+            assert "free" not in cells[cells.index("spare") :]
+    assert all(d["spares"] == 0 and d["sparesUsed"] == 0 for d in gb200 if d["detached"])
+    code, out, _ = run(capsys, "domains", "--map", "--spare-nodes-per-domain", "2", "--snapshot", str(snap))
+    assert code == 0
+    rows = [line.split() for line in out.splitlines() if line.startswith("gb200-r") and len(line.split()[1]) > 1]
+    assert any(r[1].endswith("ss") for r in rows)
