@@ -228,7 +228,11 @@ def build_app(config: ServeConfig) -> tuple[App, ClusterStore]:
     both.
     """
     catalog = sources.catalog_of(config.platforms)
-    store = ClusterStore(catalog=catalog, assume_ttl_s=math.inf if config.is_snapshot else None)
+    store = ClusterStore(
+        catalog=catalog,
+        assume_ttl_s=math.inf if config.is_snapshot else None,
+        health=sources.health_of(config.health_signals),
+    )
     startup: list[Callable[[], Awaitable[None]]] = []
     stops: list[Callable[[], None]] = []
     api = _connect(config)

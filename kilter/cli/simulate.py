@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from kilter.cli import render
+from kilter.cli import render, sources
 from kilter.model.durations import parse_duration
 from kilter.model.errors import InputError
 from kilter.sim import fleetspec, synthetic
@@ -24,6 +24,7 @@ from kilter.state import cluster, snapshot
 from kilter.topology import split_wait
 from kilter.topology.catalog import Catalog
 from kilter.topology.fleet import Fleet, build_fleet
+from kilter.topology.health import DEFAULTS, HealthSignals
 
 __all__ = ["add_parser", "load_fleet", "load_jobs", "run"]
 
@@ -61,6 +62,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         f", or synthetic:PROFILE ({', '.join(sorted(synthetic.PROFILES))})",
     )
     p.add_argument("--queues", type=Path, help="Kueue ClusterQueue/Cohort/ResourceFlavor YAML (default: one queue)")
+    sources.add_health_argument(p)
     p.add_argument(
         "--policy",
         default="kilter",
@@ -149,8 +151,11 @@ def load_jobs(spec: str, *, gpu_scale: int, time_scale: float, limit: int | None
     return read_trace(Path(spec), gpu_scale=gpu_scale, time_scale=time_scale, limit=limit)
 
 
-def load_fleet(path: Path, *, seed: int, catalog: Catalog | None = None) -> Callable[[], Fleet]:
-    """A maker of fresh idle fleets from a fleet spec or a snapshot (whose bound pods are left out)."""
+def load_fleet(
+    path: Path, *, seed: int, catalog: Catalog | None = None, health: HealthSignals = DEFAULTS
+) -> Callable[[], Fleet]:
+    """A maker of fresh idle fleets from a fleet spec or a snapshot (whose bound pods are left out); ``health``
+    judges a snapshot's Nodes (a spec's generated nodes carry no health signal)."""
     docs = snapshot.load_documents(path)
     if len(docs) == 1 and isinstance(docs[0], dict) and "kind" not in docs[0]:
         spec = fleetspec.parse_spec(docs[0], seed=seed, catalog=catalog)
@@ -158,7 +163,9 @@ def load_fleet(path: Path, *, seed: int, catalog: Catalog | None = None) -> Call
     state = cluster.load(path, catalog=catalog)
     if not state.nodes:
         raise InputError(f"{path}: neither a fleet spec ({{platforms: [...]}}) nor a snapshot with Nodes")
-    return lambda: build_fleet(state.nodes, catalog=catalog, topologies=state.topologies, hypernodes=state.hypernodes)
+    return lambda: build_fleet(
+        state.nodes, catalog=catalog, topologies=state.topologies, hypernodes=state.hypernodes, health=health
+    )
 
 
 def policies(text: str) -> list[str]:
@@ -224,7 +231,7 @@ def run(args: argparse.Namespace) -> int:
     jobs = load_jobs(args.trace, gpu_scale=args.gpu_scale, time_scale=args.time_scale, limit=args.limit, seed=args.seed)
     if not jobs:
         raise InputError("the trace has no jobs")
-    make_fleet = load_fleet(args.fleet, seed=args.seed)
+    make_fleet = load_fleet(args.fleet, seed=args.seed, health=sources.health_of(args.health_signals))
     queue_objects = snapshot.load_documents(args.queues) if args.queues else []
     config = SimConfig(
         topology=args.topology_request,

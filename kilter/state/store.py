@@ -75,6 +75,7 @@ from kilter.state.snapshot import RawObjects
 from kilter.state.watchers import KindWatchers
 from kilter.topology.catalog import BUILTIN, Catalog
 from kilter.topology.fleet import ENDED_PHASES, Fleet, build_fleet
+from kilter.topology.health import DEFAULTS, HealthSignals
 
 __all__ = ["ADDED", "DELETED", "MODIFIED", "Booking", "ClusterStore", "Event", "ObjectKey", "Stored", "object_key"]
 
@@ -101,8 +102,10 @@ class ClusterStore:
         catalog: Catalog | None = None,
         assume_ttl_s: float | None = None,
         clock: Callable[[], float] = time.monotonic,
+        health: HealthSignals = DEFAULTS,
     ) -> None:
         self.catalog = catalog or Catalog(BUILTIN)
+        self.health = health  # what, beyond the built-in rules, makes a node unusable (``topology.health``)
         self.assume_ttl_s = ASSUME_TTL_S if assume_ttl_s is None else assume_ttl_s
         self.clock = clock
         self._assumed: dict[str, float] = {}  # uid -> when its assumed booking expires (clock seconds), oldest first
@@ -404,7 +407,12 @@ class ClusterStore:
         self._assumed = {}
         old_names = self._fleet.node_names if self._fleet is not None else []
         self._fleet = build_fleet(
-            state.nodes, (), catalog=self.catalog, topologies=state.topologies, hypernodes=state.hypernodes
+            state.nodes,
+            (),
+            catalog=self.catalog,
+            topologies=state.topologies,
+            hypernodes=state.hypernodes,
+            health=self.health,
         )
         self._fleet_dirty = False
         self._bookings = {}
@@ -432,7 +440,7 @@ class ClusterStore:
             lists = {name: self._list(kind, cls) for name, (kind, cls) in TYPES.items()}
             received = {kind: list(self._by_kind[kind].values()) for kind in KNOWN_KINDS if kind not in TYPED_KINDS}
             raw = RawObjects(cast(dict[tuple[str, str], list[dict[str, Any]]], received), Counter(self.ignored))
-            self._state = (self.version, ClusterState(catalog=self.catalog, raw=raw, **lists))
+            self._state = (self.version, ClusterState(catalog=self.catalog, raw=raw, health=self.health, **lists))
         return self._state[1]
 
     def problems(self) -> list[str]:
