@@ -63,7 +63,8 @@ def fits(
     )
     if code == verdicts.PASS:
         return vw.SUCCESS, ""
-    text = verdicts.reason(code, gpus=gpus, resource=resource, free=free, total=total, hold=hold)
+    why = fleet.unusable_reason(node.name) if code == verdicts.UNUSABLE else None
+    text = verdicts.reason(code, gpus=gpus, resource=resource, free=free, total=total, hold=hold, why=why)
     return (vw.UNSCHEDULABLE if verdicts.OUTCOMES[code] == "failed" else vw.UNRESOLVABLE), text
 
 
