@@ -22,6 +22,7 @@ BENCHMARKS = (
     "simulate",
     "hostile",
     "plugin",
+    "health",
 )
 ONE = (
     "import json; from bench import common, {name}; results = {name}.main(); "
