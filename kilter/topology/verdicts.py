@@ -9,7 +9,7 @@ same order, the first rung a node fails naming its verdict:
 1. ``UNKNOWN`` — not a GPU node in kilter's fleet model;
 2. ``OTHER_KIND`` — its GPUs are another device resource than the pod asks;
 3. ``UNUSABLE`` — cordoned, not Ready, or its GPUs unhealthy (``health.py``; the fleet keeps each
-   node's own reason, which ``explain`` and Volcano's ``predicate`` give: ``unusable_notes``);
+   node's own reason, which ``explain`` records give: ``unusable_notes``);
 4. ``NOT_ELIGIBLE`` — the pod's nodeSelector, required affinity or tolerations exclude it;
 5. ``TOO_SMALL`` — it has fewer GPUs in all than the pod asks;
 6. for a gang pod: ``GANG_WAITS`` while the gang has no feasible plan
@@ -282,15 +282,16 @@ def reason(
 def unusable_notes(fleet: Fleet, index: npt.NDArray[np.int32], codes: npt.NDArray[np.int8]) -> dict[str, str]:
     """Each judged node whose verdict is ``UNUSABLE``, by name: its own sentence (``reason`` with ``why``).
 
-    For records that name nodes one by one (``explain``). The extender's
-    answer to kube-scheduler keeps the one shared sentence: the scheduler
-    counts nodes by reason in its "0/N nodes are available" message.
+    For records that name nodes one by one (``explain``). The answers to
+    kube-scheduler and Volcano keep the one shared sentence, the same on
+    both paths: the scheduler counts nodes by reason in its "0/N nodes are
+    available" message.
     """
     at = np.flatnonzero(codes == UNUSABLE)
     if not len(at):
         return {}
     names = [fleet.node_names[i] for i in index[at].tolist()]
-    return {n: f"the node is unusable: {fleet.unusable_reason(n) or 'unhealthy'}" for n in names}
+    return {n: reason(UNUSABLE, gpus=0, resource="", free=0, total=0, why=fleet.unusable_reason(n)) for n in names}
 
 
 class Reasons:

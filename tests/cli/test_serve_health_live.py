@@ -85,6 +85,16 @@ def test_a_node_that_gains_a_health_signal_is_left_out_of_the_next_plan(tmp_path
             planned = _post(port, "/scheduler/filter", names_args(gang, NAMES))
             assert sorted(planned["NodeNames"]) == ["r1-t0", "r1-t3"]
             assert {"r1-t1", "r1-t2"} <= set(planned["FailedAndUnresolvableNodes"])
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            conn.request("GET", "/debug/explain?namespace=ml&pod=g-0")
+            (filtered,) = json.loads(conn.getresponse().read())["decisions"]
+            conn.close()
+            reasons = {n["node"]: n["reason"] for n in filtered["nodes"]}
+            assert reasons["r1-t1"] == "the node is unusable: condition GpuNvlinkWatch=True (NVSentinel)"
+            assert (
+                reasons["r1-t2"]
+                == "the node is unusable: taint example.com/gpu-fault=ecc:PreferNoSchedule (site checker)"
+            )
 
             healed = node_dict("r1-t1", labels={CLIQUE: "r1"})
             healed["status"]["conditions"].append({"type": "GpuNvlinkWatch", "status": "False", "reason": "Healthy"})

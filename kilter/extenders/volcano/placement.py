@@ -63,8 +63,7 @@ def fits(
     )
     if code == verdicts.PASS:
         return vw.SUCCESS, ""
-    why = fleet.unusable_reason(node.name) if code == verdicts.UNUSABLE else None
-    text = verdicts.reason(code, gpus=gpus, resource=resource, free=free, total=total, hold=hold, why=why)
+    text = verdicts.reason(code, gpus=gpus, resource=resource, free=free, total=total, hold=hold)
     return (vw.UNSCHEDULABLE if verdicts.OUTCOMES[code] == "failed" else vw.UNRESOLVABLE), text
 
 
