@@ -235,9 +235,9 @@ class HealthSignals:
         failing = self._failing
         hit = None
         for cond in node.status.conditions:
-            bad = failing.get(cond.type)
-            if bad is None:
+            if cond.type not in failing:  # the common case: `in` costs no method call
                 continue
+            bad = failing[cond.type]
             if bad is _READY:
                 if cond.status != "True":
                     return f"condition Ready={cond.status}"
@@ -252,16 +252,15 @@ class HealthSignals:
                 signal = next((t for t in self._taints[key] if t.matches(taint.value, taint.effect)), None)
                 taint_hit = None if signal is None else signal.reason(taint.value, taint.effect)
         labels = node.metadata.labels
-        if labels.get(AMD_MESH_LABEL) == "failed":
+        if AMD_MESH_LABEL in labels and labels[AMD_MESH_LABEL] == "failed":
             return f"label {AMD_MESH_LABEL}=failed (AMD GPU Operator)"
         if hit is not None:
             return next(c for c in self._conditions[hit.type] if hit.status in c.status).reason(hit.status)
         if taint_hit is not None:
             return taint_hit
         for key, values, label in self._labels:
-            value = labels.get(key)
-            if value is not None and value in values:
-                return label.reason(value)
+            if key in labels and labels[key] in values:
+                return label.reason(labels[key])
         return None
 
 
