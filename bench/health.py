@@ -3,17 +3,20 @@
 Target (issue #20): the default signals must not make a 5,004-node build
 measurably slower than the built-in rules alone. The nodes are shaped as a
 real cluster holds them (``extender.full_node``: the kubelet's five
-conditions, NFD and GFD labels); the ``nvsentinel`` variant adds the
+conditions, NFD and GFD labels), decoded from JSON as a watch or a snapshot
+file gives them (each string its own object, its hash not yet known); the ``nvsentinel`` variant adds the
 fifteen conditions NVSentinel keeps on every node it watches, all ``False``
 (healthy), so that each condition of a node is looked up. No node matches a
 signal: the common case.
 
 Two figures per variant, each with no signal (``HealthSignals()``: the
-built-in rules only) and with ``DEFAULTS``: ``judge_all_nodes`` is
-``unusable_reason`` over the 5,004 nodes, the only work the signals add;
-``build_fleet`` is the whole build. The two settings are timed in
-alternation, run by run, so that this shared machine's drift falls on both
-alike; the minimum is the steadiest figure here, p50 is given too.
+built-in rules only) and with ``DEFAULTS``: ``build_fleet`` is the whole
+build, the figure that matters; ``judge_all_nodes`` is ``unusable_reason``
+alone over the 5,004 nodes, an upper bound of what the signals add (run on
+its own, each node's labels are cold in the cache, where the build has just
+read them). Times are the thread's CPU time (other processes on this shared
+2-core machine do not count), the two settings timed in alternation run by
+run; the minimum is the steadiest figure, p50 is given too.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import msgspec
 import numpy as np
 
 from bench.common import environment, machine_speed
@@ -47,7 +51,7 @@ def _nodes(*, nvsentinel: bool) -> tuple[list[Node], list[Pod]]:
         full = full_node(raw, i, rng, images)
         if nvsentinel:
             full["status"]["conditions"] += [{"type": c, "status": "False", "reason": f"{c}IsHealthy"} for c in watched]
-        nodes.append(codec.convert(full, Node))
+        nodes.append(msgspec.json.decode(msgspec.json.encode(full), type=Node))  # as a watch or a snapshot reads it
     return nodes, [codec.convert(p, Pod) for p in pod_dicts]
 
 
@@ -59,9 +63,9 @@ def _alternate(fns: dict[str, Callable[[], object]], *, runs: int, warmup: int =
     samples = {name: np.empty(runs) for name in fns}
     for i in range(runs):
         for name, fn in fns.items():
-            t0 = time.perf_counter_ns()
+            t0 = time.thread_time_ns()
             fn()
-            samples[name][i] = (time.perf_counter_ns() - t0) / 1e6
+            samples[name][i] = (time.thread_time_ns() - t0) / 1e6
     return {
         name: {"n": runs, "min_ms": round(float(s.min()), 3), "p50_ms": round(float(np.percentile(s, 50)), 3)}
         for name, s in samples.items()
@@ -87,14 +91,14 @@ def main() -> dict[str, Any]:
             },
             runs=BUILD_RUNS,
         )
-        added = judge["defaults"]["min_ms"] - judge["builtin_rules_only"]["min_ms"]
+        added = build["defaults"]["min_ms"] - build["builtin_rules_only"]["min_ms"]
         results["variants"][variant] = {
             "nodes": len(nodes),
             "conditions_per_node": len(nodes[0].status.conditions),
             "signals": len(DEFAULTS),
-            "judge_all_nodes": judge,
             "build_fleet": build,
-            "defaults_add_ms": round(added, 3),
-            "defaults_add_pct_of_build": round(100 * added / build["builtin_rules_only"]["min_ms"], 2),
+            "judge_all_nodes": judge,
+            "defaults_add_to_build_ms": round(added, 3),
+            "defaults_add_to_build_pct": round(100 * added / build["builtin_rules_only"]["min_ms"], 2),
         }
     return results

@@ -53,8 +53,9 @@ built-in rules and kilter's per-pod taint matching already cover.
 ``unusable_reason`` answers for one node with a short reason (``condition
 GpuNvlinkWatch=True (NVSentinel)``) or None. It runs once per node and fleet
 build, so the signals are indexed by name once: a node that matches nothing
-costs a dict lookup per condition and taint it carries and one per label
-signal.
+costs a string compare per condition (its type is looked up only when its
+status is one a signal fails on), a lookup per taint it carries, and one per
+label signal.
 """
 
 from __future__ import annotations
@@ -88,7 +89,6 @@ HEALTH_TAINT_PREFIX = "node.kubernetes.io/"
 BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
 AMD_MESH_LABEL = "amd.com/gpu-mesh-validation"
 READY = "Ready"
-_READY: frozenset[str] = frozenset({"built-in rule: not True"})  # the marker of Ready among the failing statuses
 
 ConditionStatus = Literal["True", "False", "Unknown"]
 TaintEffect = Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
@@ -196,7 +196,9 @@ class HealthSignals:
 
     signals: tuple[Signal, ...] = ()
     _conditions: dict[str, tuple[ConditionSignal, ...]] = field(init=False, repr=False, compare=False)
-    _failing: dict[str, frozenset[str]] = field(init=False, repr=False, compare=False)
+    _true_failing: frozenset[str] = field(init=False, repr=False, compare=False)  # types failing when True
+    _other_failing: dict[str, frozenset[str]] = field(init=False, repr=False, compare=False)  # type: other statuses
+    _other_types: tuple[str, ...] = field(init=False, repr=False, compare=False)  # its keys: few, scanned in C
     _taints: dict[str, tuple[TaintSignal, ...]] = field(init=False, repr=False, compare=False)
     _labels: tuple[tuple[str, frozenset[str], LabelSignal], ...] = field(init=False, repr=False, compare=False)
 
@@ -212,8 +214,11 @@ class HealthSignals:
             else:
                 labels.append((s.label, frozenset(s.values), s))
         object.__setattr__(self, "_conditions", {k: tuple(v) for k, v in conditions.items()})
-        failing = {READY: _READY, **{k: frozenset(st for c in v for st in c.status) for k, v in conditions.items()}}
-        object.__setattr__(self, "_failing", failing)
+        statuses = {k: frozenset(st for c in v for st in c.status) for k, v in conditions.items()}
+        other = {k: v - {"True"} for k, v in statuses.items() if v - {"True"}}
+        object.__setattr__(self, "_true_failing", frozenset(k for k, v in statuses.items() if "True" in v))
+        object.__setattr__(self, "_other_failing", other)
+        object.__setattr__(self, "_other_types", tuple(other))
         object.__setattr__(self, "_taints", {k: tuple(v) for k, v in taints.items()})
         object.__setattr__(self, "_labels", tuple(labels))
 
@@ -232,16 +237,18 @@ class HealthSignals:
         """
         if node.spec.unschedulable:
             return "cordoned"
-        failing = self._failing
         hit = None
+        true_failing, other_types = self._true_failing, self._other_types
+        # Most conditions are healthy and most signals fail on True: test the status first, a string compare, so
+        # that a condition's type (a fresh string off the wire, its hash not yet known) is hashed only when needed.
         for cond in node.status.conditions:
-            if cond.type not in failing:  # the common case: `in` costs no method call
-                continue
-            bad = failing[cond.type]
-            if bad is _READY:
-                if cond.status != "True":
-                    return f"condition Ready={cond.status}"
-            elif hit is None and cond.status in bad:
+            status = cond.status
+            if status == "True":
+                if hit is None and cond.type in true_failing:
+                    hit = cond
+            elif cond.type == READY:
+                return f"condition Ready={status}"
+            elif hit is None and cond.type in other_types and status in self._other_failing[cond.type]:
                 hit = cond
         taint_hit = None
         for taint in node.spec.taints:
