@@ -24,6 +24,7 @@ BENCHMARKS = (
     "hostile",
     "plugin",
     "repair",
+    "health",
 )
 ONE = (
     "import json; from bench import common, {name}; results = {name}.main(); "

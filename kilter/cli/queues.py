@@ -37,7 +37,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="quota, borrowing and fair share of every ClusterQueue and Cohort",
         description="Show what Kueue computes for each ClusterQueue and Cohort, and kilter's decayed shares.",
     )
-    sources.add_source_arguments(p)
+    sources.add_source_arguments(p, nodes=False)
     p.add_argument("--now", help="evaluate decayed usage at this RFC 3339 time (default: the current time)")
     p.add_argument(
         "--pending",

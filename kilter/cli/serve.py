@@ -235,6 +235,7 @@ def build_app(config: ServeConfig) -> tuple[App, ClusterStore]:
         catalog=catalog,
         assume_ttl_s=math.inf if config.is_snapshot else None,
         spare_nodes_default=config.spare_nodes_per_domain,
+        health=sources.health_of(config.health_signals),
     )
     startup: list[Callable[[], Awaitable[None]]] = []
     stops: list[Callable[[], None]] = []

@@ -65,6 +65,8 @@ class ServeConfig:
     """The embedded demo fleet as the state (``--demo``)."""
     platforms: Path | None = None
     """A YAML file adding or overriding catalog platforms; None: the built-in catalog."""
+    health_signals: Path | None = None
+    """A YAML file of the health signals that mark a GPU node unusable; None: ``topology.health.DEFAULTS``."""
     http_port: int = 8888
     """TCP port of the HTTP listener (extender, Volcano verbs, /metrics, /debug)."""
     address: str = "0.0.0.0"
@@ -237,6 +239,7 @@ class ServeConfig:
             snapshot=args.snapshot,
             demo=args.demo,
             platforms=args.platforms,
+            health_signals=args.health_signals,
             http_port=args.http_port,
             address=args.address,
             webhook_port=args.webhook_port,

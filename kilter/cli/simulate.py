@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from kilter.cli import render
+from kilter.cli import render, sources
 from kilter.cli.spare_flag import add_spare_argument, read_spare_nodes
 from kilter.model.annotations import SPARE_NODES_PER_DOMAIN
 from kilter.model.durations import parse_duration
@@ -26,6 +26,7 @@ from kilter.state import cluster, snapshot
 from kilter.topology import split_wait
 from kilter.topology.catalog import Catalog
 from kilter.topology.fleet import Fleet, build_fleet
+from kilter.topology.health import DEFAULTS, HealthSignals
 
 __all__ = ["add_parser", "load_fleet", "load_jobs", "run", "with_spares"]
 
@@ -65,6 +66,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         f", or synthetic:PROFILE ({', '.join(sorted(synthetic.PROFILES))})",
     )
     p.add_argument("--queues", type=Path, help="Kueue ClusterQueue/Cohort/ResourceFlavor YAML (default: one queue)")
+    sources.add_health_argument(p)
     p.add_argument(
         "--policy",
         default="kilter",
@@ -154,8 +156,11 @@ def load_jobs(spec: str, *, gpu_scale: int, time_scale: float, limit: int | None
     return read_trace(Path(spec), gpu_scale=gpu_scale, time_scale=time_scale, limit=limit)
 
 
-def load_fleet(path: Path, *, seed: int, catalog: Catalog | None = None) -> Callable[[], Fleet]:
-    """A maker of fresh idle fleets from a fleet spec or a snapshot (whose bound pods are left out)."""
+def load_fleet(
+    path: Path, *, seed: int, catalog: Catalog | None = None, health: HealthSignals = DEFAULTS
+) -> Callable[[], Fleet]:
+    """A maker of fresh idle fleets from a fleet spec or a snapshot (whose bound pods are left out); ``health``
+    judges a snapshot's Nodes (a spec's generated nodes carry no health signal)."""
     docs = snapshot.load_documents(path)
     if len(docs) == 1 and isinstance(docs[0], dict) and "kind" not in docs[0]:
         spec = fleetspec.parse_spec(docs[0], seed=seed, catalog=catalog)
@@ -163,7 +168,9 @@ def load_fleet(path: Path, *, seed: int, catalog: Catalog | None = None) -> Call
     state = cluster.load(path, catalog=catalog)
     if not state.nodes:
         raise InputError(f"{path}: neither a fleet spec ({{platforms: [...]}}) nor a snapshot with Nodes")
-    return lambda: build_fleet(state.nodes, catalog=catalog, topologies=state.topologies, hypernodes=state.hypernodes)
+    return lambda: build_fleet(
+        state.nodes, catalog=catalog, topologies=state.topologies, hypernodes=state.hypernodes, health=health
+    )
 
 
 def with_spares(make_fleet: Callable[[], Fleet], queue_objects: list[Any], default: int) -> Callable[[], Fleet]:
@@ -254,7 +261,8 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("the trace has no jobs")
     spare_nodes = read_spare_nodes(args.spare_nodes_per_domain)
     queue_objects = snapshot.load_documents(args.queues) if args.queues else []
-    make_fleet = with_spares(load_fleet(args.fleet, seed=args.seed), queue_objects, spare_nodes)
+    health = sources.health_of(args.health_signals)
+    make_fleet = with_spares(load_fleet(args.fleet, seed=args.seed, health=health), queue_objects, spare_nodes)
     config = SimConfig(
         topology=args.topology_request,
         fair=args.quota in ("fair", "volcano"),  # the Volcano verbs run Kueue's fair-sharing preemption

@@ -13,23 +13,44 @@ from kilter.model.errors import InputError
 from kilter.state import cluster, snapshot
 from kilter.state.cluster import ClusterState
 from kilter.state.live import default_resources, list_cluster
-from kilter.topology import fleetgen
+from kilter.topology import fleetgen, health
 from kilter.topology.catalog import BUILTIN, Catalog, load_overrides
+from kilter.topology.health import HealthSignals
 
 __all__ = [
     "DEMO_QUEUES",
+    "HEALTH_SIGNALS_HELP",
+    "add_health_argument",
     "add_source_arguments",
     "catalog_of",
     "demo_objects",
     "demo_state",
+    "health_of",
     "load_catalog",
     "load_state",
     "print_warnings",
 ]
 
 
-def add_source_arguments(p: argparse.ArgumentParser, *, live: bool = True) -> None:
-    """--snapshot | --demo, and (``live``) --kubeconfig | --in-cluster to read a running cluster instead."""
+HEALTH_SIGNALS_HELP = (
+    "YAML file of the node conditions, taints and labels that mark a GPU node unusable, replacing kilter's "
+    "defaults ('defaults: true' in the file keeps them); see docs/health-signals.md"
+)
+
+
+def add_health_argument(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """``--health-signals FILE``: every command that judges nodes takes it, spelled one way."""
+    p.add_argument("--health-signals", type=Path, metavar="FILE", help=HEALTH_SIGNALS_HELP)
+
+
+def health_of(path: Path | None) -> HealthSignals:
+    """The signals of a ``--health-signals`` file, else the defaults (``topology.health``)."""
+    return health.load(path) if path is not None else health.DEFAULTS
+
+
+def add_source_arguments(p: argparse.ArgumentParser, *, live: bool = True, nodes: bool = True) -> None:
+    """--snapshot | --demo, and (``live``) --kubeconfig | --in-cluster to read a running cluster instead;
+    (``nodes``: the command judges nodes) --health-signals."""
     src = p.add_mutually_exclusive_group()
     src.add_argument(
         "--snapshot",
@@ -42,6 +63,8 @@ def add_source_arguments(p: argparse.ArgumentParser, *, live: bool = True) -> No
         src.add_argument("--in-cluster", action="store_true", help="read the cluster kilter's pod runs in")
         p.add_argument("--context", help="kubeconfig context (default: its current-context)")
     p.add_argument("--platforms", type=Path, help="YAML file adding or overriding catalog platforms")
+    if nodes:
+        add_health_argument(p)
 
 
 def load_catalog(args: argparse.Namespace) -> Catalog:
@@ -62,26 +85,27 @@ def demo_objects(catalog: Catalog | None = None) -> list[Any]:
     return [*nodes, *pods, fleetgen.topology_object(), *snapshot.load_documents(DEMO_QUEUES)]
 
 
-def demo_state(catalog: Catalog | None = None) -> ClusterState:
-    return cluster.from_objects(demo_objects(catalog), catalog=catalog)
+def demo_state(catalog: Catalog | None = None, signals: HealthSignals = health.DEFAULTS) -> ClusterState:
+    return cluster.from_objects(demo_objects(catalog), catalog=catalog, health=signals)
 
 
 def load_state(args: argparse.Namespace, *, skip: frozenset[tuple[str, str]] = frozenset()) -> ClusterState:
     """The state the command's arguments name. ``skip``: kinds the command does not read, left unread from a
     snapshot (``cluster.load``); a live cluster or the demo has them all."""
     catalog = load_catalog(args)
+    signals = health_of(getattr(args, "health_signals", None))
     if getattr(args, "demo", False):
-        return demo_state(catalog)
+        return demo_state(catalog, signals)
     kubeconfig = getattr(args, "kubeconfig", None)
     if kubeconfig is not None or getattr(args, "in_cluster", False):
         api = connect(kubeconfig, context=getattr(args, "context", None))
-        return cluster.from_objects(list_cluster(api, default_resources(catalog)), catalog=catalog)
+        return cluster.from_objects(list_cluster(api, default_resources(catalog)), catalog=catalog, health=signals)
     if args.snapshot is None:
         raise InputError(
             "no cluster to read: pass --snapshot FILE, --kubeconfig FILE or --in-cluster "
             "(or --demo for the embedded demo fleet)"
         )
-    state = cluster.load(args.snapshot, catalog=catalog, skip=skip)
+    state = cluster.load(args.snapshot, catalog=catalog, skip=skip, health=signals)
     gc.freeze()  # a command reads the state it loaded until it exits: no collection need walk it again
     return state
 

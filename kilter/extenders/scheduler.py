@@ -225,6 +225,7 @@ class SchedulerExtender:
                 total.astype(np.int16),
                 reason=reason_of,
                 verdicts=verdicts.OUTCOMES,
+                extra=verdicts.unusable_notes(fleet, cand.index, codes),
                 sent=cand.names or (),
                 outcome=outcome,
             ),

@@ -30,6 +30,7 @@ from kilter.state.events import TYPED_KINDS
 from kilter.topology import spare_settings
 from kilter.topology.catalog import BUILTIN, Catalog
 from kilter.topology.fleet import Fleet, build_fleet
+from kilter.topology.health import DEFAULTS, HealthSignals
 
 __all__ = ["KNOWN_KINDS", "NODES_AND_PODS", "TYPES", "ClusterState", "from_objects", "load", "state_of"]
 
@@ -90,6 +91,7 @@ class ClusterState:
     pod_groups: list[PodGroup] = field(default_factory=list)
     compute_domains: list[ComputeDomain] = field(default_factory=list)
     raw: snapshot.RawObjects = field(default_factory=snapshot.RawObjects)
+    health: HealthSignals = DEFAULTS  # what, beyond the built-in rules, makes a node unusable (``--health-signals``)
     skipped: frozenset[tuple[str, str]] = field(default=frozenset(), init=False)  # kinds ``load`` left unread
     spare_nodes_default: int = field(default=0, init=False)  # --spare-nodes-per-domain, set before fleet()
     spare_problems: tuple[str, ...] = field(default=(), init=False)  # spare settings skipped (``spare_settings``)
@@ -101,7 +103,12 @@ class ClusterState:
         self._check_nodes_read()
         if self._fleet is None:
             self._fleet = build_fleet(
-                self.nodes, self.pods, catalog=self.catalog, topologies=self.topologies, hypernodes=self.hypernodes
+                self.nodes,
+                self.pods,
+                catalog=self.catalog,
+                topologies=self.topologies,
+                hypernodes=self.hypernodes,
+                health=self.health,
             )
             self.spare_problems = self.hold_spares(self._fleet)
         return self._fleet
@@ -111,7 +118,12 @@ class ClusterState:
         self._check_nodes_read()
         if self._idle is None:
             self._idle = build_fleet(
-                self.nodes, (), catalog=self.catalog, topologies=self.topologies, hypernodes=self.hypernodes
+                self.nodes,
+                (),
+                catalog=self.catalog,
+                topologies=self.topologies,
+                hypernodes=self.hypernodes,
+                health=self.health,
             )
             self.hold_spares(self._idle)
         return self._idle
@@ -144,15 +156,23 @@ def _name(obj: dict[str, Any]) -> str:
     return name if isinstance(name, str) else "?"
 
 
-def from_objects(docs: Iterable[Any], *, catalog: Catalog | None = None) -> ClusterState:
+def from_objects(
+    docs: Iterable[Any], *, catalog: Catalog | None = None, health: HealthSignals = DEFAULTS
+) -> ClusterState:
     """The state of these objects: parsed documents, or Nodes and Pods already typed (as a live list gives them)."""
     docs = list(docs)
     typed = [d for d in docs if isinstance(d, Node | Pod)]
     raw = snapshot.group_objects([d for d in docs if not isinstance(d, Node | Pod)], KNOWN_KINDS)
-    return state_of(typed, raw, catalog=catalog)
+    return state_of(typed, raw, catalog=catalog, health=health)
 
 
-def load(path: Path, *, catalog: Catalog | None = None, skip: frozenset[tuple[str, str]] = frozenset()) -> ClusterState:
+def load(
+    path: Path,
+    *,
+    catalog: Catalog | None = None,
+    skip: frozenset[tuple[str, str]] = frozenset(),
+    health: HealthSignals = DEFAULTS,
+) -> ClusterState:
     """The state a snapshot file describes (JSON decoded straight into typed Nodes and Pods, YAML parsed).
 
     ``skip``: kinds the caller does not read (``NODES_AND_PODS`` for a view of quota objects alone: from a
@@ -160,12 +180,18 @@ def load(path: Path, *, catalog: Catalog | None = None, skip: frozenset[tuple[st
     then refuses to build a fleet without its Nodes.
     """
     typed, raw = snapshot_file.read(path, KNOWN_KINDS, skip=skip)
-    state = state_of(typed, raw, catalog=catalog)
+    state = state_of(typed, raw, catalog=catalog, health=health)
     state.skipped = skip
     return state
 
 
-def state_of(typed: list[Node | Pod], raw: snapshot.RawObjects, *, catalog: Catalog | None = None) -> ClusterState:
+def state_of(
+    typed: list[Node | Pod],
+    raw: snapshot.RawObjects,
+    *,
+    catalog: Catalog | None = None,
+    health: HealthSignals = DEFAULTS,
+) -> ClusterState:
     """The state of objects already read (``snapshot_file.read``): Nodes and Pods typed, the rest as received.
 
     Each object kept as received is typed here; only what has no typed view stays as received (a Node or Pod
@@ -181,4 +207,4 @@ def state_of(typed: list[Node | Pod], raw: snapshot.RawObjects, *, catalog: Cata
         ]
     for typed_kind in TYPED_KINDS:
         raw.by_kind.pop(typed_kind, None)
-    return ClusterState(catalog=catalog or Catalog(BUILTIN), raw=raw, **lists)
+    return ClusterState(catalog=catalog or Catalog(BUILTIN), raw=raw, health=health, **lists)

@@ -75,6 +75,7 @@ from kilter.state.snapshot import RawObjects
 from kilter.state.watchers import KindWatchers
 from kilter.topology.catalog import BUILTIN, Catalog
 from kilter.topology.fleet import ENDED_PHASES, Fleet, build_fleet
+from kilter.topology.health import DEFAULTS, HealthSignals
 
 __all__ = ["ADDED", "DELETED", "MODIFIED", "Booking", "ClusterStore", "Event", "ObjectKey", "Stored", "object_key"]
 
@@ -103,8 +104,10 @@ class ClusterStore:
         assume_ttl_s: float | None = None,
         clock: Callable[[], float] = time.monotonic,
         spare_nodes_default: int = 0,
+        health: HealthSignals = DEFAULTS,
     ) -> None:
         self.catalog = catalog or Catalog(BUILTIN)
+        self.health = health  # what, beyond the built-in rules, makes a node unusable (``topology.health``)
         self.spare_nodes_default = spare_nodes_default  # --spare-nodes-per-domain (``topology.spare_settings``)
         self._spares_of: tuple[int, ...] | None = None  # (generation, versions of the kinds that set spares)
         self._spare_problems: tuple[str, ...] = ()
@@ -419,7 +422,12 @@ class ClusterStore:
         self._assumed = {}
         old_names = self._fleet.node_names if self._fleet is not None else []
         self._fleet = build_fleet(
-            state.nodes, (), catalog=self.catalog, topologies=state.topologies, hypernodes=state.hypernodes
+            state.nodes,
+            (),
+            catalog=self.catalog,
+            topologies=state.topologies,
+            hypernodes=state.hypernodes,
+            health=self.health,
         )
         self._fleet_dirty = False
         self._bookings = {}
@@ -457,7 +465,7 @@ class ClusterStore:
             lists = {name: self._list(kind, cls) for name, (kind, cls) in TYPES.items()}
             received = {kind: list(self._by_kind[kind].values()) for kind in KNOWN_KINDS if kind not in TYPED_KINDS}
             raw = RawObjects(cast(dict[tuple[str, str], list[dict[str, Any]]], received), Counter(self.ignored))
-            state = ClusterState(catalog=self.catalog, raw=raw, **lists)
+            state = ClusterState(catalog=self.catalog, raw=raw, health=self.health, **lists)
             state.spare_nodes_default = self.spare_nodes_default
             self._state = (self.version, state)
         return self._state[1]

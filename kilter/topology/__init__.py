@@ -1,10 +1,11 @@
-"""Topology-aware placement: the platform catalog, the fleet model, gang plans and node scores."""
+"""Topology-aware placement: the platform catalog, node health, the fleet model, gang plans and node scores."""
 
 from kilter.topology import (
     catalog,
     eligibility,
     fleet,
     fleetgen,
+    health,
     hypernodes,
     labels,
     plan,
@@ -17,6 +18,7 @@ from kilter.topology import (
 )
 from kilter.topology.catalog import BUILTIN, Catalog, Platform, load_overrides
 from kilter.topology.fleet import Fleet, build_fleet
+from kilter.topology.health import HealthSignals
 from kilter.topology.plan import (
     GangRequest,
     Plan,
@@ -33,6 +35,7 @@ __all__ = [
     "Catalog",
     "Fleet",
     "GangRequest",
+    "HealthSignals",
     "Plan",
     "PlannedPodSet",
     "Platform",
@@ -44,6 +47,7 @@ __all__ = [
     "fleet",
     "fleetgen",
     "gang_request",
+    "health",
     "hypernodes",
     "labels",
     "load_overrides",

@@ -5,10 +5,12 @@ gets an index (domains in name order, nodes in name order inside them), a
 platform, a domain and its groups above the domain. After that, planning and
 scoring touch only ``_native`` arrays; names come back only for output.
 
-Availability rules (reference/topology.md §2, §4): a node is unusable when
-cordoned, not Ready, tainted ``node.kubernetes.io/*`` with NoSchedule or
-NoExecute, or when AMD's mesh validation failed. A node of a multi-node
-platform without its domain label (GPU Feature Discovery drops
+Availability rules: a node is unusable when a built-in rule or a configured
+health signal says so (``health.py``: cordoned, not Ready, tainted
+``node.kubernetes.io/*`` with NoSchedule or NoExecute, AMD's mesh validation
+failed, then the conditions, taints and labels GPU health tools set); the
+fleet keeps each unusable node's reason (``unusable_reason``). A node of a
+multi-node platform without its domain label (GPU Feature Discovery drops
 ``nvidia.com/gpu.clique`` when the fabric is unhealthy) becomes a detached
 one-node domain that only single-pod gangs may use. Other NoSchedule and
 NoExecute taints are matched per pod against its tolerations.
@@ -36,32 +38,22 @@ from kilter.model.errors import InputError, UnknownPlatform
 from kilter.model.kueue import Topology
 from kilter.model.volcano import HyperNode
 from kilter.topology.catalog import BUILTIN, Catalog, Platform
+from kilter.topology.health import BLOCKING_EFFECTS, DEFAULTS, HEALTH_TAINT_PREFIX, HealthSignals
 from kilter.topology.hypernodes import SOURCE as HYPERNODES
 from kilter.topology.hypernodes import with_hypernode_labels
 from kilter.topology.labels import Levels, choose_levels, group_path
 
 __all__ = ["Fleet", "build_fleet", "is_node_usable"]
 
-HEALTH_TAINT_PREFIX = "node.kubernetes.io/"
-BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
-AMD_MESH_LABEL = "amd.com/gpu-mesh-validation"
 ENDED_PHASES = ("Succeeded", "Failed")
 MAX_NODE_GPUS = 4096  # far above any node (CPX-partitioned MI300X shows 64); keeps the model's int16 counts safe
 
 TaintKey = tuple[str, str, str]
 
 
-def is_node_usable(node: Node) -> bool:
-    """Ready, schedulable, free of lifecycle taints, and not failing AMD mesh validation."""
-    if node.spec.unschedulable:
-        return False
-    for cond in node.status.conditions:
-        if cond.type == "Ready" and cond.status != "True":
-            return False
-    for taint in node.spec.taints:
-        if taint.key.startswith(HEALTH_TAINT_PREFIX) and taint.effect in BLOCKING_EFFECTS:
-            return False
-    return node.metadata.labels.get(AMD_MESH_LABEL) != "failed"
+def is_node_usable(node: Node, health: HealthSignals = DEFAULTS) -> bool:
+    """No built-in rule and no health signal marks the node unusable (``HealthSignals.unusable_reason``)."""
+    return health.unusable_reason(node) is None
 
 
 def _scheduling_taints(taints: Sequence[Taint]) -> tuple[TaintKey, ...]:
@@ -103,6 +95,7 @@ class Fleet:
     warnings: list[str] = field(default_factory=list)
     unreadable_nodes: dict[str, str] = field(default_factory=dict)  # left out, by name: why (its device count)
     spare_nodes: npt.NDArray[np.int32] | None = None  # per domain, spare nodes asked for (``spares.assign``)
+    unusable: dict[str, str] = field(default_factory=dict)  # unusable nodes of the fleet, by name: why, name order
     _label_codes: dict[str, tuple[npt.NDArray[np.int32], dict[str, int]]] = field(default_factory=dict)
     _label_keys: frozenset[str] | None = None
     _absent: npt.NDArray[np.int32] | None = None
@@ -117,6 +110,11 @@ class Fleet:
 
     def domain_of_node(self, node: int) -> str:
         return self.domain_ids[int(self.node_domain[node])]
+
+    def unusable_reason(self, name: str) -> str | None:
+        """Why node ``name`` is unusable (``condition GpuNvlinkWatch=True (NVSentinel)``); None when it is usable
+        or not in the fleet."""
+        return self.unusable.get(name)
 
     def json_names(self) -> jsonout.JsonNames:
         """The node names pre-encoded as JSON strings, for answers written from indices; built once per fleet."""
@@ -197,11 +195,13 @@ def build_fleet(
     catalog: Catalog | None = None,
     topologies: Iterable[Topology] = (),
     hypernodes: Sequence[HyperNode] = (),
+    health: HealthSignals = DEFAULTS,
 ) -> Fleet:
     """The fleet model of these nodes with the GPUs of these (bound, running) pods booked.
 
     Volcano HyperNodes become topology levels (``hypernodes.py``) when no
-    Kueue Topology is given.
+    Kueue Topology is given. ``health``: the signals beyond the built-in rules
+    that make a node unusable (``health.DEFAULTS`` unless configured).
     """
     catalog = catalog or Catalog(BUILTIN)
     topologies = list(topologies)
@@ -269,6 +269,8 @@ def build_fleet(
     node_domain: list[int] = []
     node_gpus: list[int] = []
     node_usable: list[int] = []
+    unusable: dict[str, str] = {}
+    unusable_reason = health.unusable_reason
     node_start = [0]
     tray_bits: list[int] = []
     dom_platform: list[int] = []
@@ -290,7 +292,10 @@ def build_fleet(
             node_taints.append(_scheduling_taints(node.spec.taints))
             node_domain.append(d)
             node_gpus.append(count)
-            node_usable.append(1 if is_node_usable(node) else 0)
+            fault = unusable_reason(node)
+            node_usable.append(1 if fault is None else 0)
+            if fault is not None:
+                unusable[name] = fault
         node_start.append(len(node_names))
         tray_bits.append(_next_pow2(max(max(m[2] for m in ms), platform.gpus_per_node if not detached else 1)))
         dom_platform.append(p_index)
@@ -374,6 +379,7 @@ def build_fleet(
         domain_group=bitmap.domain_groups,
         warnings=warnings,
         unreadable_nodes=dict(sorted(unreadable.items())),
+        unusable=dict(sorted(unusable.items())),
     )
 
 

@@ -8,7 +8,8 @@ same order, the first rung a node fails naming its verdict:
 
 1. ``UNKNOWN`` — not a GPU node in kilter's fleet model;
 2. ``OTHER_KIND`` — its GPUs are another device resource than the pod asks;
-3. ``UNUSABLE`` — cordoned, not Ready, or its GPUs unhealthy;
+3. ``UNUSABLE`` — cordoned, not Ready, or its GPUs unhealthy (``health.py``; the fleet keeps each
+   node's own reason, which ``explain`` records give: ``unusable_notes``);
 4. ``NOT_ELIGIBLE`` — the pod's nodeSelector, required affinity or tolerations exclude it;
 5. ``TOO_SMALL`` — it has fewer GPUs in all than the pod asks;
 6. for a gang pod: ``GANG_WAITS`` while the gang has no feasible plan
@@ -63,6 +64,7 @@ __all__ = [
     "gpu_ask",
     "is_resolvable",
     "reason",
+    "unusable_notes",
 ]
 
 PASS, FULL, UNKNOWN, OTHER_KIND, UNUSABLE, TOO_SMALL, NOT_ELIGIBLE, NOT_PLANNED, GANG_WAITS, SPARE = range(10)
@@ -262,8 +264,11 @@ class Ladder:
         return (FULL if free < gpus else PASS), free, total
 
 
-def reason(code: int, *, gpus: int, resource: str, free: int, total: int, hold: Hold | None = None) -> str:
-    """The sentence for a verdict, the same in filter, predicate, explain and every log line."""
+def reason(
+    code: int, *, gpus: int, resource: str, free: int, total: int, hold: Hold | None = None, why: str | None = None
+) -> str:
+    """The sentence for a verdict, the same in filter, predicate, explain and every log line; ``why``: an unusable
+    node's own reason (``Fleet.unusable_reason``), where the answer names one node."""
     if code == FULL:
         return f"{free} of {total} {resource} free; the pod needs {gpus}"
     if code == TOO_SMALL:
@@ -273,7 +278,7 @@ def reason(code: int, *, gpus: int, resource: str, free: int, total: int, hold: 
     if code == OTHER_KIND:
         return f"the node's GPUs are not {resource}"
     if code == UNUSABLE:
-        return "the node is cordoned, not Ready, or its GPUs are unhealthy"
+        return f"the node is unusable: {why}" if why else "the node is cordoned, not Ready, or its GPUs are unhealthy"
     if code == NOT_ELIGIBLE:
         return "the pod's nodeSelector, node affinity or tolerations exclude the node"
     if code == NOT_PLANNED:
@@ -285,6 +290,21 @@ def reason(code: int, *, gpus: int, resource: str, free: int, total: int, hold: 
             return hold.note
         return f"the gang does not fit yet: {hold.note if hold else ''}"
     return "passes"
+
+
+def unusable_notes(fleet: Fleet, index: npt.NDArray[np.int32], codes: npt.NDArray[np.int8]) -> dict[str, str]:
+    """Each judged node whose verdict is ``UNUSABLE``, by name: its own sentence (``reason`` with ``why``).
+
+    For records that name nodes one by one (``explain``). The answers to
+    kube-scheduler and Volcano keep the one shared sentence, the same on
+    both paths: the scheduler counts nodes by reason in its "0/N nodes are
+    available" message.
+    """
+    at = np.flatnonzero(codes == UNUSABLE)
+    if not len(at):
+        return {}
+    names = [fleet.node_names[i] for i in index[at].tolist()]
+    return {n: reason(UNUSABLE, gpus=0, resource="", free=0, total=0, why=fleet.unusable_reason(n)) for n in names}
 
 
 class Reasons:

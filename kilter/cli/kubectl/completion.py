@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 __all__ = ["Spec", "add_parser", "bash_script", "candidates", "spec", "zsh_script"]
 
-FILE_FLAGS = ("--snapshot", "--kubeconfig", "--platforms", "-f", "--filename")
+FILE_FLAGS = ("--snapshot", "--kubeconfig", "--platforms", "--health-signals", "-f", "--filename")
 NO_FILES, FILES = 4, 0  # cobra's ShellCompDirectiveNoFileComp and ShellCompDirectiveDefault
 
 

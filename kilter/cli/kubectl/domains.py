@@ -1,7 +1,9 @@
 """``kubectl kilter domains``: per scale-up domain its health, free GPUs, spares, largest gang shape and gangs.
 
 The rows are ``gangs.inventory.take``'s, the same answer the gRPC
-``Inventory`` gives; ``--map`` draws them as a rack map (``rackmap``).
+``Inventory`` gives; ``--map`` draws them as a rack map (``rackmap``). Each
+row also names its unusable nodes and why (``Fleet.unusable_reason``: cordoned,
+not Ready, a health signal), in ``-o wide``, JSON and YAML.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from kilter.cli import render
 from kilter.cli.kubectl import output, rackmap
 from kilter.cli.kubectl.source import Cluster
 from kilter.gangs.inventory import DomainInventory, take
+from kilter.topology.fleet import Fleet
 
 __all__ = ["add_parser", "run"]
 
@@ -32,7 +35,15 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], common:
     p.set_defaults(view=run)
 
 
-def _item(d: DomainInventory) -> dict[str, Any]:
+def unusable_by_domain(fleet: Fleet) -> dict[str, list[tuple[str, str]]]:
+    """Each domain's unusable nodes (name, reason), in name order; domains with none are left out."""
+    out: dict[str, list[tuple[str, str]]] = {}
+    for name, why in fleet.unusable.items():
+        out.setdefault(fleet.domain_of_node(fleet.node_index[name]), []).append((name, why))
+    return out
+
+
+def _item(d: DomainInventory, unusable: list[tuple[str, str]]) -> dict[str, Any]:
     return {
         "domain": d.domain,
         "detached": d.detached,
@@ -47,14 +58,16 @@ def _item(d: DomainInventory) -> dict[str, Any]:
         "largestShape": {"pods": d.largest_pods, "gpusPerPod": d.largest_gpus_per_pod},
         "gangs": [{"gang": g.key, "pods": g.pods, "gpus": g.gpus} for g in d.gangs],
         "trays": list(d.trays),
+        "unusableNodes": [{"node": n, "reason": why} for n, why in unusable],
     }
 
 
 def run(args: argparse.Namespace, cluster: Cluster) -> int:
     inventory = take(cluster.store, platform=args.platform, block=args.block)
+    unusable = unusable_by_domain(cluster.store.fleet())
     data = {
         "generation": inventory.generation,
-        "domains": [_item(d) for d in inventory.domains],
+        "domains": [_item(d, unusable.get(d.domain, [])) for d in inventory.domains],
     }
     if args.map and args.output in ("table", "wide"):
         fleet = cluster.store.fleet()
@@ -71,6 +84,7 @@ def run(args: argparse.Namespace, cluster: Cluster) -> int:
         ("LARGEST", False),
         ("GANGS", False),
         ("FIRST NODE", True),
+        ("UNUSABLE", True),
     )
     fleet = cluster.store.fleet()
     starts = fleet.bitmap.domain_node_start
@@ -86,6 +100,7 @@ def run(args: argparse.Namespace, cluster: Cluster) -> int:
             f"{d.largest_pods}x{d.largest_gpus_per_pod}" if d.largest_pods else "-",
             ",".join(g.key for g in d.gangs) or "-",
             fleet.node_names[int(starts[index[d.domain]])],
+            "; ".join(f"{n}: {why}" for n, why in unusable.get(d.domain, [])) or "-",
         )
         for d in inventory.domains
     ]

@@ -48,6 +48,7 @@ def common_options() -> argparse.ArgumentParser:
         "--snapshot", type=Path, help="read this snapshot file instead of a cluster (kubectl get ... -o yaml)"
     )
     g.add_argument("--platforms", type=Path, help="YAML file adding or overriding catalog platforms")
+    sources.add_health_argument(g)
     g.add_argument("-n", "--namespace", help="the namespace (default: the context's, else default)")
     g.add_argument("-A", "--all-namespaces", action="store_true", help="every namespace")
     g.add_argument("-o", "--output", choices=FORMATS, default="table", help="table (default), wide, json or yaml")
@@ -115,7 +116,11 @@ def load(args: argparse.Namespace) -> Cluster:
     """Read the cluster (or snapshot) the options name, once."""
     now_s = parse_time(args.now, path="--now") if args.now else time.time()
     catalog = sources.catalog_of(args.platforms)
-    store = ClusterStore(catalog=catalog, spare_nodes_default=read_spare_nodes(args.spare_nodes_per_domain, catalog))
+    store = ClusterStore(
+        catalog=catalog,
+        spare_nodes_default=read_spare_nodes(args.spare_nodes_per_domain, catalog),
+        health=sources.health_of(args.health_signals),
+    )
     api: ApiServer | None = None
     if args.snapshot is not None:
         if args.kubeconfig is not None or args.context:
