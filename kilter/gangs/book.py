@@ -348,7 +348,7 @@ class GangBook:
         adopted = self._from_record(gang, request, members, shaped, record)
         if adopted is not None:
             return adopted
-        fixed = repairs.plan_repair(fleet, request, shaped, members or (), record) if bound else None
+        fixed = repairs.plan_repair(fleet, request, shaped, members or (), record, pod) if bound else None
         result = fixed.plan if fixed is not None else plan_gang(fleet, request)
         wait = self.waits.for_gang(gang, pod, request, result) if self.waits is not None and not bound else None
         if wait is not None and wait.wait:  # nothing reserved, nothing recorded; asked again within INFEASIBLE_RETRY_S

@@ -28,7 +28,7 @@ import numpy as np
 from kilter.gangs.layout import Layout
 from kilter.gangs.ranks import Place, place_of
 from kilter.gangs.records import PlanRecord
-from kilter.model.core_v1 import Pod, pod_request
+from kilter.model.core_v1 import Pod, PodSpec, pod_request
 from kilter.model.errors import InputError
 from kilter.topology import eligibility, repair
 from kilter.topology.fleet import Fleet
@@ -65,10 +65,21 @@ class Repair:
 
 
 def plan_repair(
-    fleet: Fleet, request: GangRequest, shaped: Layout, members: Sequence[Pod], record: PlanRecord | None
+    fleet: Fleet,
+    request: GangRequest,
+    shaped: Layout,
+    members: Sequence[Pod],
+    record: PlanRecord | None,
+    asker: Pod | None = None,
 ) -> Repair | None:
     """The repair plan for ``request`` (the gang's pods still to place), or None when there is nothing to repair
-    next to (no bound GPU pod of the gang on a node of the fleet): the caller plans afresh."""
+    next to (no bound GPU pod of the gang on a node of the fleet): the caller plans afresh.
+
+    Each replacement is kept to the nodes its own pod admits (the pod that
+    holds its rank, else ``asker``): a pod set pinned to a domain at
+    admission (Kueue podSetUpdates put on the job's template) makes
+    replacements with that pin, and a repair elsewhere would never bind.
+    """
     survivors = [
         fleet.node_index[p.spec.node_name] for p in members if p.spec.node_name and p.spec.node_name in fleet.node_index
     ]
@@ -79,6 +90,8 @@ def plan_repair(
         return None
     mask = _mask(fleet, platform, request, survivors)
     homes = _homes(record, shaped)
+    holders = _holders(request, shaped, members)
+    own = _PodMasks(fleet)
     places: list[Place | None] = []
     wanted: list[repair.Replacement] = []
     for ps in request.pod_sets:
@@ -87,18 +100,43 @@ def plan_repair(
             place = Place(ps.name, ranks[i]) if ranks is not None and len(ranks) == ps.count else None
             home = homes.get(place) if place is not None else None
             places.append(place)
-            wanted.append(repair.Replacement(ps.gpus_per_pod, fleet.node_index.get(home) if home else None))
+            pod = holders.get(place) if place is not None else None
+            allowed = own.of(pod if pod is not None else asker)
+            wanted.append(repair.Replacement(ps.gpus_per_pod, fleet.node_index.get(home) if home else None, allowed))
     chosen = repair.repair(fleet, platform, survivors, wanted, node_ok=mask)
     name = fleet.platforms[platform].name
     if isinstance(chosen, str):
         why = _noted(f"repair: {chosen}", request)
         return Repair(Plan(False, why, request.name, name, ignored=request.ignored), ())
-    return _plan(fleet, request, name, survivors, chosen, places, homes, _holders(request, shaped, members))
+    names = {p: pod.metadata.name for p, pod in holders.items()}
+    return _plan(fleet, request, name, survivors, chosen, places, homes, names)
 
 
-def _holders(request: GangRequest, shaped: Layout, members: Sequence[Pod]) -> dict[Place, str]:
-    """The unbound pod that holds each rank (by its index), by name."""
-    out: dict[Place, str] = {}
+class _PodMasks:
+    """Each pod's own node mask (``eligibility.node_mask``), read once per pod spec."""
+
+    def __init__(self, fleet: Fleet) -> None:
+        self.fleet = fleet
+        self._seen: dict[int, tuple[PodSpec, np.ndarray[tuple[int], np.dtype[np.bool_]] | None]] = {}
+
+    def of(self, pod: Pod | None) -> np.ndarray[tuple[int], np.dtype[np.bool_]] | None:
+        if pod is None:
+            return None
+        held = self._seen.get(id(pod.spec))
+        if held is not None and held[0] is pod.spec:
+            return held[1]
+        meta = pod.metadata
+        try:
+            mask = eligibility.node_mask(self.fleet, pod.spec, path=f"pod {meta.namespace}/{meta.name}: spec")
+        except InputError:
+            mask = None  # its pod set's mask (from the template) still holds; the verdict ladder says what is wrong
+        self._seen[id(pod.spec)] = (pod.spec, mask)
+        return mask
+
+
+def _holders(request: GangRequest, shaped: Layout, members: Sequence[Pod]) -> dict[Place, Pod]:
+    """The unbound pod that holds each rank (by its index)."""
+    out: dict[Place, Pod] = {}
     for pod in members:
         if pod.spec.node_name:
             continue
@@ -108,7 +146,7 @@ def _holders(request: GangRequest, shaped: Layout, members: Sequence[Pod]) -> di
             continue
         place = place_of(pod, gpus, shaped.shapes)
         if isinstance(place, Place):
-            out[place] = pod.metadata.name
+            out[place] = pod
     return out
 
 

@@ -33,7 +33,7 @@ fabric.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
@@ -50,10 +50,12 @@ STEPS: tuple[Step, ...] = ("same-node", "same-domain", "gang-domain", "new-domai
 
 @dataclass(frozen=True)
 class Replacement:
-    """One pod to place: its GPUs, and the fleet index of the node its rank held (None: not known, or gone)."""
+    """One pod to place: its GPUs, the fleet index of the node its rank held (None: not known, or gone), and the
+    nodes this pod alone may use (its own selectors: a pod set pinned to a domain at admission), None for any."""
 
     gpus: int
     home: int | None = None
+    allowed: npt.NDArray[np.bool_] | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -100,19 +102,25 @@ def repair(
         free[choice.node] -= wanted[i].gpus
         in_gang[node_domain[choice.node]] += 1
 
+    def room(i: int) -> npt.NDArray[np.bool_]:
+        fits: npt.NDArray[np.bool_] = free >= wanted[i].gpus
+        allowed = wanted[i].allowed
+        return fits if allowed is None else fits & allowed
+
     for i, home in enumerate(homes):  # every rank whose node is back first: no other replacement may take it
-        if home is not None and free[home] >= wanted[i].gpus:
+        allowed = wanted[i].allowed
+        if home is not None and free[home] >= wanted[i].gpus and (allowed is None or allowed[home]):
             take(i, Choice(home, "same-node", 0))
     for i, ref in enumerate(refs):  # then every rank that can stay in its domain
         if chosen[i] is None and ref >= 0:
-            here = np.flatnonzero((free >= wanted[i].gpus) & (node_domain == ref))
+            here = np.flatnonzero(room(i) & (node_domain == ref))
             if len(here):
                 take(i, Choice(_best_fit(free, here), "same-domain", 0))
     for i, want in enumerate(wanted):
         if chosen[i] is not None:
             continue
         still = [w for w, c in zip(wanted, chosen, strict=True) if c is None]
-        choice = _elsewhere(fleet, free, in_gang, want.gpus, refs[i], still)
+        choice = _elsewhere(fleet, free, in_gang, room(i), refs[i], still)
         if choice is None:
             where = f"near {fleet.domain_ids[refs[i]]}" if refs[i] >= 0 else "anywhere"
             return (
@@ -127,12 +135,13 @@ def _elsewhere(
     fleet: Fleet,
     free: npt.NDArray[np.int32],
     in_gang: npt.NDArray[np.int32],
-    gpus: int,
+    room: npt.NDArray[np.bool_],
     ref: int,
     still: Sequence[Replacement],
 ) -> Choice | None:
-    """The third rung: the nearest domain with room, one the gang uses before a new one."""
-    fits = np.flatnonzero(free >= gpus)
+    """The third rung: the nearest domain with room (``room``: the nodes this replacement fits and may use), one
+    the gang uses before a new one."""
+    fits = np.flatnonzero(room)
     if not len(fits):
         return None
     doms = fleet.node_domain[fits]
