@@ -45,7 +45,7 @@ Time then also moves to the moment a parked gang's budget runs out.
 
 ``failing.FailingSimulation`` adds node failures through three hooks
 (``_next_event_s``, ``_on_events``, ``_holding``) that do nothing here. The
-module runs to some 510 lines because the run loop, the queues and the
+module runs past 500 lines because the run loop, the queues and the
 accounting share one class's state; the hooks keep what failures add out.
 """
 
