@@ -17,6 +17,7 @@ from kilter.model.durations import parse_duration
 from kilter.model.errors import InputError
 from kilter.sim import fleetspec, synthetic
 from kilter.sim.engine import Progress, SimConfig
+from kilter.sim.failure_model import DEFAULT_RESTART_S, FAILURE_POLICIES, FailureSettings
 from kilter.sim.plot import plot_runs
 from kilter.sim.policies import POLICIES
 from kilter.sim.run import Run, simulate
@@ -48,6 +49,18 @@ COLUMNS = (
     ("preemptions", "PREEMPT"),
     ("splitWaited", "SPLIT WAITS"),
     ("splitWaitMeanSeconds", "MEAN SPLIT WAIT s"),
+)
+FAILURE_COLUMNS = (
+    ("failurePolicy", "ON FAILURE"),
+    ("failuresInjected", "FAILURES"),
+    ("gangsHitByFailures", "GANGS HIT"),
+    ("failureEvictions", "REQUEUED"),
+    ("goodput", "GOODPUT"),
+    ("gpuHoursLostToFailures", "LOST GPU-h"),
+    ("repairs", "REPAIRS"),
+    ("repairsSameDomainFraction", "SAME DOMAIN"),
+    ("meanResumeSeconds", "MEAN RESUME s"),
+    ("p95ResumeSeconds", "P95 RESUME s"),
 )
 
 
@@ -125,6 +138,34 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         default="reserved",
         help="when the wait budget starts: when the gang first fitted and was held, its quota reserved (default), "
         "or at its submission",
+    )
+    p.add_argument(
+        "--node-mtbf",
+        type=float,
+        metavar="HOURS",
+        help="inject node failures: each node fails as a Poisson process with this mean time between failures "
+        "(seeded by --seed; default: nodes never fail)",
+    )
+    p.add_argument("--repair-hours", type=float, metavar="H", help="how long a failed node stays down (default 24)")
+    p.add_argument(
+        "--checkpoint-minutes",
+        type=float,
+        metavar="M",
+        help="run time between a gang's checkpoints; a failure loses the work since the last (0: no checkpoints, "
+        "a failure loses everything; default 30)",
+    )
+    p.add_argument(
+        "--restart-minutes",
+        type=float,
+        metavar="M",
+        help=f"time from a gang having its nodes again to computing again (default {DEFAULT_RESTART_S / 60:g})",
+    )
+    p.add_argument(
+        "--failure-policy",
+        choices=("auto", *FAILURE_POLICIES),
+        help="how a gang hit by a failure recovers: kilter (repair in place), kueue-tas (Kueue's hot swap), requeue "
+        "(the whole gang through the queue again) or kilter-replan (an experiment: repair only within the gang's "
+        "domains, else requeue); auto (default): the placement policy's own, requeue for those without one",
     )
     p.add_argument("--gpu-scale", type=int, default=1, help="multiply every job's GPUs by K")
     p.add_argument("--time-scale", type=float, default=1.0, help="multiply submit times and durations by this")
@@ -250,6 +291,34 @@ def wait_settings(args: argparse.Namespace) -> WaitSettings:
     )
 
 
+def failure_settings(args: argparse.Namespace) -> FailureSettings | None:
+    """The failure flags, checked; None when nodes never fail."""
+    given = {
+        "--repair-hours": args.repair_hours,
+        "--checkpoint-minutes": args.checkpoint_minutes,
+        "--restart-minutes": args.restart_minutes,
+        "--failure-policy": args.failure_policy,
+    }
+    if args.node_mtbf is None:
+        stray = next((flag for flag, value in given.items() if value is not None), None)
+        if stray is not None:
+            raise InputError(f"{stray} needs --node-mtbf (nodes never fail without it)")
+        return None
+    if not 0 < args.node_mtbf < 1e9:
+        raise InputError("--node-mtbf must be a number of hours above 0")
+    defaults = FailureSettings(args.node_mtbf)
+    repair_h = defaults.repair_h if args.repair_hours is None else args.repair_hours
+    checkpoint_min = defaults.checkpoint_s / 60 if args.checkpoint_minutes is None else args.checkpoint_minutes
+    restart_min = defaults.restart_s / 60 if args.restart_minutes is None else args.restart_minutes
+    for flag, value in (("--repair-hours", repair_h), ("--checkpoint-minutes", checkpoint_min)):
+        if not 0 <= value < 1e9:
+            raise InputError(f"{flag} must be 0 or more")
+    if not 0 <= restart_min < 1e9:
+        raise InputError("--restart-minutes must be 0 or more")
+    policy = None if args.failure_policy in (None, "auto") else args.failure_policy
+    return FailureSettings(args.node_mtbf, repair_h, checkpoint_min * 60, restart_min * 60, policy, args.seed)
+
+
 def run(args: argparse.Namespace) -> int:
     names = policies(args.policy)
     sweep = sweep_values(args.sweep)
@@ -270,6 +339,7 @@ def run(args: argparse.Namespace) -> int:
         split_slowdown=args.split_slowdown,
         block_slowdown=args.block_slowdown,
         split_wait=wait_settings(args),
+        failures=failure_settings(args),
     )
     runs: list[Run] = []
     for name in names:
@@ -298,9 +368,10 @@ def run(args: argparse.Namespace) -> int:
             data["plot"] = str(args.plot)
         print(render.dump(data, args.output), end="")
         return 0
+    columns = COLUMNS + (FAILURE_COLUMNS if config.failures is not None else ())
     print(
         render.table(
-            ("POLICY", *(h for _, h in COLUMNS)), [(r.policy, *(r.metrics[k] for k, _ in COLUMNS)) for r in runs]
+            ("POLICY", *(h for _, h in columns)), [(r.policy, *(r.metrics[k] for k, _ in columns)) for r in runs]
         ),
         end="",
     )
@@ -314,6 +385,22 @@ def run(args: argparse.Namespace) -> int:
     if args.plot:
         print(f"\nplot: {args.plot}")
     return 0
+
+
+def failure_report(config: SimConfig, args: argparse.Namespace) -> dict[str, Any]:
+    """The failure and spare settings a report ran with (nothing when nodes never failed and no spares were held)."""
+    spares = read_spare_nodes(args.spare_nodes_per_domain)
+    out: dict[str, Any] = {"spareNodesPerDomain": spares} if spares else {}
+    f = config.failures
+    if f is not None:
+        out["failures"] = {
+            "nodeMtbfHours": f.node_mtbf_h,
+            "repairHours": f.repair_h,
+            "checkpointMinutes": f.checkpoint_s / 60,
+            "restartMinutes": f.restart_s / 60,
+            "policy": f.policy or "auto",
+        }
+    return out
 
 
 def rank_by_slowdown(
@@ -366,6 +453,7 @@ def report(runs: list[Run], args: argparse.Namespace) -> dict[str, Any]:
             "clock": args.split_wait_clock,
             "policies": ["kilter"],
         },
+        **failure_report(first.config, args),
         "queueOf": first.queues.queue_of,
         "policies": {r.policy: r.metrics for r in runs},
     }

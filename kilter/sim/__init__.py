@@ -2,6 +2,8 @@
 
 from kilter.sim import (
     engine,
+    failing,
+    failure_model,
     fleetspec,
     gangs,
     kueue_tas,
@@ -20,6 +22,8 @@ from kilter.sim import (
     volcano_queues,
 )
 from kilter.sim.engine import Outcome, SimConfig, Simulation, Timeline
+from kilter.sim.failing import FailingSimulation
+from kilter.sim.failure_model import FailureSettings
 from kilter.sim.gangs import Gang, gang_for
 from kilter.sim.placement import Policy, Releasing
 from kilter.sim.policies import POLICIES, make_policy
@@ -29,6 +33,8 @@ from kilter.sim.volcano_engine import VolcanoSimulation
 
 __all__ = [
     "POLICIES",
+    "FailingSimulation",
+    "FailureSettings",
     "Gang",
     "Outcome",
     "Policy",
@@ -40,6 +46,8 @@ __all__ = [
     "TraceJob",
     "VolcanoSimulation",
     "engine",
+    "failing",
+    "failure_model",
     "fleetspec",
     "gang_for",
     "gangs",

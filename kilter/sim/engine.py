@@ -42,6 +42,11 @@ Under the ``kilter`` policy a *preferred* gang may instead wait for fewer
 domains (``split_hold``, the servers' ``topology.split_wait`` rule): it
 fitted, so it bounds nothing; it is parked, and the jobs behind it go on.
 Time then also moves to the moment a parked gang's budget runs out.
+
+``failing.FailingSimulation`` adds node failures through three hooks
+(``_next_event_s``, ``_on_events``, ``_holding``) that do nothing here. The
+module runs past 500 lines because the run loop, the queues and the
+accounting share one class's state; the hooks keep what failures add out.
 """
 
 from __future__ import annotations
@@ -62,6 +67,7 @@ from kilter.quota.config import FairSharingConfig
 from kilter.quota.preempt import find_targets
 from kilter.quota.shares import Shares
 from kilter.quota.usage import WorkloadInfo
+from kilter.sim.failure_model import FailureSettings
 from kilter.sim.gangs import Gang, TopologyMode, domains_per_block, gang_for, min_domains
 from kilter.sim.placement import Nodes, Policy, Releasing
 from kilter.sim.queues import QueueSetup
@@ -86,6 +92,7 @@ class SimConfig:
     # fair-sharing preemption rules, which ``kilter serve``'s verbs run)
     quota: QuotaMode = "kueue"
     split_wait: WaitSettings = field(default_factory=WaitSettings)  # the rent-or-buy rule for kilter (split_hold)
+    failures: FailureSettings | None = None  # node failures and how gangs recover (failing); None: nodes never fail
 
 
 @dataclass
@@ -181,10 +188,10 @@ class Simulation:
         done = 0
         now = 0.0
         hold = self.hold
-        while next_job < len(jobs) or self._running or self._parked:
+        while next_job < len(jobs) or self._running or self._parked or self._holding():
             t_arrive = jobs[next_job].submit_s if next_job < len(jobs) else math.inf
             t_finish = self._running[0][0] if self._running else math.inf
-            t = min(t_arrive, t_finish, hold.next_wake() if hold is not None else math.inf)
+            t = min(t_arrive, t_finish, hold.next_wake() if hold is not None else math.inf, self._next_event_s())
             self._account(now, t)
             if t > now:
                 self._evicted_now.clear()
@@ -199,6 +206,7 @@ class Simulation:
                 if hold is not None:
                     hold.finished(j, float(self.outcome.run[j]))
                 done += 1
+            self._on_events(now)
             while next_job < len(jobs) and jobs[next_job].submit_s <= now:
                 if next_job not in self.outcome.never:
                     self._enqueue(next_job)
@@ -209,6 +217,17 @@ class Simulation:
             if progress is not None:
                 progress(done, len(jobs))
         return self.outcome
+
+    def _next_event_s(self) -> float:
+        """When a subclass's own next event is due (``failing``: a node fails or returns, a gang resumes)."""
+        return math.inf
+
+    def _on_events(self, now: float) -> None:
+        """A subclass's events due at ``now``, after the gangs ending at ``now`` ended, before arrivals queue."""
+
+    def _holding(self) -> bool:
+        """A subclass still has gangs that hold nodes or wait for them outside the queue and the running heap."""
+        return False
 
     # ------------------------------------------------------------------ queues
 
@@ -394,20 +413,12 @@ class Simulation:
         self._booked[j] = (gang, nodes, fr)
         self._book_nodes(j, self.fleet.bitmap.allocate)
         self._charge(j, cq, fr=fr, gpus=gang.gpus)
-        platform = self.fleet.platforms[gang.platform]
-        doms = np.unique(self.fleet.node_domain[nodes])
-        least = min_domains(gang, platform)
-        crossed = False
-        if self._blocks and len(doms) > 1:
-            blocks = len(np.unique(self.fleet.domain_group[0, doms]))
-            crossed = blocks > -(-least // self._blocks[gang.platform])
-        extra = max(0, len(doms) - least)
-        factor = 1.0 + self.config.split_slowdown * extra + (self.config.block_slowdown if crossed else 0.0)
+        factor, n_doms, least, crossed = self._slowdown(gang, nodes)
         o = self.outcome
         o.start[j] = now
         o.run[j] = self.jobs[j].duration_s * factor
         o.end[j] = now + o.run[j]
-        o.domains[j] = len(doms)
+        o.domains[j] = n_doms
         o.min_domains[j] = least
         o.crossed_block[j] = crossed
         self._admitted[cq][j] = self._info(j, admitted=(now, fr))
@@ -417,7 +428,20 @@ class Simulation:
         self._queue_used[self._cq_index[cq]] += gang.gpus
         heapq.heappush(self._running, (float(o.end[j]), j))
         if self.hold is not None:
-            self.hold.started(gang, len(doms), now)
+            self.hold.started(gang, n_doms, now)
+
+    def _slowdown(self, gang: Gang, nodes: Nodes) -> tuple[float, int, int, bool]:
+        """How much longer the gang runs on ``nodes`` than unsplit (the factor), its domains, the fewest it could
+        use, and whether it crosses a block it could have stayed under (module docstring)."""
+        doms = np.unique(self.fleet.node_domain[nodes])
+        least = min_domains(gang, self.fleet.platforms[gang.platform])
+        crossed = False
+        if self._blocks and len(doms) > 1:
+            blocks = len(np.unique(self.fleet.domain_group[0, doms]))
+            crossed = blocks > -(-least // self._blocks[gang.platform])
+        extra = max(0, len(doms) - least)
+        factor = 1.0 + self.config.split_slowdown * extra + (self.config.block_slowdown if crossed else 0.0)
+        return factor, len(doms), least, crossed
 
     def _finish(self, j: int) -> None:
         self._book_nodes(j, self.fleet.bitmap.release)
@@ -476,7 +500,7 @@ class Simulation:
 
     def _account(self, t0: float, t1: float) -> None:
         dt = t1 - t0
-        if dt <= 0 or not (self._waiting or self._running):
+        if dt <= 0 or not (self._waiting or self._running or self._holding()):
             return
         tl = self.timeline
         tl.present_s += dt

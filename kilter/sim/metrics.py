@@ -21,6 +21,26 @@
   split-wait rule held back for fewer domains (kilter only), the mean time
   from their first hold to their start, and how many of them started split
   all the same when their budget ran out.
+
+With node failures (``failing``; these keys appear only then):
+
+- ``goodput``: useful GPU-hours over GPU-hours held. Useful is each
+  finished gang's GPUs x its unslowed duration, the work it had to do;
+  held is every GPU booked to a gang over time, computing, restarting,
+  waiting for a repair or redoing lost work. So placement slowdown lowers it
+  too; ``gpuHoursLostToFailures`` is the failures' part alone.
+- ``gpuHoursLostToFailures``: GPU-hours of work thrown away (a gang's run
+  time since its last checkpoint, on all its GPUs, at each failure).
+- ``repairs``/``repairsSameDomainFraction``: pods placed again after a
+  failure without requeueing the gang (kilter's repairs, Kueue's hot swaps)
+  and the share that stayed in the failed node's scale-up domain.
+- ``meanResumeSeconds``/``p95ResumeSeconds``: per failure that stopped a
+  gang, the time until it computed again (repair or queue wait, plus the
+  restart time).
+- ``failuresInjected``/``gangsHitByFailures``/``failureEvictions``: node
+  failures, gangs stopped by one, and gangs requeued because of one;
+  ``evictedOnSecondFailure`` the Kueue TAS evictions for a second failure
+  while a replacement was pending (the rest found no room in the domain).
 """
 
 from __future__ import annotations
@@ -30,6 +50,7 @@ from typing import Any
 import numpy as np
 
 from kilter.sim.engine import Outcome, Simulation, Timeline
+from kilter.sim.failing import FailingSimulation
 
 __all__ = ["metrics"]
 
@@ -55,6 +76,32 @@ def split_waits(sim: Simulation) -> dict[str, Any]:
         "splitWaited": len(waits),
         "splitWaitMeanSeconds": round(_mean(waits), 1),
         "splitWaitTookSplit": hold.took_split if hold is not None else 0,
+    }
+
+
+def failure_metrics(sim: FailingSimulation) -> dict[str, Any]:
+    """What failures cost (module docstring)."""
+    o = sim.outcome
+    ran = ~np.isnan(o.end)
+    gpus = np.fromiter((j.gpus for j in sim.jobs), dtype=np.float64, count=len(sim.jobs))
+    duration = np.fromiter((j.duration_s for j in sim.jobs), dtype=np.float64, count=len(sim.jobs))
+    useful = float((gpus * duration)[ran].sum())
+    held = sim.timeline.busy_gpu_s
+    st = sim.stats
+    resume = np.asarray(st.resume_s or [], dtype=np.float64)
+    return {
+        "failurePolicy": sim.recovery,
+        "failuresInjected": st.injected,
+        "gangsHitByFailures": st.gangs_hit,
+        "failureEvictions": st.evictions,
+        "evictedOnSecondFailure": st.evictions_second_failure,
+        "goodput": round(useful / held, 4) if held else 1.0,
+        "gpuHoursHeld": round(held / 3600, 1),
+        "gpuHoursLostToFailures": round(st.lost_gpu_s / 3600, 1),
+        "repairs": st.repairs,
+        "repairsSameDomainFraction": round(st.repairs_same_domain / st.repairs, 4) if st.repairs else 1.0,
+        "meanResumeSeconds": round(_mean(resume), 1),
+        "p95ResumeSeconds": round(float(np.percentile(resume, 95)) if len(resume) else 0.0, 1),
     }
 
 
@@ -98,5 +145,6 @@ def metrics(sim: Simulation) -> dict[str, Any]:
         "preemptions": sim.preemptions,
         "crossedBlockFraction": round(float(o.crossed_block[ran].mean()), 4) if ran.any() else 0.0,
         **split_waits(sim),
+        **(failure_metrics(sim) if isinstance(sim, FailingSimulation) else {}),
         "queues": per_queue,
     }

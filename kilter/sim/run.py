@@ -12,7 +12,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from kilter.model.errors import InputError
 from kilter.sim.engine import Progress, SimConfig, Simulation
+from kilter.sim.failing import FailingSimulation
 from kilter.sim.metrics import metrics
 from kilter.sim.placement import Policy
 from kilter.sim.policies import make_policy
@@ -43,9 +45,13 @@ def simulate(
 ) -> Run:
     fleet = make_fleet()
     queues = queue_setup(queue_objects, fleet, Counter(j.queue for j in jobs))
-    chosen = make_policy(policy, seed=seed) if isinstance(policy, str) else policy
     config = config or SimConfig()
-    kind = VolcanoSimulation if config.quota == "volcano" else Simulation
+    chosen = make_policy(policy, seed=seed) if isinstance(policy, str) else policy
+    kind: type[Simulation] = VolcanoSimulation if config.quota == "volcano" else Simulation
+    if config.failures is not None:
+        if config.quota == "volcano":
+            raise InputError("node failures are simulated with Kueue's admission only (--quota fifo or fair)")
+        kind = FailingSimulation
     sim = kind(fleet, jobs, chosen, queues, config)
     sim.run(progress)
     return Run(chosen.name, metrics(sim), sim)

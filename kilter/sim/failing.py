@@ -1,0 +1,343 @@
+"""The simulation with node failures: what a failed node costs the gang on it, and how each policy recovers it.
+
+Nodes fail and come back as ``failure_model.NodeClock`` says. A gang with a
+pod on a node that fails loses that pod at once, and the whole gang rolls
+back to its last checkpoint: it checkpoints every ``checkpoint_s`` of its
+run time (counted from when it last started computing), so the run time
+since its last checkpoint is lost, on all its GPUs. Its other pods keep
+their nodes unless the policy evicts the gang. Recovery, by policy:
+
+* ``kilter``: the lost pods are placed again at once by
+  ``topology.repair.repair`` (own node, own scale-up domain, nearest domain
+  the gang uses, a new one), as many as were lost, spares included. If the
+  repair finds no room the gang keeps its surviving nodes and its quota and
+  tries again whenever capacity grows (a gang ends or is evicted, a node
+  comes back), before new gangs are admitted: a real job's replacement pods
+  stay Pending while its Workload stays admitted. The wait ends at the
+  latest when the failed node itself returns (the first rung of the ladder),
+  so it is bounded by the repair time; evicting instead would give up the
+  survivors' nodes and send the gang to the back of a loaded queue.
+* ``kueue-tas``: Kueue's node hot swap with its recommended gates
+  (``TASFailedNodeReplacement``, ``TASReplaceNodeOnPodTermination``,
+  ``TASFailedNodeReplacementFailFast``): one failed node is replaced by a
+  node of the same domain at the requested level (here the scale-up domain;
+  any node for an ``unconstrained`` request), Kueue's BestFit: fewest free
+  GPUs that hold the pod, lowest index. No such node: the workload is
+  evicted and requeued at once (FailFast tries once). A second node of the
+  workload failing while a replacement is pending (here: before the gang
+  computes again) evicts it too.
+* ``requeue``: every failure evicts the whole gang and sends it back
+  through the queue.
+* ``kilter-replan`` (an experiment, not what the servers do): kilter's
+  repair when it keeps the gang in the domains it uses (own node, own
+  domain, a domain of the gang), else the gang is requeued and planned again
+  whole, so a repair never adds a domain and a gang never waits holding its
+  survivors.
+
+An evicted gang goes back to its place in its queue (by submission) and,
+when admitted again, resumes from its last checkpoint; its wait stays the
+wait for its first start (the time back in the queue is in its JCT and its
+time to resume). Every resume, after a
+repair, a swap or a new admission, takes ``restart_s`` before the gang
+computes again; the gang holds its nodes meanwhile. Preemption is unchanged
+from ``engine``: a preempted gang starts over.
+
+What is counted (``metrics``): GPU-seconds held by gangs (booked GPUs,
+whether computing, restarting or waiting for a repair), GPU-seconds of work
+lost to failures, repairs placed and how many stayed in the failed node's
+domain, and, per failure that stopped a running gang, the time until it
+computed again.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from kilter.sim.engine import UNBOUNDED, SimConfig, Simulation
+from kilter.sim.failure_model import FailureClock, FailureSettings, NodeClock
+from kilter.sim.gangs import Gang
+from kilter.sim.placement import Nodes, Policy
+from kilter.sim.queues import QueueSetup
+from kilter.sim.trace import TraceJob
+from kilter.topology import repair
+from kilter.topology.fleet import Fleet
+
+__all__ = ["FailingSimulation", "FailureStats"]
+
+
+@dataclass
+class FailureStats:
+    """What failures did in one run (counts and GPU-seconds; ``resume_s`` one entry per stopped gang)."""
+
+    injected: int = 0
+    gangs_hit: int = 0
+    evictions: int = 0
+    evictions_second_failure: int = 0  # kueue-tas: a second node failed while a replacement was pending
+    repairs: int = 0
+    repairs_same_domain: int = 0
+    lost_gpu_s: float = 0.0
+    resume_s: list[float] | None = None
+
+
+@dataclass
+class _Progress:
+    """A started gang's work: unslowed seconds still to do as of its last checkpoint, its placement's slowdown
+    factor, when its current run began computing (inf: it is not computing), and when the failure that stopped
+    it struck (None: it was not stopped, or has resumed). ``token`` names its one scheduled resume that still
+    holds; tokens are unique over the run, so a resume scheduled for an earlier start never matches a later one."""
+
+    work_left_s: float
+    factor: float
+    computing_from: float
+    token: int
+    hit_s: float | None = None
+
+
+class FailingSimulation(Simulation):
+    def __init__(
+        self,
+        fleet: Fleet,
+        jobs: Sequence[TraceJob],
+        policy: Policy,
+        queues: QueueSetup,
+        config: SimConfig,
+        *,
+        samples: int = 2000,
+        clock: FailureClock | None = None,
+    ) -> None:
+        """``clock`` replaces the seeded failures of ``config.failures`` (tests script failures with it)."""
+        super().__init__(fleet, jobs, policy, queues, config, samples=samples)
+        if config.failures is None:
+            raise ValueError("FailingSimulation needs SimConfig.failures")
+        self.settings: FailureSettings = config.failures
+        self.recovery = self.settings.policy_for(policy.name)
+        self.clock = clock or NodeClock(fleet.bitmap.node_usable_flags != 0, self.settings)
+        self.stats = FailureStats(resume_s=[])
+        self._progress: dict[int, _Progress] = {}
+        self._resumes: list[tuple[float, int, int]] = []  # (time, job, token)
+        self._missing: dict[int, list[tuple[int, int]]] = {}  # kilter: job -> (pod, failed node) awaiting repair
+        self._requeued: set[int] = set()  # evicted by a failure: resume from the checkpoint when started again
+        self._first_start: dict[int, float] = {}  # a requeued gang's first start (its wait ended there)
+        self._may_repair = False  # capacity grew since the last repair attempt
+        self._tokens = itertools.count()
+        self._now = 0.0
+        self._idle_from = math.inf  # since when no GPU has been booked (inf: some are)
+
+    # ------------------------------------------------------------------ the engine's hooks
+
+    def _next_event_s(self) -> float:
+        return min(self.clock.next_s(), self._resumes[0][0] if self._resumes else math.inf)
+
+    def _holding(self) -> bool:
+        """A gang awaits its repair; or gangs wait in the queue while nodes are down, and either something runs or
+        the fleet has been idle for less than a repair time (after that, whatever still waits only fits a fleet
+        with no node down, which failures may never leave it: the run ends, as without failures)."""
+        if self._missing:
+            return True
+        if not (self._waiting and self.clock.down):
+            return False
+        return self._used > 0 or self._now - self._idle_from <= self.settings.repair_h * 3600.0
+
+    def _on_events(self, now: float) -> None:
+        self._now = now
+        self._idle_from = math.inf if self._used > 0 else min(self._idle_from, now)
+        while self._resumes and self._resumes[0][0] <= now:
+            _, j, token = heapq.heappop(self._resumes)
+            p = self._progress.get(j)
+            if p is not None and p.token == token:
+                self._resume(j, p, now)
+        while self.clock.next_s() <= now:
+            _, node, fails = self.clock.pop()
+            if fails:
+                self._fail(node, now)
+            else:
+                self._come_back(node)
+
+    def _schedule(self, now: float) -> None:
+        if self._missing and self._may_repair:
+            self._may_repair = False
+            for j in list(self._missing):
+                self._try_repair(j, now)
+        super()._schedule(now)
+
+    def _start(self, j: int, gang: Gang, nodes: Nodes, cq: str, fr: tuple[str, str], now: float) -> None:
+        super()._start(j, gang, nodes, cq, fr, now)
+        self._booked[j] = (gang, nodes.copy(), fr)  # failures edit the pods' nodes in place
+        factor = self._slowdown(gang, nodes)[0]
+        if j in self._requeued:
+            self._requeued.discard(j)
+            self.outcome.start[j] = self._first_start.pop(j)  # its wait is for its first start; JCT runs on
+            self._drop_end(j)  # the engine booked its end for the whole duration; _restart books the real one
+            p = self._progress[j]
+            p.factor = factor
+            self._useful -= self._weight[j]
+            self._weight[j] = 0.0
+            self._restart(j, p, now)
+        else:
+            self._progress[j] = _Progress(self.jobs[j].duration_s, factor, now, next(self._tokens))
+
+    def _finish(self, j: int) -> None:
+        gang, nodes, _ = self._booked[j]
+        self._used += sum(g for n, g in zip(nodes.tolist(), gang.pod_gpus(), strict=True) if n < 0)
+        super()._finish(j)
+        self._missing.pop(j, None)
+        self._may_repair = True
+        if j not in self._requeued:  # it ended, or was preempted (and starts over, as engine says)
+            self._progress.pop(j, None)
+
+    def _book_nodes(self, j: int, book: Callable[[int, int], None]) -> None:
+        gang, nodes, _ = self._booked[j]
+        for node, gpus in zip(nodes.tolist(), gang.pod_gpus(), strict=True):
+            if node >= 0:  # a pod lost to a failed node holds nothing until it is placed again
+                book(node, gpus)
+
+    # ------------------------------------------------------------------ failures
+
+    def _fail(self, node: int, now: float) -> None:
+        self.stats.injected += 1
+        bm = self.fleet.bitmap
+        hit = sorted(j for j, (_, nodes, _) in self._booked.items() if node in nodes)
+        bm.set_usable(node, False)
+        self._usable_gpus = int(bm.domain_usable_gpus.sum())
+        for j in hit:
+            gang, nodes, _ = self._booked[j]
+            pod = int(np.flatnonzero(nodes == node)[0])
+            gpus = gang.pod_gpus()[pod]
+            bm.release(node, gpus)
+            nodes[pod] = -1
+            self._used -= gpus
+            p = self._progress[j]
+            pending = p.hit_s is not None
+            self._stop(j, gang, p, now)
+            if self.recovery == "requeue" or (self.recovery == "kueue-tas" and pending):
+                self.stats.evictions_second_failure += self.recovery == "kueue-tas"
+                self._evict(j)
+            elif self.recovery == "kueue-tas":
+                self._swap(j, pod, node, now)
+            else:
+                self._missing.setdefault(j, []).append((pod, node))
+                self._try_repair(j, now)
+
+    def _come_back(self, node: int) -> None:
+        bm = self.fleet.bitmap
+        bm.set_usable(node, True)
+        self._usable_gpus = int(bm.domain_usable_gpus.sum())
+        self._capacity_grew()
+
+    def _capacity_grew(self) -> None:
+        """What did not fit may fit now: the engine's bounds reset, and waiting repairs try again."""
+        self._place_bound.clear()
+        self._cq_bound.update(dict.fromkeys(self.cq_names, UNBOUNDED))
+        if self.hold is not None:
+            self.hold.capacity_grew()
+        self._may_repair = True
+
+    def _stop(self, j: int, gang: Gang, p: _Progress, now: float) -> None:
+        """The gang stops computing: the run time since its last checkpoint is lost, on all its GPUs."""
+        if p.computing_from <= now:
+            ran = now - p.computing_from
+            every = self.settings.checkpoint_s
+            kept = ran // every * every if every > 0 else 0.0
+            p.work_left_s = p.work_left_s - kept / p.factor if every > 0 else self.jobs[j].duration_s
+            self.stats.lost_gpu_s += gang.gpus * (ran - kept)
+            self.timeline.useful_gpu_s -= gang.gpus * (ran - kept) / p.factor
+            self._useful -= self._weight[j]
+            self._weight[j] = 0.0
+        if p.hit_s is None:
+            p.hit_s = now
+            self.stats.gangs_hit += 1
+        p.computing_from = math.inf
+        p.token = next(self._tokens)
+        self._drop_end(j)
+        self.outcome.end[j] = math.inf  # it ends nowhere until it computes again
+
+    def _evict(self, j: int) -> None:
+        """Back to the queue, keeping its checkpoint (``_start`` resumes from it)."""
+        self.stats.evictions += 1
+        self._requeued.add(j)
+        self._finish(j)
+        o = self.outcome
+        self._first_start.setdefault(j, float(o.start[j]))
+        o.start[j] = o.end[j] = o.run[j] = np.nan
+        self._enqueue(j)
+
+    def _swap(self, j: int, pod: int, failed: int, now: float) -> None:
+        """Kueue's hot swap: the best-fitting node of the failed node's domain, or eviction (FailFast)."""
+        gang = self._booked[j][0]
+        gpus = gang.pod_gpus()[pod]
+        bm = self.fleet.bitmap
+        free = np.where(bm.node_usable_flags != 0, bm.node_gpu_counts - bm.node_used_gpus, -1)
+        room = free >= gpus
+        if gang.topology != "unconstrained":
+            room &= self.fleet.node_domain == self.fleet.node_domain[failed]
+        else:
+            room &= bm.domain_platforms[self.fleet.node_domain] == gang.platform
+        fits = np.flatnonzero(room)
+        if not len(fits):
+            self._evict(j)
+            return
+        node = int(fits[np.argmin(free[fits])])
+        self._place_pod(j, pod, node, failed)
+        self._restart(j, self._progress[j], now)
+
+    def _try_repair(self, j: int, now: float) -> bool:
+        """kilter's repair of every pod the gang lost, all at once or not at all (``topology.repair``)."""
+        gang, nodes, _ = self._booked[j]
+        lost = self._missing[j]
+        pod_gpus = gang.pod_gpus()
+        wanted = [repair.Replacement(pod_gpus[pod], home) for pod, home in lost]
+        got = repair.repair(self.fleet, gang.platform, nodes[nodes >= 0].tolist(), wanted)
+        if self.recovery == "kilter-replan" and (isinstance(got, str) or any(c.step == "new-domain" for c in got)):
+            self._evict(j)
+            return False
+        if isinstance(got, str):
+            return False
+        for (pod, home), choice in zip(lost, got, strict=True):
+            self._place_pod(j, pod, choice.node, home)
+        del self._missing[j]
+        p = self._progress[j]
+        p.factor = self._slowdown(gang, nodes)[0]
+        self._restart(j, p, now)
+        return True
+
+    def _place_pod(self, j: int, pod: int, node: int, failed: int) -> None:
+        gang, nodes, _ = self._booked[j]
+        gpus = gang.pod_gpus()[pod]
+        self.fleet.bitmap.allocate(node, gpus)
+        nodes[pod] = node
+        self._used += gpus
+        self.stats.repairs += 1
+        self.stats.repairs_same_domain += int(self.fleet.node_domain[node] == self.fleet.node_domain[failed])
+
+    def _restart(self, j: int, p: _Progress, now: float) -> None:
+        """All its pods have nodes: it computes again after the restart time, and ends when its work is done."""
+        p.computing_from = now + self.settings.restart_s
+        p.token = next(self._tokens)
+        heapq.heappush(self._resumes, (p.computing_from, j, p.token))
+        o = self.outcome
+        o.end[j] = p.computing_from + p.work_left_s * p.factor
+        o.run[j] = o.end[j] - o.start[j]
+        heapq.heappush(self._running, (float(o.end[j]), j))
+
+    def _drop_end(self, j: int) -> None:
+        """Take the gang's booked end off the running heap: a stale end would keep the run (and its clock of time
+        present) going after the last real one. Failures are rare, so a linear search is cheap."""
+        entry = (float(self.outcome.end[j]), j)
+        if entry in self._running:
+            self._running.remove(entry)
+            heapq.heapify(self._running)
+
+    def _resume(self, j: int, p: _Progress, now: float) -> None:
+        gang = self._booked[j][0]
+        self._weight[j] = gang.gpus / p.factor
+        self._useful += self._weight[j]
+        if p.hit_s is not None:
+            assert self.stats.resume_s is not None
+            self.stats.resume_s.append(now - p.hit_s)
+            p.hit_s = None
