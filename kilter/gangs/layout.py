@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, replace
 from kilter.gangs import pod_facts
 from kilter.gangs.identity import GangId
 from kilter.gangs.ranks import ROLE_ORDER, Place, Shape, group_of, place_of, read_index
-from kilter.model.core_v1 import Pod, PodSpec, PodTemplateSpec
+from kilter.model.core_v1 import Pod, PodTemplateSpec
 from kilter.model.errors import InputError
 from kilter.model.jobs import PodSetSpec, TopologyRequest, topology_request
 from kilter.topology.catalog import Catalog
@@ -126,7 +126,9 @@ def of_gang(
     (None: the caller counted them: ``bound`` of ``size`` are placed). InputError for a pod's bad TAS annotations."""
     resources = sorted(catalog.device_resources)
     if gang.pod_sets:
-        shapes = tuple(Shape(ps.name, ps.count, _gpus(ps.template.spec, resources)[1]) for ps in gang.pod_sets)
+        shapes = tuple(
+            Shape(ps.name, ps.count, pod_facts.spec_gpu_ask(ps.template.spec, resources)[1]) for ps in gang.pod_sets
+        )
         if members is None:
             to_place = shrink(gang.pod_sets, bound)
             return Layout(shapes, to_place, {ps.name: tuple(range(ps.count)) for ps in to_place} if not bound else {})
@@ -139,24 +141,17 @@ def of_gang(
     return _built(pod, gpus, list(members or ()), size=size, bound=bound, resources=resources)
 
 
-def _gpus(spec: PodSpec, resources: Sequence[str]) -> tuple[str, int]:
-    """(device resource, count) a pod asks; ("", 0) for none, and ("?", 0) when it cannot be read."""
-    return pod_facts.spec_gpu_ask(spec, resources)
-
-
 def _holds(
-    shapes: Sequence[Shape],
-    members: Sequence[Pod],
-    resources: Sequence[str],
-    asks: Mapping[int, tuple[str, int]] | None = None,
+    shapes: Sequence[Shape], members: Sequence[Pod], resources: Sequence[str]
 ) -> tuple[dict[str, tuple[int, ...]], tuple[Taken, ...]] | None:
     """Per pod set, the ranks no bound pod holds, and the bound GPU pods' ranks; None when a bound GPU pod holds
-    none, or two hold one. ``asks``: each member's ``_gpus`` by ``id``, when the caller read them already."""
+    none, or two hold one."""
     taken: list[Taken] = []
+    held_resources = tuple(resources)
     for m in members:
         if not m.spec.node_name:
             continue
-        g = (asks[id(m)] if asks is not None else pod_facts.gpu_ask(m, tuple(resources)))[1]
+        g = pod_facts.gpu_ask(m, held_resources)[1]
         place = place_of(m, g, shapes, index=pod_facts.index_of)
         if not isinstance(place, Place):
             if g:
@@ -180,13 +175,12 @@ def _built(pod: Pod, gpus: int, members: list[Pod], *, size: int, bound: int, re
         members = [*members, pod]
     if len(members) > size:  # more pods than the gang's declared size: plan it as before, in the asking pod's shape
         return Layout((Shape("pods", size, gpus),), (_pod_set("pods", size - bound, pod),) if size > bound else ())
-    resource = _gpus(pod.spec, resources)[0]
+    resource = pod_facts.spec_gpu_ask(pod.spec, resources)[0]
     mine = (group_of(pod), gpus)
     groups: dict[tuple[str, int], list[Pod]] = {mine: []}
     held_resources = tuple(resources)
-    asks = {id(m): pod_facts.gpu_ask(m, held_resources) for m in members}
     for m in members:
-        r, g = asks[id(m)]
+        r, g = pod_facts.gpu_ask(m, held_resources)
         groups.setdefault((group_of(m), g) if r in (resource, "") else mine, []).append(m)
     count = {k: len(pods) + (size - len(members) if k == mine else 0) for k, pods in groups.items()}
     keys = sorted(groups, key=lambda k: (_role(k[0]), _lowest(groups[k]), k)) if len(groups) > 1 else list(groups)
@@ -199,7 +193,7 @@ def _built(pod: Pod, gpus: int, members: list[Pod], *, size: int, bound: int, re
         for k in keys
         if left[name[k]] > 0
     )
-    held = _holds(shapes, members, resources, asks)
+    held = _holds(shapes, members, resources)
     if held is None or any(len(held[0][s.name]) != max(left[s.name], 0) for s in shapes if s.gpus > 0):
         return Layout(shapes, to_place)
     return Layout(shapes, to_place, {ps.name: held[0][ps.name] for ps in to_place}, held[1])

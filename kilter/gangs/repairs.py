@@ -28,7 +28,7 @@ import numpy as np
 from kilter.gangs.layout import Layout
 from kilter.gangs.ranks import Place, place_of
 from kilter.gangs.records import PlanRecord
-from kilter.model.core_v1 import Pod, PodSpec, pod_request
+from kilter.model.core_v1 import Pod, pod_request
 from kilter.model.errors import InputError
 from kilter.topology import eligibility, repair
 from kilter.topology.fleet import Fleet
@@ -113,24 +113,24 @@ def plan_repair(
 
 
 class _PodMasks:
-    """Each pod's own node mask (``eligibility.node_mask``), read once per pod spec."""
+    """Each pod's own node mask (``eligibility.node_mask``), read once per selectors, affinity and tolerations."""
 
     def __init__(self, fleet: Fleet) -> None:
         self.fleet = fleet
-        self._seen: dict[int, tuple[PodSpec, np.ndarray[tuple[int], np.dtype[np.bool_]] | None]] = {}
+        self._seen: dict[bytes, np.ndarray[tuple[int], np.dtype[np.bool_]] | None] = {}
 
     def of(self, pod: Pod | None) -> np.ndarray[tuple[int], np.dtype[np.bool_]] | None:
         if pod is None:
             return None
-        held = self._seen.get(id(pod.spec))
-        if held is not None and held[0] is pod.spec:
-            return held[1]
+        key = eligibility.mask_key(pod.spec)
+        if key in self._seen:
+            return self._seen[key]
         meta = pod.metadata
         try:
             mask = eligibility.node_mask(self.fleet, pod.spec, path=f"pod {meta.namespace}/{meta.name}: spec")
         except InputError:
             mask = None  # its pod set's mask (from the template) still holds; the verdict ladder says what is wrong
-        self._seen[id(pod.spec)] = (pod.spec, mask)
+        self._seen[key] = mask
         return mask
 
 

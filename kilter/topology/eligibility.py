@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import msgspec
 import numpy as np
 import numpy.typing as npt
 
@@ -22,9 +23,17 @@ from kilter.model.core_v1 import NodeSelectorRequirement, PodSpec, Toleration
 from kilter.model.errors import InputError
 from kilter.topology.fleet import Fleet, TaintKey
 
-__all__ = ["node_mask", "tolerates"]
+__all__ = ["mask_key", "node_mask", "tolerates"]
 
 Mask = npt.NDArray[np.bool_]
+
+_KEY_ENCODER = msgspec.json.Encoder()
+
+
+def mask_key(spec: PodSpec) -> bytes:
+    """What ``node_mask`` reads of a spec, as bytes: the key a cache of masks keeps them by (pods of one
+    Deployment or Job, each its own object, share it)."""
+    return _KEY_ENCODER.encode((spec.node_selector, spec.affinity, spec.tolerations))
 
 
 def tolerates(tolerations: Sequence[Toleration], taint: TaintKey) -> bool:

@@ -35,7 +35,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
-import msgspec
 import numpy as np
 import numpy.typing as npt
 
@@ -138,7 +137,6 @@ class Ladder:
         self._fleet: Fleet | None = None
         self._static: dict[str, tuple[npt.NDArray[np.int8], npt.NDArray[np.int32]]] = {}
         self._masks: dict[bytes, npt.NDArray[np.bool_] | None] = {}
-        self._encoder = msgspec.json.Encoder()
 
     def _for(self, fleet: Fleet) -> None:
         if fleet is not self._fleet:
@@ -165,7 +163,7 @@ class Ladder:
     def mask(self, fleet: Fleet, spec: PodSpec, *, path: str) -> npt.NDArray[np.bool_] | None:
         """Rung 4's node mask for this pod spec (one slot past the end, False, for index -1); None: every node."""
         self._for(fleet)
-        key = self._encoder.encode((spec.node_selector, spec.affinity, spec.tolerations))
+        key = eligibility.mask_key(spec)
         if key in self._masks:
             return self._masks[key]
         mask = eligibility.node_mask(fleet, spec, path=path)
