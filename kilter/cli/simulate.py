@@ -310,11 +310,13 @@ def failure_settings(args: argparse.Namespace) -> FailureSettings | None:
     repair_h = defaults.repair_h if args.repair_hours is None else args.repair_hours
     checkpoint_min = defaults.checkpoint_s / 60 if args.checkpoint_minutes is None else args.checkpoint_minutes
     restart_min = defaults.restart_s / 60 if args.restart_minutes is None else args.restart_minutes
-    for flag, value in (("--repair-hours", repair_h), ("--checkpoint-minutes", checkpoint_min)):
+    for flag, value in (
+        ("--repair-hours", repair_h),
+        ("--checkpoint-minutes", checkpoint_min),
+        ("--restart-minutes", restart_min),
+    ):
         if not 0 <= value < 1e9:
             raise InputError(f"{flag} must be 0 or more")
-    if not 0 <= restart_min < 1e9:
-        raise InputError("--restart-minutes must be 0 or more")
     policy = None if args.failure_policy in (None, "auto") else args.failure_policy
     return FailureSettings(args.node_mtbf, repair_h, checkpoint_min * 60, restart_min * 60, policy, args.seed)
 

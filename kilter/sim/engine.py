@@ -443,16 +443,20 @@ class Simulation:
         factor = 1.0 + self.config.split_slowdown * extra + (self.config.block_slowdown if crossed else 0.0)
         return factor, len(doms), least, crossed
 
+    def _capacity_grew(self) -> None:
+        """What did not fit may fit now: the bounds on placements and queues are reset."""
+        self._place_bound.clear()
+        self._cq_bound.update(dict.fromkeys(self.cq_names, UNBOUNDED))
+        if self.hold is not None:
+            self.hold.capacity_grew()
+
     def _finish(self, j: int) -> None:
         self._book_nodes(j, self.fleet.bitmap.release)
         gang, _, fr = self._booked.pop(j)
         cq = self.cq_of[j]
         del self._admitted[cq][j]
         self._uncharge(j, cq, fr=fr, gpus=gang.gpus)
-        self._place_bound.clear()
-        self._cq_bound.update(dict.fromkeys(self.cq_names, UNBOUNDED))
-        if self.hold is not None:
-            self.hold.capacity_grew()
+        self._capacity_grew()
         if self._release is not None:
             self._release(j)
         self._used -= gang.gpus

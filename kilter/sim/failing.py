@@ -55,18 +55,19 @@ import heapq
 import itertools
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from kilter.sim.engine import UNBOUNDED, SimConfig, Simulation
+from kilter.sim.engine import SimConfig, Simulation
 from kilter.sim.failure_model import FailureClock, FailureSettings, NodeClock
 from kilter.sim.gangs import Gang
-from kilter.sim.placement import Nodes, Policy
+from kilter.sim.placement import Nodes, Policy, free_gpus
 from kilter.sim.queues import QueueSetup
 from kilter.sim.trace import TraceJob
 from kilter.topology import repair
 from kilter.topology.fleet import Fleet
+from kilter.topology.plan import LEVEL_DOMAIN
 
 __all__ = ["FailingSimulation", "FailureStats"]
 
@@ -82,7 +83,7 @@ class FailureStats:
     repairs: int = 0
     repairs_same_domain: int = 0
     lost_gpu_s: float = 0.0
-    resume_s: list[float] | None = None
+    resume_s: list[float] = field(default_factory=list)
 
 
 @dataclass
@@ -118,7 +119,7 @@ class FailingSimulation(Simulation):
         self.settings: FailureSettings = config.failures
         self.recovery = self.settings.policy_for(policy.name)
         self.clock = clock or NodeClock(fleet.bitmap.node_usable_flags != 0, self.settings)
-        self.stats = FailureStats(resume_s=[])
+        self.stats = FailureStats()
         self._progress: dict[int, _Progress] = {}
         self._resumes: list[tuple[float, int, int]] = []  # (time, job, token)
         self._missing: dict[int, list[tuple[int, int]]] = {}  # kilter: job -> (pod, failed node) awaiting repair
@@ -185,9 +186,8 @@ class FailingSimulation(Simulation):
     def _finish(self, j: int) -> None:
         gang, nodes, _ = self._booked[j]
         self._used += sum(g for n, g in zip(nodes.tolist(), gang.pod_gpus(), strict=True) if n < 0)
-        super()._finish(j)
+        super()._finish(j)  # capacity grew: waiting repairs try again (``_capacity_grew``)
         self._missing.pop(j, None)
-        self._may_repair = True
         if j not in self._requeued:  # it ended, or was preempted (and starts over, as engine says)
             self._progress.pop(j, None)
 
@@ -232,10 +232,7 @@ class FailingSimulation(Simulation):
 
     def _capacity_grew(self) -> None:
         """What did not fit may fit now: the engine's bounds reset, and waiting repairs try again."""
-        self._place_bound.clear()
-        self._cq_bound.update(dict.fromkeys(self.cq_names, UNBOUNDED))
-        if self.hold is not None:
-            self.hold.capacity_grew()
+        super()._capacity_grew()
         self._may_repair = True
 
     def _stop(self, j: int, gang: Gang, p: _Progress, now: float) -> None:
@@ -271,13 +268,12 @@ class FailingSimulation(Simulation):
         """Kueue's hot swap: the best-fitting node of the failed node's domain, or eviction (FailFast)."""
         gang = self._booked[j][0]
         gpus = gang.pod_gpus()[pod]
-        bm = self.fleet.bitmap
-        free = np.where(bm.node_usable_flags != 0, bm.node_gpu_counts - bm.node_used_gpus, -1)
+        free = free_gpus(self.fleet)
         room = free >= gpus
         if gang.topology != "unconstrained":
             room &= self.fleet.node_domain == self.fleet.node_domain[failed]
         else:
-            room &= bm.domain_platforms[self.fleet.node_domain] == gang.platform
+            room &= self._platform_domains[gang.platform][self.fleet.node_domain]
         fits = np.flatnonzero(room)
         if not len(fits):
             self._evict(j)
@@ -286,25 +282,27 @@ class FailingSimulation(Simulation):
         self._place_pod(j, pod, node, failed)
         self._restart(j, self._progress[j], now)
 
-    def _try_repair(self, j: int, now: float) -> bool:
-        """kilter's repair of every pod the gang lost, all at once or not at all (``topology.repair``)."""
+    def _try_repair(self, j: int, now: float) -> None:
+        """kilter's repair of every pod the gang lost, all at once or not at all (``topology.repair``); a gang that
+        requires one domain keeps to the one holding most of its survivors, as the servers' repairs do."""
         gang, nodes, _ = self._booked[j]
         lost = self._missing[j]
         pod_gpus = gang.pod_gpus()
         wanted = [repair.Replacement(pod_gpus[pod], home) for pod, home in lost]
-        got = repair.repair(self.fleet, gang.platform, nodes[nodes >= 0].tolist(), wanted)
+        survivors = nodes[nodes >= 0].tolist()
+        keep = repair.within_level(self.fleet, LEVEL_DOMAIN, survivors) if gang.topology == "required" else None
+        got = repair.repair(self.fleet, gang.platform, survivors, wanted, node_ok=keep)
         if self.recovery == "kilter-replan" and (isinstance(got, str) or any(c.step == "new-domain" for c in got)):
             self._evict(j)
-            return False
+            return
         if isinstance(got, str):
-            return False
+            return
         for (pod, home), choice in zip(lost, got, strict=True):
             self._place_pod(j, pod, choice.node, home)
         del self._missing[j]
         p = self._progress[j]
         p.factor = self._slowdown(gang, nodes)[0]
         self._restart(j, p, now)
-        return True
 
     def _place_pod(self, j: int, pod: int, node: int, failed: int) -> None:
         gang, nodes, _ = self._booked[j]
@@ -338,6 +336,5 @@ class FailingSimulation(Simulation):
         self._weight[j] = gang.gpus / p.factor
         self._useful += self._weight[j]
         if p.hit_s is not None:
-            assert self.stats.resume_s is not None
             self.stats.resume_s.append(now - p.hit_s)
             p.hit_s = None

@@ -88,7 +88,7 @@ def failure_metrics(sim: FailingSimulation) -> dict[str, Any]:
     useful = float((gpus * duration)[ran].sum())
     held = sim.timeline.busy_gpu_s
     st = sim.stats
-    resume = np.asarray(st.resume_s or [], dtype=np.float64)
+    resume = np.asarray(st.resume_s, dtype=np.float64)
     return {
         "failurePolicy": sim.recovery,
         "failuresInjected": st.injected,

@@ -42,7 +42,7 @@ import numpy.typing as npt
 from kilter._native import domains, gang
 from kilter.topology.fleet import Fleet
 
-__all__ = ["STEPS", "Choice", "Replacement", "Step", "describe", "repair", "within"]
+__all__ = ["STEPS", "Choice", "Replacement", "Step", "describe", "repair", "within", "within_level"]
 
 Step = Literal["same-node", "same-domain", "gang-domain", "new-domain"]
 STEPS: tuple[Step, ...] = ("same-node", "same-domain", "gang-domain", "new-domain")
@@ -223,10 +223,13 @@ def within(fleet: Fleet, platform: int, key: str, survivors: Sequence[int]) -> n
     """The nodes a pod set that *requires* topology level ``key`` may be repaired onto: those of the domain (or the
     group at that level) holding most of the survivors. None when the level does not narrow anything (the node
     level, or a key this fleet lacks: the planner already said so when the gang was first placed)."""
-    if not len(survivors):
-        return None
     level = fleet.levels.level_of(key, fleet.platforms[platform])
-    if level is None or level < gang.DOMAIN:
+    return None if level is None else within_level(fleet, level, survivors)
+
+
+def within_level(fleet: Fleet, level: int, survivors: Sequence[int]) -> npt.NDArray[np.bool_] | None:
+    """``within`` for a planner level (``gang.DOMAIN`` or above; None below, or without survivors)."""
+    if not len(survivors) or level < gang.DOMAIN:
         return None
     held = fleet.node_domain[np.asarray(survivors, dtype=np.int64)]
     if level == gang.DOMAIN:

@@ -125,6 +125,20 @@ def test_kilter_repairs_in_another_domain_when_the_failed_nodes_rack_is_full() -
     assert sim.outcome.end[1] == pytest.approx(2000 + 300 + 2400 * 1.2)
 
 
+def test_a_gang_that_requires_one_domain_is_repaired_only_inside_it_as_the_servers_repair() -> None:
+    # As above, but the gang requires one scale-up domain: its full rack has no other tray, so rather than leave the
+    # rack it waits, keeping its survivor, until its own node returns at 6000 and takes it back (first rung).
+    node = placed(FULL_RACK)[1][0]
+    fleet = nvl72(2)
+    queues = queue_setup([], fleet, Counter(j.queue for j in FULL_RACK))
+    config = SimConfig(topology="required", failures=settings())
+    clock = Script((2000.0, node, True), (6000.0, node, False))
+    sim = FailingSimulation(fleet, FULL_RACK, make_policy("kilter"), queues, config, clock=clock)
+    sim.run()
+    assert sim.stats.repairs == sim.stats.repairs_same_domain == 1 and sim.stats.evictions == 0
+    assert sim.outcome.end[1] == pytest.approx(6000 + 300 + 2400)
+
+
 def test_kilter_keeps_its_survivors_and_waits_for_room_when_no_node_is_free() -> None:
     # Two racks: the gang, and 64 + 8 GPUs of others filling every other tray; a failure leaves no free node.
     trace = jobs((0, 3600, 8), (0, 9000, 64), (0, 9000, 64), (0, 9000, 8))
