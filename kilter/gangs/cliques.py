@@ -79,8 +79,7 @@ class Cliques:
         """The domains (fleet indices) ``cd``'s pods and other gangs' plans for it hold, and those that pods,
         plans and node labels of the ComputeDomains it must stay apart from hold; ``gang``'s plan is for ``cd``."""
         me = _name(cd)
-        reserved = dict(store.reservations())
-        self._owners = {k: v for k, v in self._owners.items() if k in reserved and k != gang}
+        self._owners = {k: v for k, v in self._owners.items() if k != gang and store.is_reserved(k)}
         self._owners[gang] = me
         others = {_name(o): o for o in compute_domains.all_domains(store) if _name(o) != me and _apart(cd, o)}
         own = _placed(store, fleet, compute_domains.members(store, cd))
@@ -88,7 +87,7 @@ class Cliques:
         for other in others.values():
             taken |= _placed(store, fleet, compute_domains.members(store, other))
         for owner, of in self._owners.items():
-            where = {int(fleet.node_domain[h.node_index]) for h in reserved.get(owner, ())}
+            where = {int(fleet.node_domain[h.node_index]) for h in store.reservation(owner)}
             if of == me and owner != gang:
                 own |= where
             elif of in others:

@@ -35,7 +35,7 @@ def templates(spec: PodSpec) -> frozenset[str]:
 
 def all_domains(store: ClusterStore) -> list[ComputeDomain]:
     """The ComputeDomains of the current state, by namespace and name."""
-    return sorted(store.state().compute_domains, key=lambda cd: (cd.metadata.namespace, cd.metadata.name))
+    return sorted(store.compute_domains(), key=lambda cd: (cd.metadata.namespace, cd.metadata.name))
 
 
 def domain_of(store: ClusterStore, namespace: str, names: frozenset[str]) -> ComputeDomain | None:
@@ -50,7 +50,7 @@ def domain_of(store: ClusterStore, namespace: str, names: frozenset[str]) -> Com
         return None
     found = [
         cd
-        for cd in store.state().compute_domains
+        for cd in store.compute_domains()
         if cd.metadata.namespace == namespace and cd.claim_template and cd.claim_template in names
     ]
     return min(found, key=lambda cd: cd.metadata.name) if found else None
@@ -59,7 +59,7 @@ def domain_of(store: ClusterStore, namespace: str, names: frozenset[str]) -> Com
 def named(store: ClusterStore, namespace: str, name: str) -> ComputeDomain | None:
     """The ComputeDomain ``namespace/name`` of the current state, if it holds one."""
     return next(
-        (cd for cd in store.state().compute_domains if (cd.metadata.namespace, cd.metadata.name) == (namespace, name)),
+        (cd for cd in store.compute_domains() if (cd.metadata.namespace, cd.metadata.name) == (namespace, name)),
         None,
     )
 

@@ -39,7 +39,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Literal, NamedTuple, Protocol
 
-from kilter.gangs import owners
+from kilter.gangs import compute_domains, owners
 from kilter.gangs.identity import VOLCANO_GROUP, GangId, GangKey, identify
 from kilter.model.core_v1 import Pod
 from kilter.model.errors import InputError
@@ -114,7 +114,8 @@ def asker(store: ClusterStore, gang: GangId, pod: Pod) -> Asker:
     if meta.uid and held.metadata.uid and held.metadata.uid != meta.uid:
         return Asker("stranger", pod, f"{where} has uid {held.metadata.uid} in kilter's state, not {meta.uid}")
     same_labels = (held.metadata.labels, held.metadata.annotations) == (meta.labels, meta.annotations)
-    if gang.source != "volcano" and not same_labels:  # a gang is read from labels and annotations alone
+    same_claims = compute_domains.templates(held.spec) == compute_domains.templates(pod.spec)
+    if gang.source != "volcano" and not (same_labels and same_claims):  # what ``identify`` reads a gang from
         try:
             own = identify(held, store)
         except InputError as exc:

@@ -18,7 +18,7 @@ current one.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
 from kilter.topology.fleet import Fleet
@@ -77,10 +77,6 @@ class Reservations:
     def of(self, owner: str) -> tuple[Held, ...]:
         """What ``owner`` holds now, in the order reserved."""
         return tuple(self._held.get(owner, ()))
-
-    def items(self) -> Iterator[tuple[str, tuple[Held, ...]]]:
-        """(owner, its slots) of every reservation, in the order they were made."""
-        return iter([(owner, tuple(slots)) for owner, slots in self._held.items()])
 
     def was_lost(self, owner: str) -> bool:
         """A fleet rebuild dropped ``owner``'s reservation (and it has not unreserved since)."""

@@ -53,6 +53,7 @@ from typing import Any, cast
 from kilter.model import codec
 from kilter.model.core_v1 import Node, Pod, pod_request
 from kilter.model.errors import InputError
+from kilter.model.nvidia_dra import COMPUTE_DOMAIN_GROUP, COMPUTE_DOMAIN_KIND, ComputeDomain
 from kilter.quota.tree import build_tree
 from kilter.state import copies
 from kilter.state.cluster import KNOWN_KINDS, KUEUE, TYPES, ClusterState
@@ -366,15 +367,15 @@ class ClusterStore:
         """Give back all of ``owner``'s GPUs, and forget that a rebuild lost its reservation."""
         self._reservations.unreserve(self.fleet(), owner)
 
+    def compute_domains(self) -> list[ComputeDomain]:
+        """The typed ComputeDomains, rebuilt only when one changed (not the whole ``state()`` a pod event rebuilds:
+        the scheduling path asks for them on every filter of a pod with DRA claims)."""
+        return self._list((COMPUTE_DOMAIN_GROUP, COMPUTE_DOMAIN_KIND), ComputeDomain)
+
     def reservation(self, owner: str) -> tuple[Held, ...]:
         """What ``owner`` holds in the current fleet (node, index, GPUs per slot), oldest first."""
         self.fleet()
         return self._reservations.of(owner)
-
-    def reservations(self) -> Iterator[tuple[str, tuple[Held, ...]]]:
-        """(owner, what it holds) of every reservation in the current fleet, oldest first."""
-        self.fleet()
-        return self._reservations.items()
 
     def is_reserved(self, owner: str) -> bool:
         return bool(self.reservation(owner))

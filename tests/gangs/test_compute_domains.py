@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from kilter.gangs import GangKey, compute_domains, gang_of, identify, in_gang
+from kilter.gangs import GangKey, compute_domains, gang_of, identify, in_gang, trust
 from kilter.model import codec
 from kilter.model.core_v1 import Pod
 from kilter.model.errors import InputError
@@ -90,3 +90,16 @@ def test_the_compute_domain_key_parses_and_formats() -> None:
     )
     with pytest.raises(InputError, match="compute-domain"):
         GangKey.parse("ml/compute-domain/a/b")
+
+
+def test_a_request_naming_another_domains_template_than_the_stored_pod_is_a_strangers() -> None:
+    """A gang is read from a pod's claims too: a request that copies a stored pod's name, uid and labels but names
+    another ComputeDomain's claim template must not be taken for a member of that domain's gang."""
+    store = store_with(compute_domain("a"), compute_domain("b"), cd_pod("p", "a-channel"), cd_pod("q", "b-channel"))
+    forged = typed(cd_pod("p", "b-channel"))  # pod p as stored, but claiming domain b's channel
+    gang = identify(forged, store)
+    assert gang is not None and gang.key == "ml/compute-domain/b"
+    who = trust.asker(store, gang, forged)
+    assert who.kind == "stranger" and "is not in gang ml/compute-domain/b" in who.why
+    honest = typed(cd_pod("q", "b-channel"))
+    assert trust.asker(store, gang, honest).kind == "member"
