@@ -147,18 +147,20 @@ def resolve(
     n = len(fleet.domain_ids)
     eligible = spares.eligible_domains(fleet)
     wanted = np.where(eligible, max(default, 0), 0).astype(np.int32)
-    reach = {rf.metadata.name: flavor_reach(fleet, rf.spec.node_labels) for rf in flavors}
     problems: list[str] = []
     settings: list[tuple[str, str, Mapping[str, str]]] = [
         *(("ResourceFlavor", rf.metadata.name, rf.metadata.annotations) for rf in flavors),
         *(("ClusterQueue", cq.metadata.name, cq.metadata.annotations) for cq in cluster_queues),
         *(("Cohort", c.metadata.name, c.metadata.annotations) for c in cohorts),
     ]
+    given = sorted(
+        (kind, name, raw) for kind, name, notes in settings if (raw := notes.get(SPARE_NODES_PER_DOMAIN)) is not None
+    )
+    if not given:  # the common cluster: no setting, so no flavor's reach need be read (ClusterQueues churn)
+        return SpareSettings(wanted, ())
+    reach = {rf.metadata.name: flavor_reach(fleet, rf.spec.node_labels) for rf in flavors}
     queues = {cq.metadata.name: cq for cq in cluster_queues}
-    for kind, name, notes in sorted(settings, key=lambda s: (s[0], s[1])):
-        raw = notes.get(SPARE_NODES_PER_DOMAIN)
-        if raw is None:
-            continue
+    for kind, name, raw in given:
         if kind == "ResourceFlavor":
             where = reach[name]
         elif kind == "ClusterQueue":
