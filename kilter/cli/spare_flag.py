@@ -14,6 +14,7 @@ import argparse
 
 from kilter.model.annotations import SPARE_NODES_PER_DOMAIN, parse_spare_nodes
 from kilter.model.errors import InputError
+from kilter.topology import spare_settings
 from kilter.topology.catalog import BUILTIN, Catalog
 
 __all__ = ["FLAG", "MAX_NODES_PER_DOMAIN", "add_spare_argument", "check_spare_nodes", "read_spare_nodes"]
@@ -45,8 +46,7 @@ def read_spare_nodes(raw: str, catalog: Catalog | None = None) -> int:
 
 def check_spare_nodes(count: int, catalog: Catalog | None = None) -> int:
     """``count`` if no more than the largest multi-node domain of ``catalog`` holds, else ``InputError``."""
-    platforms = (catalog or Catalog(BUILTIN)).platforms
-    limit = max((p.nodes_per_domain for p in platforms if p.is_multi_node), default=1)
+    limit = spare_settings.catalog_limit(catalog or Catalog(BUILTIN))
     if not 0 <= count <= limit:
         raise InputError(f"{FLAG} must be a whole number from 0 to {limit}, got {count}")
     return count

@@ -45,6 +45,7 @@ from kilter.topology.fleet import Fleet
 __all__ = [
     "SpareSettings",
     "apply",
+    "catalog_limit",
     "check",
     "cohort_reach",
     "flavor_reach",
@@ -131,7 +132,12 @@ def limit(fleet: Fleet, reach: DomainMask, catalog: Catalog | None = None) -> in
         plats = np.unique(fleet.bitmap.domain_platforms[reach]).tolist()
         sizes = np.diff(fleet.bitmap.domain_node_start)[reach]
         return int(max(max(fleet.platforms[p].nodes_per_domain for p in plats), int(sizes.max())))
-    catalog = catalog or fleet.catalog
+    return catalog_limit(catalog or fleet.catalog)
+
+
+def catalog_limit(catalog: Catalog) -> int:
+    """The most nodes a domain of any multi-node platform of ``catalog`` holds (1 when it has none): the bound of a
+    setting nothing narrower can be proved for."""
     return max((p.nodes_per_domain for p in catalog.platforms if p.is_multi_node), default=1)
 
 
