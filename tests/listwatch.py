@@ -655,7 +655,7 @@ class ListWatchServer:
         self.watch_list = True  # the WatchList feature (sendInitialEvents); off answers 422 as older servers do
         # the service proxy: (namespace, service, port as written in the path) -> (host, port) it forwards to
         self.services: dict[tuple[str, str, str], tuple[str, int]] = {}
-        self.forbid_proxy = False  # answer the proxy as RBAC does for a caller without get on services/proxy
+        self.forbid_proxy = False  # answer the proxy as RBAC does for a caller without its verb on services/proxy
         self.requests: list[Request] = []
         self.connections = 0  # accepted: keep-alive shows as fewer connections than requests
         self._installed = {(r.group, r.version, r.plural) for r in resources if r.installed}
@@ -1362,7 +1362,7 @@ class _Handler(BaseHTTPRequestHandler):
                 and parts[:3] == ["api", "v1", "namespaces"]
                 and parts[4::2][:2] == ["services", "proxy"]
             ):
-                self._proxy(parts[3], parts[5], "/" + "/".join(parts[7:]), url.query)
+                self._proxy(parts[3], parts[5], "/" + "/".join(parts[7:]), url.query, body)
                 return
             resource, namespace, name = cluster.route(parts)
             if self.command == "POST" and name is None and (namespace is not None or not resource.namespaced):
@@ -1407,19 +1407,24 @@ class _Handler(BaseHTTPRequestHandler):
             else:
                 self._json(err.code, err.status())
 
-    def _proxy(self, namespace: str, target: str, path: str, query: str) -> None:
+    def _proxy(self, namespace: str, target: str, path: str, query: str, body: bytes) -> None:
         """The Service proxy subresource: ``services/[scheme:]NAME[:PORT]/proxy/PATH`` (kube-apiserver's
-        ``SplitSchemeNamePort`` forms), forwarded as is and answered with the service's own status and body."""
+        ``SplitSchemeNamePort`` forms), forwarded as is (method, body and Content-Type) and answered with the
+        service's own status and body. RBAC's verb is the request's, as the apiserver's ``RequestInfoFactory``
+        names it for a subresource: GET get, POST create, PUT update, PATCH patch, DELETE delete."""
         cluster = self.server.cluster
         pieces = target.split(":")
         if len(pieces) > 3 or not pieces[-2 if len(pieces) == 3 else 0]:
             raise ApiError(400, "BadRequest", f"invalid service request {target!r}")
         name, port = pieces[-2:] if len(pieces) == 3 else (pieces[0], pieces[1] if len(pieces) == 2 else "")
+        verb = {"GET": "get", "POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}.get(
+            self.command, self.command.lower()
+        )
         if cluster.forbid_proxy:
             raise ApiError(
                 403,
                 "Forbidden",
-                f'services "{name}" is forbidden: User "test" cannot get resource "services/proxy" in API group "" '
+                f'services "{name}" is forbidden: User "test" cannot {verb} resource "services/proxy" in API group "" '
                 f'in the namespace "{namespace}"',
                 details={"name": name, "kind": "services"},
             )
@@ -1428,7 +1433,8 @@ class _Handler(BaseHTTPRequestHandler):
             raise ApiError(404, "NotFound", f'services "{name}" not found', details={"name": name, "kind": "services"})
         conn = http.client.HTTPConnection(*backend, timeout=30)
         try:
-            conn.request(self.command, path + (f"?{query}" if query else ""))
+            headers = {"Content-Type": self.headers.get("Content-Type") or "application/octet-stream"} if body else {}
+            conn.request(self.command, path + (f"?{query}" if query else ""), body or None, headers)
             answer = conn.getresponse()
             body = answer.read()
         finally:

@@ -32,7 +32,7 @@ from kilter.topology.fleet import Fleet
 from kilter.topology.plan import GangRequest, Plan
 from kilter.topology.split_wait import SplitWait, WaitDecision
 
-__all__ = ["add_parser", "answer", "read_job_object", "render_plans", "run"]
+__all__ = ["add_parser", "answer", "job_object_of", "read_job_object", "render_plans", "run"]
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -66,9 +66,17 @@ def read_job_file(path: Path) -> JobSpec:
 
 
 def read_job_object(path: Path) -> Mapping[str, Any]:
-    docs = snapshot.load_documents(path)
+    return _one_job(snapshot.load_documents(path), str(path))
+
+
+def job_object_of(text: str, *, source: str) -> Mapping[str, Any]:
+    """The one job object of a manifest's text (YAML or JSON), as ``read_job_object`` reads it from a file."""
+    return _one_job(snapshot.parse_documents(text, source=source), source)
+
+
+def _one_job(docs: list[Any], source: str) -> Mapping[str, Any]:
     if len(docs) != 1 or not isinstance(docs[0], Mapping):
-        raise InputError(f"{path} must hold exactly one job object, found {len(docs)}")
+        raise InputError(f"{source} must hold exactly one job object, found {len(docs)}")
     return docs[0]
 
 

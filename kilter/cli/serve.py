@@ -23,6 +23,7 @@ import uvicorn
 import uvloop
 
 from kilter.cli import serve_grpc, sources
+from kilter.cli.kubectl.served import ServedViews
 from kilter.cli.listeners import Guard, ListenerReading, ensure_file_limit, listener_config
 from kilter.cli.serve_config import DEFAULT_KILTER_USER, DEFAULTS, ServeConfig, add_split_wait_arguments
 from kilter.cli.spare_flag import add_spare_argument, check_spare_nodes
@@ -62,7 +63,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="run the kube-scheduler extender, Volcano's extender verbs, the admission webhooks and the gRPC API",
         description=(
             "HTTP listener (--http-port): /scheduler/{filter,prioritize,preempt,bind}, /volcano/<verb> (Volcano's "
-            "extender plugin), /debug/explain, /debug/volcano, /metrics, "
+            "extender plugin), /debug/explain, /debug/views, /debug/volcano, /metrics, "
             "/healthz, /readyz. HTTPS listener (--webhook-port, only with --tls-cert-file and --tls-key-file): "
             "/mutate, /validate, /healthz, /readyz; the certificate is re-read when its files change. gRPC listener "
             "(--grpc-port): kilter.v1.Placement, grpc.health.v1.Health, reflection."
@@ -316,6 +317,7 @@ def build_app(config: ServeConfig) -> tuple[App, ClusterStore]:
         sync_status=live.status if live is not None else None,
         # Writers stop before the Lease is released, so the next leader never overlaps with this one.
         trusted=config.trust_rule,
+        views=ServedViews(store, extender.log.explain).answer,
         shutdown=[
             *stops,
             *([recorder.close] if recorder is not None else []),

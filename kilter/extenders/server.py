@@ -67,7 +67,11 @@ KNOWN_PATHS = {
     "/metrics",
     "/debug/explain",
     "/debug/volcano",
+    "/debug/views",
 }
+VIEWS_MAX_BODY_BYTES = 2 * 1024 * 1024  # a kubectl-kilter view's request: its command line and, for plan, a manifest
+Views = Callable[[bytes], tuple[int, bytes]]
+"""``POST /debug/views``: the kubectl plugin's request in, (status, JSON answer or one line) out; the cli layer's."""
 
 
 class Metrics:
@@ -204,8 +208,10 @@ class App:
         sync_status: Callable[[], dict[str, dict[str, object]]] | None = None,
         shutdown: list[Callable[[], None]] | None = None,
         trusted: Callable[[Scope], bool] = asgi.is_local_caller,
+        views: Views | None = None,
     ) -> None:
         self.store = store
+        self.views = views
         self.trusted = trusted
         self.volcano = volcano
         self.sync_status = sync_status
@@ -250,6 +256,11 @@ class App:
                     await self._reply(send, path, 405, b"POST only\n", "text/plain")
                 else:
                     await self._verb(scope, receive, send, verb, volcano="legacy" if legacy else "current")
+            elif path == "/debug/views" and self.views is not None:
+                if method != "POST":
+                    await self._reply(send, path, 405, b"POST only\n", "text/plain")
+                else:
+                    await self._views(scope, receive, send)
             elif method != "GET":
                 await self._reply(send, path, 405, b"GET only\n", "text/plain")
             elif path == "/healthz":
@@ -378,6 +389,20 @@ class App:
             return
         body = json.dumps({"namespace": namespace, "pod": pod, "decisions": records}).encode()
         await self._reply(send, scope["path"], 200, body, "application/json")
+
+    async def _views(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """A ``kubectl kilter`` view answered from this replica's state (``cli.kubectl.served``)."""
+        assert self.views is not None
+        chunks = await asgi.read_body(scope, receive, limit_bytes=VIEWS_MAX_BODY_BYTES)
+        if chunks is BodyRefused.TOO_LARGE:
+            message = f"request body above the limit of {VIEWS_MAX_BODY_BYTES} bytes\n".encode()
+            await self._reply(send, scope["path"], 413, message, "text/plain", close=True)
+            return
+        if isinstance(chunks, BodyRefused):
+            return
+        status, body = self.views(b"".join(chunks))
+        content_type = "application/json" if status == 200 else "text/plain"
+        await self._reply(send, scope["path"], status, body, content_type)
 
     async def _volcano_notes(self, scope: Scope, send: Send) -> None:
         """What kilter last decided about a Volcano job (``?job=namespace/podgroup``) or queue (``?queue=``)."""

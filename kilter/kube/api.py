@@ -152,10 +152,13 @@ class ApiServer:
             raise ApiError(status, _message(raw, content_type))
         return raw, content_type
 
-    def request(self, method: str, path: str, *, accept: str = "application/json") -> tuple[int, bytes, str]:
-        """One bodiless request answered whatever its status: (status, body, Content-Type). For answers that are
-        not the API server's own (a service reached through its proxy), whose errors the caller reads itself."""
-        return self._send(method, path, None, "", accept)
+    def request(
+        self, method: str, path: str, body: bytes | None = None, *, accept: str = "application/json"
+    ) -> tuple[int, bytes, str]:
+        """One request (a JSON ``body``, if any) answered whatever its status: (status, body, Content-Type). For
+        answers that are not the API server's own (a service reached through its proxy), whose errors the caller
+        reads itself."""
+        return self._send(method, path, body, "application/json" if body is not None else "", accept)
 
     def call(self, method: str, path: str, body: Any = None, *, content_type: str = "application/json") -> Any:
         """One request; the decoded JSON answer, or ApiError carrying the server's own message."""

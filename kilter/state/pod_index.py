@@ -32,9 +32,14 @@ class PodIndex:
         self._claims: dict[tuple[str, str], dict[str, Pod]] | None = None  # (namespace, template) -> pods by uid
 
     def index(self, labels: Iterable[str], annotations: Iterable[str]) -> None:
-        """Index these label and annotation keys from now on (the index is built again on first use)."""
-        self._keys = (frozenset(labels), frozenset(annotations))
-        self._index = None
+        """Index these label and annotation keys too from now on. Keys already indexed stay, and asking for them
+        again keeps the index: readers that each ask for their own keys (the gang book, ``kubectl kilter
+        explain`` served by kilter) do not rebuild it from every pod in turn. New keys build it again on first use.
+        """
+        keys = (self._keys[0] | frozenset(labels), self._keys[1] | frozenset(annotations))
+        if keys != self._keys:
+            self._keys = keys
+            self._index = None
 
     def add(self, uid: str, pod: Pod) -> None:
         if self._index is not None:

@@ -1,21 +1,22 @@
-"""manifests/rbac/explain-reader.yaml grants exactly what ``kubectl kilter explain --kilter-service`` calls: get on
-services/proxy of kilter's Service, in its namespace, and names a Service and port the manifests define."""
+"""manifests/rbac/explain-reader.yaml grants exactly what ``kubectl kilter --kilter-service`` calls: create (the verb
+of its POST) on services/proxy of kilter's Service, in its namespace, and names a Service and port the manifests
+define."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from kilter.cli.kubectl.explain_proxy import parse_service, proxy_path
+from kilter.cli.kubectl.remote import parse_service, proxy_path
 from tests.manifests.yamldocs import documents
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_the_role_grants_get_on_the_proxy_of_kilters_service_only() -> None:
+def test_the_role_grants_create_on_the_proxy_of_kilters_service_only() -> None:
     docs = documents(ROOT / "manifests" / "rbac" / "explain-reader.yaml")
     role = next(d for d in docs if d["kind"] == "Role")
     assert role["rules"] == [
-        {"apiGroups": [""], "resources": ["services/proxy"], "resourceNames": ["kilter-volcano"], "verbs": ["get"]}
+        {"apiGroups": [""], "resources": ["services/proxy"], "resourceNames": ["kilter-volcano"], "verbs": ["create"]}
     ]
     binding = next(d for d in docs if d["kind"] == "RoleBinding")
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
@@ -23,6 +24,6 @@ def test_the_role_grants_get_on_the_proxy_of_kilters_service_only() -> None:
     service = next(d for d in documents(ROOT / "manifests" / "volcano" / "kilter.yaml") if d["kind"] == "Service")
     ns, name = service["metadata"]["namespace"], service["metadata"]["name"]
     port = service["spec"]["ports"][0]["name"]
-    path = proxy_path(parse_service(f"{ns}/{name}:{port}"), "ml", "p")
+    path = proxy_path(parse_service(f"{ns}/{name}:{port}"))
     # what the API server authorizes: namespace, resource services, subresource proxy, name
     assert path.startswith(f"/api/v1/namespaces/{role['metadata']['namespace']}/services/{name}:{port}/proxy/")

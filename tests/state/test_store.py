@@ -153,6 +153,23 @@ def test_pods_are_found_by_indexed_labels_and_the_index_follows_every_change() -
     assert names({"team": "a"}) == {"a1", "a2", "b0"}  # nothing indexed: every pod is read
 
 
+def test_asking_to_index_keys_already_indexed_keeps_the_index_and_new_keys_add_to_it() -> None:
+    """The gang book and a served ``explain`` each ask for their keys; neither may drop the other's, and asking
+    again must not rebuild the index from every pod (it did, costing ~0.5 s of the event loop on 150,000 pods)."""
+    store = ClusterStore()
+    store.replace([*cluster_objects(), pod_json("a0", 1, labels={"kilter.dev/gang": "a", "job": "j"})])
+    store.index_pods(["kilter.dev/gang"], [])
+    assert [p.metadata.name for p in store.pods_with("ml", {"kilter.dev/gang": "a"}, {})] == ["a0"]
+    built = store._pod_index._index
+    store.index_pods(["kilter.dev/gang"], [])
+    assert store._pod_index._index is built  # kept, not rebuilt
+    store.index_pods(["job"], [])
+    assert store._pod_index._keys[0] == {"kilter.dev/gang", "job"}
+    assert [p.metadata.name for p in store.pods_with("ml", {"job": "j"}, {})] == ["a0"]
+    assert [p.metadata.name for p in store.pods_with("ml", {"kilter.dev/gang": "a"}, {})] == ["a0"]
+    assert ("ml", True, "kilter.dev/gang", "a") in (store._pod_index._index or {})  # still indexed
+
+
 def test_a_first_load_holds_what_a_relist_over_other_objects_holds() -> None:
     """A store's first ``replace`` adds every object without comparing; it must end where the comparing path ends."""
     objects = [*cluster_objects(), pod_json("late", 2, node="r1-t01"), pod_json("late", 1, node="r1-t02")]

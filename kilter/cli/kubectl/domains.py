@@ -62,7 +62,7 @@ def _item(d: DomainInventory, unusable: list[tuple[str, str]]) -> dict[str, Any]
     }
 
 
-def run(args: argparse.Namespace, cluster: Cluster) -> int:
+def run(args: argparse.Namespace, cluster: Cluster) -> output.Answer:
     inventory = take(cluster.store, platform=args.platform, block=args.block)
     unusable = unusable_by_domain(cluster.store.fleet())
     data = {
@@ -72,8 +72,7 @@ def run(args: argparse.Namespace, cluster: Cluster) -> int:
     if args.map and args.output in ("table", "wide"):
         fleet = cluster.store.fleet()
         rows = rackmap.rack_rows(fleet, inventory.domains, rackmap.planned_nodes(cluster.store))
-        print(rackmap.render_map(rows, page=args.page), end="")
-        return 0
+        return output.Answer(0, rackmap.render_map(rows, page=args.page))
     columns: output.Columns = (
         ("DOMAIN", False),
         ("PLATFORM", False),
@@ -104,5 +103,4 @@ def run(args: argparse.Namespace, cluster: Cluster) -> int:
         )
         for d in inventory.domains
     ]
-    print(output.emit(args, data, output.table(args, columns, table_rows)), end="")
-    return 0
+    return output.Answer(0, output.emit(args, data, output.table(args, columns, table_rows)))

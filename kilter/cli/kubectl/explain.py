@@ -6,9 +6,8 @@ story: its gang and Workload, the quota decision (``gangs.pending``'s reason
 while it waits, the admission once admitted), per pod set the domains and
 nodes of its plan or of its bound pods, per other domain why it does not
 take the gang (``gangs.story``), the ``kilter.dev/plan`` record it carries,
-and, with ``--kilter-service NS/NAME:PORT`` on a live cluster, the decisions
-kilter recorded per pod (``/debug/explain``) reached through the API
-server's service proxy (``explain_proxy``). Repairs of running gangs are not
+and, when kilter itself answers the view (``--kilter-service NS/NAME:PORT``,
+``remote``), the decisions it recorded per pod (``/debug/explain``'s). Repairs of running gangs are not
 recorded anywhere yet, so the story has no such section. Nothing found of
 that name: exit 1.
 """
@@ -16,13 +15,12 @@ that name: exit 1.
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from kilter.cli import render
-from kilter.cli.kubectl import explain_proxy, output
+from kilter.cli.kubectl import decisions, output
 from kilter.cli.kubectl.source import Cluster
 from kilter.gangs.identity import INDEXED_ANNOTATIONS, INDEXED_LABELS, GangKey, in_gang, key_of
 from kilter.gangs.pending import QUOTA_REASONS, why_pending
@@ -50,12 +48,6 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], common:
         "jobset/NAME, pytorchjob/NAME, workload/NAME or podgroup/NAME.",
     )
     p.add_argument("target", metavar="TARGET", help="POD | KIND/NAME (" + ", ".join(TARGET_KINDS) + ")")
-    p.add_argument(
-        "--kilter-service",
-        metavar="NS/NAME:PORT",
-        help="also show kilter's recorded decisions, read from its /debug/explain through the API server's "
-        "service proxy (needs get on services/proxy; kilter must trust the API server's address)",
-    )
     p.set_defaults(view=run)
 
 
@@ -171,7 +163,7 @@ def _quota(cluster: Cluster, workload: Mapping[str, Any] | None) -> tuple[dict[s
     return {"state": "finished or inactive", "reason": "", "message": "neither pending nor holding quota"}, None
 
 
-def story(cluster: Cluster, t: Target, service: explain_proxy.Service | None) -> dict[str, Any]:
+def story(cluster: Cluster, t: Target) -> dict[str, Any]:
     store = cluster.store
     fleet = store.fleet()
     quota, entry = _quota(cluster, t.workload)
@@ -231,8 +223,8 @@ def story(cluster: Cluster, t: Target, service: explain_proxy.Service | None) ->
             "verified": False,
         },
     }
-    if service is not None:
-        data["decisions"] = explain_proxy.decisions(cluster, service, t.pods)
+    if cluster.recorded is not None:
+        data["decisions"] = decisions.decisions(cluster.recorded, t.pods)
     return data
 
 
@@ -275,19 +267,14 @@ def _text(data: dict[str, Any]) -> str:
             f"{render.compress_names(r['nodes'])} (signature not verified)\n"
         )
     if "decisions" in data:
-        text += "\n" + explain_proxy.render_decisions(data["decisions"])
+        text += "\n" + decisions.render_decisions(data["decisions"])
     return text
 
 
-def run(args: argparse.Namespace, cluster: Cluster) -> int:
-    service = explain_proxy.parse_service(args.kilter_service) if args.kilter_service else None
-    if service is not None and cluster.api is None:
-        raise InputError("--kilter-service reads a running kilter: it needs a cluster, not --snapshot")
+def run(args: argparse.Namespace, cluster: Cluster) -> output.Answer:
     target = resolve(cluster, args.target)
     if target is None:
         where = cluster.namespace or "default"
-        print(f"kubectl kilter explain: {args.target} not found in namespace {where}", file=sys.stderr)
-        return 1
-    data = story(cluster, target, service)
-    print(output.emit(args, data, _text(data)), end="")
-    return 0
+        return output.Answer(1, "", f"kubectl kilter explain: {args.target} not found in namespace {where}")
+    data = story(cluster, target)
+    return output.Answer(0, output.emit(args, data, _text(data)))

@@ -17,7 +17,8 @@ from typing import NoReturn, cast
 
 from kilter import __version__
 from kilter.cli.exits import guarded
-from kilter.cli.kubectl import completion, domains, explain, pending, plan, queues, source, top
+from kilter.cli.kubectl import completion, domains, explain, pending, plan, queues, remote, source, top
+from kilter.cli.kubectl.output import Answer
 
 __all__ = ["PROG", "build_parser", "complete_main", "main", "run"]
 
@@ -32,8 +33,9 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
+def build_parser(parser_class: type[argparse.ArgumentParser] = _Parser) -> argparse.ArgumentParser:
+    """The plugin's command line; ``served`` passes a class whose errors raise rather than print and exit."""
+    parser = parser_class(
         prog=PROG,
         description="Why is my job pending? Quota, topology and placement of a Kueue/Volcano GPU cluster, "
         "read from the cluster (kubeconfig) or a snapshot file.",
@@ -41,7 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"kubectl-kilter {__version__}")
     sub = cast(
         "argparse._SubParsersAction[argparse.ArgumentParser]",
-        parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser),
+        parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=parser_class),
     )
     common = source.common_options()
     queues.add_parser(sub, common)
@@ -55,9 +57,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    words = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     try:
-        args = parser.parse_args(argv)
+        args = parser.parse_args(words)
     except SystemExit as exc:
         return int(exc.code or 0)
     if not getattr(args, "command", None):
@@ -68,8 +71,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         if getattr(args, "offline", None) is not None:
             code: int = args.offline(args, parser)
             return code
-        view: Callable[[argparse.Namespace, source.Cluster], int] = args.view
-        return view(args, source.load(args))
+        service = source.kilter_service(args)
+        if service is not None:
+            said = remote.answer(args, words, service)
+        else:
+            view: Callable[[argparse.Namespace, source.Cluster], Answer] = args.view
+            said = view(args, source.load(args))
+        print(said.text, end="")
+        if said.error:
+            print(said.error, file=sys.stderr)
+        return said.code
 
     return guarded(f"{PROG} {args.command}", answer)
 

@@ -8,13 +8,22 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from kilter.cli import render
 
-__all__ = ["Columns", "emit", "table"]
+__all__ = ["Answer", "Columns", "emit", "table"]
 
 Columns = Sequence[tuple[str, bool]]  # (header, shown only with -o wide)
+
+
+class Answer(NamedTuple):
+    """What a view says: its exit code, its stdout, and a line for stderr. Views return it rather than print, so
+    that a running kilter can answer a view (``served``) exactly as the plugin would print it."""
+
+    code: int
+    text: str
+    error: str = ""
 
 
 def table(args: argparse.Namespace, columns: Columns, rows: Sequence[Sequence[Any]]) -> str:

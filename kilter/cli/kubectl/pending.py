@@ -71,7 +71,7 @@ def pending_data(cluster: Cluster) -> dict[str, Any]:
     return {"pending": [_item(p) for p in found if cluster.in_scope(p.namespace)]}
 
 
-def run(args: argparse.Namespace, cluster: Cluster) -> int:
+def run(args: argparse.Namespace, cluster: Cluster) -> output.Answer:
     data = pending_data(cluster)
     columns: output.Columns = (
         ("#", False),
@@ -100,5 +100,4 @@ def run(args: argparse.Namespace, cluster: Cluster) -> int:
         )
         for p in data["pending"]
     ]
-    print(output.emit(args, data, output.table(args, columns, rows)), end="")
-    return 0
+    return output.Answer(0, output.emit(args, data, output.table(args, columns, rows)))

@@ -11,6 +11,7 @@ import argparse
 from pathlib import Path
 
 from kilter.cli import plan as plan_cmd
+from kilter.cli.kubectl import output
 from kilter.cli.kubectl.source import Cluster
 from kilter.cli.serve_config import add_split_wait_arguments, read_split_wait
 
@@ -28,16 +29,15 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], common:
     p.add_argument("-f", "--filename", required=True, type=Path, help="the job manifest (YAML or JSON)")
     p.add_argument("--platform", help="plan only on this platform (name or alias from the catalog)")
     add_split_wait_arguments(p)
-    p.set_defaults(view=run)
+    p.set_defaults(view=run, job=None)  # job: the manifest's object, when a running kilter answers (``served``)
 
 
-def run(args: argparse.Namespace, cluster: Cluster) -> int:
+def run(args: argparse.Namespace, cluster: Cluster) -> output.Answer:
     rule = read_split_wait(args)
-    obj = plan_cmd.read_job_object(args.filename)
+    obj = args.job if args.job is not None else plan_cmd.read_job_object(args.filename)
     fmt = "table" if args.output in ("table", "wide") else args.output
     store = cluster.store
     text, code = plan_cmd.answer(
         store.state(), store.fleet(), obj, now_s=cluster.now_s, rule=rule, platform=args.platform, output=fmt
     )
-    print(text, end="")
-    return code
+    return output.Answer(code, text)

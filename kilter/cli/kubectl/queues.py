@@ -95,11 +95,10 @@ def rows(data: dict[str, Any], devices: frozenset[str]) -> list[tuple[str, ...]]
     return out
 
 
-def run(args: argparse.Namespace, cluster: Cluster) -> int:
+def run(args: argparse.Namespace, cluster: Cluster) -> output.Answer:
     state = cluster.store.state()
     data = queues_data(state, now=cluster.now_s)
     if not data["clusterQueues"] and not data["cohorts"]:
         raise InputError("the cluster holds no ClusterQueues or Cohorts")
     devices = frozenset(state.catalog.device_resources)
-    print(output.emit(args, data, output.table(args, COLUMNS, rows(data, devices))), end="")
-    return 0
+    return output.Answer(0, output.emit(args, data, output.table(args, COLUMNS, rows(data, devices))))

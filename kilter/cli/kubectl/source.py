@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from kilter.cli import sources
+from kilter.cli.kubectl.decisions import Recorded
 from kilter.cli.spare_flag import add_spare_argument, read_spare_nodes
 from kilter.kube.api import ApiServer, check_namespace, connect
 from kilter.model.errors import InputError
@@ -33,9 +34,20 @@ from kilter.state.live import default_resources, list_cluster
 from kilter.state.snapshot_file import no_collection
 from kilter.state.store import ClusterStore
 
-__all__ = ["FORMATS", "Cluster", "common_options", "load", "namespace_of", "resolve_kubeconfig"]
+__all__ = [
+    "FORMATS",
+    "SERVICE_ENV",
+    "Cluster",
+    "common_options",
+    "connect_to",
+    "kilter_service",
+    "load",
+    "namespace_of",
+    "resolve_kubeconfig",
+]
 
 FORMATS = ("table", "wide", "json", "yaml")
+SERVICE_ENV = "KUBECTL_KILTER_SERVICE"
 
 
 def common_options() -> argparse.ArgumentParser:
@@ -46,6 +58,12 @@ def common_options() -> argparse.ArgumentParser:
     g.add_argument("--context", help="the kubeconfig context to use (default: its current-context)")
     g.add_argument(
         "--snapshot", type=Path, help="read this snapshot file instead of a cluster (kubectl get ... -o yaml)"
+    )
+    g.add_argument(
+        "--kilter-service",
+        metavar="NS/NAME:PORT",
+        help="ask the running kilter behind this Service (through the API server's service proxy) instead of "
+        f"reading the cluster: one request, and its recorded decisions too (default: ${SERVICE_ENV})",
     )
     g.add_argument("--platforms", type=Path, help="YAML file adding or overriding catalog platforms")
     sources.add_health_argument(g)
@@ -96,6 +114,7 @@ class Cluster:
     now_s: float
     namespace: str | None  # None: every namespace (-A)
     live: bool
+    recorded: Recorded | None = None  # kilter's decision log, when kilter itself answers the view
 
     def in_scope(self, namespace: str) -> bool:
         return self.namespace is None or namespace == self.namespace
@@ -110,6 +129,26 @@ def namespace_of(args: argparse.Namespace, kubeconfig: Path | None) -> str | Non
     if args.snapshot is None:
         return _context_namespace(kubeconfig, args.context) or "default"
     return "default"
+
+
+def kilter_service(args: argparse.Namespace) -> str | None:
+    """The Service of the kilter to ask: ``--kilter-service``, else ``$KUBECTL_KILTER_SERVICE`` unless the view
+    reads a ``--snapshot``; None: the plugin reads the cluster itself."""
+    if args.kilter_service:
+        return str(args.kilter_service)
+    if args.snapshot is None:
+        return os.environ.get(SERVICE_ENV) or None
+    return None
+
+
+def connect_to(args: argparse.Namespace) -> tuple[ApiServer, Path | None]:
+    """The API server of the options' kubeconfig and context (in-cluster when there is none), and that file."""
+    if args.snapshot is not None:
+        raise InputError("--kilter-service asks a running kilter in a cluster: leave out --snapshot")
+    kubeconfig = resolve_kubeconfig(args.kubeconfig)
+    if kubeconfig is None and not os.environ.get("KUBERNETES_SERVICE_HOST"):
+        raise InputError("no cluster to read: pass --kubeconfig FILE, set KUBECONFIG, or --snapshot FILE")
+    return connect(kubeconfig, context=args.context), kubeconfig
 
 
 def load(args: argparse.Namespace) -> Cluster:
@@ -130,10 +169,7 @@ def load(args: argparse.Namespace) -> Cluster:
         typed, raw = snapshot_file.read(args.snapshot, KNOWN_KINDS, skip=skip)
         objects: list[Any] = [*typed, *(obj for objs in raw.by_kind.values() for obj in objs)]
     else:
-        kubeconfig = resolve_kubeconfig(args.kubeconfig)
-        if kubeconfig is None and not os.environ.get("KUBERNETES_SERVICE_HOST"):
-            raise InputError("no cluster to read: pass --kubeconfig FILE, set KUBECONFIG, or --snapshot FILE")
-        api = connect(kubeconfig, context=args.context)
+        api, kubeconfig = connect_to(args)
         objects = list(list_cluster(api, default_resources(catalog)))
     namespace = namespace_of(args, kubeconfig)
     with no_collection():  # 150,000 pods' objects are all alive: the cyclic collector would only walk them

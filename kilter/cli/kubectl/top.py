@@ -44,7 +44,7 @@ def _item(g: RunningGang) -> dict[str, Any]:
     }
 
 
-def run(args: argparse.Namespace, cluster: Cluster) -> int:
+def run(args: argparse.Namespace, cluster: Cluster) -> output.Answer:
     found = running_gangs(cluster.store, namespace=cluster.namespace)
     data = {"gangs": [_item(g) for g in found]}
     columns: output.Columns = (
@@ -70,5 +70,4 @@ def run(args: argparse.Namespace, cluster: Cluster) -> int:
         )
         for g in found
     ]
-    print(output.emit(args, data, output.table(args, columns, rows)), end="")
-    return 0
+    return output.Answer(0, output.emit(args, data, output.table(args, columns, rows)))

@@ -16,6 +16,7 @@ import pytest
 
 from kilter.cli.kubectl.main import main as kubectl_main
 from tests.cli.kubectl import scenario
+from tests.cli.listening import listening
 from tests.conftest import REPO
 from tests.listwatch import ListWatchServer
 from tests.live_mode import RESOURCES, kubeconfig
@@ -145,3 +146,22 @@ def test_kubectl_completes_the_plugin_through_kubectl_complete(bindir: Path) -> 
     if "domains" not in done.stdout:
         pytest.skip(f"this kubectl does not complete plugins (needs 1.26+): {done.stdout.strip()[:80]}")
     assert done.stdout.splitlines()[0] == "domains"
+
+
+@needs_kubectl
+def test_kubectl_kilter_asks_a_running_kilter_through_the_service_proxy(
+    bindir: Path, snap: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``KUBECTL_KILTER_SERVICE`` set, the real kubectl runs the plugin, which asks a real ``kilter serve``; the API
+    server holds no objects, so the answer can only be kilter's."""
+    assert kubectl_main(["pending", "-A", "--snapshot", str(snap), "--now", scenario.NOW, "-o", "json"]) == 0
+    offline = json.loads(capsys.readouterr().out)
+    with listening(tmp_path, snapshot=snap) as kilter, ListWatchServer(RESOURCES, token=TOKEN) as cluster:
+        cluster.services[("kilter-system", "kilter", "http")] = ("127.0.0.1", kilter.http_port)
+        config = kubeconfig(tmp_path / "config", cluster.port, TOKEN)
+        env = {"KUBECONFIG": str(config), "KUBECTL_KILTER_SERVICE": "kilter-system/kilter:http"}
+        done = kubectl(bindir, "kilter", "pending", "-A", "--now", scenario.NOW, "-o", "json", env=env)
+        proxied = [r.path for r in cluster.requests]
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == offline and offline["pending"]
+    assert proxied == ["/api/v1/namespaces/kilter-system/services/kilter:http/proxy/debug/views"]

@@ -1,0 +1,128 @@
+"""Asking a running kilter for a view, through the API server's service proxy (``--kilter-service``).
+
+A running kilter already holds the cluster's state (its list/watch cache)
+and the decisions it recorded; asking it costs one request, where reading
+the cluster costs a list of every Node and Pod (on a 150,000-pod cluster,
+seconds and a heavy load on the API server). The request goes to
+``POST /api/v1/namespaces/NS/services/[https:]NAME:PORT/proxy/debug/views``
+with the kubeconfig's credentials: the API server authorizes it as the verb
+``create`` on the subresource ``services/proxy`` of that one Service
+(``manifests/rbac/explain-reader.yaml``). kilter answers ``/debug/*`` only
+to trusted peers (``--trusted-networks``); through the proxy its peer is the
+API server, so a 403 from kilter says to trust the API server's address. A
+403 or 404 from the API server itself (RBAC, no such Service) is a Status
+object, said as the API server's.
+
+The request is the view's own command line, the namespace the plugin
+resolved from the kubeconfig (kilter cannot know the caller's context), and,
+for ``plan -f``, the manifest's text: kilter never opens a path the caller
+names. kilter runs the very view function the plugin would and answers its
+exit code, text and error line (``served``), as kube-apiserver answers
+``kubectl get`` with a server-side Table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from kilter.cli.kubectl import source
+from kilter.cli.kubectl.output import Answer
+from kilter.kube.api import ApiError, ApiServer, check_namespace
+from kilter.model.errors import InputError, KilterError
+
+__all__ = ["LOCAL_ONLY", "PATH", "Service", "answer", "ask", "local_only", "parse_service", "proxy_path", "request_of"]
+
+PATH = "/debug/views"
+Service = tuple[str, str, str, str]  # (namespace, scheme or "", name, port)
+_SERVICE = re.compile(r"^([a-z0-9-]+)/(?:(https?):)?([a-z0-9]([-a-z0-9]*[a-z0-9])?):([A-Za-z0-9-]{1,15})$")
+# Options that shape a reading the plugin makes itself; a running kilter uses its own (kilter serve's flags).
+LOCAL_ONLY: dict[str, tuple[str, object]] = {  # dest: (flag, its default)
+    "snapshot": ("--snapshot", None),
+    "platforms": ("--platforms", None),
+    "health_signals": ("--health-signals", None),
+    "spare_nodes_per_domain": ("--spare-nodes-per-domain", "0"),
+}
+
+
+def local_only(args: argparse.Namespace) -> str | None:
+    """The first option given that only a reading by the plugin itself can honour, None if none is."""
+    return next((flag for dest, (flag, unset) in LOCAL_ONLY.items() if getattr(args, dest, unset) != unset), None)
+
+
+def parse_service(text: str) -> Service:
+    """``NS/NAME:PORT`` or ``NS/https:NAME:PORT`` (the port a number or a port name)."""
+    m = _SERVICE.match(text)
+    if m is None:
+        raise InputError(f"--kilter-service {text[:100]!r} must be NAMESPACE/NAME:PORT (or NAMESPACE/https:NAME:PORT)")
+    return check_namespace(m.group(1)), m.group(2) or "", m.group(3), m.group(5)
+
+
+def proxy_path(service: Service) -> str:
+    ns, scheme, name, port = service
+    return f"/api/v1/namespaces/{ns}/services/{scheme + ':' if scheme else ''}{name}:{port}/proxy{PATH}"
+
+
+def request_of(args: argparse.Namespace, argv: Sequence[str], namespace: str | None) -> dict[str, Any]:
+    """The request for kilter: the command line as typed, the namespace (None: every one), the manifest's text."""
+    flag = local_only(args)
+    if flag is not None:
+        raise InputError(f"{flag} shapes the plugin's own reading: with --kilter-service, kilter uses its own")
+    job = None
+    if getattr(args, "filename", None) is not None:
+        try:
+            job = args.filename.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise InputError(f"cannot read {args.filename}: {exc.strerror or exc}") from None
+        except UnicodeDecodeError:
+            raise InputError(f"{args.filename} is not UTF-8 text") from None
+    return {"argv": list(argv), "namespace": namespace, "job": job}
+
+
+def _status_message(raw: bytes) -> str | None:
+    """The message of a Kubernetes Status object (the API server's own refusal), None for anything else."""
+    try:
+        doc = json.loads(raw)
+    except (ValueError, RecursionError):
+        return None
+    if isinstance(doc, dict) and doc.get("kind") == "Status":
+        return str(doc.get("message") or "")
+    return None
+
+
+def ask(api: ApiServer, service: Service, request: dict[str, Any]) -> Answer:
+    """kilter's answer to the view ``request``; the API server's or kilter's refusal as a one-line error."""
+    status, raw, _ = api.request("POST", proxy_path(service), json.dumps(request).encode())
+    text = raw[:300].decode("utf-8", "replace").strip()
+    if status == 200:
+        try:
+            doc = json.loads(raw)
+            return Answer(int(doc["exit"]), str(doc["output"]), str(doc.get("error") or ""))
+        except (ValueError, RecursionError, KeyError, TypeError):
+            raise KilterError(f"kilter's answer to {PATH} is not a view's: {text[:160]}") from None
+    message = _status_message(raw)
+    if message is not None:
+        hint = "; the plugin needs create on services/proxy (manifests/rbac/explain-reader.yaml)"
+        hint = hint if status == 403 else ""
+        raise ApiError(status, f"{message}{hint}")
+    if status == 400:
+        raise InputError(text)
+    if status == 403:
+        raise KilterError(
+            f"kilter refused {PATH} (403): it answers /debug only to --trusted-networks, and through the service "
+            f"proxy the caller is the API server; add the API server's address to kilter's --trusted-networks ({text})"
+        )
+    if status == 404:
+        raise KilterError(f"kilter does not serve {PATH} (404): it is older than this plugin ({text[:160]})")
+    raise KilterError(f"kilter answered {status} to {PATH}: {text[:200]}")
+
+
+def answer(args: argparse.Namespace, argv: Sequence[str], service_text: str) -> Answer:
+    """The view ``args`` names, answered by the kilter behind ``service_text``."""
+    service = parse_service(service_text)
+    api, kubeconfig = source.connect_to(args)
+    request = request_of(args, argv, source.namespace_of(args, kubeconfig))
+    return ask(api, service, request)
