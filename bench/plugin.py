@@ -16,6 +16,12 @@ start, the entry module's imports, reading and decoding the file
 the fleet model (``state.fleet()``); "rest" is the view's median minus
 those (the view itself, rendering, exit).
 
+Then the same views asked of a running ``kilter serve --snapshot`` of the
+1.45 GB file (``--kilter-service``), through the list/watch test server's
+service proxy, each as a process of the plugin; and, in a process holding
+kilter's store as ``kilter serve`` builds it, each view's time inside kilter
+(``ServedViews.answer``): what it holds kilter's event loop for.
+
 Before the JSON fast path (commit 003bec8: PyYAML's CSafeLoader, then
 ``msgspec.convert`` of the dicts) the 1.45 GB file could not be read at all
 here: PyYAML composes the whole document's node graph first, and the read
