@@ -5,7 +5,11 @@ WatchDecisions keeps up with 5,000 decisions a second. The server runs in a
 process of its own (the extender bench's fleet, as a snapshot), with its
 HTTP app, gang book and decision feed wired as ``kilter serve`` wires them;
 the client is a grpcio stub on one channel, as a peer or a dashboard holds
-one. Plan and Inventory are timed round trip (client to answer decoded) and
+one. Plan's job is sent as JSON, as a program sends it ("plan"), and as
+YAML, as a person's manifest is ("plan_yaml"). Inventory is timed on an
+unchanged state (the servicer gives its last answer again) and on a state
+that changes every millisecond (each answer taken afresh). Plan and
+Inventory are timed round trip (client to answer decoded) and
 by kilter's own account (the ``server-timing`` trailer: from the call's
 arrival in the servicer to its answer built), and in process without gRPC
 (``planning.plan_object``, a fresh ``inventory.take``, the message mapping),
@@ -22,6 +26,7 @@ once, the feed's limit raised to hold it) gives the stream's ceiling.
 from __future__ import annotations
 
 import asyncio
+import json
 import multiprocessing
 import os
 import tempfile
@@ -48,6 +53,7 @@ from kilter.gangs.decisions import Decision, DecisionFeed
 from kilter.gangs.waits import Waits
 from kilter.model.jobs import read_job
 from kilter.state.feed import settle
+from kilter.state.store import ClusterStore
 from kilter.topology.split_wait import SplitWait
 
 TARGETS = {"plan_p99_ms": 3.0, "inventory_p99_ms": 5.0, "watch_decisions_per_s": 5000}
@@ -81,8 +87,20 @@ async def _publish(decisions: DecisionFeed, rate: int, seconds: float) -> None:
     decisions.publish(Decision(time.time(), "scheduler", END, "pod", "ml", END, "", ""))
 
 
-def serve_grpc_child(snapshot: str, rate: int, seconds: float, port_out: Connection) -> None:
-    """Child process: ``kilter serve --snapshot`` with its gRPC listener on an ephemeral port, and a publisher."""
+async def _churn(store: ClusterStore) -> None:
+    """A busy cluster: a GPU booked and freed again every millisecond on the loop, so that no two Inventory calls
+    see the same usage and each is taken afresh (the servicer reuses its last answer only for an unchanged one)."""
+    node = store.fleet().node_names[0]
+    while True:
+        store.assume("bench-churn", node, 1)
+        await asyncio.sleep(0.001)
+        store.forget("bench-churn")
+        await asyncio.sleep(0.001)
+
+
+def serve_grpc_child(snapshot: str, rate: int, seconds: float, churn: bool, port_out: Connection) -> None:
+    """Child process: ``kilter serve --snapshot`` with its gRPC listener on an ephemeral port, and a publisher (or,
+    with ``churn``, a state that changes every millisecond)."""
     config = serve_config(Path(snapshot))
     app, store = serve.build_app(config)
     settle()
@@ -100,16 +118,21 @@ def serve_grpc_child(snapshot: str, rate: int, seconds: float, port_out: Connect
         port_out.close()
         if rate:
             await _publish(decisions, rate, seconds)
+        changing = asyncio.create_task(_churn(store)) if churn else None
         await placement.wait()
+        if changing is not None:
+            changing.cancel()
 
     uvloop.run(main())
 
 
 class Child:
-    def __init__(self, snapshot: Path, rate: int = 0, seconds: float = 0.0) -> None:
+    def __init__(self, snapshot: Path, rate: int = 0, seconds: float = 0.0, *, churn: bool = False) -> None:
         ctx = multiprocessing.get_context("spawn")
         port_in, port_out = ctx.Pipe(duplex=False)
-        self.proc = ctx.Process(target=serve_grpc_child, args=(str(snapshot), rate, seconds, port_out), daemon=True)
+        self.proc = ctx.Process(
+            target=serve_grpc_child, args=(str(snapshot), rate, seconds, churn, port_out), daemon=True
+        )
         self.proc.start()
         port_out.close()
         if not port_in.poll(300):
@@ -232,9 +255,12 @@ def main() -> dict[str, Any]:
         child = Child(snapshot)
         try:
             stub = child.stub
-            bodies = [yaml.safe_dump(job).encode() for job in jobs]
+            # A program sends JSON; a person's manifest is YAML, which costs its parse (~0.25 ms more) on top.
+            bodies = [json.dumps(job).encode() for job in jobs]
             request = pb.PlanRequest(job=bodies[0])
             results["plan"] = timed(stub.Plan, request, runs=PLAN_RUNS, warmup=PLAN_WARMUP)
+            as_yaml = pb.PlanRequest(job=yaml.safe_dump(jobs[0]).encode())
+            results["plan_yaml"] = timed(stub.Plan, as_yaml, runs=PLAN_RUNS, warmup=PLAN_WARMUP)
             by_kind = {}
             for job, body in zip(jobs, bodies, strict=True):
                 each = pb.PlanRequest(job=body)
@@ -250,6 +276,13 @@ def main() -> dict[str, Any]:
             # answer taken afresh after a change is ``in_process.inventory`` plus the transport
             results["inventory_unchanged_state"] = timed(
                 stub.Inventory, empty, runs=INVENTORY_RUNS, warmup=INVENTORY_WARMUP
+            )
+        finally:
+            child.close()
+        child = Child(snapshot, churn=True)
+        try:
+            results["inventory_changing_state"] = timed(
+                child.stub.Inventory, pb.InventoryRequest(), runs=INVENTORY_RUNS, warmup=INVENTORY_WARMUP
             )
         finally:
             child.close()

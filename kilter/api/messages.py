@@ -8,16 +8,17 @@ so the gRPC and HTTP views cannot disagree.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from kilter.api import placement_pb2 as pb
 from kilter.gangs.book import GangPlan
 from kilter.gangs.decisions import Decision, Dropped
-from kilter.gangs.inventory import Inventory
+from kilter.gangs.inventory import DomainInventory, Inventory
 
 __all__ = ["explain_record", "gang_plan", "inventory", "plan_response", "pod_decisions", "timestamp", "watch_response"]
 
@@ -31,7 +32,7 @@ def timestamp(unix_s: float) -> Timestamp:
 def plan_response(plan: Mapping[str, Any]) -> pb.PlanResponse:
     """``plan`` (``gangs.planning.plan_object``'s dict) as JSON, with the fields a client branches on typed."""
     return pb.PlanResponse(
-        plan_json=json.dumps(plan, indent=2),
+        plan_json=msgspec.json.encode(plan).decode(),
         feasible=bool(plan["feasible"]),
         waiting=bool(plan["waiting"]),
         reason=str(plan["reason"]),
@@ -76,26 +77,45 @@ def inventory(inv: Inventory) -> pb.InventoryResponse:
         )
         for p in inv.platforms
     ]
-    domains = [
-        pb.DomainInventory(
-            domain=d.domain,
-            platform=d.platform,
-            block=d.block,
-            nodes_healthy=d.nodes_healthy,
-            nodes_total=d.nodes_total,
-            gpus_free=d.gpus_free,
-            gpus_total=d.gpus_total,
-            spares=d.spares,
-            largest_pods=d.largest_pods,
-            largest_gpus_per_pod=d.largest_gpus_per_pod,
-            gangs=[pb.GangOnDomain(key=g.key, pods=g.pods, gpus=g.gpus) for g in d.gangs],
-            trays=d.trays,
-            detached=d.detached,
-            spares_used=d.spares_used,
-        )
-        for d in inv.domains
-    ]
+    kept, _LAST.by_row = _LAST.by_row, {}
+    domains = []
+    for d in inv.domains:
+        last = kept.get(id(d))
+        message = last[1] if last is not None and last[0] is d else _domain(d)
+        _LAST.by_row[id(d)] = (d, message)
+        domains.append(message)
     return pb.InventoryResponse(generation=inv.generation, platforms=platforms, domains=domains)
+
+
+@dataclass
+class _LastMessages:
+    """The last answer's domain messages by row: ``inventory.take`` gives an unchanged domain's row again as the
+    same object, so its message is not built again either (a polled inventory of a busy fleet changes a few
+    domains between calls). The row is kept beside its message, so an ``id`` is never reused while it is here."""
+
+    by_row: dict[int, tuple[DomainInventory, pb.DomainInventory]] = field(default_factory=dict)
+
+
+_LAST = _LastMessages()
+
+
+def _domain(d: DomainInventory) -> pb.DomainInventory:
+    return pb.DomainInventory(
+        domain=d.domain,
+        platform=d.platform,
+        block=d.block,
+        nodes_healthy=d.nodes_healthy,
+        nodes_total=d.nodes_total,
+        gpus_free=d.gpus_free,
+        gpus_total=d.gpus_total,
+        spares=d.spares,
+        largest_pods=d.largest_pods,
+        largest_gpus_per_pod=d.largest_gpus_per_pod,
+        gangs=[pb.GangOnDomain(key=g.key, pods=g.pods, gpus=g.gpus) for g in d.gangs],
+        trays=d.trays,
+        detached=d.detached,
+        spares_used=d.spares_used,
+    )
 
 
 def watch_response(item: Decision | Dropped) -> pb.WatchResponse:

@@ -114,8 +114,28 @@ def take(store: ClusterStore, *, platform: str | None = None, block: str | None 
     if block is not None and not block.strip("/"):
         raise InputError("block must name a block (its path, e.g. spine-1/block-3), got an empty value")
     gangs = _gangs_by_domain(store, fleet)
-    rows = _domain_rows(fleet, gangs, wanted, block.strip("/") if block is not None else None)
+    rows = _domain_rows(fleet, gangs, wanted, block.strip("/") if block is not None else None, _memo_of(store, fleet))
     return Inventory(generation, _platform_rows(fleet, rows), tuple(rows))
+
+
+@dataclass
+class _RowMemo:
+    """Each domain's last row and what it was built from (its nodes' GPUs, use, health and spare marks, its spare
+    counts and gangs): a peer polling a busy cluster's inventory sees a few domains change between calls, and the
+    rest are given again as the same objects (``api.messages`` keeps their messages too)."""
+
+    fleet: Fleet
+    rows: dict[int, tuple[object, DomainInventory]]
+
+
+_MEMOS: weakref.WeakKeyDictionary[ClusterStore, _RowMemo] = weakref.WeakKeyDictionary()
+
+
+def _memo_of(store: ClusterStore, fleet: Fleet) -> _RowMemo:
+    memo = _MEMOS.get(store)
+    if memo is None or memo.fleet is not fleet:
+        memo = _MEMOS[store] = _RowMemo(fleet, {})
+    return memo
 
 
 def _block_of(fleet: Fleet, domain: int) -> str:
@@ -130,9 +150,14 @@ def _under(block_path: str, wanted: str) -> bool:
 
 
 def _domain_rows(
-    fleet: Fleet, gangs: dict[int, list[GangOnDomain]], platform: str | None, block: str | None
+    fleet: Fleet,
+    gangs: dict[int, list[GangOnDomain]],
+    platform: str | None,
+    block: str | None,
+    memo: _RowMemo | None = None,
 ) -> list[DomainInventory]:
-    """The rows, every count taken for all domains at once over the node arrays (``reduceat`` by domain)."""
+    """The rows, every count taken for all domains at once over the node arrays (``reduceat`` by domain); a
+    domain whose inputs equal those of its row in ``memo`` gets that row again."""
     bm = fleet.bitmap
     starts = bm.domain_node_start
     if len(fleet.domain_ids) == 0:
@@ -153,6 +178,9 @@ def _domain_rows(
     spare_counts = spares.tally(fleet)
     spares_held, spares_used = spare_counts.held.tolist(), spare_counts.used.tolist()
     bounds = starts.tolist()
+    tray_states: list[TrayState] | None = None
+    per_node = np.stack([counts, bm.node_used_gpus, usable.astype(np.int32), is_spare.astype(np.int32)], axis=1)
+    node_bytes, width = per_node.astype(np.int32).tobytes(), 16
     rows: list[DomainInventory] = []
     for d, domain_id in enumerate(fleet.domain_ids):
         plat = fleet.platforms[int(plat_of[d])]
@@ -162,25 +190,35 @@ def _domain_rows(
         if block is not None and not _under(path, block):
             continue
         lo, hi = bounds[d], bounds[d + 1]
+        on = tuple(sorted(gangs.get(d, ()), key=lambda g: (-g.gpus, g.key)))
+        inputs = (node_bytes[lo * width : hi * width], spares_held[d], spares_used[d], on)
+        if memo is not None:
+            last = memo.rows.get(d)
+            if last is not None and last[0] == inputs:
+                rows.append(last[1])
+                continue
+        if tray_states is None:
+            tray_states = [TRAY_STATES[c] for c in cells]
         pods, size = shapes[d]
-        rows.append(
-            DomainInventory(
-                domain=domain_id,
-                detached=detached[d],
-                platform=plat.name,
-                block=path,
-                nodes_healthy=healthy[d],
-                nodes_total=hi - lo,
-                gpus_free=free_sum[d],
-                gpus_total=total[d],
-                spares=spares_held[d],
-                largest_pods=pods,
-                largest_gpus_per_pod=size,
-                gangs=tuple(sorted(gangs.get(d, ()), key=lambda g: (-g.gpus, g.key))),
-                trays=tuple(TRAY_STATES[c] for c in cells[lo:hi]),
-                spares_used=spares_used[d],
-            )
+        row = DomainInventory(
+            domain=domain_id,
+            detached=detached[d],
+            platform=plat.name,
+            block=path,
+            nodes_healthy=healthy[d],
+            nodes_total=hi - lo,
+            gpus_free=free_sum[d],
+            gpus_total=total[d],
+            spares=spares_held[d],
+            largest_pods=pods,
+            largest_gpus_per_pod=size,
+            gangs=on,
+            trays=tuple(tray_states[lo:hi]),
+            spares_used=spares_used[d],
         )
+        if memo is not None:
+            memo.rows[d] = (inputs, row)
+        rows.append(row)
     return rows
 
 
@@ -188,13 +226,17 @@ def _largest_shapes(fleet: Fleet, free: np.ndarray, at: np.ndarray) -> list[tupl
     """Per domain, (pods, GPUs a pod) of the largest shape its nodes take now: whole nodes of its platform first,
     then halves, down to 1 GPU; (0, whole node) when nothing is free."""
     per_node = [p.gpus_per_node for p in fleet.platforms]
-    sizes = sorted({s for g in per_node for s in _halvings(g)})
-    fits = {s: np.add.reduceat(free // s, at).tolist() for s in sizes}
-    out = []
-    for d, p in enumerate(fleet.bitmap.domain_platforms.tolist()):
-        whole = per_node[p]
-        out.append(next(((fits[s][d], s) for s in _halvings(whole) if fits[s][d]), (0, whole)))
-    return out
+    plat_of = fleet.bitmap.domain_platforms
+    fits = {s: np.add.reduceat(free // s, at) for s in sorted({s for g in per_node for s in _halvings(g)})}
+    pods = np.zeros(len(plat_of), dtype=np.int64)
+    size = np.asarray(per_node, dtype=np.int64)[plat_of] if per_node else np.zeros(0, dtype=np.int64)
+    for p, whole in enumerate(per_node):
+        left = plat_of == p
+        for s in _halvings(whole):  # the largest size first: a domain takes the first one it fits a pod of
+            found = left & (fits[s] > 0)
+            pods[found], size[found] = fits[s][found], s
+            left &= ~found
+    return list(zip(pods.tolist(), size.tolist(), strict=True))
 
 
 def _halvings(size: int) -> list[int]:
@@ -225,22 +267,27 @@ def booked_gang_pods(store: ClusterStore) -> list[tuple[str, Pod, Booking]]:
     store while the pod object is the same one: a server asked for its inventory again and again reads a pod's
     labels once, not once a call.
     """
-    known = _KEYS.get(store, {})
-    fresh: dict[str, tuple[Pod, str | None]] = {}
+    known = _KEYS.get(store)
+    if known is None:
+        known = _KEYS[store] = {}
     out = []
     pod_of = store.pod
+    read = 0
     for uid, booking in store.bookings():
         pod = pod_of(uid)
         if pod is None:
             continue
+        read += 1
         seen = known.get(uid)
         if seen is None or seen[0] is not pod:
             found = key_of(pod)
-            seen = (pod, found.format() if found is not None else None)
-        fresh[uid] = seen
+            seen = known[uid] = (pod, found.format() if found is not None else None)
         if seen[1] is not None:
             out.append((seen[1], pod, booking))
-    _KEYS[store] = fresh
+    if len(known) > 2 * read + 1024:  # pods gone since: forget them, now and then rather than every call
+        booked = {uid for uid, _ in store.bookings()}
+        for uid in [u for u in known if u not in booked]:
+            del known[uid]
     return out
 
 

@@ -100,6 +100,7 @@ class Fleet:
     _label_keys: frozenset[str] | None = None
     _absent: npt.NDArray[np.int32] | None = None
     _json_names: jsonout.JsonNames | None = None
+    _idle_cover: dict[tuple[bytes, int, tuple[tuple[int, int], ...]], int] = field(default_factory=dict)
 
     @property
     def n_nodes(self) -> int:
@@ -115,6 +116,13 @@ class Fleet:
         """Why node ``name`` is unusable (``condition GpuNvlinkWatch=True (NVSentinel)``); None when it is usable
         or not in the fleet."""
         return self.unusable.get(name)
+
+    def idle_cover_memo(self) -> dict[tuple[bytes, int, tuple[tuple[int, int], ...]], int]:
+        """``split_wait.fewest_domains_idle``'s answers, keyed by the nodes' usability and GPU counts they were
+        computed from (so a node failing or coming back misses), the platform and the pod shapes."""
+        if len(self._idle_cover) > 4096:
+            self._idle_cover.clear()
+        return self._idle_cover
 
     def json_names(self) -> jsonout.JsonNames:
         """The node names pre-encoded as JSON strings, for answers written from indices; built once per fleet."""

@@ -23,6 +23,7 @@ webhook, ``kilter plan``, simulator) asks ``decide``.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import time
 from collections.abc import Iterable, Mapping
@@ -164,7 +165,23 @@ def fewest_domains_idle(fleet: Fleet, platform: int, pod_sets: tuple[tuple[int, 
     pods that fit whole usable nodes, and the gang's GPUs in all must fit the
     largest domains. Failed trays count against their rack, so a damaged
     fleet's minimum is honest. 0 when even the idle fleet cannot hold it.
+
+    Remembered per fleet: the answer depends only on which nodes are usable
+    and their GPU counts, which change far less often than it is asked (each
+    gRPC Plan, each pending Workload ``pending`` judges).
     """
+    bm = fleet.bitmap
+    shape = hashlib.blake2b(bm.node_usable_flags.tobytes(), digest_size=16)
+    shape.update(bm.node_gpu_counts.tobytes())
+    key = (shape.digest(), platform, tuple(pod_sets))
+    memo = fleet.idle_cover_memo()
+    found = memo.get(key)
+    if found is None:
+        found = memo[key] = _fewest_domains_idle(fleet, platform, pod_sets)
+    return found
+
+
+def _fewest_domains_idle(fleet: Fleet, platform: int, pod_sets: tuple[tuple[int, int], ...]) -> int:
     bm = fleet.bitmap
     usable_nodes = (bm.node_usable_flags != 0) & (bm.domain_platforms[fleet.node_domain] == platform)
     gpus = np.where(usable_nodes, bm.node_gpu_counts, 0).astype(np.int64)

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from kilter.api import messages
 from kilter.gangs import inventory
 from kilter.model import codec
 from kilter.model.core_v1 import Node, Pod
@@ -158,3 +159,39 @@ def test_a_pod_that_changes_gang_is_counted_in_its_new_gang_and_an_assumed_bind_
     store.assume("uid-not-shown-yet", "r-t01", 4)
     row = inventory.take(store).domains[0]
     assert row.gangs == (inventory.GangOnDomain("ml/gang/second", 1, 4),) and row.gpus_free == 8
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_rows_given_again_equal_rows_taken_afresh_as_the_fleet_changes(seed: int) -> None:
+    """An unchanged domain's row is the same object again; after each change of GPUs, health, spares or gangs,
+    every row equals one built with nothing remembered, and the message of each is that row's."""
+    rng = random.Random(seed)
+    nodes: list[Node | Pod] = []
+    for i in range(3):
+        nodes += rack(f"r{i}", trays=6, block=f"b{i % 2}")
+    store = store_of(nodes)
+    names = [n.metadata.name for n in nodes if isinstance(n, Node)]
+    before = inventory.take(store)
+    again = inventory.take(store)
+    assert all(x is y for x, y in zip(before.domains, again.domains, strict=True))
+    for step in range(12):
+        fleet = store.fleet()
+        name = rng.choice(names)
+        change = rng.choice(("assume", "health", "forget"))
+        if change == "assume":
+            store.assume(f"p{step}", name, rng.randint(1, 4))
+        elif change == "health":
+            fleet.bitmap.set_usable(fleet.node_index[name], bool(rng.getrandbits(1)))
+        else:
+            store.forget(f"p{rng.randrange(step + 1)}")
+        remembered = inventory.take(store)
+        fresh = inventory._domain_rows(store.fleet(), inventory._gangs_by_domain(store, store.fleet()), None, None)
+        assert list(remembered.domains) == fresh
+        answer = messages.inventory(remembered)
+        assert [m.gpus_free for m in answer.domains] == [r.gpus_free for r in fresh]
+        assert [tuple(m.trays) for m in answer.domains] == [r.trays for r in fresh]
+        changed = [r.domain for r, s in zip(again.domains, remembered.domains, strict=True) if r is not s]
+        assert set(changed) <= {r.domain for r, s in zip(again.domains, fresh, strict=True) if r != s} | {
+            fleet.domain_of_node(fleet.node_index[name])
+        }
+        again = remembered

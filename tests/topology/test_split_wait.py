@@ -120,3 +120,18 @@ def test_the_nearest_object_that_sets_a_key_decides_it_key_by_key() -> None:
     base = SplitWait(factor=1.0, max_s=7200.0, split_slowdown=0.3)
     assert resolve(base, chain) == SplitWait(factor=0.5, max_s=3600.0, split_slowdown=0.3)
     assert resolve(base, [(None, None)]) == base
+
+
+def test_the_remembered_idle_minimum_follows_trays_failing_and_coming_back() -> None:
+    """Remembered per fleet, the answer must still change the moment a node's usability does."""
+    fleet = build_fleet(rack("r0") + rack("r1"), [])
+    bm, at = fleet.bitmap, fleet.node_index
+    assert fewest_domains_idle(fleet, 0, ((18, 4),)) == 1
+    assert fewest_domains_idle(fleet, 0, ((18, 4),)) == 1  # remembered
+    bm.set_usable(at["r0-t00"], False)
+    assert fewest_domains_idle(fleet, 0, ((18, 4),)) == 1  # r1 still holds it
+    bm.set_usable(at["r1-t05"], False)
+    assert fewest_domains_idle(fleet, 0, ((18, 4),)) == 2  # neither rack does alone now
+    assert fewest_domains_idle(fleet, 0, ((17, 4),)) == 1
+    bm.set_usable(at["r0-t00"], True)
+    assert fewest_domains_idle(fleet, 0, ((18, 4),)) == 1  # back
