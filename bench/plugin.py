@@ -17,8 +17,8 @@ the fleet model (``state.fleet()``); "rest" is the view's median minus
 those (the view itself, rendering, exit).
 
 Then the same views asked of a running ``kilter serve --snapshot`` of the
-1.45 GB file (``--kilter-service``), through the list/watch test server's
-service proxy, each as a process of the plugin; and, in a process holding
+1.45 GB file, each as a process of the plugin: through the list/watch test
+server's service proxy (``--kilter-service``) and directly (``--kilter-url``); and, in a process holding
 kilter's store as ``kilter serve`` builds it, each view's time inside kilter
 (``ServedViews.answer``): what it holds kilter's event loop for.
 
@@ -270,6 +270,10 @@ def _served(snapshot: Path, tmp: Path) -> dict[str, Any]:
                 timed = _median_wall(argv)
                 timed["within_target"] = timed["median_s"] <= TARGET_S
                 out[name] = timed
+                direct = [_script(script), *words, "--kilter-url", f"http://127.0.0.1:{port}"]
+                timed = _median_wall(direct)
+                timed["within_target"] = timed["median_s"] <= TARGET_S
+                out[f"{name} (--kilter-url)"] = timed
                 job = JOB.read_text() if "plan" in words else None
                 namespace = words[words.index("-n") + 1] if "-n" in words else None if "-A" in words else "default"
                 bodies[name] = json.dumps({"argv": words, "namespace": namespace, "job": job})

@@ -71,9 +71,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if getattr(args, "offline", None) is not None:
             code: int = args.offline(args, parser)
             return code
-        service = source.kilter_service(args)
-        if service is not None:
-            said = remote.answer(args, words, service)
+        if remote.asked(args):
+            said = remote.answer(args, words)
         else:
             view: Callable[[argparse.Namespace, source.Cluster], Answer] = args.view
             said = view(args, source.load(args))

@@ -1,4 +1,5 @@
-"""Asking a running kilter for a view, through the API server's service proxy (``--kilter-service``).
+"""Asking a running kilter for a view: through the API server's service proxy (``--kilter-service``), or directly
+(``--kilter-url``: a ``kilter serve --snapshot`` of one's own, or ``kubectl port-forward``).
 
 A running kilter already holds the cluster's state (its list/watch cache)
 and the decisions it recorded; asking it costs one request, where reading
@@ -24,17 +25,33 @@ exit code, text and error line (``served``), as kube-apiserver answers
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import re
+import ssl
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from kilter.cli.kubectl import source
 from kilter.cli.kubectl.output import Answer
 from kilter.kube.api import ApiError, ApiServer, check_namespace
 from kilter.model.errors import InputError, KilterError
 
-__all__ = ["LOCAL_ONLY", "PATH", "Service", "answer", "ask", "local_only", "parse_service", "proxy_path", "request_of"]
+__all__ = [
+    "LOCAL_ONLY",
+    "PATH",
+    "Service",
+    "answer",
+    "ask",
+    "ask_url",
+    "asked",
+    "local_only",
+    "parse_service",
+    "proxy_path",
+    "request_of",
+]
 
 PATH = "/debug/views"
 Service = tuple[str, str, str, str]  # (namespace, scheme or "", name, port)
@@ -96,6 +113,50 @@ def _status_message(raw: bytes) -> str | None:
 def ask(api: ApiServer, service: Service, request: dict[str, Any]) -> Answer:
     """kilter's answer to the view ``request``; the API server's or kilter's refusal as a one-line error."""
     status, raw, _ = api.request("POST", proxy_path(service), json.dumps(request).encode())
+    message = _status_message(raw) if status != 200 else None
+    if message is not None:
+        hint = "; the plugin needs create on services/proxy (manifests/rbac/explain-reader.yaml)"
+        hint = hint if status == 403 else ""
+        raise ApiError(status, f"{message}{hint}")
+    untrusted = "through the service proxy the caller is the API server; add the API server's address to"
+    return _answer_of(status, raw, untrusted)
+
+
+def ask_url(url: str, ca: Path | None, request: dict[str, Any], *, timeout_s: float = 60.0) -> Answer:
+    """kilter's answer to the view ``request``, asked of its HTTP listener at ``url`` directly: ``kilter serve
+    --snapshot F`` on this machine, or kilter's pod through ``kubectl port-forward`` (which arrives on its
+    loopback, trusted by default)."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.path not in ("", "/") or parts.query:
+        raise InputError(f"--kilter-url {url[:100]!r} must be http://HOST:PORT or https://HOST:PORT")
+    if ca is not None and parts.scheme != "https":
+        raise InputError("--kilter-ca verifies an https:// --kilter-url")
+    try:
+        port = parts.port
+    except ValueError:
+        raise InputError(f"--kilter-url {url[:100]!r} has a bad port") from None
+    conn: http.client.HTTPConnection
+    if parts.scheme == "https":
+        try:
+            context = ssl.create_default_context(cafile=str(ca) if ca is not None else None)
+        except (OSError, ssl.SSLError) as exc:
+            raise InputError(f"--kilter-ca {ca}: {exc}") from None
+        conn = http.client.HTTPSConnection(parts.hostname, port, timeout=timeout_s, context=context)
+    else:
+        conn = http.client.HTTPConnection(parts.hostname, port, timeout=timeout_s)
+    try:
+        conn.request("POST", PATH, json.dumps(request).encode(), {"Content-Type": "application/json"})
+        response = conn.getresponse()
+        status, raw = response.status, response.read()
+    except (OSError, http.client.HTTPException) as exc:
+        raise KilterError(f"cannot reach kilter at {url}: {exc}") from None
+    finally:
+        conn.close()
+    return _answer_of(status, raw, "it sees this plugin's address; add it to")
+
+
+def _answer_of(status: int, raw: bytes, untrusted: str) -> Answer:
+    """A 200's view answer, or kilter's refusal as one line (``untrusted`` says who kilter saw on a 403)."""
     text = raw[:300].decode("utf-8", "replace").strip()
     if status == 200:
         try:
@@ -103,26 +164,33 @@ def ask(api: ApiServer, service: Service, request: dict[str, Any]) -> Answer:
             return Answer(int(doc["exit"]), str(doc["output"]), str(doc.get("error") or ""))
         except (ValueError, RecursionError, KeyError, TypeError):
             raise KilterError(f"kilter's answer to {PATH} is not a view's: {text[:160]}") from None
-    message = _status_message(raw)
-    if message is not None:
-        hint = "; the plugin needs create on services/proxy (manifests/rbac/explain-reader.yaml)"
-        hint = hint if status == 403 else ""
-        raise ApiError(status, f"{message}{hint}")
     if status == 400:
         raise InputError(text)
     if status == 403:
         raise KilterError(
-            f"kilter refused {PATH} (403): it answers /debug only to --trusted-networks, and through the service "
-            f"proxy the caller is the API server; add the API server's address to kilter's --trusted-networks ({text})"
+            f"kilter refused {PATH} (403): it answers /debug only to --trusted-networks, and {untrusted} kilter's "
+            f"--trusted-networks ({text})"
         )
     if status == 404:
         raise KilterError(f"kilter does not serve {PATH} (404): it is older than this plugin ({text[:160]})")
     raise KilterError(f"kilter answered {status} to {PATH}: {text[:200]}")
 
 
-def answer(args: argparse.Namespace, argv: Sequence[str], service_text: str) -> Answer:
-    """The view ``args`` names, answered by the kilter behind ``service_text``."""
+def answer(args: argparse.Namespace, argv: Sequence[str]) -> Answer:
+    """The view ``args`` names, answered by the kilter of ``--kilter-url`` or of ``--kilter-service``."""
+    if args.kilter_url:
+        if args.kilter_service:
+            raise InputError("give one of --kilter-url and --kilter-service")
+        request = request_of(args, argv, source.namespace_of(args, source.resolve_kubeconfig(args.kubeconfig)))
+        return ask_url(args.kilter_url, args.kilter_ca, request)
+    service_text = source.kilter_service(args)
+    assert service_text is not None
     service = parse_service(service_text)
     api, kubeconfig = source.connect_to(args)
     request = request_of(args, argv, source.namespace_of(args, kubeconfig))
     return ask(api, service, request)
+
+
+def asked(args: argparse.Namespace) -> bool:
+    """Whether a running kilter answers the view (``--kilter-url``, ``--kilter-service`` or its variable)."""
+    return bool(args.kilter_url) or source.kilter_service(args) is not None

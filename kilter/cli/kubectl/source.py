@@ -65,6 +65,13 @@ def common_options() -> argparse.ArgumentParser:
         help="ask the running kilter behind this Service (through the API server's service proxy) instead of "
         f"reading the cluster: one request, and its recorded decisions too (default: ${SERVICE_ENV})",
     )
+    g.add_argument(
+        "--kilter-url",
+        metavar="URL",
+        help="ask the kilter listening at this URL directly (http://127.0.0.1:8080: a kilter serve --snapshot of "
+        "your own, or kubectl port-forward to kilter's pod)",
+    )
+    g.add_argument("--kilter-ca", type=Path, metavar="FILE", help="CA bundle verifying an https:// --kilter-url")
     g.add_argument("--platforms", type=Path, help="YAML file adding or overriding catalog platforms")
     sources.add_health_argument(g)
     g.add_argument("-n", "--namespace", help="the namespace (default: the context's, else default)")

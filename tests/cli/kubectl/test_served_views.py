@@ -255,3 +255,42 @@ def test_a_state_not_loaded_yet_is_a_503() -> None:
     views = ServedViews(ClusterStore(catalog=catalog_of(None)), None)
     status, body = views.answer(_request(["queues"]))
     assert status == 503 and b"not loaded" in body
+
+
+@pytest.mark.parametrize("view", [["pending", "-A"], ["domains"], ["plan", "-f", str(JOB)]], ids=lambda v: v[0])
+def test_kilter_url_asks_the_listener_directly(
+    served: Served, capsys: pytest.CaptureFixture[str], view: list[str]
+) -> None:
+    tail = ["--now", scenario.NOW, "-o", "json"]
+    local = run(capsys, *view, "--snapshot", str(served.snapshot), *tail)
+    before = len(served.cluster.requests)
+    direct = run(capsys, *view, "--kilter-url", f"http://127.0.0.1:{served.kilter.http_port}", *tail)
+    assert direct == local and len(served.cluster.requests) == before  # no API server in between
+
+
+def test_kilter_url_over_https_verifies_kilters_certificate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    snap = scenario.write(tmp_path / "cluster.json")
+    with listening(tmp_path, snapshot=snap, http_tls=True) as kilter:
+        url = f"https://127.0.0.1:{kilter.http_port}"
+        code, out, err = run(capsys, "queues", "--kilter-url", url, "--kilter-ca", str(kilter.certs / "ca.crt"))
+        assert code == 0 and "ClusterQueue" in out, err
+        code, out, err = run(capsys, "queues", "--kilter-url", url)  # the system's CAs do not know kilter's
+    said = [line for line in err.splitlines() if line.startswith("kubectl kilter")]
+    assert code == 2 and out == "" and len(said) == 1 and "CERTIFICATE_VERIFY_FAILED" in said[0]
+
+
+@pytest.mark.parametrize(
+    ("extra", "said"),
+    [
+        (["--kilter-url", "ftp://127.0.0.1:1"], "must be http://HOST:PORT"),
+        (["--kilter-url", "http://127.0.0.1:1/debug"], "must be http://HOST:PORT"),
+        (["--kilter-url", "http://127.0.0.1:99999"], "bad port"),
+        (["--kilter-url", "http://127.0.0.1:1", "--kilter-ca", "ca.crt"], "verifies an https://"),
+        (["--kilter-url", "http://127.0.0.1:1", "--kilter-service", SERVICE], "one of --kilter-url"),
+        (["--kilter-url", "http://127.0.0.1:1"], "cannot reach kilter"),
+        (["--kilter-url", "http://127.0.0.1:1", "--platforms", "x.yaml"], "--platforms"),
+    ],
+)
+def test_bad_kilter_urls_are_one_line(capsys: pytest.CaptureFixture[str], extra: list[str], said: str) -> None:
+    code, out, err = run(capsys, "queues", *extra)
+    assert code == 2 and out == "" and err.count("\n") == 1 and said in err
