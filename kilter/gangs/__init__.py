@@ -1,6 +1,7 @@
 """Gangs: who belongs to one (``GangKey``), their plans and reservations (``GangBook``), and plan records."""
 
 from kilter.gangs import (
+    arrivals,
     book,
     cliques,
     compute_domains,
@@ -45,6 +46,7 @@ __all__ = [
     "PlanRecord",
     "PlanRecorder",
     "Slot",
+    "arrivals",
     "book",
     "cliques",
     "compute_domains",

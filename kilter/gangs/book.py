@@ -35,6 +35,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from kilter.gangs import cliques, layout, ranks, records, refit, repairs, trust
+from kilter.gangs.arrivals import learn_arrivals
 from kilter.gangs.identity import INDEXED_ANNOTATIONS, INDEXED_LABELS, GangId, gang_of, in_gang
 from kilter.gangs.keys import PlanKeys
 from kilter.gangs.layout import Layout, SlotSpec
@@ -148,6 +149,7 @@ class GangBook:
     ):
         self.store = store
         store.index_pods(INDEXED_LABELS, INDEXED_ANNOTATIONS)
+        learn_arrivals(store)
         self.timeout_s = timeout_s
         self.clock = clock
         self.wall = wall

@@ -27,10 +27,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import NamedTuple
 
 from kilter.gangs import pod_facts
 from kilter.gangs.identity import GangId
-from kilter.gangs.ranks import ROLE_ORDER, Place, Shape, group_of, place_of, read_index
+from kilter.gangs.ranks import ROLE_ORDER, Place, Shape, group_of, read_index
 from kilter.model.core_v1 import Pod, PodTemplateSpec
 from kilter.model.errors import InputError
 from kilter.model.jobs import PodSetSpec, TopologyRequest, topology_request
@@ -43,9 +44,8 @@ __all__ = ["Layout", "SlotSpec", "Taken", "of_gang", "of_plan", "shrink"]
 SlotSpec = tuple[str, int, int, str, Place | None]  # node, node index, GPUs, uid of the pod holding it ("": open), rank
 
 
-@dataclass(frozen=True)
-class Taken:
-    """A bound pod of a ranked gang, and the rank it holds."""
+class Taken(NamedTuple):
+    """A bound pod of a ranked gang, and the rank it holds (a named tuple: a repair makes one per survivor)."""
 
     place: Place
     node: str
@@ -142,7 +142,7 @@ def of_gang(
 
 
 def _holds(
-    shapes: Sequence[Shape], members: Sequence[Pod], resources: Sequence[str]
+    shapes: tuple[Shape, ...], members: Sequence[Pod], resources: Sequence[str]
 ) -> tuple[dict[str, tuple[int, ...]], tuple[Taken, ...]] | None:
     """Per pod set, the ranks no bound pod holds, and the bound GPU pods' ranks; None when a bound GPU pod holds
     none, or two hold one."""
@@ -152,7 +152,7 @@ def _holds(
         if not m.spec.node_name:
             continue
         g = pod_facts.gpu_ask(m, held_resources)[1]
-        place = place_of(m, g, shapes, index=pod_facts.index_of)
+        place = pod_facts.place_of(m, g, shapes)
         if not isinstance(place, Place):
             if g:
                 return None
@@ -181,7 +181,7 @@ def _built(pod: Pod, gpus: int, members: list[Pod], *, size: int, bound: int, re
     held_resources = tuple(resources)
     for m in members:
         r, g = pod_facts.gpu_ask(m, held_resources)
-        groups.setdefault((group_of(m), g) if r in (resource, "") else mine, []).append(m)
+        groups.setdefault((pod_facts.group_of(m), g) if r in (resource, "") else mine, []).append(m)
     count = {k: len(pods) + (size - len(members) if k == mine else 0) for k, pods in groups.items()}
     keys = sorted(groups, key=lambda k: (_role(k[0]), _lowest(groups[k]), k)) if len(groups) > 1 else list(groups)
     several = {group for group, _ in keys if sum(1 for g, _ in keys if g == group) > 1}

@@ -1,9 +1,10 @@
-"""What the gang code reads off one pod again and again, read once per pod object: its GPU ask and its index.
+"""What the gang code reads off one pod again and again, read once per pod object: its GPU ask, its index, the
+group its index counts within, the rank it holds among a gang's pod sets, and its plan record's time.
 
 A repair decision for a 512-pod gang reads every member's GPU request
-(quantities parsed over its containers) and its index (labels and
-annotations) — a few microseconds each, milliseconds for the gang, on every
-decision. The store replaces a pod's object whenever the pod changes, so a
+(quantities parsed over its containers), its index (labels and
+annotations), its rank and its plan record's time — a few microseconds
+each, milliseconds for the gang, on every decision. The store replaces a pod's object whenever the pod changes, so a
 fact kept beside the very object it was read from (compared by identity,
 with the object held so its identity cannot be reused) is never stale. The
 memo is bounded: past ``MAX_PODS`` pods it starts afresh.
@@ -11,21 +12,25 @@ memo is bounded: past ``MAX_PODS`` pods it starts afresh.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from kilter.gangs import ranks
+from kilter.model.annotations import PLAN as PLAN_ANNOTATION
 from kilter.model.core_v1 import Pod, PodSpec, pod_request
 from kilter.model.errors import InputError
 from kilter.topology import verdicts
 
-__all__ = ["MAX_PODS", "forget", "gpu_ask", "index_of", "spec_gpu_ask"]
+__all__ = ["MAX_PODS", "forget", "gpu_ask", "group_of", "index_of", "place_of", "record_time", "spec_gpu_ask"]
 
 MAX_PODS = 1 << 18
 
 T = TypeVar("T")
 _asks: dict[tuple[str, str, str], tuple[Pod, tuple[str, ...], tuple[str, int]]] = {}
 _indices: dict[tuple[str, str, str], tuple[Pod, ranks.PodIndex | str | None]] = {}
+_groups: dict[tuple[str, str, str], tuple[Pod, str]] = {}
+_places: dict[tuple[str, str, str], tuple[Pod, int, tuple[ranks.Shape, ...], ranks.Place | str | None]] = {}
+_times: dict[tuple[str, str, str], tuple[Pod, str | None, float | None]] = {}
 
 
 def spec_gpu_ask(spec: PodSpec, resources: Sequence[str]) -> tuple[str, int]:
@@ -49,19 +54,54 @@ def gpu_ask(pod: Pod, resources: tuple[str, ...]) -> tuple[str, int]:
 
 def index_of(pod: Pod) -> ranks.PodIndex | str | None:
     """``ranks.read_index`` of the pod, remembered with the pod object."""
+    return _once(_indices, pod, ranks.read_index)
+
+
+def group_of(pod: Pod) -> str:
+    """``ranks.group_of`` of the pod, remembered with the pod object."""
+    return _once(_groups, pod, ranks.group_of)
+
+
+def _once(memo: dict[tuple[str, str, str], tuple[Pod, T]], pod: Pod, read: Callable[[Pod], T]) -> T:
+    """``read(pod)``, from ``memo`` when it was read off this very object."""
     key = _key(pod)
-    held = _indices.get(key)
+    held = memo.get(key)
     if held is not None and held[0] is pod:
         return held[1]
-    found = ranks.read_index(pod)
-    _remember(_indices, key, (pod, found))
+    found = read(pod)
+    _remember(memo, key, (pod, found))
     return found
 
 
-def forget() -> None:
-    """Drop every remembered fact (a benchmark's cold start)."""
-    _asks.clear()
-    _indices.clear()
+def place_of(pod: Pod, gpus: int, shapes: tuple[ranks.Shape, ...]) -> ranks.Place | str | None:
+    """``ranks.place_of`` of the pod among ``shapes``, remembered with the pod object, its GPUs and the shapes."""
+    key = _key(pod)
+    held = _places.get(key)
+    if held is not None and held[0] is pod and held[1] == gpus and held[2] == shapes:
+        return held[3]
+    found = ranks.place_of(pod, gpus, shapes, index=index_of)
+    _remember(_places, key, (pod, gpus, shapes, found))
+    return found
+
+
+def record_time(pod: Pod, read: Callable[[str], float | None]) -> tuple[str | None, float | None]:
+    """The pod's plan record annotation and its time as ``read`` gives it (``records``), remembered with the pod
+    object: a gang's newest record is found by every member's time."""
+    key = _key(pod)
+    held = _times.get(key)
+    if held is not None and held[0] is pod:
+        return held[1], held[2]
+    raw = pod.metadata.annotations.get(PLAN_ANNOTATION)
+    at = read(raw) if raw is not None else None
+    _remember(_times, key, (pod, raw, at))
+    return raw, at
+
+
+def forget(*, places_only: bool = False) -> None:
+    """Drop every remembered fact (a benchmark's cold start); ``places_only``: only the ranks, which depend on a
+    gang's shapes and so are read at a decision, not as pods arrive (``arrivals``)."""
+    for memo in (_places,) if places_only else (_asks, _indices, _groups, _places, _times):
+        memo.clear()
 
 
 def _key(pod: Pod) -> tuple[str, str, str]:

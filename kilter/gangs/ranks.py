@@ -57,6 +57,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from kilter.model.core_v1 import Pod
 from kilter.state.store import ClusterStore
@@ -132,9 +133,10 @@ class Shape:
     gpus: int
 
 
-@dataclass(frozen=True, order=True)
-class Place:
-    """A rank of a pod set: the slot a pod with this index is held to."""
+class Place(NamedTuple):
+    """A rank of a pod set: the slot a pod with this index is held to. A named tuple: hashed and compared for
+    every member of a gang on each decision, where a frozen dataclass's Python-level hash cost a 512-pod repair
+    ~0.5 ms."""
 
     pod_set: str
     rank: int

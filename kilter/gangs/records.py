@@ -51,6 +51,7 @@ from typing import Any
 
 import msgspec
 
+from kilter.gangs import pod_facts
 from kilter.gangs.identity import GangKey
 from kilter.gangs.keys import PlanKeys
 from kilter.model import codec
@@ -71,6 +72,7 @@ __all__ = [
     "newest",
     "owner_of",
     "read_object",
+    "record_time",
     "signed_message",
     "verifies",
 ]
@@ -219,10 +221,9 @@ def newest(pods: Iterable[Pod], *, keys: PlanKeys, owner_uid: Callable[[str], st
     """
     heard: list[tuple[float, str, Pod, str]] = []
     for pod in pods:
-        raw = pod.metadata.annotations.get(PLAN_ANNOTATION)
+        raw, at = pod_facts.record_time(pod, record_time)
         if raw is None:
             continue
-        at = _time_of(raw)
         if at is None:  # decoded in full only to say what is wrong with it
             decode(raw, where=f"pod {pod.metadata.namespace}/{pod.metadata.name}")
             continue
@@ -246,7 +247,7 @@ class _Time(msgspec.Struct):
 _time_decoder = msgspec.json.Decoder(_Time)
 
 
-def _time_of(raw: str) -> float | None:
+def record_time(raw: str) -> float | None:
     """A record's time (Unix seconds) read without its slots; None when the value is no record with a zoned time.
 
     kilter writes ``at`` before the slots (``encode``): there it is cut out of

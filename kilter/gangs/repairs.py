@@ -80,10 +80,10 @@ def plan_repair(
     admission (Kueue podSetUpdates put on the job's template) makes
     replacements with that pin, and a repair elsewhere would never bind.
     """
-    survivors = [
-        fleet.node_index[p.spec.node_name] for p in members if p.spec.node_name and p.spec.node_name in fleet.node_index
-    ]
-    platforms = Counter(int(fleet.bitmap.domain_platforms[fleet.node_domain[n]]) for n in survivors)
+    at = fleet.node_index
+    survivors = [at[n] for p in members if (n := p.spec.node_name) and n in at]
+    on = fleet.bitmap.domain_platforms[fleet.node_domain[np.asarray(survivors, dtype=np.intp)]]
+    platforms = np.bincount(on, minlength=len(fleet.platforms)).tolist()
     candidates = [i for i, p in enumerate(fleet.platforms) if p.device_resource == request.resource]
     platform = max(candidates, key=lambda i: (platforms[i], -i)) if candidates else -1
     if platform < 0 or not platforms[platform]:

@@ -82,12 +82,22 @@ class PodIndex:
                 self._index = {}
                 for uid, pod in self._pods.items():
                     self.add(uid, pod)
-            candidates: Iterable[Pod] = min((self._index.get(e, {}) for e in wanted), key=len).values()
-        else:
-            candidates = self._pods.values()
+            entry = min(wanted, key=lambda e: len(self._index.get(e, {})) if self._index is not None else 0)
+            candidates: Iterable[Pod] = self._index.get(entry, {}).values()
+            # the entry holds only pods of its namespace carrying its key and value: check the rest alone
+            labels = {k: v for k, v in labels.items() if entry != (namespace, True, k, v)}
+            annotations = {k: v for k, v in annotations.items() if entry != (namespace, False, k, v)}
+            if not labels and not annotations:
+                return list(candidates)
+            return [
+                p
+                for p in candidates
+                if all(p.metadata.labels.get(k) == v for k, v in labels.items())
+                and all(p.metadata.annotations.get(k) == v for k, v in annotations.items())
+            ]
         return [
             p
-            for p in candidates
+            for p in self._pods.values()
             if p.metadata.namespace == namespace
             and all(p.metadata.labels.get(k) == v for k, v in labels.items())
             and all(p.metadata.annotations.get(k) == v for k, v in annotations.items())

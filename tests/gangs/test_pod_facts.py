@@ -44,3 +44,30 @@ def test_the_memo_starts_afresh_past_its_bound(monkeypatch: pytest.MonkeyPatch) 
     for p in pods:
         pod_facts.gpu_ask(p, RESOURCES)
     assert len(pod_facts._asks) <= 3
+
+
+def test_a_rank_is_read_again_for_another_object_other_gpus_or_other_shapes() -> None:
+    shapes = (ranks.Shape("pods", 8, 4),)
+    first = pod(4, 3)
+    assert pod_facts.place_of(first, 4, shapes) == ranks.Place("pods", 3)
+    assert pod_facts.place_of(pod(4, 5), 4, shapes) == ranks.Place("pods", 5)  # the pod changed
+    small = (ranks.Shape("pods", 4, 4),)
+    assert isinstance(pod_facts.place_of(first, 4, small), ranks.Place)  # rank 3 of 4: still inside
+    assert isinstance(pod_facts.place_of(pod(4, 6), 4, small), str)  # rank 6 of 4 pods: why not, not a place
+    assert isinstance(pod_facts.place_of(first, 2, shapes), str)  # asks 2 GPUs, the pod set has 4
+
+
+def test_a_record_time_is_read_once_per_object() -> None:
+    calls: list[str] = []
+
+    def read(raw: str) -> float:
+        calls.append(raw)
+        return float(len(raw))
+
+    plain = pod(4, 1)
+    assert pod_facts.record_time(plain, read) == (None, None) and calls == []  # no record: nothing read
+    noted = codec.convert(pod_json("r", 4, annotations={"kilter.dev/plan": "xyz"}), Pod)
+    assert pod_facts.record_time(noted, read) == ("xyz", 3.0)
+    assert pod_facts.record_time(noted, read) == ("xyz", 3.0) and calls == ["xyz"]
+    again = codec.convert(pod_json("r", 4, annotations={"kilter.dev/plan": "wxyz"}), Pod)
+    assert pod_facts.record_time(again, read) == ("wxyz", 4.0) and calls == ["xyz", "wxyz"]
