@@ -34,9 +34,9 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from kilter.gangs import cliques, layout, ranks, records, refit, repairs, trust
-from kilter.gangs.arrivals import learn_arrivals
-from kilter.gangs.identity import INDEXED_ANNOTATIONS, INDEXED_LABELS, GangId, gang_of, in_gang
+from kilter.gangs import cliques, layout, pod_facts, ranks, records, refit, repairs, trust
+from kilter.gangs.arrivals import Arrivals
+from kilter.gangs.identity import INDEXED_ANNOTATIONS, INDEXED_LABELS, GangId, gang_of, identify, in_gang
 from kilter.gangs.keys import PlanKeys
 from kilter.gangs.layout import Layout, SlotSpec
 from kilter.gangs.waits import SplitWaits
@@ -47,7 +47,7 @@ from kilter.state.store import ClusterStore
 from kilter.topology import verdicts
 from kilter.topology.plan import GangRequest, Plan, gang_request, plan_gang
 
-__all__ = ["INFEASIBLE_RETRY_S", "GangBook", "GangPlan", "PlanHook", "Slot"]
+__all__ = ["INFEASIBLE_RETRY_S", "GangBook", "GangPlan", "PlanHook", "Slot", "repair_order"]
 
 log = logging.getLogger("kilter.gangs")
 
@@ -125,6 +125,12 @@ class GangPlan:
         return f"gang {self.gang.key}: {self.plan.reason}; {taken}/{len(self.slots)} planned pods bound"
 
 
+def repair_order(key: str, waiting: Iterable[Pod]) -> tuple[int, str]:
+    """Which of several gangs repairing in one domain goes first (the least): its waiting pods' highest
+    priority (``spec.priority``, as the Priority admission plugin sets it; none is 0), then its key."""
+    return -max((p.spec.priority or 0 for p in waiting), default=0), key
+
+
 PlanHook = Callable[[GangId, GangPlan], object]  # told of each feasible plan made here, and again when verified
 
 
@@ -149,7 +155,7 @@ class GangBook:
     ):
         self.store = store
         store.index_pods(INDEXED_LABELS, INDEXED_ANNOTATIONS)
-        learn_arrivals(store)
+        self.arrivals = Arrivals(store)  # the running gangs' pod facts, learned as pods arrive; who waits
         self.timeout_s = timeout_s
         self.clock = clock
         self.wall = wall
@@ -350,6 +356,8 @@ class GangBook:
         adopted = self._from_record(gang, request, members, shaped, record)
         if adopted is not None:
             return adopted
+        if bound:
+            self._repair_earlier(gang, members or ())
         fixed = repairs.plan_repair(fleet, request, shaped, members or (), record, pod) if bound else None
         result = fixed.plan if fixed is not None else plan_gang(fleet, request)
         wait = self.waits.for_gang(gang, pod, request, result) if self.waits is not None and not bound else None
@@ -372,6 +380,29 @@ class GangBook:
             origin, repaired = "repair", fixed.repaired
             return GangPlan(gang, result, slots, now, generation, origin, pods, shapes=shaped.shapes, repaired=repaired)
         return GangPlan(gang, result, slots, now, generation, pods=pods, shapes=shaped.shapes)
+
+    def _repair_earlier(self, gang: GangId, members: Sequence[Pod]) -> None:
+        """Plan first the repairs of the gangs repairing beside this one that come before it (``repair_order``),
+        so that when several gangs lose nodes in one domain, which replacement reached kilter first does not
+        decide who gets the free nodes there. A gang repairs beside this one when its pods wait and some of its
+        pods run in a domain this gang's run in; it comes first by higher pod priority, then by gang key."""
+        fleet = self.store.fleet()
+        at = fleet.node_index
+        mine = {int(fleet.node_domain[at[n]]) for p in members if (n := p.spec.node_name) in at}
+        if not mine:
+            return
+        waiting = self.arrivals.waiting
+        me = repair_order(gang.key, waiting.get(gang.key, {}).values())
+        for key, pods in sorted(waiting.items()):
+            if key == gang.key or key in self.plans or not pods or repair_order(key, pods.values()) >= me:
+                continue
+            first = min(pods.values(), key=lambda p: p.metadata.name)
+            other = identify(first, self.store)
+            if other is None:
+                continue
+            theirs = in_gang(other.key).members(self.store)
+            if any(int(fleet.node_domain[at[n]]) in mine for p in theirs if (n := p.spec.node_name) in at):
+                self.plan_for(other, first, pod_facts.gpu_ask(first, self.arrivals.resources)[1])
 
     # ------------------------------------------------------------------ records
 

@@ -181,7 +181,7 @@ _CLAIM = Message(
 )
 _POD_SPEC = Message(
     v1.PodSpec,
-    ("", "", (), (), _EMPTY, None, (), _EMPTY, None, ()),
+    ("", "", (), (), _EMPTY, None, (), _EMPTY, None, (), None),
     {
         10: (0, SHARED_STRING, None, 0),  # nodeName
         19: (1, SHARED_STRING, None, 0),  # schedulerName
@@ -193,6 +193,7 @@ _POD_SPEC = Message(
         32: (7, QUANTITY_MAP, None, SHARED),  # overhead
         5: (8, INT, None, 0),  # activeDeadlineSeconds
         39: (9, MESSAGE, _CLAIM, REPEATED | SHARED),  # resourceClaims: a job's pods name the same templates
+        25: (10, INT, None, 0),  # priority (int32; negative values are ten-byte varints)
     },
 )
 _POD = Message(

@@ -169,6 +169,7 @@ class PodSpec(msgspec.Struct, rename="camel", gc=False):
     overhead: dict[str, Quantity] = {}
     active_deadline_seconds: int | None = None  # the pod's own limit on its run, seconds (an expected runtime)
     resource_claims: tuple[PodResourceClaim, ...] = ()
+    priority: int | None = None  # from the pod's PriorityClass (the Priority admission plugin): who repairs first
 
 
 class PodStatus(msgspec.Struct, rename="camel", gc=False):
