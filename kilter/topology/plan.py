@@ -278,13 +278,15 @@ def _in_one_domain(
     fleet: Fleet, request: GangRequest, candidates: Sequence[tuple[int, Platform]], node_ok: np.ndarray | None
 ) -> Plan:
     """The plan of a ``one_domain`` gang whose pod sets the planner put in several domains: each domain with
-    room for every GPU the gang asks, tried alone, fewest free GPUs first; the first that holds it all."""
+    room for every GPU the gang asks on nodes it may use, tried alone, fewest such free GPUs first; the first
+    that holds it all. (Free GPUs on nodes ``node_ok`` rules out, held spares among them, are no room.)"""
     bm = fleet.bitmap
     want = sum(ps.count * ps.gpus_per_pod for ps in request.pod_sets)
     platforms = np.array([i for i, _ in candidates], dtype=np.int32)
-    free = bm.domain_free_gpus
-    room = np.flatnonzero((free >= want) & np.isin(bm.domain_platforms, platforms))
     allowed = np.ones(fleet.n_nodes, dtype=bool) if node_ok is None else node_ok.astype(bool)
+    node_free = np.where(allowed & (bm.node_usable_flags != 0), bm.node_gpu_counts - bm.node_used_gpus, 0)
+    free = np.bincount(fleet.node_domain, weights=node_free, minlength=len(bm.domain_platforms)).astype(np.int64)
+    room = np.flatnonzero((free >= want) & np.isin(bm.domain_platforms, platforms))
     for d in room[np.lexsort((room, free[room]))]:
         alone = np.ascontiguousarray(allowed & (fleet.node_domain == d), dtype=np.uint8)
         feasible, _ = _plan_on(fleet, request, candidates, alone)
