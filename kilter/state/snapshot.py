@@ -19,7 +19,15 @@ import yaml
 
 from kilter.model.errors import InputError
 
-__all__ = ["MAX_SNAPSHOT_BYTES", "RawObjects", "group_objects", "load_documents", "parse_documents", "unknown_name"]
+__all__ = [
+    "MAX_SNAPSHOT_BYTES",
+    "RawObjects",
+    "group_objects",
+    "load_documents",
+    "parse_documents",
+    "read_text",
+    "unknown_name",
+]
 
 MAX_SNAPSHOT_BYTES = 2 * 1024**3
 
@@ -82,16 +90,20 @@ def parse_documents(text: str, *, source: str = "snapshot") -> list[Any]:
 
 
 def load_documents(path: Path) -> list[Any]:
+    return parse_documents(read_text(path), source=str(path))
+
+
+def read_text(path: Path) -> str:
+    """A manifest or snapshot file's UTF-8 text; InputError, in one line, when it is unreadable or too large."""
     try:
         size = path.stat().st_size
         if size > MAX_SNAPSHOT_BYTES:
             raise InputError(f"{path} is {size} bytes; the limit is {MAX_SNAPSHOT_BYTES}")
-        text = path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8")
     except OSError as exc:
         raise InputError(f"cannot read {path}: {exc.strerror or exc}") from None
     except UnicodeDecodeError:
         raise InputError(f"{path} is not UTF-8 text") from None
-    return parse_documents(text, source=str(path))
 
 
 def group_objects(docs: list[Any], known: set[tuple[str, str]]) -> RawObjects:

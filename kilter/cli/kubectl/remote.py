@@ -38,6 +38,7 @@ from kilter.cli.kubectl import source
 from kilter.cli.kubectl.output import Answer
 from kilter.kube.api import ApiError, ApiServer, check_namespace
 from kilter.model.errors import InputError, KilterError
+from kilter.state import snapshot
 
 __all__ = [
     "LOCAL_ONLY",
@@ -87,15 +88,8 @@ def request_of(args: argparse.Namespace, argv: Sequence[str], namespace: str | N
     """The request for kilter: the command line as typed, the namespace (None: every one), the manifest's text."""
     flag = local_only(args)
     if flag is not None:
-        raise InputError(f"{flag} shapes the plugin's own reading: with --kilter-service, kilter uses its own")
-    job = None
-    if getattr(args, "filename", None) is not None:
-        try:
-            job = args.filename.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise InputError(f"cannot read {args.filename}: {exc.strerror or exc}") from None
-        except UnicodeDecodeError:
-            raise InputError(f"{args.filename} is not UTF-8 text") from None
+        raise InputError(f"{flag} shapes the plugin's own reading: a kilter asked for the view uses its own")
+    job = snapshot.read_text(args.filename) if getattr(args, "filename", None) is not None else None
     return {"argv": list(argv), "namespace": namespace, "job": job}
 
 
@@ -116,8 +110,7 @@ def ask(api: ApiServer, service: Service, request: dict[str, Any]) -> Answer:
     message = _status_message(raw) if status != 200 else None
     if message is not None:
         hint = "; the plugin needs create on services/proxy (manifests/rbac/explain-reader.yaml)"
-        hint = hint if status == 403 else ""
-        raise ApiError(status, f"{message}{hint}")
+        raise ApiError(status, message + (hint if status == 403 else ""))
     untrusted = "through the service proxy the caller is the API server; add the API server's address to"
     return _answer_of(status, raw, untrusted)
 
@@ -186,8 +179,9 @@ def answer(args: argparse.Namespace, argv: Sequence[str]) -> Answer:
     service_text = source.kilter_service(args)
     assert service_text is not None
     service = parse_service(service_text)
-    api, kubeconfig = source.connect_to(args)
-    request = request_of(args, argv, source.namespace_of(args, kubeconfig))
+    kubeconfig = source.resolve_kubeconfig(args.kubeconfig)
+    request = request_of(args, argv, source.namespace_of(args, kubeconfig))  # refuses --snapshot before connecting
+    api, _ = source.connect_to(args)
     return ask(api, service, request)
 
 

@@ -108,6 +108,6 @@ class ServedViews:
             raise InputError(f"job is for plan, not {args.command}")
         namespace = None if request.namespace is None else check_namespace(request.namespace)
         now_s = parse_time(args.now, path="--now") if args.now else time.time()
-        cluster = Cluster(self.store, None, now_s, namespace, live=True, recorded=self.recorded)
+        cluster = Cluster(self.store, now_s, namespace, recorded=self.recorded)
         answer: Answer = args.view(args, cluster)
         return answer

@@ -114,13 +114,11 @@ def _context_namespace(kubeconfig: Path | None, context: str | None) -> str | No
 
 @dataclass
 class Cluster:
-    """One reading of the cluster: the store, the API server when live, and the moment views judge at."""
+    """One reading of the cluster: the store, and the moment views judge at."""
 
     store: ClusterStore
-    api: ApiServer | None
     now_s: float
     namespace: str | None  # None: every namespace (-A)
-    live: bool
     recorded: Recorded | None = None  # kilter's decision log, when kilter itself answers the view
 
     def in_scope(self, namespace: str) -> bool:
@@ -150,8 +148,6 @@ def kilter_service(args: argparse.Namespace) -> str | None:
 
 def connect_to(args: argparse.Namespace) -> tuple[ApiServer, Path | None]:
     """The API server of the options' kubeconfig and context (in-cluster when there is none), and that file."""
-    if args.snapshot is not None:
-        raise InputError("--kilter-service asks a running kilter in a cluster: leave out --snapshot")
     kubeconfig = resolve_kubeconfig(args.kubeconfig)
     if kubeconfig is None and not os.environ.get("KUBERNETES_SERVICE_HOST"):
         raise InputError("no cluster to read: pass --kubeconfig FILE, set KUBECONFIG, or --snapshot FILE")
@@ -167,7 +163,6 @@ def load(args: argparse.Namespace) -> Cluster:
         spare_nodes_default=read_spare_nodes(args.spare_nodes_per_domain, catalog),
         health=sources.health_of(args.health_signals),
     )
-    api: ApiServer | None = None
     if args.snapshot is not None:
         if args.kubeconfig is not None or args.context:
             raise InputError("--snapshot reads a file: leave out --kubeconfig and --context")
@@ -182,4 +177,4 @@ def load(args: argparse.Namespace) -> Cluster:
     with no_collection():  # 150,000 pods' objects are all alive: the cyclic collector would only walk them
         store.replace(objects)
         store.fleet()
-    return Cluster(store, api, now_s, namespace, live=api is not None)
+    return Cluster(store, now_s, namespace)
