@@ -395,8 +395,7 @@ class App:
         assert self.views is not None
         chunks = await asgi.read_body(scope, receive, limit_bytes=VIEWS_MAX_BODY_BYTES)
         if chunks is BodyRefused.TOO_LARGE:
-            message = f"request body above the limit of {VIEWS_MAX_BODY_BYTES} bytes\n".encode()
-            await self._reply(send, scope["path"], 413, message, "text/plain", close=True)
+            await self._too_large(send, scope["path"], VIEWS_MAX_BODY_BYTES)
             return
         if isinstance(chunks, BodyRefused):
             return
@@ -436,8 +435,9 @@ class App:
         )
         await self._reply(send, path, 403, message.encode(), "text/plain", close=True)
 
-    async def _too_large(self, send: Send, path: str, limit: int, flag: str) -> None:
-        message = f"request body above the limit of {limit} bytes ({flag})\n".encode()
+    async def _too_large(self, send: Send, path: str, limit: int, flag: str = "") -> None:
+        """413, naming the flag that sets ``limit`` where one does."""
+        message = f"request body above the limit of {limit} bytes{f' ({flag})' if flag else ''}\n".encode()
         await self._reply(send, path, 413, message, "text/plain", close=True)
 
     async def _reply(

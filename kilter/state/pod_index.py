@@ -77,31 +77,32 @@ class PodIndex:
         """
         wanted = [(namespace, True, k, v) for k, v in labels.items() if k in self._keys[0]]
         wanted += [(namespace, False, k, v) for k, v in annotations.items() if k in self._keys[1]]
+        candidates: Iterable[Pod]
         if wanted:
-            if self._index is None:
-                self._index = {}
-                for uid, pod in self._pods.items():
-                    self.add(uid, pod)
-            entry = min(wanted, key=lambda e: len(self._index.get(e, {})) if self._index is not None else 0)
-            candidates: Iterable[Pod] = self._index.get(entry, {}).values()
+            index = self._built()
+            entry = min(wanted, key=lambda e: len(index.get(e, {})))
+            candidates = index.get(entry, {}).values()
             # the entry holds only pods of its namespace carrying its key and value: check the rest alone
             labels = {k: v for k, v in labels.items() if entry != (namespace, True, k, v)}
             annotations = {k: v for k, v in annotations.items() if entry != (namespace, False, k, v)}
-            if not labels and not annotations:
-                return list(candidates)
-            return [
-                p
-                for p in candidates
-                if all(p.metadata.labels.get(k) == v for k, v in labels.items())
-                and all(p.metadata.annotations.get(k) == v for k, v in annotations.items())
-            ]
+        else:
+            candidates = (p for p in self._pods.values() if p.metadata.namespace == namespace)
+        if not labels and not annotations:
+            return list(candidates)
         return [
             p
-            for p in self._pods.values()
-            if p.metadata.namespace == namespace
-            and all(p.metadata.labels.get(k) == v for k, v in labels.items())
+            for p in candidates
+            if all(p.metadata.labels.get(k) == v for k, v in labels.items())
             and all(p.metadata.annotations.get(k) == v for k, v in annotations.items())
         ]
+
+    def _built(self) -> dict[Entry, dict[str, Pod]]:
+        """The index, built from every pod on first use."""
+        if self._index is None:
+            self._index = {}
+            for uid, pod in self._pods.items():
+                self.add(uid, pod)
+        return self._index
 
     def _entries(self, pod: Pod) -> list[Entry]:
         meta = pod.metadata
