@@ -2,6 +2,7 @@
 
 from kilter.topology import (
     catalog,
+    config_file,
     eligibility,
     fleet,
     fleetgen,
@@ -43,6 +44,7 @@ __all__ = [
     "build_fleet",
     "catalog",
     "commit",
+    "config_file",
     "eligibility",
     "fleet",
     "fleetgen",

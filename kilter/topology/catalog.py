@@ -17,11 +17,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 import pydantic
-import yaml
 from pydantic.alias_generators import to_camel
 
 from kilter.model.annotations import PLATFORM, SCALE_UP_DOMAIN
 from kilter.model.errors import InputError, UnknownPlatform
+from kilter.topology.config_file import read_yaml
 
 __all__ = ["BUILTIN", "PLATFORM_LABEL", "Catalog", "Platform", "load_overrides"]
 
@@ -276,12 +276,7 @@ class Catalog:
 
 def load_overrides(path: Path, base: Catalog | None = None) -> Catalog:
     """Read ``{platforms: [...]}`` YAML and apply it over ``base`` (default: the built-in catalog)."""
-    try:
-        data = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise InputError(f"cannot read platform file {path}: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        raise InputError(f"platform file {path} is not valid YAML: {exc}") from None
+    data = read_yaml(path, "platform file")
     if not isinstance(data, dict) or not isinstance(data.get("platforms"), list):
         raise InputError(f"platform file {path} must hold a mapping with a 'platforms' list")
     return (base or Catalog(BUILTIN)).with_overrides(data["platforms"])

@@ -66,10 +66,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 import pydantic
-import yaml
 
 from kilter.model.core_v1 import Node
 from kilter.model.errors import InputError
+from kilter.topology.config_file import read_yaml
 
 __all__ = [
     "AMD_MESH_LABEL",
@@ -390,12 +390,4 @@ def _signal(item: Any, *, path: str, where: str) -> Signal:
 
 def load(path: Path) -> HealthSignals:
     """The signals of a ``--health-signals`` YAML file (``parse``); InputError, in one line, if it is unreadable."""
-    try:
-        data = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise InputError(f"cannot read health signals file {path}: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        raise InputError(f"health signals file {path} is not valid YAML: {' '.join(str(exc).split())}") from None
-    except UnicodeDecodeError:
-        raise InputError(f"health signals file {path} is not UTF-8 text") from None
-    return parse(data, where=f"health signals file {path}")
+    return parse(read_yaml(path, "health signals file"), where=f"health signals file {path}")

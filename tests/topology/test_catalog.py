@@ -126,3 +126,15 @@ def test_bad_platform_files_are_input_errors(tmp_path: Path, text: str, message:
     path.write_text(text)
     with pytest.raises(InputError, match=message):
         load_overrides(path)
+
+
+def test_a_platform_file_that_is_not_utf8_or_yaml_is_refused_in_one_line(tmp_path: Path) -> None:
+    binary = tmp_path / "platforms.yaml"
+    binary.write_bytes(b"platforms: [\xff\xfe]\n")
+    with pytest.raises(InputError, match=r"platform file .* is not UTF-8 text"):
+        load_overrides(binary)
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("platforms: [\n  - {name: x\n")
+    with pytest.raises(InputError) as err:
+        load_overrides(broken)
+    assert "is not valid YAML" in str(err.value) and "\n" not in str(err.value)
