@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
-import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -13,18 +10,14 @@ from typing import Any
 import pytest
 import yaml
 
-from kilter.kube.api import ApiServer
 from kilter.model.core_v1 import PodResourceClaim
 from kilter.state import cluster
-from kilter.state.live import LiveFeed, default_resources
 from kilter.state.store import ADDED, DELETED, ClusterStore, Event
-from kilter.topology.catalog import BUILTIN, Catalog
 from tests.gangs.cd_scenario import cd_pod, compute_domain
 from tests.listwatch import COMPUTE_DOMAINS, NODES, PODS, ListWatchServer
+from tests.state.test_live import TOKEN, Harness
 from tests.topology.builders import CLIQUE, node_dict
 
-TOKEN = "cd-token"
-CATALOG = Catalog(BUILTIN)
 CLAIMS = (
     PodResourceClaim("gpus", "shared-gpus", None),
     PodResourceClaim("imex-channel", None, "train-channel"),
@@ -92,44 +85,13 @@ def test_the_store_finds_pods_by_the_claim_template_they_name_as_they_come_and_g
     assert [p.metadata.name for p in store.pods_claiming("ml", "train-channel")] == ["train-1"]
 
 
-class Feed:
-    """kilter's reflectors for nodes, pods and ComputeDomains on an event loop of their own."""
-
-    def __init__(self, server: ListWatchServer) -> None:
-        self.store = ClusterStore(catalog=CATALOG)
-        api = ApiServer("http", "127.0.0.1", server.port, {"Authorization": f"Bearer {TOKEN}"})
-        wanted = ("nodes", "pods", "computedomains")
-        self.feed = LiveFeed(api, self.store, [r for r in default_resources(CATALOG) if r.plural in wanted])
-        self.loop = asyncio.new_event_loop()
-        self.loop.call_soon(self.feed.start, self.loop)
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-
-    def settled(self, condition: Callable[[ClusterStore], bool]) -> None:
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            if asyncio.run_coroutine_threadsafe(_call(lambda: condition(self.store)), self.loop).result(timeout=10):
-                return
-            time.sleep(0.02)
-        raise AssertionError(f"not settled; feed status {self.feed.status()}")
-
-    def close(self) -> None:
-        self.feed.stop()
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(timeout=5)
-        self.loop.close()
-
-
-async def _call(fn: Callable[[], Any]) -> Any:
-    return fn()
-
-
 @pytest.fixture
-def feed_of() -> Iterator[Callable[[ListWatchServer], Feed]]:
-    made: list[Feed] = []
+def feed_of() -> Iterator[Callable[[ListWatchServer], Harness]]:
+    """kilter's reflectors for nodes, pods and ComputeDomains on an event loop of their own (``test_live``'s)."""
+    made: list[Harness] = []
 
-    def make(server: ListWatchServer) -> Feed:
-        made.append(Feed(server))
+    def make(server: ListWatchServer) -> Harness:
+        made.append(Harness(server, plurals=("nodes", "pods", "computedomains")))
         return made[-1]
 
     yield make
@@ -143,7 +105,7 @@ def cd_annotations(store: ClusterStore) -> dict[str, str] | None:
 
 
 def test_list_watch_reads_compute_domains_and_the_claims_of_pods_listed_in_protobuf(
-    feed_of: Callable[[ListWatchServer], Feed],
+    feed_of: Callable[[ListWatchServer], Harness],
 ) -> None:
     with ListWatchServer([PODS, NODES, COMPUTE_DOMAINS], token=TOKEN) as server:
         for obj in objects():
@@ -164,7 +126,7 @@ def test_list_watch_reads_compute_domains_and_the_claims_of_pods_listed_in_proto
 
 
 def test_a_cluster_without_the_nvidia_driver_is_ready_without_compute_domains(
-    feed_of: Callable[[ListWatchServer], Feed],
+    feed_of: Callable[[ListWatchServer], Harness],
 ) -> None:
     with ListWatchServer([PODS, NODES], token=TOKEN) as server:
         server.add(node_dict("r1-t00", labels={CLIQUE: "7b96.1"}))

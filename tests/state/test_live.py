@@ -56,10 +56,17 @@ def gpu_pod(name: str, *, node: str = "", gpus: int = 4, phase: str = "") -> dic
 class Harness:
     """A feed on its own event loop thread; ``settled`` waits until the store matches a condition."""
 
-    def __init__(self, server: ListWatchServer, *, api_type: type[ApiServer] = ApiServer, **options: Any) -> None:
+    def __init__(
+        self,
+        server: ListWatchServer,
+        *,
+        api_type: type[ApiServer] = ApiServer,
+        plurals: tuple[str, ...] = ("nodes", "pods", "workloads"),
+        **options: Any,
+    ) -> None:
         self.store = ClusterStore(catalog=CATALOG)
         api = api_type("http", "127.0.0.1", server.port, {"Authorization": f"Bearer {TOKEN}"})
-        resources = [r for r in default_resources(CATALOG) if r.plural in ("nodes", "pods", "workloads")]
+        resources = [r for r in default_resources(CATALOG) if r.plural in plurals]
         self.feed = LiveFeed(api, self.store, resources, **options)
         self.loop = asyncio.new_event_loop()
         self.loop.call_soon(self.feed.start, self.loop)
