@@ -44,12 +44,17 @@ def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
     return code, out, err
 
 
-@pytest.fixture
-def files(tmp_path: Path) -> tuple[Path, Path]:
-    fleet, trace = tmp_path / "fleet.yaml", tmp_path / "trace.csv"
+def write_inputs(directory: Path) -> tuple[Path, Path]:
+    """``FLEET`` and ``TRACE`` written into ``directory``: (fleet file, trace file)."""
+    fleet, trace = directory / "fleet.yaml", directory / "trace.csv"
     fleet.write_text(FLEET)
     trace.write_text(TRACE)
     return fleet, trace
+
+
+@pytest.fixture
+def files(tmp_path: Path) -> tuple[Path, Path]:
+    return write_inputs(tmp_path)
 
 
 def test_simulate_json_carries_every_promised_metric_for_each_policy(

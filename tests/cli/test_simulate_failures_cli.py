@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.test_simulate_cli import FLEET, TRACE, run
+from tests.cli.test_simulate_cli import run, write_inputs
 from tests.conftest import SHARED_DATA
 
 FAILURE_METRICS = {
@@ -30,10 +30,7 @@ FAILURE_METRICS = {
 
 @pytest.fixture
 def files(tmp_path: Path) -> tuple[Path, Path]:
-    fleet, trace = tmp_path / "fleet.yaml", tmp_path / "trace.csv"
-    fleet.write_text(FLEET)
-    trace.write_text(TRACE)
-    return fleet, trace
+    return write_inputs(tmp_path)
 
 
 def test_simulate_with_failures_reports_what_they_cost_under_each_policys_own_recovery(
