@@ -39,6 +39,7 @@ from kilter.gangs.arrivals import Arrivals
 from kilter.gangs.identity import INDEXED_ANNOTATIONS, INDEXED_LABELS, GangId, gang_of, identify, in_gang
 from kilter.gangs.keys import PlanKeys
 from kilter.gangs.layout import Layout, SlotSpec
+from kilter.gangs.running import placed_domains
 from kilter.gangs.waits import SplitWaits
 from kilter.model.core_v1 import Pod, pod_request
 from kilter.model.errors import InputError
@@ -385,10 +386,10 @@ class GangBook:
         """Plan first the repairs of the gangs repairing beside this one that come before it (``repair_order``),
         so that when several gangs lose nodes in one domain, which replacement reached kilter first does not
         decide who gets the free nodes there. A gang repairs beside this one when its pods wait and some of its
-        pods run in a domain this gang's run in; it comes first by higher pod priority, then by gang key."""
+        pods run (or kilter just bound them) in a domain this gang's do (``running.placed_domains``); it comes
+        first by higher pod priority, then by gang key."""
         fleet = self.store.fleet()
-        at = fleet.node_index
-        mine = {int(fleet.node_domain[at[n]]) for p in members if (n := p.spec.node_name) in at}
+        mine = placed_domains(self.store, fleet, members)
         if not mine:
             return
         waiting = self.arrivals.waiting
@@ -400,8 +401,7 @@ class GangBook:
             other = identify(first, self.store)
             if other is None:
                 continue
-            theirs = in_gang(other.key).members(self.store)
-            if any(int(fleet.node_domain[at[n]]) in mine for p in theirs if (n := p.spec.node_name) in at):
+            if placed_domains(self.store, fleet, in_gang(other.key).members(self.store)) & mine:
                 self.plan_for(other, first, pod_facts.gpu_ask(first, self.arrivals.resources)[1])
 
     # ------------------------------------------------------------------ records

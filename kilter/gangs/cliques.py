@@ -27,13 +27,13 @@ A pod that joins no ComputeDomain gets its request back unchanged.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import replace
 
 import numpy as np
 
 from kilter._native import domains as native_domains
 from kilter.gangs import compute_domains
+from kilter.gangs.running import placed_domains
 from kilter.model.core_v1 import Pod
 from kilter.model.nvidia_dra import COMPUTE_DOMAIN_NODE_LABEL, ComputeDomain
 from kilter.state.store import ClusterStore
@@ -82,10 +82,10 @@ class Cliques:
         self._owners = {k: v for k, v in self._owners.items() if k != gang and store.is_reserved(k)}
         self._owners[gang] = me
         others = {_name(o): o for o in compute_domains.all_domains(store) if _name(o) != me and _apart(cd, o)}
-        own = _placed(store, fleet, compute_domains.members(store, cd))
+        own = placed_domains(store, fleet, compute_domains.members(store, cd))
         taken: set[int] = set()
         for other in others.values():
-            taken |= _placed(store, fleet, compute_domains.members(store, other))
+            taken |= placed_domains(store, fleet, compute_domains.members(store, other))
         for owner, of in self._owners.items():
             where = {int(fleet.node_domain[h.node_index]) for h in store.reservation(owner)}
             if of == me and owner != gang:
@@ -103,19 +103,6 @@ def _name(cd: ComputeDomain) -> Name:
 def _apart(cd: ComputeDomain, other: ComputeDomain) -> bool:
     """The two domains must not share a clique: unless both allow it."""
     return not (compute_domains.shares_cliques(cd) and compute_domains.shares_cliques(other))
-
-
-def _placed(store: ClusterStore, fleet: Fleet, pods: Iterable[Pod]) -> set[int]:
-    """The domains (fleet indices) of the nodes these pods are bound to, or that kilter bound them to (assumed)."""
-    out: set[int] = set()
-    for pod in pods:
-        index = fleet.node_index.get(pod.spec.node_name) if pod.spec.node_name else None
-        if index is None and not pod.spec.node_name:
-            booking = store.booking(pod.metadata.uid or f"{pod.metadata.namespace}/{pod.metadata.name}")
-            index = booking.node if booking is not None else None
-        if index is not None:
-            out.add(int(fleet.node_domain[index]))
-    return out
 
 
 def _labelled(fleet: Fleet, uids: set[str]) -> set[int]:

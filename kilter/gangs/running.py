@@ -14,16 +14,19 @@ are created together.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
 
 from kilter.gangs.inventory import booked_gang_pods
+from kilter.model.core_v1 import Pod
 from kilter.quota.policy import parse_time
 from kilter.state.store import ClusterStore
+from kilter.topology.fleet import Fleet
 from kilter.topology.split_wait import fewest_domains_idle
 
-__all__ = ["RunningGang", "running_gangs"]
+__all__ = ["RunningGang", "placed_domains", "running_gangs"]
 
 
 @dataclass(frozen=True)
@@ -39,6 +42,19 @@ class RunningGang:
     domains_min: int  # the fewest domains the idle fleet could hold these pods in (0: it could not)
     started_s: float | None  # its earliest pod's creationTimestamp (Unix seconds)
     nodes: tuple[str, ...]  # the nodes of its pods, one per pod, sorted
+
+
+def placed_domains(store: ClusterStore, fleet: Fleet, pods: Iterable[Pod]) -> set[int]:
+    """The domains (fleet indices) of the nodes these pods are bound to, or that kilter bound them to (assumed)."""
+    out: set[int] = set()
+    for pod in pods:
+        index = fleet.node_index.get(pod.spec.node_name) if pod.spec.node_name else None
+        if index is None and not pod.spec.node_name:
+            booking = store.booking(pod.metadata.uid or f"{pod.metadata.namespace}/{pod.metadata.name}")
+            index = booking.node if booking is not None else None
+        if index is not None:
+            out.add(int(fleet.node_domain[index]))
+    return out
 
 
 def _members(store: ClusterStore, namespace: str | None) -> dict[str, list[tuple[int, int, str]]]:
