@@ -35,7 +35,7 @@ from kilter.kube.api import ApiError, ApiServer, check_name, check_namespace, ob
 from kilter.model import codec
 from kilter.model.core_v1 import Pod, pod_request
 from kilter.model.errors import InputError, KilterError
-from kilter.state.store import MODIFIED, ClusterStore, Event
+from kilter.state.store import MODIFIED, ClusterStore, Event, pod_uid
 from kilter.topology import spares, verdicts
 from kilter.topology.fleet import ENDED_PHASES, Fleet
 from kilter.topology.plan import MAX_POD_GPUS
@@ -103,7 +103,7 @@ class SchedulerExtender:
         resource, gpus = verdicts.gpu_ask(asks) or ("", 0)
         if gpus > MAX_POD_GPUS:  # the gang planner's rule, for every pod: no node holds it, nor does an int32
             raise InputError(f"the pod asks for {gpus} {resource}; no node offers more than {MAX_POD_GPUS}", path=path)
-        uid = pod.metadata.uid or f"{pod.metadata.namespace}/{pod.metadata.name}"
+        uid = pod_uid(pod)
         self._saw(uid, pod, gpus)
         return _Pod(pod, uid, resource, gpus)
 

@@ -24,7 +24,7 @@ from kilter.gangs import pod_facts, records
 from kilter.gangs.identity import key_of
 from kilter.model.core_v1 import Pod
 from kilter.state.events import Stored
-from kilter.state.store import ClusterStore
+from kilter.state.store import ClusterStore, pod_uid
 from kilter.topology.fleet import ENDED_PHASES
 
 __all__ = ["Arrivals"]
@@ -44,13 +44,13 @@ class Arrivals:
 
     def _changed(self, old: Stored | None, new: Stored | None) -> None:
         if isinstance(old, Pod):
-            self._stop_waiting(_uid(old))
+            self._stop_waiting(pod_uid(old))
         if not isinstance(new, Pod) or new.status.phase in ENDED_PHASES:
             return
         if not new.spec.node_name:
             key = key_of(new)
             if key is not None:
-                gang, uid = key.format(), _uid(new)
+                gang, uid = key.format(), pod_uid(new)
                 self.waiting.setdefault(gang, {})[uid] = new
                 self._waits_in[uid] = gang
             return
@@ -69,7 +69,3 @@ class Arrivals:
             pods.pop(uid, None)
             if not pods:
                 del self.waiting[gang]
-
-
-def _uid(pod: Pod) -> str:
-    return pod.metadata.uid or f"{pod.metadata.namespace}/{pod.metadata.name}"

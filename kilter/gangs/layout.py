@@ -35,6 +35,7 @@ from kilter.gangs.ranks import ROLE_ORDER, Place, Shape, group_of, read_index
 from kilter.model.core_v1 import Pod, PodTemplateSpec
 from kilter.model.errors import InputError
 from kilter.model.jobs import PodSetSpec, TopologyRequest, topology_request
+from kilter.state.store import pod_uid
 from kilter.topology.catalog import Catalog
 from kilter.topology.fleet import Fleet
 from kilter.topology.plan import Plan
@@ -157,7 +158,7 @@ def _holds(
             if g:
                 return None
             continue
-        uid = m.metadata.uid or f"{m.metadata.namespace}/{m.metadata.name}"
+        uid = pod_uid(m)
         taken.append(Taken(place, m.spec.node_name, g, uid))
     if len({t.place for t in taken}) != len(taken):
         return None

@@ -22,7 +22,7 @@ import numpy as np
 from kilter.gangs.inventory import booked_gang_pods
 from kilter.model.core_v1 import Pod
 from kilter.quota.policy import parse_time
-from kilter.state.store import ClusterStore
+from kilter.state.store import ClusterStore, pod_uid
 from kilter.topology.fleet import Fleet
 from kilter.topology.split_wait import fewest_domains_idle
 
@@ -50,7 +50,7 @@ def placed_domains(store: ClusterStore, fleet: Fleet, pods: Iterable[Pod]) -> se
     for pod in pods:
         index = fleet.node_index.get(pod.spec.node_name) if pod.spec.node_name else None
         if index is None and not pod.spec.node_name:
-            booking = store.booking(pod.metadata.uid or f"{pod.metadata.namespace}/{pod.metadata.name}")
+            booking = store.booking(pod_uid(pod))
             index = booking.node if booking is not None else None
         if index is not None:
             out.add(int(fleet.node_domain[index]))

@@ -78,7 +78,18 @@ from kilter.topology.catalog import BUILTIN, Catalog
 from kilter.topology.fleet import ENDED_PHASES, Fleet, build_fleet
 from kilter.topology.health import DEFAULTS, HealthSignals
 
-__all__ = ["ADDED", "DELETED", "MODIFIED", "Booking", "ClusterStore", "Event", "ObjectKey", "Stored", "object_key"]
+__all__ = [
+    "ADDED",
+    "DELETED",
+    "MODIFIED",
+    "Booking",
+    "ClusterStore",
+    "Event",
+    "ObjectKey",
+    "Stored",
+    "object_key",
+    "pod_uid",
+]
 
 log = logging.getLogger("kilter.state")
 
@@ -276,14 +287,14 @@ class ClusterStore:
 
     def _pod_changed(self, old: Pod | None, new: Pod | None) -> None:
         if old is not None:
-            uid = _uid(old)
+            uid = pod_uid(old)
             self._pods_by_uid.pop(uid, None)
             self._pod_index.drop(uid, old)
             if not self._fleet_dirty:
                 self._unbook(uid)
         if new is None:
             return
-        uid = _uid(new)
+        uid = pod_uid(new)
         self._pods_by_uid[uid] = new
         self._pod_index.add(uid, new)
         if not self._fleet_dirty:
@@ -544,5 +555,6 @@ class ClusterStore:
         return obj if isinstance(obj, Node) else None
 
 
-def _uid(pod: Pod) -> str:
+def pod_uid(pod: Pod) -> str:
+    """The key the store books a pod under: its UID, else ``namespace/name`` (a pod not created yet has none)."""
     return pod.metadata.uid or f"{pod.metadata.namespace}/{pod.metadata.name}"
