@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 
 from kilter.cli import render, sources
 from kilter.cli.serve_config import add_split_wait_arguments, read_split_wait
 from kilter.gangs.waits import Waits
-from kilter.quota.policy import parse_time
 from kilter.webhooks.admissioncheck import CONTROLLER_NAME, decide, our_checks
 
 __all__ = ["add_parser", "run"]
@@ -34,7 +32,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 
 def run(args: argparse.Namespace) -> int:
-    now_s = parse_time(args.now, path="--now") if args.now else time.time()
+    now_s = sources.now_of(args)
     rule = read_split_wait(args)
     state = sources.load_state(args)
     sources.print_warnings(state)

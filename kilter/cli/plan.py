@@ -12,7 +12,6 @@ plan it would take once its wait is over. A waiting gang is not a failure
 from __future__ import annotations
 
 import argparse
-import time
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -25,7 +24,6 @@ from kilter.gangs.planning import plan_job_waits, plan_to_dict
 from kilter.gangs.waits import NO_WAIT, Waits
 from kilter.model.errors import InputError
 from kilter.model.jobs import JobSpec, PodSetSpec, read_job
-from kilter.quota.policy import parse_time
 from kilter.state import snapshot
 from kilter.state.cluster import ClusterState
 from kilter.topology.fleet import Fleet
@@ -136,7 +134,7 @@ def answer(
 
 
 def run(args: argparse.Namespace) -> int:
-    now_s = parse_time(args.now, path="--now") if args.now else time.time()
+    now_s = sources.now_of(args)
     rule = read_split_wait(args)
     spare_nodes = read_spare_nodes(args.spare_nodes_per_domain, sources.load_catalog(args))
     state = sources.load_state(args)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -21,7 +20,7 @@ from kilter.quota import amount, decay
 from kilter.quota.admit import Decision, admission_order, by_cluster_queue
 from kilter.quota.afs import AdmissionFairSharingConfig, local_queue_usage
 from kilter.quota.config import FairSharingConfig
-from kilter.quota.policy import parse_duration, parse_time
+from kilter.quota.policy import parse_duration
 from kilter.quota.status import NodeStatus, apply_usage, tree_status
 from kilter.quota.tree import build_tree
 from kilter.quota.usage import Ledger, admitted_keys, workload_counts, workload_infos
@@ -284,7 +283,7 @@ def render_table(data: dict[str, Any]) -> str:
 
 def run(args: argparse.Namespace) -> int:
     state = sources.load_state(args, skip=cluster.NODES_AND_PODS)  # quota is Workloads' business: no Pod is read
-    now = parse_time(args.now, path="--now") if args.now else time.time()
+    now = sources.now_of(args)
     data = queues_data(state, now=now, pending=args.pending, config=_config(args), afs=_afs(args))
     if not data["clusterQueues"] and not data["cohorts"]:
         raise InputError("the snapshot holds no ClusterQueues or Cohorts")

@@ -5,11 +5,13 @@ from __future__ import annotations
 import argparse
 import gc
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 from kilter.kube.api import connect
 from kilter.model.errors import InputError
+from kilter.quota.policy import parse_time
 from kilter.state import cluster, snapshot
 from kilter.state.cluster import ClusterState
 from kilter.state.live import default_resources, list_cluster
@@ -28,8 +30,14 @@ __all__ = [
     "health_of",
     "load_catalog",
     "load_state",
+    "now_of",
     "print_warnings",
 ]
+
+
+def now_of(args: argparse.Namespace) -> float:
+    """The moment a command judges at: ``--now`` (RFC 3339), else the clock (Unix seconds)."""
+    return parse_time(args.now, path="--now") if args.now else time.time()
 
 
 HEALTH_SIGNALS_HELP = (

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,7 +26,6 @@ from kilter.cli.kubectl.decisions import Recorded
 from kilter.cli.spare_flag import add_spare_argument, read_spare_nodes
 from kilter.kube.api import ApiServer, check_namespace, connect
 from kilter.model.errors import InputError
-from kilter.quota.policy import parse_time
 from kilter.state import snapshot_file
 from kilter.state.cluster import KNOWN_KINDS, NODES_AND_PODS
 from kilter.state.live import default_resources, list_cluster
@@ -156,7 +154,7 @@ def connect_to(args: argparse.Namespace) -> tuple[ApiServer, Path | None]:
 
 def load(args: argparse.Namespace) -> Cluster:
     """Read the cluster (or snapshot) the options name, once."""
-    now_s = parse_time(args.now, path="--now") if args.now else time.time()
+    now_s = sources.now_of(args)
     catalog = sources.catalog_of(args.platforms)
     store = ClusterStore(
         catalog=catalog,
