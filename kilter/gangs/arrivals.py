@@ -7,7 +7,11 @@ reads every survivor's GPU ask, index, group and plan record time
 target for the whole decision. Those facts do not change while a pod runs,
 so they are read from the store's watcher as each bound pod of a
 kilter-planned gang arrives or changes (a cold start's first list
-included), when nothing waits on them. Only pods carrying a plan record
+included), when nothing waits on them. So is each pod's rank, which depends
+on the shapes of its gang's pod sets: the book says which shapes it laid a
+gang out in (``laid_out``), and a bound pod of that gang arriving later has
+its rank read in them, as its gang's next decision (a repair) will read it.
+After a restart, a gang's first decision reads its ranks itself. Only pods carrying a plan record
 (``kilter.dev/plan``) are read: the gangs kilter placed, which are the
 gangs it repairs; a 150,000-pod store of other pods pays a few attribute
 reads a pod.
@@ -22,21 +26,26 @@ from __future__ import annotations
 
 from kilter.gangs import pod_facts, records
 from kilter.gangs.identity import key_of
+from kilter.gangs.ranks import Shape
 from kilter.model.core_v1 import Pod
 from kilter.state.events import Stored
 from kilter.state.store import ClusterStore, pod_uid
 from kilter.topology.fleet import ENDED_PHASES
 
-__all__ = ["Arrivals"]
+__all__ = ["MAX_GANGS", "Arrivals"]
+
+MAX_GANGS = 1 << 16
 
 
 class Arrivals:
     """Reads ``store``'s pods now and watches them from then on (a first list included): ``waiting`` holds, per
-    gang key, the gang's unbound pods that have not ended, by UID."""
+    gang key, the gang's unbound pods that have not ended, by UID; ``shapes``, per gang key, the pod sets the
+    book last laid the gang out in (at most ``MAX_GANGS`` gangs: past that it starts afresh)."""
 
     def __init__(self, store: ClusterStore) -> None:
         self.resources = tuple(sorted(store.catalog.device_resources))
         self.waiting: dict[str, dict[str, Pod]] = {}
+        self.shapes: dict[str, tuple[Shape, ...]] = {}
         self._waits_in: dict[str, str] = {}  # uid -> the gang key it waits in
         for pod in store.pods():
             self._changed(None, pod)
@@ -55,10 +64,20 @@ class Arrivals:
                 self._waits_in[uid] = gang
             return
         if records.PLAN_ANNOTATION in new.metadata.annotations:
-            pod_facts.gpu_ask(new, self.resources)
+            pod_facts.member(new, self.resources)
             pod_facts.index_of(new)
-            pod_facts.group_of(new)
             pod_facts.record_time(new, records.record_time)
+            key = key_of(new)
+            shapes = self.shapes.get(key.format()) if key is not None else None
+            if shapes is not None:
+                pod_facts.held(new, self.resources, shapes)
+
+    def laid_out(self, gang: str, shapes: tuple[Shape, ...]) -> None:
+        """The book laid gang ``gang`` out in ``shapes``: read the ranks of its pods that arrive bound from now on
+        in them."""
+        if gang not in self.shapes and len(self.shapes) >= MAX_GANGS:
+            self.shapes.clear()
+        self.shapes[gang] = shapes
 
     def _stop_waiting(self, uid: str) -> None:
         gang = self._waits_in.pop(uid, None)

@@ -55,7 +55,7 @@ log = logging.getLogger("kilter.gangs")
 INFEASIBLE_RETRY_S = 5.0  # a gang that did not fit is planned again after this long, not on every pod
 
 
-@dataclass
+@dataclass(slots=True)
 class Slot:
     """One planned pod's place: the node (by name, and its index in the fleet as of the plan's ``generation``).
 
@@ -349,6 +349,7 @@ class GangBook:
         if size - bound <= 0:
             return None
         shaped = layout.of_gang(gang, pod, gpus, members, size=size, bound=bound, catalog=fleet.catalog)
+        self.arrivals.laid_out(gang.key, shaped.shapes)
         request = gang_request(gang.key, shaped.to_place, fleet.catalog)
         request = self.cliques.constrain(self.store, request, pod=pod, gang=gang.key)
         if bound and members is None:
@@ -388,11 +389,13 @@ class GangBook:
         decide who gets the free nodes there. A gang repairs beside this one when its pods wait and some of its
         pods run (or kilter just bound them) in a domain this gang's do (``running.placed_domains``); it comes
         first by higher pod priority, then by gang key."""
+        waiting = self.arrivals.waiting
+        if not any(key != gang.key and key not in self.plans for key in waiting):
+            return  # the usual case: no other gang waits to be planned
         fleet = self.store.fleet()
         mine = placed_domains(self.store, fleet, members)
         if not mine:
             return
-        waiting = self.arrivals.waiting
         me = repair_order(gang.key, waiting.get(gang.key, {}).values())
         for key, pods in sorted(waiting.items()):
             if key == gang.key or key in self.plans or not pods or repair_order(key, pods.values()) >= me:
@@ -564,7 +567,4 @@ def _asks(pod: Pod, resource: str) -> bool:
 
 def _slots(specs: Iterable[SlotSpec]) -> list[Slot]:
     """Slots from (node, node index, GPUs, uid, rank): open ones reserved, those a pod holds not."""
-    return [
-        Slot(n, i, g, uid=u, reserved=not u, rank=p.rank if p else None, pod_set=p.pod_set if p else "")
-        for n, i, g, u, p in specs
-    ]
+    return [Slot(n, i, g, u, not u, p.rank, p.pod_set) if p else Slot(n, i, g, u, not u) for n, i, g, u, p in specs]

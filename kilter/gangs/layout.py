@@ -27,15 +27,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import NamedTuple
+from functools import cached_property
 
 from kilter.gangs import pod_facts
 from kilter.gangs.identity import GangId
-from kilter.gangs.ranks import ROLE_ORDER, Place, Shape, group_of, read_index
+from kilter.gangs.ranks import ROLE_ORDER, Place, Shape, Taken, group_of, read_index
 from kilter.model.core_v1 import Pod, PodTemplateSpec
 from kilter.model.errors import InputError
 from kilter.model.jobs import PodSetSpec, TopologyRequest, topology_request
-from kilter.state.store import pod_uid
 from kilter.topology.catalog import Catalog
 from kilter.topology.fleet import Fleet
 from kilter.topology.plan import Plan
@@ -43,15 +42,6 @@ from kilter.topology.plan import Plan
 __all__ = ["Layout", "SlotSpec", "Taken", "of_gang", "of_plan", "shrink"]
 
 SlotSpec = tuple[str, int, int, str, Place | None]  # node, node index, GPUs, uid of the pod holding it ("": open), rank
-
-
-class Taken(NamedTuple):
-    """A bound pod of a ranked gang, and the rank it holds (a named tuple: a repair makes one per survivor)."""
-
-    place: Place
-    node: str
-    gpus: int
-    uid: str
 
 
 @dataclass(frozen=True)
@@ -78,13 +68,36 @@ class Layout:
 
     def order(self) -> list[Place]:
         """Every rank of the gang's GPU pod sets, pod set after pod set: the order of a ranked plan's slots."""
-        return [Place(s.name, r) for s in self.shapes if s.gpus > 0 for r in range(s.count)]
+        return [Place(s.name, r) for s in self.shapes if s.gpus > 0 for r in range(s.pods)]
+
+    @cached_property
+    def _starts(self) -> dict[str, int]:
+        """Where each GPU pod set's ranks start in ``order``."""
+        starts, at = {}, 0
+        for s in self.shapes:
+            if s.gpus > 0:
+                starts[s.name] = at
+                at += s.pods
+        return starts
+
+    @cached_property
+    def size(self) -> int:
+        """How many ranks ``order`` lists (without listing them: a 512-pod repair asks for a few)."""
+        return sum(s.pods for s in self.shapes if s.gpus > 0)
+
+    def position(self, place: Place) -> int | None:
+        """``place``'s position in ``order`` (None: no GPU pod set of the gang has it)."""
+        start = self._starts.get(place.pod_set)
+        return start + place.rank if start is not None and 0 <= place.rank < self._counts[place.pod_set] else None
+
+    @cached_property
+    def _counts(self) -> dict[str, int]:
+        return {s.name: s.pods for s in self.shapes if s.gpus > 0}
 
     def record_places(self, n: int) -> list[Place | None]:
         """The rank of each of a record's ``n`` slots: its position in ``order`` when the record lists the whole
         gang (as a ranked plan's does), else unknown."""
-        full = self.order()
-        return list(full) if len(full) == n else [None] * n
+        return list(self.order()) if self.size == n else [None] * n
 
     def slots(self, plan: Plan, fleet: Fleet) -> list[SlotSpec]:
         """The slots of a feasible ``plan``: one open slot per planned pod and one per ``taken`` rank (on a node
@@ -95,11 +108,29 @@ class Layout:
         ]
         if not self.taken:
             return out
-        out += [
-            (t.node, fleet.node_index[t.node], t.gpus, t.uid, t.place) for t in self.taken if t.node in fleet.node_index
-        ]
-        position = {p: i for i, p in enumerate(self.order())}
-        return sorted(out, key=lambda s: position.get(s[4], len(position)) if s[4] is not None else len(position))
+        at = fleet.node_index
+        out += [(t.node, at[t.node], t.gpus, t.uid, t.place) for t in self.taken if t.node in at]
+        return self._in_order(out)
+
+    def _in_order(self, slots: list[SlotSpec]) -> list[SlotSpec]:
+        """``slots`` in rank order, those without a rank last (in their order): each put at its position, as
+        sorting by it would, unless two share one."""
+        placed: list[SlotSpec | None] = [None] * self.size
+        rest: list[SlotSpec] = []
+        position = self.position
+        for slot in slots:
+            at = position(slot[4]) if slot[4] is not None else None
+            if at is None:
+                rest.append(slot)
+            elif placed[at] is not None:
+                return sorted(slots, key=lambda s: self._sort_key(s[4]))
+            else:
+                placed[at] = slot
+        return [s for s in placed if s is not None] + rest
+
+    def _sort_key(self, place: Place | None) -> int:
+        at = self.position(place) if place is not None else None
+        return at if at is not None else self.size
 
 
 def shrink(pod_sets: Sequence[PodSetSpec], bound: int) -> tuple[PodSetSpec, ...]:
@@ -117,7 +148,7 @@ def shrink(pod_sets: Sequence[PodSetSpec], bound: int) -> tuple[PodSetSpec, ...]
 def of_plan(plan: Plan) -> Layout:
     """The layout of a plan made for a whole gang elsewhere (the AdmissionCheck's): every rank of each pod set."""
     shapes = tuple(Shape(ps.name, ps.count, ps.gpus_per_pod) for ps in plan.pod_sets)
-    return Layout(shapes, (), {s.name: tuple(range(s.count)) for s in shapes})
+    return Layout(shapes, (), {s.name: tuple(range(s.pods)) for s in shapes})
 
 
 def of_gang(
@@ -149,40 +180,40 @@ def _holds(
     none, or two hold one."""
     taken: list[Taken] = []
     held_resources = tuple(resources)
-    for m in members:
+    held_by = pod_facts.held
+    for m in members:  # a repair decision runs this over every member: one pass, one remembered fact a pod
         if not m.spec.node_name:
             continue
-        g = pod_facts.gpu_ask(m, held_resources)[1]
-        place = pod_facts.place_of(m, g, shapes)
-        if not isinstance(place, Place):
+        g, place = held_by(m, held_resources, shapes)
+        if not isinstance(place, Taken):
             if g:
                 return None
             continue
-        uid = pod_uid(m)
-        taken.append(Taken(place, m.spec.node_name, g, uid))
-    if len({t.place for t in taken}) != len(taken):
+        taken.append(place)
+    held = {t.place for t in taken}
+    if len(held) != len(taken):
         return None
     ranks = {}
     for s in shapes:
-        held = {t.place.rank for t in taken if t.place.pod_set == s.name}
-        ranks[s.name] = tuple(r for r in range(s.count) if r not in held)
+        mine = {p.rank for p in held if p.pod_set == s.name} if len(shapes) > 1 else {p.rank for p in held}
+        ranks[s.name] = tuple(sorted(set(range(s.pods)).difference(mine)))
     return ranks, tuple(t for t in taken if t.gpus > 0)
 
 
 def _built(pod: Pod, gpus: int, members: list[Pod], *, size: int, bound: int, resources: Sequence[str]) -> Layout:
     """Pod sets of a gang named by labels alone, from its pods in the state (module docstring)."""
     meta = pod.metadata
-    if not any((m.metadata.namespace, m.metadata.name) == (meta.namespace, meta.name) for m in members):
+    if not any(m.metadata.name == meta.name and m.metadata.namespace == meta.namespace for m in members):
         members = [*members, pod]
     if len(members) > size:  # more pods than the gang's declared size: plan it as before, in the asking pod's shape
         return Layout((Shape("pods", size, gpus),), (_pod_set("pods", size - bound, pod),) if size > bound else ())
     resource = pod_facts.spec_gpu_ask(pod.spec, resources)[0]
     mine = (group_of(pod), gpus)
     groups: dict[tuple[str, int], list[Pod]] = {mine: []}
-    held_resources = tuple(resources)
+    held_resources, member = tuple(resources), pod_facts.member
     for m in members:
-        r, g = pod_facts.gpu_ask(m, held_resources)
-        groups.setdefault((pod_facts.group_of(m), g) if r in (resource, "") else mine, []).append(m)
+        r, g, group = member(m, held_resources)
+        groups.setdefault((group, g) if r in (resource, "") else mine, []).append(m)
     count = {k: len(pods) + (size - len(members) if k == mine else 0) for k, pods in groups.items()}
     keys = sorted(groups, key=lambda k: (_role(k[0]), _lowest(groups[k]), k)) if len(groups) > 1 else list(groups)
     several = {group for group, _ in keys if sum(1 for g, _ in keys if g == group) > 1}

@@ -19,9 +19,21 @@ from kilter.gangs import ranks
 from kilter.model.annotations import PLAN as PLAN_ANNOTATION
 from kilter.model.core_v1 import Pod, PodSpec, pod_request
 from kilter.model.errors import InputError
+from kilter.state.store import pod_uid
 from kilter.topology import verdicts
 
-__all__ = ["MAX_PODS", "forget", "gpu_ask", "group_of", "index_of", "place_of", "record_time", "spec_gpu_ask"]
+__all__ = [
+    "MAX_PODS",
+    "forget",
+    "gpu_ask",
+    "group_of",
+    "held",
+    "index_of",
+    "member",
+    "place_of",
+    "record_time",
+    "spec_gpu_ask",
+]
 
 MAX_PODS = 1 << 18
 
@@ -31,6 +43,11 @@ _indices: dict[tuple[str, str, str], tuple[Pod, ranks.PodIndex | str | None]] = 
 _groups: dict[tuple[str, str, str], tuple[Pod, str]] = {}
 _places: dict[tuple[str, str, str], tuple[Pod, int, tuple[ranks.Shape, ...], ranks.Place | str | None]] = {}
 _times: dict[tuple[str, str, str], tuple[Pod, str | None, float | None]] = {}
+_members: dict[tuple[str, str, str], tuple[Pod, tuple[str, ...], tuple[str, int, str]]] = {}
+_held: dict[
+    tuple[str, str, str],
+    tuple[Pod, tuple[str, ...], tuple[ranks.Shape, ...], tuple[int, ranks.Taken | str | None]],
+] = {}
 
 
 def spec_gpu_ask(spec: PodSpec, resources: Sequence[str]) -> tuple[str, int]:
@@ -50,6 +67,35 @@ def gpu_ask(pod: Pod, resources: tuple[str, ...]) -> tuple[str, int]:
     found = spec_gpu_ask(pod.spec, resources)
     _remember(_asks, key, (pod, resources, found))
     return found
+
+
+def member(pod: Pod, resources: tuple[str, ...]) -> tuple[str, int, str]:
+    """(device resource, GPUs, group) of the pod — ``gpu_ask`` and ``group_of`` at once, as a gang's layout reads
+    them of every member."""
+    key = _key(pod)
+    held = _members.get(key)
+    if held is not None and held[0] is pod and held[1] == resources:
+        return held[2]
+    found = (*gpu_ask(pod, resources), group_of(pod))
+    _remember(_members, key, (pod, resources, found))
+    return found
+
+
+def held(pod: Pod, resources: tuple[str, ...], shapes: tuple[ranks.Shape, ...]) -> tuple[int, ranks.Taken | str | None]:
+    """A bound pod's GPUs and the rank it holds among ``shapes`` as a ``Taken`` (else ``place_of``'s reason or
+    None): what a gang's layout reads of each bound member, remembered with the object, resources and shapes."""
+    key = _key(pod)
+    found = _held.get(key)
+    if found is not None and found[0] is pod and found[1] == resources and found[2] == shapes:
+        return found[3]
+    gpus = gpu_ask(pod, resources)[1]
+    place = place_of(pod, gpus, shapes)
+    out: tuple[int, ranks.Taken | str | None] = (
+        gpus,
+        ranks.Taken(place, pod.spec.node_name, gpus, pod_uid(pod)) if isinstance(place, ranks.Place) else place,
+    )
+    _remember(_held, key, (pod, resources, shapes, out))
+    return out
 
 
 def index_of(pod: Pod) -> ranks.PodIndex | str | None:
@@ -100,7 +146,7 @@ def record_time(pod: Pod, read: Callable[[str], float | None]) -> tuple[str | No
 def forget(*, places_only: bool = False) -> None:
     """Drop every remembered fact (a benchmark's cold start); ``places_only``: only the ranks, which depend on a
     gang's shapes and so are read at a decision, not as pods arrive (``arrivals``)."""
-    for memo in (_places,) if places_only else (_asks, _indices, _groups, _places, _times):
+    for memo in (_places, _held) if places_only else (_asks, _indices, _groups, _places, _times, _members, _held):
         memo.clear()
 
 

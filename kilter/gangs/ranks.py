@@ -79,6 +79,7 @@ __all__ = [
     "Place",
     "PodIndex",
     "Shape",
+    "Taken",
     "group_of",
     "is_gone",
     "place_of",
@@ -124,12 +125,12 @@ class PodIndex:
     across: bool = False
 
 
-@dataclass(frozen=True)
-class Shape:
-    """One pod set of a gang as ranks see it: its name, how many pods it has in all, and GPUs per pod."""
+class Shape(NamedTuple):
+    """One pod set of a gang as ranks see it: its name, how many pods it has in all, and GPUs per pod. A named
+    tuple: a repair decision compares the gang's shapes with those each member's rank was read in, 512 times."""
 
     name: str
-    count: int
+    pods: int
     gpus: int
 
 
@@ -143,6 +144,15 @@ class Place(NamedTuple):
 
     def __str__(self) -> str:
         return f"rank {self.rank} of pod set {self.pod_set}"
+
+
+class Taken(NamedTuple):
+    """A bound pod of a ranked gang, and the rank it holds (a named tuple: a repair makes one per survivor)."""
+
+    place: Place
+    node: str
+    gpus: int
+    uid: str
 
 
 def _get(pod: Pod, key: str) -> str | None:
@@ -234,9 +244,9 @@ def place_of(
     if rank is None:
         if found.job is not None:
             jobs = found.jobs
-            if not jobs or shape.count % jobs:
-                return f"{JOBSET_REPLICAS} ({jobs}) does not divide pod set {shape.name}'s {shape.count} pods"
-            per_job = shape.count // jobs
+            if not jobs or shape.pods % jobs:
+                return f"{JOBSET_REPLICAS} ({jobs}) does not divide pod set {shape.name}'s {shape.pods} pods"
+            per_job = shape.pods // jobs
             if found.index >= per_job:
                 return f"{JOB_COMPLETION_INDEX} {found.index} is past the {per_job} pods of one Job"
             rank = found.job * per_job + found.index
@@ -244,8 +254,8 @@ def place_of(
             rank = found.index - _offset(pod)
     if shape.gpus != gpus:
         return f"pod set {shape.name} has {shape.gpus} GPUs per pod, the pod asks {gpus}"
-    if not 0 <= rank < shape.count:
-        return f"rank {rank} (from {found.key}) is outside pod set {shape.name}'s {shape.count} pods"
+    if not 0 <= rank < shape.pods:
+        return f"rank {rank} (from {found.key}) is outside pod set {shape.name}'s {shape.pods} pods"
     return Place(shape.name, rank)
 
 
@@ -261,16 +271,16 @@ def _pod_set_of(pod: Pod, found: PodIndex, gpus: int, shapes: Sequence[Shape]) -
     if found.across:
         start = 0
         for k, s in enumerate(shapes):
-            if start <= found.index < start + s.count:
+            if start <= found.index < start + s.pods:
                 return k, found.index - start
-            start += s.count
+            start += s.pods
         return None, None
     same = [k for k, s in enumerate(shapes) if s.gpus == gpus]
     return (same[0], None) if len(same) == 1 else (None, None)
 
 
 def _names(shapes: Sequence[Shape]) -> str:
-    return ", ".join(f"{s.name} ({s.count} x {s.gpus} GPUs)" for s in shapes[:8]) or "none"
+    return ", ".join(f"{s.name} ({s.pods} x {s.gpus} GPUs)" for s in shapes[:8]) or "none"
 
 
 def is_gone(store: ClusterStore, uid: str) -> bool:

@@ -44,8 +44,9 @@ of annotations per object) is not written.
 from __future__ import annotations
 
 import datetime
+import itertools
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -217,7 +218,8 @@ def newest(pods: Iterable[Pod], *, keys: PlanKeys, owner_uid: Callable[[str], st
     are alike, and a 512-pod gang's record lists 512 slots: decoding and
     verifying every one costs a repair decision 50 ms. So only each value's
     time is read first (msgspec passes over the slots), and values are
-    decoded and verified newest first until one verifies.
+    decoded and verified newest first until one verifies. The others are
+    sorted only when the newest does not verify.
     """
     heard: list[tuple[float, str, Pod, str]] = []
     for pod in pods:
@@ -228,8 +230,10 @@ def newest(pods: Iterable[Pod], *, keys: PlanKeys, owner_uid: Callable[[str], st
             decode(raw, where=f"pod {pod.metadata.namespace}/{pod.metadata.name}")
             continue
         heard.append((-at, pod.metadata.name, pod, raw))
-    heard.sort(key=lambda h: (h[0], h[1]))
-    for _, _, pod, raw in heard:
+    if not heard:
+        return None
+    first = min(heard, key=_order)  # nearly always the one: the full sort only when it does not verify
+    for _, _, pod, raw in itertools.chain((first,), _sorted_rest(heard, first)):
         where = f"pod {pod.metadata.namespace}/{pod.metadata.name}"
         record = decode(raw, where=where)
         if record is None:
@@ -238,6 +242,18 @@ def newest(pods: Iterable[Pod], *, keys: PlanKeys, owner_uid: Callable[[str], st
         if _trusted(record, keys, uids, where) is not None:
             return record
     return None
+
+
+def _sorted_rest(
+    heard: list[tuple[float, str, Pod, str]], first: tuple[float, str, Pod, str]
+) -> Iterator[tuple[float, str, Pod, str]]:
+    """The values after ``first``, newest first: sorted only when asked for (``first`` did not verify)."""
+    yield from sorted((h for h in heard if h is not first), key=_order)
+
+
+def _order(heard: tuple[float, str, Pod, str]) -> tuple[float, str]:
+    """Newest first, then by pod name."""
+    return heard[0], heard[1]
 
 
 class _Time(msgspec.Struct):

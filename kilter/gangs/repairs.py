@@ -89,20 +89,24 @@ def plan_repair(
     if platform < 0 or not platforms[platform]:
         return None
     mask = _mask(fleet, platform, request, survivors)
-    homes = _homes(record, shaped)
-    holders = _holders(request, shaped, members)
-    own = _PodMasks(fleet)
     places: list[Place | None] = []
-    wanted: list[repair.Replacement] = []
+    gpus: list[int] = []
     for ps in request.pod_sets:
         ranks = shaped.ranks.get(ps.name)
-        for i in range(ps.count):
-            place = Place(ps.name, ranks[i]) if ranks is not None and len(ranks) == ps.count else None
-            home = homes.get(place) if place is not None else None
-            places.append(place)
-            pod = holders.get(place) if place is not None else None
-            allowed = own.of(pod if pod is not None else asker)
-            wanted.append(repair.Replacement(ps.gpus_per_pod, fleet.node_index.get(home) if home else None, allowed))
+        if ranks is not None and len(ranks) == ps.count:
+            places += [Place(ps.name, r) for r in ranks]
+        else:
+            places += [None] * ps.count
+        gpus += [ps.gpus_per_pod] * ps.count
+    homes = _homes(record, shaped, places)
+    holders = _holders(request, shaped, members)
+    own = _PodMasks(fleet)
+    wanted: list[repair.Replacement] = []
+    for place, need in zip(places, gpus, strict=True):
+        home = homes.get(place) if place is not None else None
+        pod = holders.get(place) if place is not None else None
+        allowed = own.of(pod if pod is not None else asker)
+        wanted.append(repair.Replacement(need, fleet.node_index.get(home) if home else None, allowed))
     chosen = repair.repair(fleet, platform, survivors, wanted, node_ok=mask)
     name = fleet.platforms[platform].name
     if isinstance(chosen, str):
@@ -166,12 +170,17 @@ def _mask(
     return mask
 
 
-def _homes(record: PlanRecord | None, shaped: Layout) -> dict[Place, str]:
-    """The node each rank held in the gang's last plan (none when the record does not list the gang whole)."""
-    if record is None:
+def _homes(record: PlanRecord | None, shaped: Layout, places: Sequence[Place | None]) -> dict[Place, str]:
+    """The node each of ``places`` held in the gang's last plan (none when the record does not list the gang
+    whole): its slot at the rank's position in the gang's order."""
+    if record is None or shaped.size != len(record.slots):
         return {}
-    places = shaped.record_places(len(record.slots))
-    return {p: node for p, (node, _) in zip(places, record.slots, strict=True) if p is not None}
+    out = {}
+    for place in places:
+        at = shaped.position(place) if place is not None else None
+        if place is not None and at is not None:
+            out[place] = record.slots[at][0]
+    return out
 
 
 def _plan(
@@ -203,7 +212,8 @@ def _plan(
         )
         for c, p in zip(chosen, places, strict=True)
     )
-    gang_domains = sorted({fleet.domain_of_node(n) for n in (*survivors, *nodes)})
+    held = np.unique(fleet.node_domain[np.asarray([*survivors, *nodes], dtype=np.intp)]).tolist()
+    gang_domains = sorted(fleet.domain_ids[d] for d in held)
     steps = Counter(c.step for c in chosen)
     told = ", ".join(f"{steps[s]} {s}" for s in repair.STEPS if steps[s])
     reason = (

@@ -3,11 +3,13 @@ after a failure reads none of the survivors again; other pods are not read."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
-from kilter.gangs import GangBook, pod_facts, ranks, records
+from kilter.gangs import GangBook, identify, pod_facts, ranks, records
 from kilter.model.core_v1 import Pod
-from kilter.state.events import ADDED, Event
+from kilter.state.events import ADDED, DELETED, Event
 from kilter.state.store import ClusterStore
 from tests.extenders.conftest import cluster_objects, pod_json
 
@@ -37,3 +39,73 @@ def test_bound_pods_with_a_record_are_read_as_they_arrive(monkeypatch: pytest.Mo
     found = pod_facts.index_of(held)
     assert isinstance(found, ranks.PodIndex) and found.index == 0 and read == ["w0"]  # answered from the memo
     assert pod_facts.record_time(held, records.record_time) == ("{}", None)
+
+
+def test_a_gang_the_book_laid_out_has_its_ranks_read_as_its_pods_arrive_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The book plans a 6-pod gang (laying it out), its pods arrive bound: each rank is read then, once; a
+    replacement's repair decision later reads the rank of no survivor again, only the replacement's own."""
+    read: list[str] = []
+    real = ranks.place_of
+
+    def counted(pod: Pod, *args: Any, **kwargs: Any) -> ranks.Place | str | None:
+        read.append(pod.metadata.name)
+        return real(pod, *args, **kwargs)
+
+    monkeypatch.setattr(ranks, "place_of", counted)
+    pod_facts.forget()
+    store = ClusterStore()
+    store.replace(cluster_objects())
+    book = GangBook(store)
+    gang = {"kilter.dev/gang": "llm", "kilter.dev/gang-size": "6"}
+    store.apply([Event(ADDED, pod_json(f"w{i}", 4, labels=gang, annotations={INDEX: str(i)})) for i in range(6)])
+    first = store.pod_named("ml", "w0")
+    assert first is not None
+    gang_id = identify(first, store)
+    assert gang_id is not None
+    planned = book.plan_for(gang_id, first, 4)
+    assert planned is not None and planned.plan.feasible
+    assert book.arrivals.shapes["ml/gang/llm"] == (ranks.Shape("pods", 6, 4),)
+    nodes = [slot.node for slot in planned.slots]
+    book._drop(planned)
+    read.clear()
+    record = records.encode(records.PlanRecord("ml/gang/llm", 1.0, tuple((n, 4) for n in nodes)), uid="x")
+    bound = [
+        pod_json(f"w{i}", 4, labels=gang, node=nodes[i], annotations={INDEX: str(i), records.PLAN_ANNOTATION: record})
+        for i in range(6)
+    ]
+    store.apply([Event(ADDED, b) for b in bound])
+    assert sorted(read) == [f"w{i}" for i in range(6)]  # each rank read as its pod arrived bound
+    store.apply([Event(DELETED, bound[2])])
+    store.apply([Event(ADDED, pod_json("w2-again", 4, labels=gang, annotations={INDEX: "2"}))])
+    read.clear()
+    asker = store.pod_named("ml", "w2-again")
+    assert asker is not None
+    fixed = book.plan_for(gang_id, asker, 4)
+    assert fixed is not None and fixed.origin == "repair" and fixed.plan.feasible
+    survivors = {f"w{i}" for i in range(6) if i != 2}
+    assert not survivors & set(read)  # the survivors' ranks came from their arrival
+    book._drop(fixed)
+    pod_facts.forget(places_only=True)  # what a kilter that did not plan the gang knows (restarted)
+    again = book.plan_for(gang_id, asker, 4)
+    assert again is not None and again.origin == "repair" and survivors <= set(read)  # read at the decision
+
+
+def test_pods_of_a_gang_never_laid_out_get_their_ranks_read_at_its_first_decision(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    read: list[str] = []
+    real = ranks.place_of
+
+    def counted(pod: Pod, *args: Any, **kwargs: Any) -> ranks.Place | str | None:
+        read.append(pod.metadata.name)
+        return real(pod, *args, **kwargs)
+
+    monkeypatch.setattr(ranks, "place_of", counted)
+    pod_facts.forget()
+    store = ClusterStore()
+    store.replace(cluster_objects())
+    GangBook(store)
+    gang = {"kilter.dev/gang": "cold", "kilter.dev/gang-size": "2"}
+    notes = {INDEX: "0", records.PLAN_ANNOTATION: "{}"}
+    store.apply([Event(ADDED, pod_json("c0", 4, labels=gang, node="r1-t00", annotations=notes))])
+    assert read == []  # which pod sets the gang has is not known before a decision lays it out

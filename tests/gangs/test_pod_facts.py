@@ -71,3 +71,20 @@ def test_a_record_time_is_read_once_per_object() -> None:
     assert pod_facts.record_time(noted, read) == ("xyz", 3.0) and calls == ["xyz"]
     again = codec.convert(pod_json("r", 4, annotations={"kilter.dev/plan": "wxyz"}), Pod)
     assert pod_facts.record_time(again, read) == ("wxyz", 4.0) and calls == ["xyz", "wxyz"]
+
+
+def test_a_members_facts_and_the_rank_it_holds_are_read_again_for_another_object_resources_or_shapes() -> None:
+    shapes = (ranks.Shape("pods", 8, 4),)
+    bound = codec.convert(pod_json("train-3", 4, node="r1-t03", annotations={INDEX: "3"}), Pod)
+    assert pod_facts.member(bound, RESOURCES) == ("nvidia.com/gpu", 4, "")
+    assert pod_facts.member(bound, ("amd.com/gpu",)) == ("", 0, "")  # other resources asked: read again
+    gpus, taken = pod_facts.held(bound, RESOURCES, shapes)
+    assert gpus == 4 and taken == ranks.Taken(ranks.Place("pods", 3), "r1-t03", 4, "uid-train-3")
+    assert pod_facts.held(bound, RESOURCES, shapes)[1] is taken  # remembered
+    assert isinstance(pod_facts.held(bound, RESOURCES, (ranks.Shape("pods", 2, 4),))[1], str)  # rank 3 of 2 pods
+    moved = codec.convert(pod_json("train-3", 4, node="r1-t09", annotations={INDEX: "5"}), Pod)
+    now = ranks.Taken(ranks.Place("pods", 5), "r1-t09", 4, "uid-train-3")
+    assert pod_facts.held(moved, RESOURCES, shapes)[1] == now
+    pod_facts.forget(places_only=True)
+    assert pod_facts.held(bound, RESOURCES, shapes)[1] is not taken  # ranks forgotten: read afresh, the same
+    assert pod_facts.held(bound, RESOURCES, shapes)[1] == taken

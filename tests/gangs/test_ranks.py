@@ -206,7 +206,7 @@ def test_whatever_a_pod_carries_its_place_is_a_rank_inside_a_pod_set_of_its_shap
     found = place_of(pod(labels, annotations, gpus), gpus, sets)
     if isinstance(found, Place):
         shape = next(s for s in sets if s.name == found.pod_set)
-        assert shape.gpus == gpus and 0 <= found.rank < shape.count
+        assert shape.gpus == gpus and 0 <= found.rank < shape.pods
     else:
         assert found is None or isinstance(found, str)
 
