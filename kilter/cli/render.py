@@ -84,6 +84,7 @@ def spares_line(fleet: Fleet) -> str:
     """One line of the spare nodes the fleet keeps per platform (``topology.spares``), "" when none asks."""
     parts = [
         f"{p.platform} {p.held} held, {p.used} used, {p.short} short of {p.wanted} in {p.domains} domains"
+        + (f", lent to preemptible pods in {p.lent}" if p.lent else "")
         for p in spares.by_platform(fleet)
     ]
     return f"spare nodes ({SPARE_NODES_PER_DOMAIN}): {'; '.join(parts)}" if parts else ""

@@ -208,7 +208,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     serve_grpc.add_grpc_arguments(p)
     add_split_wait_arguments(p)
-    add_spare_argument(p)
+    add_spare_argument(p, lend=True)
     p.add_argument(
         "--reload-interval",
         default=f"{d.reload_interval_s:g}s",
@@ -236,6 +236,7 @@ def build_app(config: ServeConfig) -> tuple[App, ClusterStore]:
         catalog=catalog,
         assume_ttl_s=math.inf if config.is_snapshot else None,
         spare_nodes_default=config.spare_nodes_per_domain,
+        spares_lent_default=config.spares_for_preemptible,
         health=sources.health_of(config.health_signals),
     )
     startup: list[Callable[[], Awaitable[None]]] = []

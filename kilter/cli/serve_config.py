@@ -149,6 +149,8 @@ class ServeConfig:
     spare_nodes_per_domain: int = 0
     """Spare nodes per scale-up domain where no ResourceFlavor, ClusterQueue or Cohort sets more
     (``topology.spare_settings``); read by ``spare_flag.read_spare_nodes``."""
+    spares_for_preemptible: bool = False
+    """Lend the spares to preemptible pods where no ResourceFlavor, ClusterQueue or Cohort says ``"false"``."""
     reload_interval_s: float = 1.0
     """Seconds between checks of the snapshot file for changes."""
     log_level: LogLevel = "info"
@@ -273,6 +275,7 @@ class ServeConfig:
             max_namespace_gang_plans=args.max_namespace_gang_plans,
             **_split_wait_fields(args),
             spare_nodes_per_domain=read_spare_nodes(args.spare_nodes_per_domain),
+            spares_for_preemptible=args.spares_for_preemptible,
             reload_interval_s=parse_duration(args.reload_interval, path="--reload-interval"),
             log_level=cast(LogLevel, args.log_level),
         )

@@ -12,21 +12,30 @@ from __future__ import annotations
 
 import argparse
 
-from kilter.model.annotations import SPARE_NODES_PER_DOMAIN, parse_spare_nodes
+from kilter.model.annotations import SPARE_NODES_PER_DOMAIN, SPARES_FOR_PREEMPTIBLE, parse_spare_nodes
 from kilter.model.errors import InputError
 from kilter.topology import spare_settings
 from kilter.topology.catalog import BUILTIN, Catalog
 
-__all__ = ["FLAG", "MAX_NODES_PER_DOMAIN", "add_spare_argument", "check_spare_nodes", "read_spare_nodes"]
+__all__ = [
+    "FLAG",
+    "LEND_FLAG",
+    "MAX_NODES_PER_DOMAIN",
+    "add_spare_argument",
+    "check_spare_nodes",
+    "read_spare_nodes",
+]
 
 FLAG = "--spare-nodes-per-domain"
+LEND_FLAG = "--spares-for-preemptible"
 MAX_NODES_PER_DOMAIN = 4096
 """The most nodes a catalog platform's domain may have (``Platform.nodes_per_domain``): the flag's bound before the
 catalog is known."""
 
 
-def add_spare_argument(p: argparse._ActionsContainer) -> None:
-    """Add the flag to a parser or an argument group."""
+def add_spare_argument(p: argparse._ActionsContainer, *, lend: bool = False) -> None:
+    """Add the flag to a parser or an argument group; ``lend``: ``--spares-for-preemptible`` too (``kilter serve``,
+    whose gang book knows which gangs run where, and so whose pods are preemptible)."""
     p.add_argument(
         FLAG,
         default="0",
@@ -35,6 +44,14 @@ def add_spare_argument(p: argparse._ActionsContainer) -> None:
         f"gangs, where no ResourceFlavor, ClusterQueue or Cohort annotation {SPARE_NODES_PER_DOMAIN} asks more "
         "(default 0)",
     )
+    if lend:
+        p.add_argument(
+            LEND_FLAG,
+            action="store_true",
+            help="lend each domain's spare nodes to pods of lower priority than every gang running there, which a "
+            f'repair there preempts to take the node back, where no annotation {SPARES_FOR_PREEMPTIBLE}: "false" '
+            "reaches the domain (default: spares stay idle)",
+        )
 
 
 def read_spare_nodes(raw: str, catalog: Catalog | None = None) -> int:

@@ -182,8 +182,11 @@ class SchedulerExtender:
             plan = self._gang(p)
             found = self._seat(p, plan)
             hold = seats.hold(plan, found) if plan is not None else None
+            lent = self.gangs.lending(fleet, p.pod) if plan is None else None  # spares a lone pod may borrow
             judged = (
-                self._ladder.judge(fleet, cand.index, resource=p.resource, gpus=p.gpus, spec=p.pod.spec, hold=hold)
+                self._ladder.judge(
+                    fleet, cand.index, resource=p.resource, gpus=p.gpus, spec=p.pod.spec, hold=hold, lent=lent
+                )
                 if fleet.n_nodes
                 else filter_answer.all_unknown(len(cand.index))
             )
@@ -300,12 +303,8 @@ class SchedulerExtender:
             return Answer(400, str(exc).encode(), "error")
         offered: dict[str, wire.MetaVictims] = dict(args.node_name_to_meta_victims or {})
         for node, victims in (args.node_name_to_victims or {}).items():
-            offered.setdefault(
-                node,
-                wire.MetaVictims(
-                    [wire.MetaPod(v.metadata.uid) for v in victims.pods or []], victims.num_pdb_violations
-                ),
-            )
+            metas = [wire.MetaPod(v.metadata.uid) for v in victims.pods or []]
+            offered.setdefault(node, wire.MetaVictims(metas, victims.num_pdb_violations))
         plan = None
         try:
             plan = self._gang(p) if p.gpus else None

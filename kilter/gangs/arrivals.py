@@ -16,6 +16,12 @@ After a restart, a gang's first decision reads its ranks itself. Only pods carry
 gangs it repairs; a 150,000-pod store of other pods pays a few attribute
 reads a pod.
 
+The priority of each bound pod is kept by node: a pod may borrow a domain's
+lent spares only below every gang running there (``floor``;
+``topology.spares.lent_to``), which the filter of every lone GPU pod asks;
+a repair there may take back the GPUs of pods below its own priority
+(``below``).
+
 The unbound pods of gangs are kept by gang key (``waiting``), so that a
 repair can find the other gangs repairing beside it and let those that come
 first go first (``GangBook``): a handful of gangs wait at any time, and
@@ -24,17 +30,22 @@ reading every pod of the store for them on each repair would not do.
 
 from __future__ import annotations
 
+import numpy as np
+import numpy.typing as npt
+
 from kilter.gangs import pod_facts, records
 from kilter.gangs.identity import key_of
 from kilter.gangs.ranks import Shape
 from kilter.model.core_v1 import Pod
 from kilter.state.events import Stored
 from kilter.state.store import ClusterStore, pod_uid
-from kilter.topology.fleet import ENDED_PHASES
+from kilter.topology.fleet import ENDED_PHASES, Fleet
 
-__all__ = ["MAX_GANGS", "Arrivals"]
+__all__ = ["MAX_GANGS", "NO_GANG", "Arrivals"]
 
 MAX_GANGS = 1 << 16
+NO_GANG = np.iinfo(np.int64).max
+"""``Arrivals.floor`` of a domain no gang pod is bound in: every priority is below it."""
 
 
 class Arrivals:
@@ -46,6 +57,9 @@ class Arrivals:
         self.resources = tuple(sorted(store.catalog.device_resources))
         self.waiting: dict[str, dict[str, Pod]] = {}
         self.shapes: dict[str, tuple[Shape, ...]] = {}
+        self._priorities: dict[str, dict[str, tuple[int, bool]]] = {}  # node -> uid -> (priority, in a gang)
+        self._floor: tuple[Fleet, int, npt.NDArray[np.int64]] | None = None  # for (fleet, changes) it was read at
+        self._changes = 0
         self._waits_in: dict[str, str] = {}  # uid -> the gang key it waits in
         for pod in store.pods():
             self._changed(None, pod)
@@ -54,8 +68,14 @@ class Arrivals:
     def _changed(self, old: Stored | None, new: Stored | None) -> None:
         if isinstance(old, Pod):
             self._stop_waiting(pod_uid(old))
+            if old.spec.node_name:
+                self._unplace(old.spec.node_name, pod_uid(old))
         if not isinstance(new, Pod) or new.status.phase in ENDED_PHASES:
             return
+        if new.spec.node_name:
+            held = (new.spec.priority or 0, key_of(new) is not None)
+            self._priorities.setdefault(new.spec.node_name, {})[pod_uid(new)] = held
+            self._changes += held[1]
         if not new.spec.node_name:
             key = key_of(new)
             if key is not None:
@@ -78,6 +98,40 @@ class Arrivals:
         if gang not in self.shapes and len(self.shapes) >= MAX_GANGS:
             self.shapes.clear()
         self.shapes[gang] = shapes
+
+    def floor(self, fleet: Fleet) -> npt.NDArray[np.int64]:
+        """Per domain of ``fleet``, the lowest priority of a gang pod bound there (``NO_GANG`` where none is):
+        read again only after a gang pod came, went or moved, or the fleet was rebuilt."""
+        held = self._floor
+        if held is not None and held[0] is fleet and held[1] == self._changes:
+            return held[2]
+        out = np.full(len(fleet.domain_ids), NO_GANG, dtype=np.int64)
+        at = fleet.node_index
+        for node, pods in self._priorities.items():
+            index = at.get(node)
+            gangs = [p for p, in_gang in pods.values() if in_gang]
+            if index is not None and gangs:
+                domain = int(fleet.node_domain[index])
+                out[domain] = min(int(out[domain]), min(gangs))
+        self._floor = (fleet, self._changes, out)
+        return out
+
+    def below(self, node: str, priority: int, store: ClusterStore) -> int:
+        """The GPUs the store books on ``node`` to pods of lower priority than ``priority``: what a repair of that
+        priority may take back there by preemption."""
+        out = 0
+        for uid, (p, _) in self._priorities.get(node, {}).items():
+            booking = store.booking(uid) if p < priority else None
+            out += booking.gpus if booking is not None else 0
+        return out
+
+    def _unplace(self, node: str, uid: str) -> None:
+        pods = self._priorities.get(node)
+        held = pods.pop(uid, None) if pods is not None else None
+        if held is not None:
+            self._changes += held[1]
+            if not pods:
+                del self._priorities[node]
 
     def _stop_waiting(self, uid: str) -> None:
         gang = self._waits_in.pop(uid, None)

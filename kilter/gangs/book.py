@@ -31,8 +31,12 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+import numpy.typing as npt
 
 from kilter.gangs import cliques, layout, pod_facts, ranks, records, refit, repairs, trust
 from kilter.gangs.arrivals import Arrivals
@@ -45,7 +49,8 @@ from kilter.model.core_v1 import Pod, pod_request
 from kilter.model.errors import InputError
 from kilter.quota.tree import QuotaTree, build_tree
 from kilter.state.store import ClusterStore
-from kilter.topology import verdicts
+from kilter.topology import spares, verdicts
+from kilter.topology.fleet import Fleet
 from kilter.topology.plan import GangRequest, Plan, gang_request, plan_gang
 
 __all__ = ["INFEASIBLE_RETRY_S", "GangBook", "GangPlan", "PlanHook", "Slot", "repair_order"]
@@ -352,6 +357,9 @@ class GangBook:
         self.arrivals.laid_out(gang.key, shaped.shapes)
         request = gang_request(gang.key, shaped.to_place, fleet.catalog)
         request = self.cliques.constrain(self.store, request, pod=pod, gang=gang.key)
+        lent = self.lending(fleet, pod) if not bound else None
+        if lent is not None:
+            request = replace(request, spares_lent=lent)
         if bound and members is None:
             members = in_gang(gang.key).members(self.store)
         record = self._record(gang, members)
@@ -360,7 +368,11 @@ class GangBook:
             return adopted
         if bound:
             self._repair_earlier(gang, members or ())
-        fixed = repairs.plan_repair(fleet, request, shaped, members or (), record, pod) if bound else None
+        fixed = (
+            repairs.plan_repair(fleet, request, shaped, members or (), record, pod, self._reclaimable(fleet, pod))
+            if bound
+            else None
+        )
         result = fixed.plan if fixed is not None else plan_gang(fleet, request)
         wait = self.waits.for_gang(gang, pod, request, result) if self.waits is not None and not bound else None
         if wait is not None and wait.wait:  # nothing reserved, nothing recorded; asked again within INFEASIBLE_RETRY_S
@@ -370,6 +382,8 @@ class GangBook:
         slots: list[Slot] = []
         if result.feasible:
             slots = _slots(shaped.slots(result, fleet))
+            if fixed is not None:
+                _taking_back(slots, fixed.repaired)
             if not self._reserve(gang, slots):  # the planner only uses free GPUs of usable nodes: a bug
                 log.error("gang %s: the plan's GPUs could not be reserved; placed like single pods", gang.key)
                 return None
@@ -382,6 +396,32 @@ class GangBook:
             origin, repaired = "repair", fixed.repaired
             return GangPlan(gang, result, slots, now, generation, origin, pods, shapes=shaped.shapes, repaired=repaired)
         return GangPlan(gang, result, slots, now, generation, pods=pods, shapes=shaped.shapes)
+
+    def lending(self, fleet: Fleet, pod: Pod) -> npt.NDArray[np.bool_] | None:
+        """Per domain, whether its spares are lent to ``pod`` (``spares.lent_to``: the domain lends them, and the
+        pod's priority is below every gang's running there, so a repair there may preempt it); None for none."""
+        if fleet.spares_lent is None:
+            return None
+        return spares.lent_to(fleet, pod.spec.priority or 0, self.arrivals.floor(fleet))
+
+    def _reclaimable(self, fleet: Fleet, pod: Pod) -> Callable[[Iterable[int]], npt.NDArray[np.int32] | None] | None:
+        """For a repair asked by ``pod``: given domains, the GPUs per node of those that lend their spares which the
+        repair may take back (booked to pods of lower priority than ``pod``'s); None when no domain lends."""
+        lent = fleet.spares_lent
+        if lent is None:
+            return None
+        priority = pod.spec.priority or 0
+
+        def back(domains: Iterable[int]) -> npt.NDArray[np.int32] | None:
+            out = np.zeros(fleet.n_nodes, dtype=np.int32)
+            starts, names = fleet.bitmap.domain_node_start, fleet.node_names
+            for d in domains:
+                if lent[d]:
+                    for node in range(int(starts[d]), int(starts[d + 1])):
+                        out[node] = self.arrivals.below(names[node], priority, self.store)
+            return out if out.any() else None
+
+        return back
 
     def _repair_earlier(self, gang: GangId, members: Sequence[Pod]) -> None:
         """Plan first the repairs of the gangs repairing beside this one that come before it (``repair_order``),
@@ -467,7 +507,9 @@ class GangBook:
         if not self._reserve(gang, slots):
             return None, "its nodes' GPUs could not be reserved"
         now, generation, shapes = self.clock(), self.store.generation, shaped.shapes
-        return GangPlan(gang, fit.plan, [*_slots(fit.taken), *slots], now, generation, "record", shapes=shapes), ""
+        moved = repairs.recorded(record, shaped, self.store.fleet())  # a recorded repair says what it replaced
+        taken = [*_slots(fit.taken), *slots]
+        return GangPlan(gang, fit.plan, taken, now, generation, "record", shapes=shapes, repaired=moved), ""
 
     def _still_valid(self, plan: GangPlan) -> bool:
         """After a fleet rebuild, find each slot's node again by name; invalid if one went away, or if the rebuild
@@ -548,8 +590,9 @@ class GangBook:
         self.plans.pop(plan.gang.key, None)
 
     def _reserve(self, gang: GangId, slots: Sequence[Slot]) -> bool:
-        """Hold the open slots' GPUs in the store, all or none."""
-        return self.store.reserve(gang.key, [(s.node, s.gpus) for s in slots if not s.uid])
+        """Hold the open slots' GPUs in the store, all or none (not those a repair takes back by preemption: pods
+        hold them until the scheduler evicts them)."""
+        return self.store.reserve(gang.key, [(s.node, s.gpus) for s in slots if not s.uid and s.reserved])
 
     def _release(self, plan: GangPlan, slot: Slot) -> None:
         """Give a slot's GPUs back (a no-op when a rebuild already dropped the gang's reservation)."""
@@ -563,6 +606,16 @@ def _asks(pod: Pod, resource: str) -> bool:
         return pod_request(pod.spec, resource, path="$.spec") > 0
     except InputError:
         return False
+
+
+def _taking_back(slots: Sequence[Slot], repaired: Sequence[repairs.Repaired]) -> None:
+    """Mark unreserved the open slots a repair takes back by preemption (its ``reclaim`` rung): their GPUs are the
+    victims' until the scheduler evicts them, so nothing can be held there yet."""
+    back = Counter(r.now for r in repaired if r.step == "reclaim")
+    for slot in slots:
+        if not slot.uid and back[slot.node] > 0:
+            slot.reserved = False
+            back[slot.node] -= 1
 
 
 def _slots(specs: Iterable[SlotSpec]) -> list[Slot]:

@@ -30,7 +30,7 @@ from kilter.kube.api import ApiServer, object_path
 from kilter.kube.events import EventRecorder, Involved
 from kilter.model.errors import InputError, KilterError
 
-__all__ = ["MERGE_PATCH", "PlanRecorder"]
+__all__ = ["MERGE_PATCH", "PlanRecorder", "repaired_slots"]
 
 log = logging.getLogger("kilter.plans")
 
@@ -80,7 +80,9 @@ class PlanRecorder:
         if not plan.verified:  # made for a pod the state does not show: the request may name any pod (``trust``)
             self.unverified += 1
             return None
-        record = PlanRecord(gang.key, self.wall(), tuple((s.node, s.gpus) for s in plan.slots))
+        record = PlanRecord(
+            gang.key, self.wall(), tuple((s.node, s.gpus) for s in plan.slots), repaired=repaired_slots(plan)
+        )
         size = len(encode(record, keys=self.keys))
         if size > MAX_BYTES:
             log.warning("gang %s: the plan's record is %d bytes, over %d; not recorded", gang.key, size, MAX_BYTES)
@@ -171,3 +173,26 @@ class PlanRecorder:
         self._pool.shutdown(wait=True)
         if self.events is not None:
             self.events.close()
+
+
+def repaired_slots(plan: GangPlan) -> tuple[tuple[int, str, str], ...]:
+    """A repair plan's replacements as its record keeps them: (slot, old node, rung) each. A ranked replacement's
+    slot is its rank's; an unranked one takes the first open slot on its node not taken by another."""
+    out: list[tuple[int, str, str]] = []
+    used: set[int] = set()
+    for moved in plan.repaired:
+        found = next(
+            (
+                i
+                for i, s in enumerate(plan.slots)
+                if i not in used
+                and not s.uid
+                and s.node == moved.now
+                and (moved.place is None or s.place == moved.place)
+            ),
+            None,
+        )
+        if found is not None:
+            used.add(found)
+            out.append((found, moved.was, moved.how))
+    return tuple(out)

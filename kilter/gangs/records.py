@@ -23,7 +23,12 @@ signature::
 ``v`` is the format version (readers ignore versions they do not know; v1
 records, unsigned, are ignored), ``gang`` the gang's key (a record naming
 another gang is ignored), ``at`` when the plan was made (RFC 3339, UTC, whole
-seconds, ``Z``). ``sig`` is the hex HMAC-SHA256 (``keys.PlanKeys``) of
+seconds, ``Z``). A repair plan's record adds ``repaired`` after ``slots``:
+one ``[slot, old node, rung]`` per replacement (``[3,"gb200-r01-t03","same
+scale-up domain"]``: slot 3 is now on the node ``slots`` lists, in place of
+that one), so that a restarted kilter, the other replica and ``kubectl kilter
+explain`` can still say what the repair replaced by what; it is absent from
+every other record, which therefore reads and verifies as before. ``sig`` is the hex HMAC-SHA256 (``keys.PlanKeys``) of
 ``signed_message``: the bytes ``kilter.dev/plan`` LF, the UID of the object
 the record is on, LF, then the record's JSON without ``sig`` exactly as
 written above (keys in that order, no spaces). A record in a Workload's
@@ -83,6 +88,7 @@ log = logging.getLogger("kilter.plans")
 PLAN_ANNOTATION = PLAN
 RECORD_VERSION = 2
 MAX_BYTES = 128 * 1024  # the API server caps all annotations of an object at 256 KiB together
+_MAX_NAME = 253  # a node name (a DNS subdomain), and the longest rung's words, in a record's ``repaired``
 VOLCANO = "scheduling.volcano.sh"
 KUEUE = "kueue.x-k8s.io"
 
@@ -92,24 +98,26 @@ class PlanRecord:
     """A recorded plan: the gang's key, when it was made (Unix seconds), and (node, GPUs) per planned pod.
 
     ``sig`` is the signature it was read with ("" when unsigned); records are
-    compared by content only.
+    compared by content only. ``repaired``: a repair plan's (slot, old node, rung) per replacement.
     """
 
     gang: str
     at_s: float
     slots: tuple[tuple[str, int], ...]
     sig: str = field(default="", compare=False)
+    repaired: tuple[tuple[int, str, str], ...] = ()
 
     @property
     def at(self) -> str:
         return _rfc3339(self.at_s)
 
 
-class _Body(msgspec.Struct):
+class _Body(msgspec.Struct, omit_defaults=True):
     v: int
     gang: str
     at: str
     slots: list[tuple[str, int]]
+    repaired: list[tuple[int, str, str]] = []
 
 
 class _Wire(_Body):
@@ -128,7 +136,8 @@ def _rfc3339(t: float) -> str:
 
 
 def _body(record: PlanRecord) -> bytes:
-    return _encoder.encode(_Body(RECORD_VERSION, record.gang, record.at, [(n, g) for n, g in record.slots]))
+    slots = [(n, g) for n, g in record.slots]
+    return _encoder.encode(_Body(RECORD_VERSION, record.gang, record.at, slots, [*record.repaired]))
 
 
 def signed_message(record: PlanRecord, uid: str) -> bytes:
@@ -163,7 +172,7 @@ def decode(raw: str, *, where: str) -> PlanRecord | None:
         log.warning("%s: %s %s; ignored", where, PLAN_ANNOTATION, problem)
         return None
     at = datetime.datetime.fromisoformat(wire.at)
-    return PlanRecord(wire.gang, at.timestamp(), tuple(wire.slots), wire.sig)
+    return PlanRecord(wire.gang, at.timestamp(), tuple(wire.slots), wire.sig, tuple(wire.repaired))
 
 
 def _problem(wire: _Wire) -> str:
@@ -183,6 +192,11 @@ def _problem(wire: _Wire) -> str:
     for i, (node, gpus) in enumerate(wire.slots):
         if not node or not 1 <= gpus <= MAX_POD_GPUS:
             return f"has a bad slot at $.slots[{i}]: {[node, gpus]!r}"
+    if len(wire.repaired) > len(wire.slots):
+        return f"has {len(wire.repaired)} repairs for {len(wire.slots)} slots"
+    for i, (slot, was, how) in enumerate(wire.repaired):
+        if not 0 <= slot < len(wire.slots) or len(was) > _MAX_NAME or not 0 < len(how) <= _MAX_NAME:
+            return f"has a bad repair at $.repaired[{i}]: {[slot, was[:40], how[:40]]!r}"
     return ""
 
 

@@ -20,10 +20,11 @@ the survivors (``topology.repair.within``).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from kilter.gangs.layout import Layout
 from kilter.gangs.ranks import Place, place_of
@@ -34,14 +35,14 @@ from kilter.topology import eligibility, repair
 from kilter.topology.fleet import Fleet
 from kilter.topology.plan import GangRequest, Plan, PlannedPodSet
 
-__all__ = ["Repair", "Repaired", "plan_repair"]
+__all__ = ["Repair", "Repaired", "plan_repair", "recorded"]
 
 
 @dataclass(frozen=True)
 class Repaired:
     """One replacement: the rank it holds (None: the gang is unranked), the node that rank held ("" unknown), the
-    node it goes to, that node's scale-up domain, which rung of the repair ladder chose it, and the pod that holds
-    the rank now ("" when no pod in the state says it does yet)."""
+    node it goes to, that node's scale-up domain, which rung of the repair ladder chose it (in words, and its
+    ``repair.STEPS`` name), and the pod that holds the rank now ("" when no pod in the state says it does yet)."""
 
     place: Place | None
     was: str
@@ -49,6 +50,7 @@ class Repaired:
     domain: str
     how: str
     pod: str = ""
+    step: str = ""
 
     def __str__(self) -> str:
         rank = f", {self.place}" if self.place is not None else ""
@@ -71,6 +73,7 @@ def plan_repair(
     members: Sequence[Pod],
     record: PlanRecord | None,
     asker: Pod | None = None,
+    reclaimable: Callable[[Iterable[int]], npt.NDArray[np.int32] | None] | None = None,
 ) -> Repair | None:
     """The repair plan for ``request`` (the gang's pods still to place), or None when there is nothing to repair
     next to (no bound GPU pod of the gang on a node of the fleet): the caller plans afresh.
@@ -79,6 +82,9 @@ def plan_repair(
     holds its rank, else ``asker``): a pod set pinned to a domain at
     admission (Kueue podSetUpdates put on the job's template) makes
     replacements with that pin, and a repair elsewhere would never bind.
+    ``reclaimable`` gives, for the domains the gang runs in or its replaced
+    ranks held, the GPUs per node the repair may take back by preemption
+    (``GangBook``: lent spares; the ladder's ``reclaim`` rung).
     """
     at = fleet.node_index
     survivors = [at[n] for p in members if (n := p.spec.node_name) and n in at]
@@ -107,13 +113,30 @@ def plan_repair(
         pod = holders.get(place) if place is not None else None
         allowed = own.of(pod if pod is not None else asker)
         wanted.append(repair.Replacement(need, fleet.node_index.get(home) if home else None, allowed))
-    chosen = repair.repair(fleet, platform, survivors, wanted, node_ok=mask)
+    back = None
+    if reclaimable is not None:
+        held = [*survivors, *(w.home for w in wanted if w.home is not None)]
+        back = reclaimable(np.unique(fleet.node_domain[np.asarray(held, dtype=np.intp)]).tolist())
+    chosen = repair.repair(fleet, platform, survivors, wanted, node_ok=mask, reclaimable=back)
     name = fleet.platforms[platform].name
     if isinstance(chosen, str):
         why = _noted(f"repair: {chosen}", request)
         return Repair(Plan(False, why, request.name, name, ignored=request.ignored), ())
     names = {p: pod.metadata.name for p, pod in holders.items()}
     return _plan(fleet, request, name, survivors, chosen, places, homes, names)
+
+
+def recorded(record: PlanRecord, shaped: Layout, fleet: Fleet) -> tuple[Repaired, ...]:
+    """The replacements a repair plan's record lists (``records``' ``repaired``), as the repair said them: what a
+    restarted kilter (or the other replica) tells in seats and ``explain`` when it takes the repair up."""
+    places = shaped.record_places(len(record.slots))
+    out = []
+    for slot, was, how in record.repaired:
+        now = record.slots[slot][0]
+        index = fleet.node_index.get(now)
+        domain = fleet.domain_of_node(index) if index is not None else "?"
+        out.append(Repaired(places[slot], was, now, domain, how))
+    return tuple(out)
 
 
 class _PodMasks:
@@ -209,6 +232,7 @@ def _plan(
             fleet.domain_of_node(c.node),
             repair.describe(fleet, c),
             holders.get(p, "") if p is not None else "",
+            c.step,
         )
         for c, p in zip(chosen, places, strict=True)
     )

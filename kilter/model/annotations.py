@@ -31,6 +31,7 @@ __all__ = [
     "PREFIX",
     "PRODUCT",
     "SCALE_UP_DOMAIN",
+    "SPARES_FOR_PREEMPTIBLE",
     "SPARE_NODES_PER_DOMAIN",
     "SPINE",
     "TOPOLOGY",
@@ -41,6 +42,7 @@ __all__ = [
     "is_true",
     "parse_gang_size",
     "parse_spare_nodes",
+    "parse_spares_for_preemptible",
 ]
 
 PREFIX = "kilter.dev/"
@@ -144,6 +146,21 @@ def parse_spare_nodes(raw: str, *, limit: int, what: str = f"annotation {SPARE_N
     if not _WHOLE_NUMBER.fullmatch(raw) or not 0 <= int(raw) <= limit:
         raise InputError(f"{what} must be a whole number from 0 to {limit}, got {raw[:40]!r}")
     return int(raw)
+
+
+SPARES_FOR_PREEMPTIBLE = "kilter.dev/spares-for-preemptible"
+"""ResourceFlavor, ClusterQueue or Cohort annotation: ``"true"`` or ``"false"``. ``"true"`` lends the spare nodes of
+the scale-up domains the object reaches to pods of lower priority than every gang running there, which a repair in
+that domain preempts when it needs the node back; ``"false"`` keeps them idle, and wins where both reach a domain
+(``kilter.topology.spare_settings``)."""
+
+
+def parse_spares_for_preemptible(raw: str, *, what: str = f"annotation {SPARES_FOR_PREEMPTIBLE}") -> bool:
+    """``"true"`` or ``"false"`` as written (the validating webhook and the state apply this one rule); anything
+    else is an ``InputError``: a typo must not lend a domain's spares, nor silently keep them."""
+    if raw not in ("true", "false"):
+        raise InputError(f'{what} must be "true" or "false", got {raw[:40]!r}')
+    return raw == "true"
 
 
 # ------------------------------------------------------------------ node labels

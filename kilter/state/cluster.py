@@ -94,6 +94,7 @@ class ClusterState:
     health: HealthSignals = DEFAULTS  # what, beyond the built-in rules, makes a node unusable (``--health-signals``)
     skipped: frozenset[tuple[str, str]] = field(default=frozenset(), init=False)  # kinds ``load`` left unread
     spare_nodes_default: int = field(default=0, init=False)  # --spare-nodes-per-domain, set before fleet()
+    spares_lent_default: bool = field(default=False, init=False)  # --spares-for-preemptible, set before fleet()
     spare_problems: tuple[str, ...] = field(default=(), init=False)  # spare settings skipped (``spare_settings``)
     _fleet: Fleet | None = field(default=None, init=False, repr=False)
     _idle: Fleet | None = field(default=None, init=False, repr=False)
@@ -130,13 +131,15 @@ class ClusterState:
 
     def hold_spares(self, fleet: Fleet) -> tuple[str, ...]:
         """Set ``fleet``'s spare counts from this state's ResourceFlavors, ClusterQueues and Cohorts and
-        ``spare_nodes_default`` (``topology.spare_settings``); the settings skipped, one line each."""
+        ``spare_nodes_default`` and ``spares_lent_default`` (``topology.spare_settings``); the settings skipped, one
+        line each."""
         return spare_settings.apply(
             fleet,
             flavors=self.flavors,
             cluster_queues=self.cluster_queues,
             cohorts=self.cohorts,
             default=self.spare_nodes_default,
+            lend_default=self.spares_lent_default,
         )
 
     def _check_nodes_read(self) -> None:

@@ -116,11 +116,13 @@ class ClusterStore:
         assume_ttl_s: float | None = None,
         clock: Callable[[], float] = time.monotonic,
         spare_nodes_default: int = 0,
+        spares_lent_default: bool = False,
         health: HealthSignals = DEFAULTS,
     ) -> None:
         self.catalog = catalog or Catalog(BUILTIN)
         self.health = health  # what, beyond the built-in rules, makes a node unusable (``topology.health``)
         self.spare_nodes_default = spare_nodes_default  # --spare-nodes-per-domain (``topology.spare_settings``)
+        self.spares_lent_default = spares_lent_default  # --spares-for-preemptible
         self._spares_of: tuple[int, ...] | None = None  # (generation, versions of the kinds that set spares)
         self._spare_problems: tuple[str, ...] = ()
         self.assume_ttl_s = ASSUME_TTL_S if assume_ttl_s is None else assume_ttl_s
@@ -479,6 +481,7 @@ class ClusterStore:
             raw = RawObjects(cast(dict[tuple[str, str], list[dict[str, Any]]], received), Counter(self.ignored))
             state = ClusterState(catalog=self.catalog, raw=raw, health=self.health, **lists)
             state.spare_nodes_default = self.spare_nodes_default
+            state.spares_lent_default = self.spares_lent_default
             self._state = (self.version, state)
         return self._state[1]
 

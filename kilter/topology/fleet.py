@@ -95,6 +95,7 @@ class Fleet:
     warnings: list[str] = field(default_factory=list)
     unreadable_nodes: dict[str, str] = field(default_factory=dict)  # left out, by name: why (its device count)
     spare_nodes: npt.NDArray[np.int32] | None = None  # per domain, spare nodes asked for (``spares.assign``)
+    spares_lent: npt.NDArray[np.bool_] | None = None  # per domain, spares lent to preemptible pods (``spares.assign``)
     unusable: dict[str, str] = field(default_factory=dict)  # unusable nodes of the fleet, by name: why, name order
     _label_codes: dict[str, tuple[npt.NDArray[np.int32], dict[str, int]]] = field(default_factory=dict)
     _label_keys: frozenset[str] | None = None

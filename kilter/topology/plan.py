@@ -71,6 +71,7 @@ class GangRequest:
     one_domain: bool = False  # all GPU pod sets together in one scale-up domain (a ComputeDomain's clique)
     node_ok: npt.NDArray[np.uint8] | None = field(default=None, compare=False, repr=False)  # [node]: 1 = may use
     note: str = ""  # who narrowed the request and how (``one_domain``, ``node_ok``), added to the plan's reason
+    spares_lent: npt.NDArray[np.bool_] | None = field(default=None, compare=False, repr=False)  # [domain] (``spares``)
 
 
 @dataclass(frozen=True)
@@ -206,7 +207,8 @@ def plan_gang(fleet: Fleet, request: GangRequest, *, hold_spares: bool = True) -
     domain with room for the whole gang is tried alone, fewest free GPUs first
     (best fit; ties by index), and the first that holds it is the plan.
     ``hold_spares``: keep the fleet's spare nodes (``spares``) out, as every
-    new plan does; a repair of a running gang may use them.
+    new plan does, but those ``request.spares_lent`` (its pods are
+    preemptible there); a repair of a running gang may use them.
     """
     plan = _plan_gang(fleet, request, hold_spares)
     return replace(plan, reason=f"{plan.reason} ({request.note})") if request.note else plan
@@ -233,14 +235,14 @@ def _plan_gang(fleet: Fleet, request: GangRequest, hold_spares: bool) -> Plan:
             mask = m if mask is None else (mask & m)
     node_ok = None if mask is None else np.ascontiguousarray(mask, dtype=np.uint8)
     if hold_spares:
-        node_ok = spares.usable_mask(fleet, node_ok)
+        node_ok = spares.usable_mask(fleet, node_ok, lent=request.spares_lent)
     feasible, reasons = _plan_on(fleet, request, candidates, node_ok)
     together = [kv for kv in feasible if len(kv[1].domains) <= 1 or not request.one_domain]
     if together:
         return min(together, key=lambda kv: kv[0])[1]
     if feasible:
         return _in_one_domain(fleet, request, candidates, node_ok)
-    held = spares.note(fleet) if hold_spares else ""
+    held = spares.note(fleet, lent=request.spares_lent) if hold_spares else ""
     return Plan(False, "; ".join([*reasons, *([held] if held else [])]), request.name, ignored=request.ignored)
 
 

@@ -11,6 +11,12 @@ room (``STEPS``):
 2. ``same-domain``: the best-fitting node of the scale-up domain its rank
    held (the domain holding most of the gang when the rank's node is not
    known);
+   ``reclaim``: else, where the caller says which GPUs of that domain the
+   gang may take back by preemption (``reclaimable``: a domain that lends
+   its spares to pods of lower priority, ``spares.lent_to``), the node of
+   the domain that frees enough by preempting the fewest GPUs (then the
+   lowest index). The plan names it; the scheduler's preemption evicts
+   those pods before the replacement binds there;
 3. the nearest other domain, nearest by the topology levels above domains
    (same block first, then each level up): ``gang-domain`` when the gang
    already runs there (its domain count stays), else ``new-domain``, a
@@ -44,8 +50,8 @@ from kilter.topology.fleet import Fleet
 
 __all__ = ["STEPS", "Choice", "Replacement", "Step", "describe", "repair", "within", "within_level"]
 
-Step = Literal["same-node", "same-domain", "gang-domain", "new-domain"]
-STEPS: tuple[Step, ...] = ("same-node", "same-domain", "gang-domain", "new-domain")
+Step = Literal["same-node", "same-domain", "reclaim", "gang-domain", "new-domain"]
+STEPS: tuple[Step, ...] = ("same-node", "same-domain", "reclaim", "gang-domain", "new-domain")
 
 
 @dataclass(frozen=True)
@@ -75,13 +81,15 @@ def repair(
     wanted: Sequence[Replacement],
     *,
     node_ok: npt.NDArray[np.bool_] | None = None,
+    reclaimable: npt.NDArray[np.int32] | None = None,
 ) -> tuple[Choice, ...] | str:
     """A node for each of ``wanted`` on ``platform`` (an index into ``fleet.platforms``), near ``survivors`` (the
     fleet indices of the gang's bound pods' nodes), or why there is none (module docstring).
 
     ``node_ok`` narrows the nodes the pods may use (their selectors and
-    tolerations, as ``eligibility.node_mask`` reads them). Nothing is booked:
-    the caller reserves what it keeps.
+    tolerations, as ``eligibility.node_mask`` reads them). ``reclaimable``:
+    per node, the GPUs the gang may take back by preemption (the ``reclaim``
+    rung; None: none). Nothing is booked: the caller reserves what it keeps.
     """
     bm = fleet.bitmap
     node_domain = fleet.node_domain
@@ -116,6 +124,16 @@ def repair(
             here = np.flatnonzero(room(i) & (node_domain == ref))
             if len(here):
                 take(i, Choice(_best_fit(free, here), "same-domain", 0))
+    if reclaimable is not None:  # then every rank that can stay by taking back a lent spare
+        back = reclaimable.astype(np.int32)
+        for i, ref in enumerate(refs):
+            if chosen[i] is None and ref >= 0:
+                node = _reclaim(free, back, node_domain == ref, wanted[i])
+                if node is not None:
+                    taken_back = wanted[i].gpus - min(int(free[node]), wanted[i].gpus)
+                    back[node] -= taken_back
+                    free[node] += taken_back  # ``take`` then books the whole pod on the freed node
+                    take(i, Choice(node, "reclaim", 0))
     for i, want in enumerate(wanted):
         if chosen[i] is not None:
             continue
@@ -129,6 +147,21 @@ def repair(
             )
         take(i, choice)
     return tuple(c for c in chosen if c is not None)
+
+
+def _reclaim(
+    free: npt.NDArray[np.int32], back: npt.NDArray[np.int32], here: npt.NDArray[np.bool_], want: Replacement
+) -> int | None:
+    """The node of ``here`` whose free GPUs plus those it may take back hold ``want``, taking back the fewest
+    (then the lowest index); None if none does."""
+    fits = here & (free >= 0) & (free < want.gpus) & (free + back >= want.gpus)
+    if want.allowed is not None:
+        fits &= want.allowed
+    nodes = np.flatnonzero(fits)
+    if not len(nodes):
+        return None
+    taken = want.gpus - free[nodes]
+    return int(nodes[np.argmin(taken)])  # argmin takes the first minimum; ``nodes`` is ascending
 
 
 def _elsewhere(
@@ -212,6 +245,8 @@ def describe(fleet: Fleet, choice: Choice) -> str:
         return "its own node, usable again"
     if choice.step == "same-domain":
         return "same scale-up domain"
+    if choice.step == "reclaim":
+        return "same scale-up domain, a lent spare taken back by preempting lower-priority pods"
     keys = fleet.levels.up_keys
     near = "elsewhere"
     if 0 < choice.distance <= len(keys):

@@ -19,6 +19,13 @@ of multi-node platforms). Where several settings reach one domain, the
 gangs repair there), and keeping one node more than another setting asked
 for breaks no one's promise, while keeping fewer breaks one.
 
+The same objects (and ``--spares-for-preemptible``, the fleet default) say
+whether a domain lends its spares to preemptible pods
+(``SPARES_FOR_PREEMPTIBLE``, ``"true"`` or ``"false"``; ``spares``' module
+docstring says to whom). A domain lends when a ``"true"`` reaches it and no
+``"false"`` does: a ``"false"`` is a queue keeping its promise of idle
+spares, which lending would weaken, so it wins as the larger count does.
+
 A count above the most nodes a domain of the platforms it reaches can hold
 (``limit``) is refused, as is anything but a whole number: the validating
 webhook at submission, and here, where a bad one is skipped (the others
@@ -35,7 +42,12 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from kilter.model.annotations import SPARE_NODES_PER_DOMAIN, parse_spare_nodes
+from kilter.model.annotations import (
+    SPARE_NODES_PER_DOMAIN,
+    SPARES_FOR_PREEMPTIBLE,
+    parse_spare_nodes,
+    parse_spares_for_preemptible,
+)
 from kilter.model.errors import InputError
 from kilter.model.kueue import ClusterQueue, Cohort, ResourceFlavor, ResourceGroup
 from kilter.topology import spares
@@ -59,10 +71,12 @@ DomainMask = npt.NDArray[np.bool_]
 
 @dataclass(frozen=True)
 class SpareSettings:
-    """Per domain (fleet domain order) the spare count that wins, and the settings skipped, one line each."""
+    """Per domain (fleet domain order) the spare count that wins, whether it lends its spares to preemptible pods,
+    and the settings skipped, one line each."""
 
     per_domain: npt.NDArray[np.int32]
     problems: tuple[str, ...] = ()
+    lent: npt.NDArray[np.bool_] | None = None
 
 
 def flavor_reach(fleet: Fleet, node_labels: Mapping[str, str]) -> DomainMask:
@@ -148,11 +162,15 @@ def resolve(
     cluster_queues: Sequence[ClusterQueue] = (),
     cohorts: Sequence[Cohort] = (),
     default: int = 0,
+    lend_default: bool = False,
 ) -> SpareSettings:
-    """The spare count of every domain: the largest of the settings that reach it (module docstring)."""
+    """The spare count of every domain: the largest of the settings that reach it; and whether it lends its
+    spares (module docstring)."""
     n = len(fleet.domain_ids)
     eligible = spares.eligible_domains(fleet)
     wanted = np.where(eligible, max(default, 0), 0).astype(np.int32)
+    lend = eligible.copy() if lend_default else np.zeros(n, dtype=bool)
+    keep = np.zeros(n, dtype=bool)
     problems: list[str] = []
     settings: list[tuple[str, str, Mapping[str, str]]] = [
         *(("ResourceFlavor", rf.metadata.name, rf.metadata.annotations) for rf in flavors),
@@ -160,13 +178,16 @@ def resolve(
         *(("Cohort", c.metadata.name, c.metadata.annotations) for c in cohorts),
     ]
     given = sorted(
-        (kind, name, raw) for kind, name, notes in settings if (raw := notes.get(SPARE_NODES_PER_DOMAIN)) is not None
+        (kind, name, key, raw)
+        for kind, name, notes in settings
+        for key in (SPARE_NODES_PER_DOMAIN, SPARES_FOR_PREEMPTIBLE)
+        if (raw := notes.get(key)) is not None
     )
     if not given:  # the common cluster: no setting, so no flavor's reach need be read (ClusterQueues churn)
-        return SpareSettings(wanted, ())
+        return SpareSettings(wanted, (), lend)
     reach = {rf.metadata.name: flavor_reach(fleet, rf.spec.node_labels) for rf in flavors}
     queues = {cq.metadata.name: cq for cq in cluster_queues}
-    for kind, name, raw in given:
+    for kind, name, key, raw in given:
         if kind == "ResourceFlavor":
             where = reach[name]
         elif kind == "ClusterQueue":
@@ -174,13 +195,20 @@ def resolve(
         else:
             where = cohort_reach(fleet, name, cluster_queues=cluster_queues, cohorts=cohorts, flavors=reach)
         try:
-            count = parse_spare_nodes(raw, limit=limit(fleet, where), what=f"{kind} {name}: {SPARE_NODES_PER_DOMAIN}")
+            if key == SPARES_FOR_PREEMPTIBLE:
+                lends = parse_spares_for_preemptible(raw, what=f"{kind} {name}: {key}")
+                if lends:
+                    lend |= where
+                else:
+                    keep |= where
+                continue
+            count = parse_spare_nodes(raw, limit=limit(fleet, where), what=f"{kind} {name}: {key}")
         except InputError as exc:
             problems.append(f"{exc}; skipped")
             continue
         wanted = np.maximum(wanted, np.where(where, count, 0)).astype(np.int32)
     assert wanted.shape == (n,)
-    return SpareSettings(wanted, tuple(problems))
+    return SpareSettings(wanted, tuple(problems), lend & ~keep)
 
 
 def apply(
@@ -190,10 +218,18 @@ def apply(
     cluster_queues: Sequence[ClusterQueue] = (),
     cohorts: Sequence[Cohort] = (),
     default: int = 0,
+    lend_default: bool = False,
 ) -> tuple[str, ...]:
     """Resolve the settings and set them on ``fleet`` (``spares.assign``); the problems found."""
-    settings = resolve(fleet, flavors=flavors, cluster_queues=cluster_queues, cohorts=cohorts, default=default)
-    spares.assign(fleet, settings.per_domain)
+    settings = resolve(
+        fleet,
+        flavors=flavors,
+        cluster_queues=cluster_queues,
+        cohorts=cohorts,
+        default=default,
+        lend_default=lend_default,
+    )
+    spares.assign(fleet, settings.per_domain, settings.lent)
     return settings.problems
 
 
@@ -206,7 +242,11 @@ def check(
     cohorts: Sequence[Cohort] = (),
 ) -> None:
     """``InputError`` if ``obj``'s spare count is no whole number within ``limit`` of what it would reach among
-    these objects (the validating webhook, before ``obj`` is stored: ``obj`` replaces its namesake)."""
+    these objects, or its ``SPARES_FOR_PREEMPTIBLE`` is neither ``"true"`` nor ``"false"`` (the validating
+    webhook, before ``obj`` is stored: ``obj`` replaces its namesake)."""
+    lends = obj.metadata.annotations.get(SPARES_FOR_PREEMPTIBLE)
+    if lends is not None:
+        parse_spares_for_preemptible(lends, what=f"{obj.kind} {obj.metadata.name}: {SPARES_FOR_PREEMPTIBLE}")
     raw = obj.metadata.annotations.get(SPARE_NODES_PER_DOMAIN)
     if raw is None:
         return

@@ -31,6 +31,16 @@ for. ``held + used + short = N``.
 The mask is recomputed per plan from the bitmap's node arrays (a few numpy
 passes over the nodes: tens of µs at 5,004 nodes, ``bench/spares.py``),
 because every booking and release moves it.
+
+**Lent spares.** A domain whose settings say ``kilter.dev/spares-for-preemptible:
+"true"`` (``Fleet.spares_lent``) lends its spares to pods that a repair there
+may preempt: pods of lower priority than every gang running in the domain
+(``lent_to``; a domain no gang runs in lends to any pod). For such a pod the
+domain holds no spares (``lent_to`` is passed to ``held_mask``,
+``usable_mask`` and ``is_spare``); a repair that finds no free node in place
+takes one back by preempting pods below its gang's priority
+(``topology.repair``'s ``reclaim`` rung). The spares themselves are still the
+same nodes: a borrowed node is busy, so it counts as *used*.
 """
 
 from __future__ import annotations
@@ -53,6 +63,7 @@ __all__ = [
     "held_count",
     "held_mask",
     "is_spare",
+    "lent_to",
     "note",
     "tally",
     "usable_mask",
@@ -79,18 +90,37 @@ def eligible_domains(fleet: Fleet) -> npt.NDArray[np.bool_]:
     return multi[bm.domain_platforms] & ~detached  # type: ignore[no-any-return]
 
 
-def assign(fleet: Fleet, wanted: npt.ArrayLike) -> None:
-    """Set the fleet's spare counts per domain (0 where a domain may keep none, ``eligible_domains``)."""
+def assign(fleet: Fleet, wanted: npt.ArrayLike, lent: npt.ArrayLike | None = None) -> None:
+    """Set the fleet's spare counts per domain (0 where a domain may keep none, ``eligible_domains``), and which
+    domains lend theirs to preemptible pods (``lent``, per domain; None: none)."""
     per_domain = np.asarray(wanted, dtype=np.int64)
     if per_domain.shape != (len(fleet.domain_ids),):
         raise ValueError(f"spare counts need one entry per domain ({len(fleet.domain_ids)})")
     out = np.where(eligible_domains(fleet), np.clip(per_domain, 0, 2**31 - 1), 0).astype(np.int32)
     out.flags.writeable = False
     fleet.spare_nodes = out if out.any() else None
+    lends = np.zeros(len(fleet.domain_ids), dtype=bool) if lent is None else np.asarray(lent, dtype=bool)
+    if lends.shape != (len(fleet.domain_ids),):
+        raise ValueError(f"spare lending needs one entry per domain ({len(fleet.domain_ids)})")
+    lends = lends & (out > 0)
+    lends.flags.writeable = False
+    fleet.spares_lent = lends if lends.any() else None
 
 
-def held_mask(fleet: Fleet) -> npt.NDArray[np.bool_] | None:
-    """Per node, whether it is a spare now; None when no domain keeps any (nothing to hold out)."""
+def lent_to(fleet: Fleet, priority: int, floor: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_] | None:
+    """Per domain, whether its spares are lent to a pod of ``priority``: the domain lends them
+    (``Fleet.spares_lent``) and every gang running there has a higher priority (``floor``: per domain, the lowest
+    priority of a gang pod bound there; the int64 maximum where none is); None when no domain lends to it."""
+    lent = fleet.spares_lent
+    if lent is None:
+        return None
+    out = lent & (floor > priority)
+    return out if out.any() else None
+
+
+def held_mask(fleet: Fleet, *, lent: npt.NDArray[np.bool_] | None = None) -> npt.NDArray[np.bool_] | None:
+    """Per node, whether it is a spare now, held from the pod asking; None when no domain keeps any (nothing to
+    hold out). ``lent``: per domain, spares lent to that pod (``lent_to``), which it is not held from."""
     wanted = fleet.spare_nodes
     if wanted is None or fleet.n_nodes == 0:
         return None
@@ -102,18 +132,21 @@ def held_mask(fleet: Fleet) -> npt.NDArray[np.bool_] | None:
     at_or_after = np.cumsum(idle[::-1], dtype=np.int32)[::-1]
     threshold = np.append(at_or_after, 0)[bm.domain_node_start[1:]] + wanted
     idle &= at_or_after <= threshold[fleet.node_domain]
+    if lent is not None:
+        idle &= ~lent[fleet.node_domain]
     return idle  # type: ignore[no-any-return]
 
 
-def is_spare(fleet: Fleet, node: int) -> bool:
-    """Whether node ``node`` (a fleet index; -1: none) is a spare now: ``held_mask(fleet)[node]`` from its own domain
-    alone, for callers that ask about one node at a time (Volcano's predicate)."""
+def is_spare(fleet: Fleet, node: int, *, lent: npt.NDArray[np.bool_] | None = None) -> bool:
+    """Whether node ``node`` (a fleet index; -1: none) is a spare now held from the pod asking:
+    ``held_mask(fleet, lent=lent)[node]`` from its own domain alone, for callers that ask about one node at a time
+    (Volcano's predicate)."""
     wanted = fleet.spare_nodes
     if wanted is None or node < 0:
         return False
     domain = int(fleet.node_domain[node])
     count = int(wanted[domain])
-    if count == 0:
+    if count == 0 or (lent is not None and lent[domain]):
         return False
     bm = fleet.bitmap
     end = int(bm.domain_node_start[domain + 1])
@@ -121,9 +154,11 @@ def is_spare(fleet: Fleet, node: int) -> bool:
     return bool(idle[0]) and int(np.count_nonzero(idle)) <= count
 
 
-def usable_mask(fleet: Fleet, node_ok: npt.NDArray[np.uint8] | None) -> npt.NDArray[np.uint8] | None:
-    """``node_ok`` (the planner's eligible nodes, None = all) with the spares taken out."""
-    held = held_mask(fleet)
+def usable_mask(
+    fleet: Fleet, node_ok: npt.NDArray[np.uint8] | None, *, lent: npt.NDArray[np.bool_] | None = None
+) -> npt.NDArray[np.uint8] | None:
+    """``node_ok`` (the planner's eligible nodes, None = all) with the spares held from the asking pod taken out."""
+    held = held_mask(fleet, lent=lent)
     if held is None or not held.any():
         return node_ok
     ok = ~held if node_ok is None else (node_ok != 0) & ~held
@@ -163,6 +198,7 @@ class PlatformSpares:
     held: int
     used: int
     short: int
+    lent: int = 0  # of ``domains``, those lending their spares to preemptible pods
 
 
 def by_platform(fleet: Fleet, counts: SpareCounts | None = None) -> list[PlatformSpares]:
@@ -174,14 +210,19 @@ def by_platform(fleet: Fleet, counts: SpareCounts | None = None) -> list[Platfor
     for i, p in enumerate(fleet.platforms):
         sel = asking & (plat == i)
         if sel.any():
-            sums = (int(a[sel].sum()) for a in (counts.wanted, counts.held, counts.used, counts.short))
-            out.append(PlatformSpares(p.name, int(sel.sum()), *sums))
+            wanted, held, used, short = (
+                int(a[sel].sum()) for a in (counts.wanted, counts.held, counts.used, counts.short)
+            )
+            lent = int((fleet.spares_lent & sel).sum()) if fleet.spares_lent is not None else 0
+            out.append(PlatformSpares(p.name, int(sel.sum()), wanted, held, used, short, lent))
     return out
 
 
-def note(fleet: Fleet) -> str:
-    """A clause for the reason of a plan that does not fit, when spares were held out of it; "" when none were."""
-    held = held_count(fleet)
+def note(fleet: Fleet, *, lent: npt.NDArray[np.bool_] | None = None) -> str:
+    """A clause for the reason of a plan that does not fit, when spares were held out of it (``lent``: those
+    lent to the asking pod were not); "" when none were."""
+    mask = held_mask(fleet, lent=lent)
+    held = 0 if mask is None else int(mask.sum())
     if not held:
         return ""
     return f"{held} spare node{'s' if held != 1 else ''} kept out of new plans ({SPARE_NODES_PER_DOMAIN})"

@@ -186,8 +186,10 @@ class Ladder:
         hold: Hold | None = None,
         idle: npt.NDArray[np.int32] | None = None,
         path: str = "$.Pod.spec",
+        lent: npt.NDArray[np.bool_] | None = None,
     ) -> Verdicts:
-        """The vector entry: a verdict for each candidate (fleet index, -1 for a node kilter does not know)."""
+        """The vector entry: a verdict for each candidate (fleet index, -1 for a node kilter does not know).
+        ``lent``: per domain, spares lent to this pod (``spares.lent_to``), which get no ``SPARE`` verdict."""
         base, total_all = self.static(fleet, resource)
         codes = base[index]
         total = total_all[index]
@@ -210,7 +212,7 @@ class Ladder:
                 free = np.where(short, idle, free).astype(np.int32)
                 codes[short] = FULL
             return Verdicts(codes, free, total)
-        held = spares.held_mask(fleet)
+        held = spares.held_mask(fleet, lent=lent)
         if held is not None:
             codes[ok & np.append(held, False)[index]] = SPARE
             ok = codes == PASS
@@ -230,6 +232,7 @@ class Ladder:
         hold: Hold | None = None,
         idle: int | None = None,
         path: str = "$.Pod.spec",
+        lent: npt.NDArray[np.bool_] | None = None,
     ) -> tuple[int, int, int]:
         """The scalar entry: ``(code, free, total)`` for one node (fleet index, -1 unknown), as ``judge`` gives it.
 
@@ -255,7 +258,7 @@ class Ladder:
             if idle is not None and idle < gpus:
                 return FULL, idle, total
             return PASS, free, total
-        if spares.is_spare(fleet, node):
+        if spares.is_spare(fleet, node, lent=lent):
             return SPARE, free, total
         if idle is not None:
             free = min(free, idle)

@@ -37,6 +37,7 @@ from kilter.model.annotations import (
     GANG_SIZE,
     PREFIX,
     SPARE_NODES_PER_DOMAIN,
+    SPARES_FOR_PREEMPTIBLE,
     TOPOLOGY,
     TOPOLOGY_POLICY,
     parse_gang_size,
@@ -68,8 +69,9 @@ QUEUE_KEYS = (
     SPLIT_WAIT,
     SPLIT_WAIT_MAX,
     SPARE_NODES_PER_DOMAIN,
+    SPARES_FOR_PREEMPTIBLE,
 )
-FLAVOR_KEYS = (SPARE_NODES_PER_DOMAIN,)
+FLAVOR_KEYS = (SPARE_NODES_PER_DOMAIN, SPARES_FOR_PREEMPTIBLE)
 KILTER_ONLY = (DECAYED_USAGE,)
 QUEUE_NAME = "kueue.x-k8s.io/queue-name"
 KUEUE = "kueue.x-k8s.io"
@@ -142,8 +144,10 @@ class Validator:
         return Verdict()
 
     def _spares(self, obj: ResourceFlavor | ClusterQueue | Cohort) -> None:
-        """The object's spare count fits what it would reach (``spare_settings.check``); InputError if not."""
-        if SPARE_NODES_PER_DOMAIN not in obj.metadata.annotations:
+        """The object's spare count fits what it would reach, and its spare lending reads (``spare_settings.check``);
+        InputError if not."""
+        notes = obj.metadata.annotations
+        if SPARE_NODES_PER_DOMAIN not in notes and SPARES_FOR_PREEMPTIBLE not in notes:
             return
         state = self.store.state()
         spare_settings.check(

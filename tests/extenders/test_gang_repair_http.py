@@ -153,8 +153,15 @@ def test_a_restart_between_failure_and_replacement_continues_the_same_repair(tmp
                 time.sleep(0.02)
             record = recorded()
             assert record is not None and [n for n, _ in record.slots][55] == chosen[55]
+            # The record says what the repair replaced by what, slot by slot (here slot = rank).
+            assert {slot: (was, record.slots[slot][0]) for slot, was, _ in record.repaired} == {
+                rank: (RANK_NODE[rank], chosen[rank]) for rank in failed
+            }
         assert first_node == chosen[20]
         with restartable(cluster, tmp_path, keys, "kilter-2") as second:
             for rank in (61, 55, 59, 57):
                 assert place(second, member(rank, replacement=True)) == chosen[rank]
             assert second.app.extender.gangs.adopted == 1
+            # The restarted kilter's filter record tells the repair as the first one made it.
+            told = explained(second, "train-55-r")
+            assert f"replaced {RANK_NODE[55]} by {chosen[55]}" in told and "rank 55 of pod set" in told

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from kilter.gangs import GangBook, identify, pod_facts, ranks, records
+from kilter.gangs.arrivals import NO_GANG
 from kilter.model.core_v1 import Pod
 from kilter.state.events import ADDED, DELETED, Event
 from kilter.state.store import ClusterStore
@@ -109,3 +110,29 @@ def test_pods_of_a_gang_never_laid_out_get_their_ranks_read_at_its_first_decisio
     notes = {INDEX: "0", records.PLAN_ANNOTATION: "{}"}
     store.apply([Event(ADDED, pod_json("c0", 4, labels=gang, node="r1-t00", annotations=notes))])
     assert read == []  # which pod sets the gang has is not known before a decision lays it out
+
+
+def test_the_priority_floor_of_a_domain_follows_its_gang_pods_and_below_counts_every_lower_pod() -> None:
+    store = ClusterStore()
+    store.replace(cluster_objects())
+    book = GangBook(store)
+
+    def prio(pod: dict[str, Any], value: int) -> dict[str, Any]:
+        pod["spec"]["priority"] = value
+        return pod
+
+    gang = {"kilter.dev/gang": "g", "kilter.dev/gang-size": "2"}
+    g0 = prio(pod_json("g0", 4, labels=gang, node="r1-t00"), 100)
+    g1 = prio(pod_json("g1", 4, labels=gang, node="r1-t01"), 50)
+    lone = prio(pod_json("lone", 2, node="r1-t02"), 10)
+    store.apply([Event(ADDED, p) for p in (g0, g1, lone)])
+    fleet = store.fleet()
+    r1, r2 = fleet.domain_ids.index("r1"), fleet.domain_ids.index("r2")
+    floor = book.arrivals.floor(fleet)
+    assert floor[r1] == 50 and floor[r2] == NO_GANG  # the lone pod is no gang: it sets no floor
+    assert book.arrivals.below("r1-t02", 11, store) == 2 and book.arrivals.below("r1-t02", 10, store) == 0
+    assert book.arrivals.below("r1-t00", 101, store) == 4
+    store.apply([Event(DELETED, g1)])
+    assert book.arrivals.floor(store.fleet())[r1] == 100
+    store.apply([Event(DELETED, g0)])
+    assert book.arrivals.floor(store.fleet())[r1] == NO_GANG

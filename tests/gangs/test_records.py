@@ -66,6 +66,19 @@ def test_a_record_encodes_compactly_signed_for_its_object_and_decodes_back() -> 
     assert not verifies(decoded, PlanKeys([b"x" * 32], source="other"), ["uid-1"])  # another kilter's key
 
 
+def test_a_repair_plans_record_says_what_it_replaced_signed_with_the_rest() -> None:
+    slots = (("gb200-r01-t00", 4), ("gb200-r01-t16", 4))
+    record = PlanRecord(KEY, T0, slots, repaired=((1, "gb200-r01-t01", "same scale-up domain"),))
+    raw = encode(record, keys=KEYS, uid="uid-1")
+    assert '"slots":[["gb200-r01-t00",4],["gb200-r01-t16",4]],"repaired":[[1,"gb200-r01-t01","same scale-up' in raw
+    decoded = decode(raw, where="test")
+    assert decoded == record and decoded is not None and verifies(decoded, KEYS, ["uid-1"])
+    forged = raw.replace("gb200-r01-t01", "gb200-r09-t09")  # the repair's words are signed too
+    assert (again := decode(forged, where="test")) is not None and not verifies(again, KEYS, ["uid-1"])
+    plain = PlanRecord(KEY, T0, slots)
+    assert "repaired" not in encode(plain, keys=KEYS, uid="uid-1")  # every other record as before
+
+
 def _raw(**fields: Any) -> str:
     base: dict[str, Any] = {"v": 2, "gang": KEY, "at": "2025-06-01T12:00:00Z", "slots": [["a", 4]]}
     base.update(fields)
@@ -99,6 +112,13 @@ def _raw(**fields: Any) -> str:
         pytest.param(_raw(slots=[["a", 4, 1]]), id="a slot of three"),
         pytest.param(_raw(slots={"a": 4}), id="slots as an object"),
         pytest.param(_raw(slots=[["a", 2**70]]), id="GPUs beyond 64 bits"),
+        pytest.param(_raw(repaired=[[1, "old", "same scale-up domain"]]), id="a repair of a slot past the last"),
+        pytest.param(_raw(repaired=[[-1, "old", "same scale-up domain"]]), id="a repair of slot -1"),
+        pytest.param(_raw(repaired=[[0, "old", ""]]), id="a repair without its rung"),
+        pytest.param(_raw(repaired=[[0, "o" * 254, "same scale-up domain"]]), id="an old node name past 253"),
+        pytest.param(_raw(repaired=[[0, "old", "x"]] * 2), id="more repairs than slots"),
+        pytest.param(_raw(repaired=[["0", "old", "same scale-up domain"]]), id="a slot as a string"),
+        pytest.param(_raw(repaired={"0": "old"}), id="repairs as an object"),
         pytest.param("{" * 10_000, id="deep nesting"),
         pytest.param(
             _raw()[:-1] + ',"x":' + "[" * 100_000 + "]" * 100_000 + "}", id="an unknown field nested 100,000 deep"

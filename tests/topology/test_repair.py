@@ -6,6 +6,7 @@ import itertools
 import random
 from collections.abc import Sequence
 
+import numpy as np
 import pytest
 
 from kilter.model.core_v1 import Node, Pod
@@ -183,3 +184,61 @@ def test_ranks_that_leave_one_domain_go_as_near_as_any_placement_allows_in_the_f
         return sum(map(distance, nodes)), len(new)
 
     assert cost([c.node for c in got]) == min(map(cost, ways))
+
+
+def test_a_full_domain_takes_back_the_node_that_preempts_the_fewest_gpus_before_the_rank_leaves() -> None:
+    nodes = trays("r1", "b1", 5, failed=[1]) + trays("r2", "b1")
+    survivors = ["r1-t00", "r1-t02"]
+    pods = [*fill(survivors), pod("low-3", "r1-t03", 4), pod("low-4", "r1-t04", 2)]
+    fleet = build_fleet(nodes, pods)
+    back = np.zeros(fleet.n_nodes, dtype=np.int32)
+    back[idx(fleet, "r1-t03")], back[idx(fleet, "r1-t04")] = 4, 2  # the low-priority pods' GPUs
+    wanted = [Replacement(4, idx(fleet, "r1-t01"))]
+    plain = repair(fleet, 0, [idx(fleet, n) for n in survivors], wanted)
+    assert not isinstance(plain, str) and plain[0].step == "new-domain"  # nothing to take back: it leaves
+    got = repair(fleet, 0, [idx(fleet, n) for n in survivors], wanted, reclaimable=back)
+    assert not isinstance(got, str)
+    assert names(fleet, got) == ["r1-t04"] and got[0].step == "reclaim"  # 2 GPUs taken back, not r1-t03's 4
+    assert describe(fleet, got[0]).startswith("same scale-up domain, a lent spare taken back")
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_reclaim_rung_agrees_with_brute_force_on_small_racks(seed: int) -> None:
+    """Every rank whose domain is full takes, in order, the node of its domain that frees enough by taking back the
+    fewest GPUs (then the lowest index); a free node of the domain always comes first."""
+    rng = random.Random(seed)
+    nodes = trays("r1", "b1", 6) + trays("r2", "b2", 3)
+    fleet0 = build_fleet(nodes)
+    used = {n: rng.choice([0, 2, 4]) for n in fleet0.node_names}
+    pods = [pod(f"p-{n}", n, g) for n, g in used.items() if g]
+    fleet = build_fleet(nodes, pods)
+    back = np.array([rng.randint(0, used[n]) for n in fleet.node_names], dtype=np.int32)
+    in_r1 = [i for i, n in enumerate(fleet.node_names) if n.startswith("r1")]
+    survivors = [i for i in in_r1 if used[fleet.node_names[i]] == 4][:1] or [in_r1[0]]
+    wanted = [Replacement(rng.choice([2, 4]), None) for _ in range(rng.randint(1, 3))]
+    got = repair(fleet, 0, survivors, wanted, reclaimable=back)
+    free = {i: 4 - used[fleet.node_names[i]] for i in in_r1}
+    left = {i: int(back[i]) for i in in_r1}
+    homes: list[int | None] = []
+    for w in wanted:  # the same-domain pass first, for every rank, then the reclaim pass
+        fits = [i for i in in_r1 if free[i] >= w.gpus]
+        pick = min(fits, key=lambda i: (free[i], i)) if fits else None
+        if pick is not None:
+            free[pick] -= w.gpus
+        homes.append(pick)
+    for k, w in enumerate(wanted):
+        if homes[k] is None:
+            fits = [i for i in in_r1 if free[i] < w.gpus <= free[i] + left[i]]
+            pick = min(fits, key=lambda i: (w.gpus - free[i], i)) if fits else None
+            if pick is not None:
+                left[pick] -= w.gpus - free[pick]
+                free[pick] = 0
+            homes[k] = pick
+    if isinstance(got, str):
+        assert None in homes  # the rest of the ladder had no room either (r2 may be full)
+        return
+    for k, choice in enumerate(got):
+        if homes[k] is not None:
+            assert choice.node == homes[k] and choice.step in ("same-domain", "reclaim")
+        else:
+            assert choice.step in ("gang-domain", "new-domain")

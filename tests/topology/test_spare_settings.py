@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pytest
 
 from kilter.model import codec
@@ -159,3 +160,64 @@ def test_check_refuses_what_resolve_would_skip_and_judges_the_object_as_changed(
     with pytest.raises(InputError, match=r"Cohort root: .* got 'x'"):
         spare_settings.check(f, cohort("root", spares="x"), flavors=FLAVORS, cluster_queues=queues)
     spare_settings.check(f, rf("any", spares="0"))
+
+
+LEND = "kilter.dev/spares-for-preemptible"
+
+
+def lending(obj: Any, value: str) -> Any:
+    obj.metadata.annotations[LEND] = value
+    return obj
+
+
+@pytest.mark.parametrize(
+    ("objects", "default", "want"),
+    [
+        pytest.param({}, False, set(), id="nothing set: nothing lent"),
+        pytest.param({}, True, {"a1", "a2", "b1"}, id="the flag lends every rack's spares"),
+        pytest.param(
+            {"flavors": [lending(rf("pool-a", {"pool": "a"}), "true"), rf("pool-b", {"pool": "b"})]},
+            False,
+            {"a1", "a2"},
+            id="a flavor lends over its nodeLabels' racks",
+        ),
+        pytest.param(
+            {
+                "flavors": [lending(rf("pool-a", {"pool": "a"}), "true"), rf("pool-b", {"pool": "b"})],
+                "cluster_queues": [lending(cq("team-a", ["pool-a"], cohort="root"), "false")],
+            },
+            True,
+            {"b1"},
+            id='"false" wins over "true" and the flag where it reaches',
+        ),
+        pytest.param(
+            {
+                "flavors": FLAVORS,
+                "cluster_queues": [cq("team-a", ["pool-a"], cohort="root")],
+                "cohorts": [lending(cohort("root"), "true")],
+            },
+            False,
+            {"a1", "a2"},
+            id="a Cohort lends over its queues' racks",
+        ),
+    ],
+)
+def test_a_domain_lends_its_spares_where_a_true_reaches_and_no_false(
+    objects: dict[str, Any], default: bool, want: set[str]
+) -> None:
+    f = fleet()
+    settings = spare_settings.resolve(f, **objects, default=2, lend_default=default)
+    assert settings.lent is not None
+    assert {f.domain_ids[d] for d in np.flatnonzero(settings.lent)} == want  # the MI355X node's domain never lends
+
+
+@pytest.mark.parametrize("value", ["True", "yes", "1", "", " true"])
+def test_a_lending_value_other_than_true_or_false_is_skipped_named_and_refused(value: str) -> None:
+    f = fleet()
+    flavors = [lending(rf("any", spares="1"), value)]
+    settings = spare_settings.resolve(f, flavors=flavors)
+    assert settings.problems == (f'ResourceFlavor any: {LEND} must be "true" or "false", got {value!r}; skipped',)
+    assert settings.lent is not None and not settings.lent.any()
+    assert settings.per_domain.tolist()[:3] == [1, 1, 1]  # the count beside it still holds
+    with pytest.raises(InputError, match=LEND):
+        spare_settings.check(f, flavors[0])

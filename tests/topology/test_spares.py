@@ -155,3 +155,25 @@ def test_per_platform_sums_add_up_the_domains() -> None:
     # r1: 1 held. r2: idle t00, t01 -> 2 held, min(3, 4) - 2 = 1 used.
     [row] = spares.by_platform(fleet)
     assert (row.platform, row.domains, row.wanted, row.held, row.used, row.short) == ("GB200-NVL72", 2, 4, 3, 1, 0)
+
+
+@settings(max_examples=150, deadline=None)
+@given(small_fleets(), st.data())
+def test_spares_lent_to_a_pod_are_not_held_from_it_and_every_other_spare_is(fleet: Fleet, data: st.DataObject) -> None:
+    domains = len(fleet.domain_ids)
+    lends = data.draw(st.lists(st.booleans(), min_size=domains, max_size=domains))
+    floor = np.array(data.draw(st.lists(st.integers(-5, 5), min_size=domains, max_size=domains)), dtype=np.int64)
+    priority = data.draw(st.integers(-6, 6))
+    spares.assign(fleet, fleet.spare_nodes if fleet.spare_nodes is not None else np.zeros(domains), lends)
+    lent = spares.lent_to(fleet, priority, floor)
+    asks = fleet.spare_nodes if fleet.spare_nodes is not None else np.zeros(domains, dtype=np.int32)
+    # The rule read literally: a domain lends to the pod when it lends, asks for spares, and its floor is above.
+    expect = [bool(lends[d] and asks[d] > 0 and floor[d] > priority) for d in range(domains)]
+    assert (lent.tolist() if lent is not None else [False] * domains) == expect
+    spare = brute_force(fleet) if fleet.spare_nodes is not None else set()
+    held = spares.held_mask(fleet, lent=lent)
+    found = set() if held is None else set(np.flatnonzero(held).tolist())
+    assert found == {n for n in spare if not expect[int(fleet.node_domain[n])]}
+    assert [spares.is_spare(fleet, n, lent=lent) for n in range(fleet.n_nodes)] == [
+        n in found for n in range(fleet.n_nodes)
+    ]

@@ -19,6 +19,7 @@ from tests.extenders.conftest import cluster_objects
 from tests.webhooks.conftest import Hooks, admission_review, start
 
 KEY = "kilter.dev/spare-nodes-per-domain"
+LEND = "kilter.dev/spares-for-preemptible"
 API = "kueue.x-k8s.io/v1beta2"
 GPU = "nvidia.com/gpu"
 
@@ -67,6 +68,9 @@ def validate(hooks: Hooks, obj: dict[str, Any]) -> dict[str, Any]:
         pytest.param(flavor("gb200", GB200, {KEY: "18"}), id="ResourceFlavor 18: a whole rack"),
         pytest.param(queue({KEY: "0"}), id="ClusterQueue 0"),
         pytest.param(cohort({KEY: "4"}), id="Cohort 4"),
+        pytest.param(flavor("gb200", GB200, {KEY: "2", LEND: "true"}), id="ResourceFlavor lends its spares"),
+        pytest.param(queue({LEND: "false"}), id="ClusterQueue keeps them"),
+        pytest.param(cohort({LEND: "true"}), id="Cohort lends"),
     ],
 )
 def test_a_count_within_the_domains_it_reaches_is_allowed(hooks: Hooks, obj: dict[str, Any]) -> None:
@@ -97,8 +101,19 @@ def test_a_count_within_the_domains_it_reaches_is_allowed(hooks: Hooks, obj: dic
             id="a flavor of no node: the catalog's largest domain bounds it",
         ),
         pytest.param(
+            flavor("gb200", GB200, {KEY: "2", LEND: "yes"}),
+            f"""ResourceFlavor gb200: {LEND} must be "true" or "false", got 'yes'""",
+            id="ResourceFlavor lending yes",
+        ),
+        pytest.param(
+            queue({LEND: "True"}),
+            f"""ClusterQueue training: {LEND} must be "true" or "false", got 'True'""",
+            id="ClusterQueue lending True",
+        ),
+        pytest.param(
             flavor("gb200", GB200, {"kilter.dev/spares": "2"}),
-            "unknown annotation kilter.dev/spares: kilter reads kilter.dev/spare-nodes-per-domain on a ResourceFlavor",
+            "unknown annotation kilter.dev/spares: kilter reads kilter.dev/spare-nodes-per-domain, "
+            "kilter.dev/spares-for-preemptible on a ResourceFlavor",
             id="a misspelt key",
         ),
     ],

@@ -5,11 +5,11 @@ TARGET is a pod name, or ``pod/``, ``job/``, ``jobset/``, ``pytorchjob/``,
 story: its gang and Workload, the quota decision (``gangs.pending``'s reason
 while it waits, the admission once admitted), per pod set the domains and
 nodes of its plan or of its bound pods, per other domain why it does not
-take the gang (``gangs.story``), the ``kilter.dev/plan`` record it carries,
-and, when kilter itself answers the view (``--kilter-service NS/NAME:PORT``,
-``remote``), the decisions it recorded per pod (``/debug/explain``'s). Repairs of running gangs are not
-recorded anywhere yet, so the story has no such section. Nothing found of
-that name: exit 1.
+take the gang (``gangs.story``), the ``kilter.dev/plan`` record it carries
+(with what a repair replaced by what, when the record is a repair's), and,
+when kilter itself answers the view (``--kilter-service NS/NAME:PORT``,
+``remote``), the decisions it recorded per pod (``/debug/explain``'s).
+Nothing found of that name: exit 1.
 """
 
 from __future__ import annotations
@@ -220,6 +220,10 @@ def story(cluster: Cluster, t: Target) -> dict[str, Any]:
             "at": record.at,
             "slots": len(record.slots),
             "nodes": sorted({n for n, _ in record.slots}),
+            "repaired": [
+                {"slot": slot, "was": was, "now": record.slots[slot][0], "how": how}
+                for slot, was, how in record.repaired
+            ],
             "verified": False,
         },
     }
@@ -266,6 +270,9 @@ def _text(data: dict[str, Any]) -> str:
             f"\nPlan record: {r['gang']} at {r['at']}, {r['slots']} slots on "
             f"{render.compress_names(r['nodes'])} (signature not verified)\n"
         )
+        for m in r["repaired"]:
+            was = f"replaced {m['was']} by" if m["was"] else "placed on"
+            text += f"  repair: slot {m['slot']} {was} {m['now']} ({m['how']})\n"
     if "decisions" in data:
         text += "\n" + decisions.render_decisions(data["decisions"])
     return text

@@ -45,11 +45,13 @@ def fits(
     gpus: int,
     plan: Callable[[], GangPlan | None],
     store: ClusterStore,
+    lending: Callable[[Pod], npt.NDArray[np.bool_] | None] | None = None,
 ) -> tuple[int, str]:
     """The ladder's verdict for one node, in Volcano's status codes (``FULL``/``GANG_WAITS``: Unschedulable).
 
     ``plan`` gives the task's gang plan; it is asked only on a node that passes the static rungs, so that
-    a gang is planned on its first fit.
+    a gang is planned on its first fit. ``lending`` says which domains lend their spares to a task of no gang
+    (``GangBook.lending``).
     """
     index = fleet.node_index.get(node.name, -1)
     hold = None
@@ -57,9 +59,10 @@ def fits(
         made = plan()
         held = seat(made, store, task_pod(task), uid=task.uid, gpus=gpus)
         hold = seats.hold(made, held) if made is not None else None
-    spec = task_pod(task).spec
+    pod = task_pod(task)
+    lent = lending(pod) if lending is not None and hold is None and index >= 0 else None
     code, free, total = ladder.judge_one(
-        fleet, index, resource=resource, gpus=gpus, spec=spec, hold=hold, idle=_idle(node, resource)
+        fleet, index, resource=resource, gpus=gpus, spec=pod.spec, hold=hold, idle=_idle(node, resource), lent=lent
     )
     if code == verdicts.PASS:
         return vw.SUCCESS, ""

@@ -229,6 +229,7 @@ class VolcanoExtender:
                     gpus=gpus,
                     plan=lambda: self._plan(task, gpus, fleet),
                     store=self.store,
+                    lending=lambda pod: self.gangs.lending(fleet, pod),
                 )
                 if gpus
                 else (vw.SUCCESS, "")

@@ -218,3 +218,23 @@ def test_domains_shows_the_spares_the_flag_keeps_and_the_map_draws_them(
     assert code == 0
     rows = [line.split() for line in out.splitlines() if line.startswith("gb200-r") and len(line.split()[1]) > 1]
     assert any(r[1].endswith("ss") for r in rows)
+
+
+def test_explain_tells_what_a_recorded_repair_replaced_by_what(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    objects = scenario.objects()
+    huge = next(o for o in objects if o["kind"] == "Workload" and o["metadata"]["name"] == "huge")
+    slots = (("gb200-r020-t00", 4), ("gb200-r020-t16", 4))
+    moved = ((1, "gb200-r020-t01", "same scale-up domain"),)
+    record = records.PlanRecord("tas/workload/huge", 1_796_122_800.0, slots, repaired=moved)
+    huge["metadata"]["annotations"] = {records.PLAN_ANNOTATION: records.encode(record)}
+    snap = tmp_path / "repaired.json"
+    snap.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}))
+    story = data(capsys, snap, "explain", "-n", "tas", "workload/huge")
+    assert story["planRecord"]["repaired"] == [
+        {"slot": 1, "was": "gb200-r020-t01", "now": "gb200-r020-t16", "how": "same scale-up domain"}
+    ]
+    code, out, _ = run(capsys, "explain", "-n", "tas", "workload/huge", "--snapshot", str(snap), "--now", scenario.NOW)
+    assert code == 0
+    assert "repair: slot 1 replaced gb200-r020-t01 by gb200-r020-t16 (same scale-up domain)" in out

@@ -39,3 +39,17 @@ def test_the_podgroups_tasks_pass_no_spare_node(volcano: Volcano) -> None:
             passing.add(name)
     assert len(passing) == 16 and not passing & SPARES
     assert {n.split("-")[0] for n in passing} == {"r1", "r2"}  # 15 + 1: r1 alone would need a spare
+
+
+@pytest.mark.parametrize("lends", [True, False], ids=["--spares-for-preemptible", "spares kept"])
+def test_a_lone_task_passes_a_spare_only_where_spares_are_lent_to_it(lends: bool, tmp_path: Path) -> None:
+    # No gang runs in either rack, so any priority is below every gang there: a lent spare is the task's to use.
+    for v in serve(tmp_path, [], spare_nodes_per_domain=2, spares_for_preemptible=lends):
+        lone = gpu_job("scavenge", 1, 4, priority=-10)
+        open_session(v, [lone])
+        node = vp.node_info("r1-t16", gpus=4, labels={CLIQUE: "r1"})
+        status, body = v.post("predicate", vp.predicate_args(task_of(lone), node))
+        assert status == 200
+        assert (body["code"] == vp.SUCCESS) is lends, body
+        if not lends:
+            assert "kept spare for repairs" in body["status"]

@@ -1,0 +1,144 @@
+"""Spares lent to preemptible pods and taken back by a repair, over real HTTP on 127.0.0.1.
+
+Two GB200 NVL72 racks ``r1`` and ``r2`` (18 trays of 4 GPUs); the
+ResourceFlavor ``gb200`` keeps 2 spare trays a rack and says whether it lends
+them (``kilter.dev/spares-for-preemptible``). The gang ``train`` (16 pods,
+priority 100, Job completion indices 0-15) runs on r1-t00..t15, as kilter
+planned it: r1's spares are t16 and t17. Rack r2 is full of priority-1000
+inference pods, so a repair of ``train`` has nowhere to go but r1.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kilter.gangs.records import PLAN_ANNOTATION, PlanRecord, encode
+from kilter.model.annotations import SPARES_FOR_PREEMPTIBLE
+from tests.extenders.conftest import Served, names_args, pod_json
+from tests.extenders.test_gang_repair_http import JOB_INDEX, KEYS, explained, serving
+from tests.extenders.test_spares_http import flavor, metric
+from tests.live_mode import settled
+from tests.topology.builders import CLIQUE, TIER1, node_dict
+
+GANG = {"kilter.dev/gang": "train", "kilter.dev/gang-size": "16"}
+NODES = [f"{r}-t{t:02d}" for r in ("r1", "r2") for t in range(18)]
+RANK_NODE = NODES[:16]
+TRAIN, SCAVENGER, INFERENCE = 100, 10, 1000
+
+
+def with_priority(pod: dict[str, Any], priority: int) -> dict[str, Any]:
+    pod["spec"]["priority"] = priority  # what the Priority admission plugin writes from the PriorityClass
+    return pod
+
+
+def member(rank: int, *, replacement: bool = False) -> dict[str, Any]:
+    name = f"train-{rank}" + ("-r" if replacement else "")
+    node = "" if replacement else RANK_NODE[rank]
+    pod = with_priority(pod_json(name, 4, labels=GANG, annotations={JOB_INDEX: str(rank)}, node=node), TRAIN)
+    if not replacement:
+        record = PlanRecord("ml/gang/train", time.time() - 86400, tuple((n, 4) for n in RANK_NODE))
+        pod["metadata"]["annotations"][PLAN_ANNOTATION] = encode(record, keys=KEYS, uid=pod["metadata"]["uid"])
+    return pod
+
+
+def lending(value: str | None) -> dict[str, Any]:
+    rf = flavor("2")
+    if value is not None:
+        rf["metadata"]["annotations"][SPARES_FOR_PREEMPTIBLE] = value
+    return rf
+
+
+def cluster(lends: str | None, *, failed: str = "", borrowers: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+    nodes = [
+        node_dict(n, labels={CLIQUE: n[:2], TIER1: "leaf-a"}, cordoned=n == failed, ready=n != failed) for n in NODES
+    ]
+    gang = [member(r) for r in range(16) if RANK_NODE[r] != failed]
+    inference = [with_priority(pod_json(f"serve-{n}", 4, node=n), INFERENCE) for n in NODES[18:]]
+    scavengers = [with_priority(pod_json(f"scavenge-{n}", 4, node=n), SCAVENGER) for n in borrowers]
+    replacement = [member(RANK_NODE.index(failed), replacement=True)] if failed else []
+    return [*nodes, *gang, *inference, *scavengers, *replacement, lending(lends)]
+
+
+def filtered(served: Served, pod: dict[str, Any]) -> dict[str, Any]:
+    status, answer = served.post("filter", names_args(pod, NODES))
+    assert status == 200 and isinstance(answer, dict) and answer["Error"] == "", answer
+    return answer
+
+
+@pytest.mark.parametrize("lends", ["true", "false", None], ids=["lent", "kept", "unset"])
+@pytest.mark.parametrize("mode", ["snapshot", "live"])
+def test_a_lone_pod_below_every_gang_in_the_rack_may_borrow_its_spares_only_where_they_are_lent(
+    lends: str | None, mode: str, tmp_path: Path
+) -> None:
+    with serving(mode, tmp_path, cluster(lends)) as served:
+        scavenger = filtered(served, with_priority(pod_json("scavenge", 4), SCAVENGER))
+        urgent = filtered(served, with_priority(pod_json("urgent", 4), 500))  # above the gang: no borrower
+        spares = {"r1-t16", "r1-t17"}
+        assert spares <= set(scavenger["NodeNames"]) if lends == "true" else not spares & set(scavenger["NodeNames"])
+        assert not spares & set(urgent["NodeNames"])
+        assert "kept spare for repairs" in urgent["FailedAndUnresolvableNodes"]["r1-t16"]
+        assert metric(served, "kilter_spare_nodes_held") == 2.0  # r2 is full: only r1 holds its two
+
+
+@pytest.mark.parametrize("lends", ["true", "false"])
+def test_a_gang_below_the_racks_gangs_may_be_planned_onto_lent_spares(lends: str, tmp_path: Path) -> None:
+    low = {"kilter.dev/gang": "sweep", "kilter.dev/gang-size": "2"}
+    pods = [with_priority(pod_json(f"sweep-{i}", 4, labels=low), SCAVENGER) for i in range(2)]
+    with serving("snapshot", tmp_path, [*cluster(lends), *pods]) as served:
+        answer = filtered(served, pods[0])
+        if lends == "true":
+            assert set(answer["NodeNames"]) == planned(served, "sweep") == {"r1-t16", "r1-t17"}
+        else:  # the two idle trays are r1's spares: the gang does not fit and waits
+            assert answer["NodeNames"] == [] and not planned(served, "sweep")
+            assert "spare nodes kept out of new plans" in answer["FailedNodes"]["r1-t16"]
+
+
+def planned(served: Served, gang: str) -> set[str]:
+    return {held.node for held in served.store.reservation(f"ml/gang/{gang}")}
+
+
+@pytest.mark.parametrize("mode", ["snapshot", "live"])
+def test_a_repair_takes_a_lent_spare_back_through_the_schedulers_preemption(mode: str, tmp_path: Path) -> None:
+    objects = cluster("true", failed="r1-t03", borrowers=("r1-t16", "r1-t17"))
+    with serving(mode, tmp_path, objects) as served:
+        replacement = member(3, replacement=True)
+        answer = filtered(served, replacement)
+        # Nothing is free in r1 or r2; the repair plans rank 3 onto the first borrowed spare. kube-scheduler's own
+        # resource check then fails the node and its preemption asks kilter which victims may go.
+        assert answer["NodeNames"] == ["r1-t16"]
+        assert "lent spare taken back" in explained(served, "train-3-r")
+        assert not served.store.reservation("ml/gang/train")  # the victim holds the GPUs until it is evicted
+        body = {
+            "Pod": replacement,
+            "NodeNameToVictims": None,
+            "NodeNameToMetaVictims": {
+                "r1-t16": {"Pods": [{"UID": "uid-scavenge-r1-t16"}], "NumPDBViolations": 0},
+                "r1-t17": {"Pods": [{"UID": "uid-scavenge-r1-t17"}], "NumPDBViolations": 0},
+            },
+        }
+        status, result = served.post("preempt", body)
+        assert status == 200
+        assert result["NodeNameToMetaVictims"] == {
+            "r1-t16": {"Pods": [{"UID": "uid-scavenge-r1-t16"}], "NumPDBViolations": 0}
+        }
+        if mode == "live":  # the scheduler evicts the victim; the replacement then binds where the repair said
+            assert served.cluster is not None
+            served.cluster.server.delete("", "pods", "ml", "scavenge-r1-t16")
+            settled(lambda: served.store.pod("uid-scavenge-r1-t16") is None)
+            meta = replacement["metadata"]
+            bind = {"PodName": meta["name"], "PodNamespace": "ml", "PodUID": meta["uid"], "Node": "r1-t16"}
+            status, bound = served.post("bind", bind)
+            assert status == 200 and bound == {"Error": ""}, bound
+
+
+def test_without_lending_the_same_repair_finds_no_node_and_preempts_nobody(tmp_path: Path) -> None:
+    # The scavengers were bound before the setting (or by another scheduler): not lent, so not taken back.
+    objects = cluster("false", failed="r1-t03", borrowers=("r1-t16", "r1-t17"))
+    with serving("snapshot", tmp_path, objects) as served:
+        answer = filtered(served, member(3, replacement=True))
+        assert answer["NodeNames"] == []
+        assert "finds no usable" in answer["FailedNodes"]["r1-t16"]
