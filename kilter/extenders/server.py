@@ -167,6 +167,14 @@ class SpareReading(Collector):
             for row in rows:
                 family.add_metric([row.platform], getattr(row, name.removeprefix("kilter_spare_nodes_")))
             yield family
+        lent = GaugeMetricFamily(
+            "kilter_spare_domains_lent",
+            "Domains asking for spares that lend them to preemptible pods (kilter.dev/spares-for-preemptible)",
+            labels=["platform"],
+        )
+        for row in rows:
+            lent.add_metric([row.platform], row.lent)
+        yield lent
 
 
 class VolcanoReading(Collector):

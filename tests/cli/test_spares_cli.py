@@ -68,6 +68,16 @@ def test_kilter_plan_reads_the_annotation_and_the_largest_setting_wins(
     assert out.splitlines()[-1] == f"spare nodes ({KEY}): GB200-NVL72 6 held, 0 used, 0 short of 6 in 2 domains"
 
 
+def test_kilter_plan_says_where_spares_are_lent(
+    racks: list[dict[str, Any]], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lending = flavor("1")
+    lending["metadata"]["annotations"]["kilter.dev/spares-for-preemptible"] = "true"
+    out = plan(capsys, tmp_path, [*racks, lending])
+    held = f"spare nodes ({KEY}): GB200-NVL72 2 held, 0 used, 0 short of 2 in 2 domains"
+    assert out.splitlines()[-1] == f"{held}, lent to preemptible pods in 2"
+
+
 @pytest.mark.parametrize("value", ["-1", "two", "73", "1.5"])
 def test_a_bad_flag_is_one_line_and_exit_2(
     value: str, racks: list[dict[str, Any]], tmp_path: Path, capsys: pytest.CaptureFixture[str]

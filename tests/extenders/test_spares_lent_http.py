@@ -82,6 +82,7 @@ def test_a_lone_pod_below_every_gang_in_the_rack_may_borrow_its_spares_only_wher
         assert not spares & set(urgent["NodeNames"])
         assert "kept spare for repairs" in urgent["FailedAndUnresolvableNodes"]["r1-t16"]
         assert metric(served, "kilter_spare_nodes_held") == 2.0  # r2 is full: only r1 holds its two
+        assert metric(served, "kilter_spare_domains_lent") == (2.0 if lends == "true" else 0.0)
 
 
 @pytest.mark.parametrize("lends", ["true", "false"])
