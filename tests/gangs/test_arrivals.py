@@ -42,9 +42,8 @@ def test_bound_pods_with_a_record_are_read_as_they_arrive(monkeypatch: pytest.Mo
     assert pod_facts.record_time(held, records.record_time) == ("{}", None)
 
 
-def test_a_gang_the_book_laid_out_has_its_ranks_read_as_its_pods_arrive_bound(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The book plans a 6-pod gang (laying it out), its pods arrive bound: each rank is read then, once; a
-    replacement's repair decision later reads the rank of no survivor again, only the replacement's own."""
+def ranks_read(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the pods whose rank is read from now on (``ranks.place_of`` counted; every memo forgotten)."""
     read: list[str] = []
     real = ranks.place_of
 
@@ -54,6 +53,13 @@ def test_a_gang_the_book_laid_out_has_its_ranks_read_as_its_pods_arrive_bound(mo
 
     monkeypatch.setattr(ranks, "place_of", counted)
     pod_facts.forget()
+    return read
+
+
+def test_a_gang_the_book_laid_out_has_its_ranks_read_as_its_pods_arrive_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The book plans a 6-pod gang (laying it out), its pods arrive bound: each rank is read then, once; a
+    replacement's repair decision later reads the rank of no survivor again, only the replacement's own."""
+    read = ranks_read(monkeypatch)
     store = ClusterStore()
     store.replace(cluster_objects())
     book = GangBook(store)
@@ -94,15 +100,7 @@ def test_a_gang_the_book_laid_out_has_its_ranks_read_as_its_pods_arrive_bound(mo
 def test_pods_of_a_gang_never_laid_out_get_their_ranks_read_at_its_first_decision(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    read: list[str] = []
-    real = ranks.place_of
-
-    def counted(pod: Pod, *args: Any, **kwargs: Any) -> ranks.Place | str | None:
-        read.append(pod.metadata.name)
-        return real(pod, *args, **kwargs)
-
-    monkeypatch.setattr(ranks, "place_of", counted)
-    pod_facts.forget()
+    read = ranks_read(monkeypatch)
     store = ClusterStore()
     store.replace(cluster_objects())
     GangBook(store)
