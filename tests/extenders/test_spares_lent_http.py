@@ -107,12 +107,8 @@ def test_a_repair_takes_a_lent_spare_back_through_the_schedulers_preemption(mode
     objects = cluster("true", failed="r1-t03", borrowers=("r1-t16", "r1-t17"))
     with serving(mode, tmp_path, objects) as served:
         replacement = member(3, replacement=True)
-        answer = filtered(served, replacement)
-        # Nothing is free in r1 or r2; the repair plans rank 3 onto the first borrowed spare. kube-scheduler's own
-        # resource check then fails the node and its preemption asks kilter which victims may go.
-        assert answer["NodeNames"] == ["r1-t16"]
-        assert "lent spare taken back" in explained(served, "train-3-r")
-        assert not served.store.reservation("ml/gang/train")  # the victim holds the GPUs until it is evicted
+        # No node has 4 GPUs free, so kube-scheduler's own filters pass none, it asks no extender to filter, and
+        # its preemption offers the nodes where evicting lower-priority pods would make room: the borrowed spares.
         body = {
             "Pod": replacement,
             "NodeNameToVictims": None,
@@ -123,13 +119,19 @@ def test_a_repair_takes_a_lent_spare_back_through_the_schedulers_preemption(mode
         }
         status, result = served.post("preempt", body)
         assert status == 200
+        # The repair plans rank 3 onto the first borrowed spare; only that node and its victim are kept.
         assert result["NodeNameToMetaVictims"] == {
             "r1-t16": {"Pods": [{"UID": "uid-scavenge-r1-t16"}], "NumPDBViolations": 0}
         }
+        assert served.app.extender.gangs.plans["ml/gang/train"].origin == "repair"
+        assert not served.store.reservation("ml/gang/train")  # the victim holds the GPUs until it is evicted
+        assert filtered(served, replacement)["NodeNames"] == ["r1-t16"]  # the plan's node, whatever is offered
+        assert "lent spare taken back" in explained(served, "train-3-r")
         if mode == "live":  # the scheduler evicts the victim; the replacement then binds where the repair said
             assert served.cluster is not None
             served.cluster.server.delete("", "pods", "ml", "scavenge-r1-t16")
             settled(lambda: served.store.pod("uid-scavenge-r1-t16") is None)
+            assert filtered(served, replacement)["NodeNames"] == ["r1-t16"]
             meta = replacement["metadata"]
             bind = {"PodName": meta["name"], "PodNamespace": "ml", "PodUID": meta["uid"], "Node": "r1-t16"}
             status, bound = served.post("bind", bind)
