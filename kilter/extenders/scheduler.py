@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import msgspec
 import numpy as np
 
-from kilter.extenders import filter_answer, wire
+from kilter.extenders import filter_answer, preemption, wire
 from kilter.extenders.explain import DecisionLog, Record
 from kilter.gangs import GangBook, GangPlan, identify, ranks, seats
 from kilter.kube.api import ApiError, ApiServer, check_name, check_namespace, object_path
@@ -312,6 +312,7 @@ class SchedulerExtender:
             plan = None
         found = self._seat(p, plan) if p.gpus else None
         allowed = set(found.nodes) if found is not None else None
+        lent = self.gangs.lending(fleet, p.pod) if plan is None and p.gpus else None
         kept: dict[str, wire.MetaVictims] = {}
         notes: dict[str, str] = {}
         for node_name, meta in offered.items():
@@ -328,11 +329,11 @@ class SchedulerExtender:
                 continue
             if p.gpus and index is not None:
                 freed = sum(self._gpus_of(v.uid, index) for v in on_node)
-                if fleet.bitmap.node_free_gpus(index) + freed < p.gpus:
-                    notes[node_name] = f"evicting these victims frees {freed} GPUs; the pod needs {p.gpus}"
-                    continue
-                if allowed is not None and index not in allowed:
-                    notes[node_name] = "not in the gang's plan"
+                why = preemption.refusal(
+                    fleet, index, gpus=p.gpus, freed=freed, allowed=allowed, lone=plan is None, lent=lent
+                )
+                if why:
+                    notes[node_name] = why
                     continue
             kept[node_name] = wire.MetaVictims(on_node, meta.num_pdb_violations)
         names = sorted(offered)

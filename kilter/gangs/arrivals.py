@@ -19,8 +19,7 @@ reads a pod.
 The priority of each bound pod is kept by node: a pod may borrow a domain's
 lent spares only below every gang running there (``floor``;
 ``topology.spares.lent_to``), which the filter of every lone GPU pod asks;
-a repair there may take back the GPUs of pods below its own priority
-(``below``).
+a repair there may take back the GPUs of such pods (``borrowed``).
 
 The unbound pods of gangs are kept by gang key (``waiting``), so that a
 repair can find the other gangs repairing beside it and let those that come
@@ -40,12 +39,11 @@ from kilter.model.core_v1 import Pod
 from kilter.state.events import Stored
 from kilter.state.store import ClusterStore, pod_uid
 from kilter.topology.fleet import ENDED_PHASES, Fleet
+from kilter.topology.spares import NO_GANG
 
 __all__ = ["MAX_GANGS", "NO_GANG", "Arrivals"]
 
 MAX_GANGS = 1 << 16
-NO_GANG = np.iinfo(np.int64).max
-"""``Arrivals.floor`` of a domain no gang pod is bound in: every priority is below it."""
 
 
 class Arrivals:
@@ -66,16 +64,22 @@ class Arrivals:
         store.watchers.add("", "Pod", self._changed)
 
     def _changed(self, old: Stored | None, new: Stored | None) -> None:
+        was = None
         if isinstance(old, Pod):
             self._stop_waiting(pod_uid(old))
             if old.spec.node_name:
-                self._unplace(old.spec.node_name, pod_uid(old))
-        if not isinstance(new, Pod) or new.status.phase in ENDED_PHASES:
-            return
-        if new.spec.node_name:
+                was = (old.spec.node_name, self._unplace(old.spec.node_name, pod_uid(old)))
+        live = isinstance(new, Pod) and new.status.phase not in ENDED_PHASES
+        now = None
+        if isinstance(new, Pod) and live and new.spec.node_name:
             held = (new.spec.priority or 0, key_of(new) is not None)
             self._priorities.setdefault(new.spec.node_name, {})[pod_uid(new)] = held
-            self._changes += held[1]
+            now = (new.spec.node_name, held)
+        in_gang = (was is not None and was[1] is not None and was[1][1]) or (now is not None and now[1][1])
+        if was != now and in_gang:
+            self._changes += 1  # a gang pod came, went, moved or changed priority: the floors are read again
+        if not isinstance(new, Pod) or not live:
+            return
         if not new.spec.node_name:
             key = key_of(new)
             if key is not None:
@@ -116,22 +120,22 @@ class Arrivals:
         self._floor = (fleet, self._changes, out)
         return out
 
-    def below(self, node: str, priority: int, store: ClusterStore) -> int:
-        """The GPUs the store books on ``node`` to pods of lower priority than ``priority``: what a repair of that
-        priority may take back there by preemption."""
+    def borrowed(self, node: str, below: int, store: ClusterStore) -> int:
+        """The GPUs the store books on ``node`` to pods of no gang whose priority is below ``below``: what a repair
+        may take back there by preemption (the caller passes the lower of its own priority and the domain's
+        floor, so only pods that lending let in count, never another gang)."""
         out = 0
-        for uid, (p, _) in self._priorities.get(node, {}).items():
-            booking = store.booking(uid) if p < priority else None
+        for uid, (p, in_gang) in self._priorities.get(node, {}).items():
+            booking = store.booking(uid) if p < below and not in_gang else None
             out += booking.gpus if booking is not None else 0
         return out
 
-    def _unplace(self, node: str, uid: str) -> None:
+    def _unplace(self, node: str, uid: str) -> tuple[int, bool] | None:
         pods = self._priorities.get(node)
         held = pods.pop(uid, None) if pods is not None else None
-        if held is not None:
-            self._changes += held[1]
-            if not pods:
-                del self._priorities[node]
+        if pods is not None and not pods:
+            del self._priorities[node]
+        return held
 
     def _stop_waiting(self, uid: str) -> None:
         gang = self._waits_in.pop(uid, None)

@@ -206,6 +206,8 @@ class GangBook:
                 self._verify(current)
             elif current.verified and not self._room_for_unseen(current):
                 return self._waiting(current, pod)
+            if current.origin == "repair" and current.feasible:
+                self._hold_taken_back(current)
             return current
         if current is not None:
             self._drop(current)
@@ -404,21 +406,30 @@ class GangBook:
             return None
         return spares.lent_to(fleet, pod.spec.priority or 0, self.arrivals.floor(fleet))
 
+    def _hold_taken_back(self, plan: GangPlan) -> None:
+        """Reserve each slot a repair takes back by preemption once its node's GPUs are free (the scheduler evicted
+        the victims), before another plan takes them: asked on every later filter of the gang's pods."""
+        for slot in plan.slots:
+            if not slot.uid and not slot.reserved and self.store.reserve(plan.gang.key, [(slot.node, slot.gpus)]):
+                slot.reserved = True
+
     def _reclaimable(self, fleet: Fleet, pod: Pod) -> Callable[[Iterable[int]], npt.NDArray[np.int32] | None] | None:
         """For a repair asked by ``pod``: given domains, the GPUs per node of those that lend their spares which the
-        repair may take back (booked to pods of lower priority than ``pod``'s); None when no domain lends."""
+        repair may take back — booked to pods of no gang below both ``pod``'s priority and every gang's there (those
+        lending let in); None when no domain lends, or the pod may not preempt (``preemptionPolicy: Never``)."""
         lent = fleet.spares_lent
-        if lent is None:
+        if lent is None or pod.spec.preemption_policy == "Never":
             return None
-        priority = pod.spec.priority or 0
+        priority, floor = pod.spec.priority or 0, self.arrivals.floor(fleet)
 
         def back(domains: Iterable[int]) -> npt.NDArray[np.int32] | None:
             out = np.zeros(fleet.n_nodes, dtype=np.int32)
             starts, names = fleet.bitmap.domain_node_start, fleet.node_names
             for d in domains:
                 if lent[d]:
+                    below = min(priority, int(floor[d]))
                     for node in range(int(starts[d]), int(starts[d + 1])):
-                        out[node] = self.arrivals.below(names[node], priority, self.store)
+                        out[node] = self.arrivals.borrowed(names[node], below, self.store)
             return out if out.any() else None
 
         return back
@@ -611,9 +622,14 @@ def _asks(pod: Pod, resource: str) -> bool:
 def _taking_back(slots: Sequence[Slot], repaired: Sequence[repairs.Repaired]) -> None:
     """Mark unreserved the open slots a repair takes back by preemption (its ``reclaim`` rung): their GPUs are the
     victims' until the scheduler evicts them, so nothing can be held there yet."""
-    back = Counter(r.now for r in repaired if r.step == "reclaim")
+    places = {r.place for r in repaired if r.step == "reclaim" and r.place is not None}
+    back = Counter(r.now for r in repaired if r.step == "reclaim" and r.place is None)
     for slot in slots:
-        if not slot.uid and back[slot.node] > 0:
+        if slot.uid:
+            continue
+        if slot.place is not None and slot.place in places:
+            slot.reserved = False
+        elif slot.place is None and back[slot.node] > 0:
             slot.reserved = False
             back[slot.node] -= 1
 

@@ -177,7 +177,8 @@ class PlanRecorder:
 
 def repaired_slots(plan: GangPlan) -> tuple[tuple[int, str, str], ...]:
     """A repair plan's replacements as its record keeps them: (slot, old node, rung) each. A ranked replacement's
-    slot is its rank's; an unranked one takes the first open slot on its node not taken by another."""
+    slot is its rank's (bound already or not); an unranked one takes the first open slot on its node not taken by
+    another."""
     out: list[tuple[int, str, str]] = []
     used: set[int] = set()
     for moved in plan.repaired:
@@ -186,9 +187,8 @@ def repaired_slots(plan: GangPlan) -> tuple[tuple[int, str, str], ...]:
                 i
                 for i, s in enumerate(plan.slots)
                 if i not in used
-                and not s.uid
                 and s.node == moved.now
-                and (moved.place is None or s.place == moved.place)
+                and (s.place == moved.place if moved.place is not None else not s.uid)
             ),
             None,
         )

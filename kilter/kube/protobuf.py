@@ -181,7 +181,7 @@ _CLAIM = Message(
 )
 _POD_SPEC = Message(
     v1.PodSpec,
-    ("", "", (), (), _EMPTY, None, (), _EMPTY, None, (), None),
+    ("", "", (), (), _EMPTY, None, (), _EMPTY, None, (), None, None),
     {
         10: (0, SHARED_STRING, None, 0),  # nodeName
         19: (1, SHARED_STRING, None, 0),  # schedulerName
@@ -194,6 +194,7 @@ _POD_SPEC = Message(
         5: (8, INT, None, 0),  # activeDeadlineSeconds
         39: (9, MESSAGE, _CLAIM, REPEATED | SHARED),  # resourceClaims: a job's pods name the same templates
         25: (10, INT, None, 0),  # priority (int32; negative values are ten-byte varints)
+        31: (11, SHARED_STRING, None, 0),  # preemptionPolicy
     },
 )
 _POD = Message(

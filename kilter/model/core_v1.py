@@ -170,6 +170,7 @@ class PodSpec(msgspec.Struct, rename="camel", gc=False):
     active_deadline_seconds: int | None = None  # the pod's own limit on its run, seconds (an expected runtime)
     resource_claims: tuple[PodResourceClaim, ...] = ()
     priority: int | None = None  # from the pod's PriorityClass (the Priority admission plugin): who repairs first
+    preemption_policy: str | None = None  # "Never": the scheduler preempts nothing for this pod
 
 
 class PodStatus(msgspec.Struct, rename="camel", gc=False):

@@ -35,7 +35,7 @@ because every booking and release moves it.
 **Lent spares.** A domain whose settings say ``kilter.dev/spares-for-preemptible:
 "true"`` (``Fleet.spares_lent``) lends its spares to pods that a repair there
 may preempt: pods of lower priority than every gang running in the domain
-(``lent_to``; a domain no gang runs in lends to any pod). For such a pod the
+(``lent_to``; a domain no gang runs in lends to nobody). For such a pod the
 domain holds no spares (``lent_to`` is passed to ``held_mask``,
 ``usable_mask`` and ``is_spare``); a repair that finds no free node in place
 takes one back by preempting pods below its gang's priority
@@ -55,6 +55,7 @@ from kilter.model.annotations import SPARE_NODES_PER_DOMAIN
 from kilter.topology.fleet import Fleet
 
 __all__ = [
+    "NO_GANG",
     "PlatformSpares",
     "SpareCounts",
     "assign",
@@ -65,9 +66,14 @@ __all__ = [
     "is_spare",
     "lent_to",
     "note",
+    "spare_once_free",
     "tally",
     "usable_mask",
 ]
+
+
+NO_GANG = np.iinfo(np.int64).max
+"""A domain's priority floor (``lent_to``) when no gang pod is bound there: it lends to nobody."""
 
 
 @dataclass(frozen=True)
@@ -109,12 +115,14 @@ def assign(fleet: Fleet, wanted: npt.ArrayLike, lent: npt.ArrayLike | None = Non
 
 def lent_to(fleet: Fleet, priority: int, floor: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_] | None:
     """Per domain, whether its spares are lent to a pod of ``priority``: the domain lends them
-    (``Fleet.spares_lent``) and every gang running there has a higher priority (``floor``: per domain, the lowest
-    priority of a gang pod bound there; the int64 maximum where none is); None when no domain lends to it."""
+    (``Fleet.spares_lent``), a gang runs there and every gang running there has a higher priority (``floor``: per
+    domain, the lowest priority of a gang pod bound there; ``NO_GANG`` where none is); None when no domain lends
+    to it. A domain no gang runs in lends to nobody: a gang planned there later could not take its spares back
+    from a pod of its own priority or more, and a new gang of any priority could take them for itself."""
     lent = fleet.spares_lent
     if lent is None:
         return None
-    out = lent & (floor > priority)
+    out = lent & (floor > priority) & (floor != NO_GANG)
     return out if out.any() else None
 
 
@@ -152,6 +160,22 @@ def is_spare(fleet: Fleet, node: int, *, lent: npt.NDArray[np.bool_] | None = No
     end = int(bm.domain_node_start[domain + 1])
     idle = (bm.node_used_gpus[node:end] == 0) & (bm.node_usable_flags[node:end] != 0)
     return bool(idle[0]) and int(np.count_nonzero(idle)) <= count
+
+
+def spare_once_free(fleet: Fleet, node: int, *, lent: npt.NDArray[np.bool_] | None = None) -> bool:
+    """Whether node ``node`` would be a spare held from the asking pod if it were wholly free (its pods evicted):
+    what a lone pod's preemption must not free, since the pod could not use the node afterwards."""
+    wanted = fleet.spare_nodes
+    if wanted is None or node < 0:
+        return False
+    domain = int(fleet.node_domain[node])
+    count = int(wanted[domain])
+    bm = fleet.bitmap
+    if count == 0 or (lent is not None and lent[domain]) or not bm.node_usable_flags[node]:
+        return False
+    end = int(bm.domain_node_start[domain + 1])
+    after = (bm.node_used_gpus[node + 1 : end] == 0) & (bm.node_usable_flags[node + 1 : end] != 0)
+    return int(np.count_nonzero(after)) < count
 
 
 def usable_mask(

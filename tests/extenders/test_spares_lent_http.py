@@ -35,12 +35,13 @@ def with_priority(pod: dict[str, Any], priority: int) -> dict[str, Any]:
     return pod
 
 
-def member(rank: int, *, replacement: bool = False) -> dict[str, Any]:
+def member(rank: int, *, replacement: bool = False, size: int = 16) -> dict[str, Any]:
     name = f"train-{rank}" + ("-r" if replacement else "")
     node = "" if replacement else RANK_NODE[rank]
-    pod = with_priority(pod_json(name, 4, labels=GANG, annotations={JOB_INDEX: str(rank)}, node=node), TRAIN)
+    labels = {**GANG, "kilter.dev/gang-size": str(size)}
+    pod = with_priority(pod_json(name, 4, labels=labels, annotations={JOB_INDEX: str(rank)}, node=node), TRAIN)
     if not replacement:
-        record = PlanRecord("ml/gang/train", time.time() - 86400, tuple((n, 4) for n in RANK_NODE))
+        record = PlanRecord("ml/gang/train", time.time() - 86400, tuple((n, 4) for n in RANK_NODE[:size]))
         pod["metadata"]["annotations"][PLAN_ANNOTATION] = encode(record, keys=KEYS, uid=pod["metadata"]["uid"])
     return pod
 
@@ -52,14 +53,21 @@ def lending(value: str | None) -> dict[str, Any]:
     return rf
 
 
-def cluster(lends: str | None, *, failed: str = "", borrowers: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+def cluster(
+    lends: str | None, *, failed: str = "", borrowers: tuple[str, ...] = (), sweep: tuple[str, ...] = ()
+) -> list[dict[str, Any]]:
+    """The racks; ``sweep``: the last trays of the gang's that a second, lower-priority gang runs on instead (the
+    gang ``train`` is that much smaller)."""
     nodes = [
         node_dict(n, labels={CLIQUE: n[:2], TIER1: "leaf-a"}, cordoned=n == failed, ready=n != failed) for n in NODES
     ]
-    gang = [member(r) for r in range(16) if RANK_NODE[r] != failed]
+    size = 16 - len(sweep)
+    low = {"kilter.dev/gang": "sweep", "kilter.dev/gang-size": str(len(sweep))}
+    gang = [member(r, size=size) for r in range(size) if RANK_NODE[r] != failed]
+    gang += [with_priority(pod_json(f"sweep-{n}", 4, labels=low, node=n), 50) for n in sweep]
     inference = [with_priority(pod_json(f"serve-{n}", 4, node=n), INFERENCE) for n in NODES[18:]]
     scavengers = [with_priority(pod_json(f"scavenge-{n}", 4, node=n), SCAVENGER) for n in borrowers]
-    replacement = [member(RANK_NODE.index(failed), replacement=True)] if failed else []
+    replacement = [member(RANK_NODE.index(failed), replacement=True, size=size)] if failed else []
     return [*nodes, *gang, *inference, *scavengers, *replacement, lending(lends)]
 
 
@@ -136,6 +144,37 @@ def test_a_repair_takes_a_lent_spare_back_through_the_schedulers_preemption(mode
             bind = {"PodName": meta["name"], "PodNamespace": "ml", "PodUID": meta["uid"], "Node": "r1-t16"}
             status, bound = served.post("bind", bind)
             assert status == 200 and bound == {"Error": ""}, bound
+
+
+def test_a_repair_takes_back_only_what_lending_let_in_never_another_gangs_node(tmp_path: Path) -> None:
+    # A second gang (priority 50, below train's 100) runs on r1-t14 and r1-t15. Its trays come first by index and
+    # would free as much; but only pods below every gang in the rack were let onto the spares, so only those go.
+    objects = cluster("true", failed="r1-t03", borrowers=("r1-t16", "r1-t17"), sweep=("r1-t14", "r1-t15"))
+    with serving("snapshot", tmp_path, objects) as served:
+        replacement = member(3, replacement=True, size=14)
+        victims = {
+            n: {"Pods": [{"UID": f"uid-{who}-{n}"}], "NumPDBViolations": 0}
+            for n, who in (("r1-t14", "sweep"), ("r1-t16", "scavenge"), ("r1-t17", "scavenge"))
+        }
+        body = {"Pod": replacement, "NodeNameToVictims": None, "NodeNameToMetaVictims": victims}
+        status, result = served.post("preempt", body)
+        assert status == 200 and list(result["NodeNameToMetaVictims"]) == ["r1-t16"]
+
+
+def test_a_pod_above_the_racks_gangs_gets_no_borrower_evicted_for_a_spare_it_may_not_use(tmp_path: Path) -> None:
+    # Without the spares rule, kube-scheduler's preemption would evict the borrower on r1-t16 for this priority-500
+    # pod, and the emptied tray would be a spare the pod is refused: the borrower killed for nothing.
+    objects = cluster("true", borrowers=("r1-t16", "r1-t17"))
+    with serving("snapshot", tmp_path, objects) as served:
+        urgent = with_priority(pod_json("urgent", 4), 500)
+        body = {
+            "Pod": urgent,
+            "NodeNameToVictims": None,
+            "NodeNameToMetaVictims": {"r1-t16": {"Pods": [{"UID": "uid-scavenge-r1-t16"}], "NumPDBViolations": 0}},
+        }
+        status, result = served.post("preempt", body)
+        assert status == 200 and result["NodeNameToMetaVictims"] == {}
+        assert "empties a spare node kept for repairs" in explained(served, "urgent")
 
 
 def test_without_lending_the_same_repair_finds_no_node_and_preempts_nobody(tmp_path: Path) -> None:

@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 
 from kilter.gangs import GangBook, identify, pod_facts, ranks, records
-from kilter.gangs.arrivals import NO_GANG
 from kilter.model.core_v1 import Pod
-from kilter.state.events import ADDED, DELETED, Event
+from kilter.state.events import ADDED, DELETED, MODIFIED, Event
 from kilter.state.store import ClusterStore
+from kilter.topology.spares import NO_GANG
 from tests.extenders.conftest import cluster_objects, pod_json
 
 INDEX = "batch.kubernetes.io/job-completion-index"
@@ -128,9 +128,19 @@ def test_the_priority_floor_of_a_domain_follows_its_gang_pods_and_below_counts_e
     r1, r2 = fleet.domain_ids.index("r1"), fleet.domain_ids.index("r2")
     floor = book.arrivals.floor(fleet)
     assert floor[r1] == 50 and floor[r2] == NO_GANG  # the lone pod is no gang: it sets no floor
-    assert book.arrivals.below("r1-t02", 11, store) == 2 and book.arrivals.below("r1-t02", 10, store) == 0
-    assert book.arrivals.below("r1-t00", 101, store) == 4
-    store.apply([Event(DELETED, g1)])
-    assert book.arrivals.floor(store.fleet())[r1] == 100
+    assert book.arrivals.borrowed("r1-t02", 11, store) == 2 and book.arrivals.borrowed("r1-t02", 10, store) == 0
+    assert book.arrivals.borrowed("r1-t00", 101, store) == 0  # a gang's pod is never taken back
+    relabelled = {**g1, "metadata": {**g1["metadata"], "labels": {**gang, "note": "x"}}}
+    store.apply([Event(MODIFIED, relabelled)])  # nothing a floor reads changed: the floors are kept
+    assert book.arrivals.floor(store.fleet()) is floor
+    moved = {**g1, "spec": {**g1["spec"], "nodeName": "r2-t00"}}
+    store.apply([Event(MODIFIED, moved)])  # the pod (as the feed shows it) is now in r2: both floors change
+    floor = book.arrivals.floor(store.fleet())
+    assert floor[r1] == 100 and floor[r2] == 50
+    raised = {**moved, "spec": {**moved["spec"], "priority": 200}}
+    store.apply([Event(MODIFIED, raised)])
+    assert book.arrivals.floor(store.fleet())[r2] == 200
+    store.apply([Event(DELETED, raised)])
+    assert book.arrivals.floor(store.fleet())[r2] == NO_GANG
     store.apply([Event(DELETED, g0)])
     assert book.arrivals.floor(store.fleet())[r1] == NO_GANG

@@ -160,6 +160,7 @@ pod = st.fixed_dictionaries(
                 "tolerations": st.lists(toleration, max_size=3),
                 "overhead": st.dictionaries(st.sampled_from(["cpu", "memory"]), quantities, max_size=2),
                 "priority": st.integers(-(2**31), 2**31 - 1),
+                "preemptionPolicy": st.sampled_from(["Never", "PreemptLowerPriority"]),
             },
         ),
         "status": st.fixed_dictionaries({}, optional={"phase": st.sampled_from(["Pending", "Running", "Failed"])}),

@@ -164,11 +164,16 @@ def test_spares_lent_to_a_pod_are_not_held_from_it_and_every_other_spare_is(flee
     lends = data.draw(st.lists(st.booleans(), min_size=domains, max_size=domains))
     floor = np.array(data.draw(st.lists(st.integers(-5, 5), min_size=domains, max_size=domains)), dtype=np.int64)
     priority = data.draw(st.integers(-6, 6))
+    if data.draw(st.booleans()):  # no gang runs in some domains
+        floor[np.array(data.draw(st.lists(st.booleans(), min_size=domains, max_size=domains)))] = spares.NO_GANG
     spares.assign(fleet, fleet.spare_nodes if fleet.spare_nodes is not None else np.zeros(domains), lends)
     lent = spares.lent_to(fleet, priority, floor)
     asks = fleet.spare_nodes if fleet.spare_nodes is not None else np.zeros(domains, dtype=np.int32)
-    # The rule read literally: a domain lends to the pod when it lends, asks for spares, and its floor is above.
-    expect = [bool(lends[d] and asks[d] > 0 and floor[d] > priority) for d in range(domains)]
+    # The rule read literally: a domain lends to the pod when it lends, asks for spares, a gang runs there and
+    # every gang there is above the pod.
+    expect = [
+        bool(lends[d] and asks[d] > 0 and floor[d] != spares.NO_GANG and floor[d] > priority) for d in range(domains)
+    ]
     assert (lent.tolist() if lent is not None else [False] * domains) == expect
     spare = brute_force(fleet) if fleet.spare_nodes is not None else set()
     held = spares.held_mask(fleet, lent=lent)
@@ -177,3 +182,18 @@ def test_spares_lent_to_a_pod_are_not_held_from_it_and_every_other_spare_is(flee
     assert [spares.is_spare(fleet, n, lent=lent) for n in range(fleet.n_nodes)] == [
         n in found for n in range(fleet.n_nodes)
     ]
+    for n in range(fleet.n_nodes):  # emptied (its GPUs booked away), would the node be a spare held from the pod?
+        emptied = build_fleet(
+            [
+                node(name, labels=fleet.node_labels[i], cordoned=not fleet.bitmap.node_usable_flags[i])
+                for i, name in enumerate(fleet.node_names)
+            ],
+            [
+                pod(f"p-{m}", fleet.node_names[m], int(fleet.bitmap.node_used_gpus[m]))
+                for m in range(fleet.n_nodes)
+                if m != n and fleet.bitmap.node_used_gpus[m]
+            ],
+        )
+        spares.assign(emptied, asks, lends)
+        held_then = spares.held_mask(emptied, lent=lent)
+        assert spares.spare_once_free(fleet, n, lent=lent) == bool(held_then is not None and held_then[n])

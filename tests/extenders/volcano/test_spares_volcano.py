@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.extenders.conftest import pod_json
 from tests.extenders.volcano import payloads as vp
 from tests.extenders.volcano.conftest import Volcano, gpu_job, open_session, serve, task_of
 from tests.topology.builders import CLIQUE
@@ -43,8 +44,10 @@ def test_the_podgroups_tasks_pass_no_spare_node(volcano: Volcano) -> None:
 
 @pytest.mark.parametrize("lends", [True, False], ids=["--spares-for-preemptible", "spares kept"])
 def test_a_lone_task_passes_a_spare_only_where_spares_are_lent_to_it(lends: bool, tmp_path: Path) -> None:
-    # No gang runs in either rack, so any priority is below every gang there: a lent spare is the task's to use.
-    for v in serve(tmp_path, [], spare_nodes_per_domain=2, spares_for_preemptible=lends):
+    # A gang of priority 100 runs in r1; the task's -10 is below it, so r1's lent spares are the task's to use.
+    running = pod_json("train-0", 4, labels={"kilter.dev/gang": "train", "kilter.dev/gang-size": "1"}, node="r1-t00")
+    running["spec"]["priority"] = 100
+    for v in serve(tmp_path, [running], spare_nodes_per_domain=2, spares_for_preemptible=lends):
         lone = gpu_job("scavenge", 1, 4, priority=-10)
         open_session(v, [lone])
         node = vp.node_info("r1-t16", gpus=4, labels={CLIQUE: "r1"})

@@ -1,0 +1,45 @@
+"""Which preemption candidates the extender keeps for a pod: a node the victims free enough of, that the pod's gang
+plan holds, and — for a pod of no gang — that does not turn into a spare the pod may not use.
+
+kube-scheduler's preemption offers every node where evicting lower-priority
+pods would make room, and asks the extender (``preempt``) which to keep. A
+lone pod that empties a node of a domain keeping spares
+(``kilter.dev/spare-nodes-per-domain``) would evict the node's pods for
+nothing when the emptied node becomes a spare held from that pod (a
+borrower of lent spares, evicted by a pod above every gang there, is the
+case that matters): so such a node is not kept.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+from kilter.model.annotations import SPARE_NODES_PER_DOMAIN
+from kilter.topology import spares
+from kilter.topology.fleet import Fleet
+
+__all__ = ["refusal"]
+
+
+def refusal(
+    fleet: Fleet,
+    index: int,
+    *,
+    gpus: int,
+    freed: int,
+    allowed: set[int] | None,
+    lone: bool,
+    lent: npt.NDArray[np.bool_] | None = None,
+) -> str:
+    """Why the extender keeps no preemption on node ``index`` for a pod asking ``gpus`` whose victims there free
+    ``freed`` ("" when it keeps it): ``allowed``, the nodes its gang's plan gives it (None: any); ``lone``, the
+    pod is in no gang, and ``lent`` the domains lending it their spares (``spares.lent_to``)."""
+    if fleet.bitmap.node_free_gpus(index) + freed < gpus:
+        return f"evicting these victims frees {freed} GPUs; the pod needs {gpus}"
+    if allowed is not None and index not in allowed:
+        return "not in the gang's plan"
+    emptied = freed >= int(fleet.bitmap.node_used_gpus[index])
+    if lone and emptied and spares.spare_once_free(fleet, index, lent=lent):
+        return f"evicting these victims empties a spare node kept for repairs ({SPARE_NODES_PER_DOMAIN})"
+    return ""
