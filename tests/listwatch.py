@@ -149,6 +149,7 @@ class Resource:
 PODS = Resource("", "v1", "pods", "Pod", namespaced=True)
 NODES = Resource("", "v1", "nodes", "Node", namespaced=False)
 SECRETS = Resource("", "v1", "secrets", "Secret", namespaced=True)
+PDBS = Resource("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", namespaced=True)
 COMPUTE_DOMAINS = Resource("resource.nvidia.com", "v1beta1", "computedomains", "ComputeDomain", namespaced=True)
 """NVIDIA's DRA driver's CRD (``computedomains.resource.nvidia.com``), served as the apiserver serves a CRD."""
 
@@ -586,6 +587,21 @@ def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def _expression(requirement: Obj, labels: Obj) -> bool:
+    """One ``matchExpressions`` entry of a LabelSelector against a pod's labels (an unknown operator selects
+    nothing, as an invalid selector does for EvictionREST)."""
+    key, op, values = requirement.get("key"), requirement.get("operator"), requirement.get("values") or []
+    if op == "In":
+        return key in labels and labels[key] in values
+    if op == "NotIn":
+        return key not in labels or labels[key] not in values
+    if op == "Exists":
+        return key in labels
+    if op == "DoesNotExist":
+        return key not in labels
+    return False
+
+
 def _details(resource: Resource, name: str) -> Obj:
     """A Status's ``details`` for one object: name, group (if any), kind as the plural."""
     details: Obj = {"name": name}
@@ -777,6 +793,137 @@ class ListWatchServer:
             new.setdefault("spec", {})["nodeName"] = node
             self._commit(resource, key, "MODIFIED", new, prev)
         return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
+
+    def evict(self, namespace: str, name: str, body: bytes, query: dict[str, str]) -> tuple[int, Obj]:
+        """``POST pods/NAME/eviction`` as the apiserver's EvictionREST (pkg/registry/core/pod/storage/eviction.go):
+        a pod that is Pending, ended or being deleted is deleted at once; else its one PodDisruptionBudget
+        (policy/v1, served by this server, selected by labels; an empty selector selects nothing) must allow a
+        disruption: 429 when it allows none (or has not observed its generation), 403 when its count is negative,
+        500 when several select the pod. An unready pod is deleted without spending the budget while the budget
+        has its healthy pods. Allowed: ``disruptionsAllowed`` decremented, the pod named in ``disruptedPods``,
+        the pod deleted. ``dryRun`` (query or ``deleteOptions``) changes nothing. Returns (code, Status)."""
+        try:
+            eviction = json.loads(body)
+        except ValueError:
+            raise _bad_request("the body is not an Eviction: invalid JSON") from None
+        if not isinstance(eviction, dict) or eviction.get("kind", "Eviction") != "Eviction":
+            raise _bad_request("not a Eviction object")
+        if eviction.get("apiVersion", "policy/v1") not in ("policy/v1", "policy/v1beta1"):
+            raise _bad_request(f"unsupported Eviction version {eviction.get('apiVersion')!r}")
+        if (eviction.get("metadata") or {}).get("name") != name:
+            raise _bad_request("name in URL does not match name in Eviction object")
+        options = eviction.get("deleteOptions") or {}
+        dry_run = query.get("dryRun") == "All" or options.get("dryRun") == ["All"]
+        want_uid = (options.get("preconditions") or {}).get("uid")
+        success: Obj = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
+        with self._lock:
+            pods = self._resource("", "pods")
+            key = f"{namespace}/{name}"
+            pod = self._objects[pods].get(key)
+            if pod is None:
+                raise _not_found(pods, name)
+            have_uid = pod["metadata"].get("uid")
+            if want_uid and want_uid != have_uid:
+                raise ApiError(
+                    409,
+                    "Conflict",
+                    f'Operation cannot be fulfilled on Pod "{name}": Precondition failed: '
+                    f"UID in precondition: {want_uid}, UID in object meta: {have_uid}",
+                    details={"name": name, "kind": "Pod"},
+                )
+            phase = (pod.get("status") or {}).get("phase", "")
+            if phase in ("Succeeded", "Failed", "Pending") or pod["metadata"].get("deletionTimestamp"):
+                if not dry_run:
+                    self._commit(pods, key, "DELETED", copy.deepcopy(pod), pod)
+                return 201, success
+            budgets = self._budgets_of(pod)
+            if len(budgets) > 1:
+                message = (
+                    "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support."
+                )
+                return 500, {
+                    "kind": "Status",
+                    "apiVersion": "v1",
+                    "metadata": {},
+                    "status": "Failure",
+                    "message": message,
+                    "code": 500,
+                }
+            if budgets:
+                budget_key, budget = budgets[0]
+                status = budget.get("status") or {}
+                ready = any(
+                    c.get("type") == "Ready" and c.get("status") == "True"
+                    for c in (pod.get("status") or {}).get("conditions") or []
+                )
+                healthy, desired = status.get("currentHealthy", 0), status.get("desiredHealthy", 0)
+                if not (not ready and healthy >= desired and desired > 0):
+                    self._spend(budget_key, budget, name, dry_run)
+            if not dry_run:
+                self._commit(pods, key, "DELETED", copy.deepcopy(pod), pod)
+        return 201, success
+
+    def evict_raw(
+        self, namespace: str, name: str, eviction: Obj, query: dict[str, str] | None = None
+    ) -> tuple[int, Obj]:
+        """``evict`` with its refusal as (code, Status) too, as the client would read the answer."""
+        try:
+            return self.evict(namespace, name, json.dumps(eviction).encode(), query or {})
+        except ApiError as err:
+            return err.code, err.status()
+
+    def objects(self, resource: Resource) -> list[Obj]:
+        """What the server holds of ``resource`` now, by key."""
+        with self._lock:
+            return [copy.deepcopy(o) for _, o in sorted(self._objects[resource].items())]
+
+    def _budgets_of(self, pod: Obj) -> list[tuple[str, Obj]]:
+        """The PodDisruptionBudgets of the pod's namespace whose selector selects it (none if the server serves
+        none)."""
+        budgets = next((r for r in self.resources if (r.group, r.plural) == ("policy", "poddisruptionbudgets")), None)
+        if budgets is None:
+            return []
+        namespace, labels = pod["metadata"].get("namespace"), pod["metadata"].get("labels") or {}
+        out = []
+        for key, pdb in sorted(self._objects[budgets].items()):
+            selector = (pdb.get("spec") or {}).get("selector") or {}
+            match, expressions = selector.get("matchLabels") or {}, selector.get("matchExpressions") or []
+            if pdb["metadata"].get("namespace") != namespace or not (match or expressions):
+                continue
+            if all(labels.get(k) == v for k, v in match.items()) and all(_expression(e, labels) for e in expressions):
+                out.append((key, pdb))
+        return out
+
+    def _spend(self, key: str, budget: Obj, pod: str, dry_run: bool) -> None:
+        """EvictionREST.checkAndDecrement: the budget allows this disruption, or the ApiError that refuses it."""
+        name, status = budget["metadata"]["name"], budget.get("status") or {}
+        refusal = "Cannot evict pod as it would violate the pod's disruption budget."
+        if status.get("observedGeneration", 0) < budget["metadata"].get("generation", 0):
+            cause = {
+                "reason": "DisruptionBudget",
+                "message": f"The disruption budget {name} is still being processed by the server.",
+            }
+            raise ApiError(429, "TooManyRequests", refusal, details={"causes": [cause], "retryAfterSeconds": 10})
+        allowed = status.get("disruptionsAllowed", 0)
+        if allowed < 0:
+            raise ApiError(
+                403,
+                "Forbidden",
+                f'poddisruptionbudget.policy "{name}" is forbidden: pdb disruptions allowed is negative',
+                details={"name": name, "group": "policy", "kind": "poddisruptionbudget"},
+            )
+        if allowed == 0:
+            desired, healthy = status.get("desiredHealthy", 0), status.get("currentHealthy", 0)
+            needs = f"needs {desired} healthy pods and has {healthy} currently"
+            cause = {"reason": "DisruptionBudget", "message": f"The disruption budget {name} {needs}"}
+            raise ApiError(429, "TooManyRequests", refusal, details={"causes": [cause]})
+        if dry_run:
+            return
+        new = copy.deepcopy(budget)
+        new.setdefault("status", {})["disruptionsAllowed"] = allowed - 1
+        new["status"].setdefault("disruptedPods", {})[pod] = _now()
+        budgets = self._resource("policy", "poddisruptionbudgets")
+        self._commit(budgets, key, "MODIFIED", new, budget)
 
     def install(self, group: str, version: str, plural: str) -> None:
         """A CRD becomes established: its paths answer and discovery lists it from now on."""
@@ -1356,6 +1503,12 @@ class _Handler(BaseHTTPRequestHandler):
             )
             if self.command == "POST" and binding:
                 self._json(201, cluster.bind(parts[3], parts[5], body))
+                return
+            eviction = (
+                len(parts) == 7 and parts[:3] == ["api", "v1", "namespaces"] and parts[4::2] == ["pods", "eviction"]
+            )
+            if self.command == "POST" and eviction:
+                self._json(*cluster.evict(parts[3], parts[5], body, query))
                 return
             if (
                 len(parts) >= 7

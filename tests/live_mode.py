@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from kilter.state.store import ClusterStore
-from tests.listwatch import COMPUTE_DOMAINS, NODES, PODS, ListWatchServer, Resource
+from tests.listwatch import COMPUTE_DOMAINS, NODES, PDBS, PODS, ListWatchServer, Resource
 
 TOKEN = "live-mode"
 Obj = dict[str, Any]
@@ -43,6 +43,7 @@ RESOURCES = [
     Resource("topology.volcano.sh", "v1alpha1", "hypernodes", "HyperNode", namespaced=False),
     Resource("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", namespaced=False),
     COMPUTE_DOMAINS,
+    PDBS,
 ]
 
 

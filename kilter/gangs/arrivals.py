@@ -120,15 +120,21 @@ class Arrivals:
         self._floor = (fleet, self._changes, out)
         return out
 
-    def borrowed(self, node: str, below: int, store: ClusterStore) -> int:
-        """The GPUs the store books on ``node`` to pods of no gang whose priority is below ``below``: what a repair
-        may take back there by preemption (the caller passes the lower of its own priority and the domain's
-        floor, so only pods that lending let in count, never another gang)."""
-        out = 0
+    def borrowers(self, node: str, below: int, store: ClusterStore) -> list[tuple[int, str, int]]:
+        """(priority, uid, GPUs) of each pod of no gang on ``node`` whose priority is below ``below`` and whose GPUs
+        the store books: what a repair may take back there by preemption (the caller passes the lower of its own
+        priority and the domain's floor, so only pods that lending let in count, never another gang's). Lowest
+        priority first, then the most GPUs."""
+        out = []
         for uid, (p, in_gang) in self._priorities.get(node, {}).items():
             booking = store.booking(uid) if p < below and not in_gang else None
-            out += booking.gpus if booking is not None else 0
-        return out
+            if booking is not None and booking.gpus:
+                out.append((p, uid, booking.gpus))
+        return sorted(out, key=lambda b: (b[0], -b[2], b[1]))
+
+    def borrowed(self, node: str, below: int, store: ClusterStore) -> int:
+        """The GPUs of ``borrowers``."""
+        return sum(gpus for _, _, gpus in self.borrowers(node, below, store))
 
     def _unplace(self, node: str, uid: str) -> tuple[int, bool] | None:
         pods = self._priorities.get(node)

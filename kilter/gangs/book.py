@@ -103,6 +103,9 @@ class GangPlan:
     retry_s: float = INFEASIBLE_RETRY_S  # an infeasible plan is asked again after this long
     free_at: int = 0  # the fleet's free GPUs when an infeasible plan was made: asked again as soon as more are free
     repaired: tuple[repairs.Repaired, ...] = ()  # a repair plan's replacements: which rank went where, and why
+    victims: tuple[
+        tuple[str, str, str, str], ...
+    ] = ()  # pods a repair takes lent spares back from: ns, name, uid, node
 
     @property
     def open_gpus(self) -> int:
@@ -396,7 +399,19 @@ class GangBook:
         now, generation, pods = self.clock(), self.store.generation, tuple(sorted(unbound))
         if fixed is not None:
             origin, repaired = "repair", fixed.repaired
-            return GangPlan(gang, result, slots, now, generation, origin, pods, shapes=shaped.shapes, repaired=repaired)
+            victims = self._victims(fleet, pod, slots)
+            return GangPlan(
+                gang,
+                result,
+                slots,
+                now,
+                generation,
+                origin,
+                pods,
+                shapes=shaped.shapes,
+                repaired=repaired,
+                victims=victims,
+            )
         return GangPlan(gang, result, slots, now, generation, pods=pods, shapes=shaped.shapes)
 
     def lending(self, fleet: Fleet, pod: Pod) -> npt.NDArray[np.bool_] | None:
@@ -412,6 +427,29 @@ class GangBook:
         for slot in plan.slots:
             if not slot.uid and not slot.reserved and self.store.reserve(plan.gang.key, [(slot.node, slot.gpus)]):
                 slot.reserved = True
+
+    def _victims(self, fleet: Fleet, pod: Pod, slots: Sequence[Slot]) -> tuple[tuple[str, str, str, str], ...]:
+        """The pods a repair takes lent spares back from: for each slot its ``reclaim`` rung left unreserved
+        (``_taking_back``), the node's borrowers (``Arrivals.borrowers``, lowest priority first) until the
+        replacement's GPUs are free. The recorder evicts them (kube-scheduler's preemption may too)."""
+        floor, priority = self.arrivals.floor(fleet), pod.spec.priority or 0
+        free: dict[int, int] = {}
+        taken: set[str] = set()
+        out = []
+        for slot in slots:
+            if slot.uid or slot.reserved:
+                continue
+            index = slot.node_index
+            have = free.get(index, fleet.bitmap.node_free_gpus(index))
+            below = min(priority, int(floor[int(fleet.node_domain[index])]))
+            for _, uid, gpus in self.arrivals.borrowers(slot.node, below, self.store):
+                held = self.store.pod(uid) if have < slot.gpus and uid not in taken else None
+                if held is not None:
+                    out.append((held.metadata.namespace, held.metadata.name, uid, slot.node))
+                    taken.add(uid)
+                    have += gpus
+            free[index] = have - slot.gpus
+        return tuple(out)
 
     def _reclaimable(self, fleet: Fleet, pod: Pod) -> Callable[[Iterable[int]], npt.NDArray[np.int32] | None] | None:
         """For a repair asked by ``pod``: given domains, the GPUs per node of those that lend their spares which the

@@ -13,6 +13,11 @@ A repair plan also says what it replaced, as a ``Repaired`` Event per moved
 rank ("replaced gb200-r07-t03 by gb200-r07-t16 in domain ..., rank 27 of pod
 set workers ...") on the gang's Workload or PodGroup, or on the replacement
 pod of a gang without one: what ``kubectl describe`` shows the person on call.
+A repair that takes a lent spare back (``GangPlan.victims``) evicts the
+borrowers through the Eviction API on the same thread, with a ``Preempted``
+Event on each, so the replacement need not wait for kube-scheduler's
+preemption to sample that node; a PodDisruptionBudget that refuses is logged
+and left to the scheduler.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from kilter.gangs.keys import PlanKeys
 from kilter.gangs.records import KUEUE, MAX_BYTES, PLAN_ANNOTATION, VOLCANO, PlanRecord, encode, owner_of
 from kilter.kube.api import ApiServer, object_path
 from kilter.kube.events import EventRecorder, Involved
+from kilter.kube.evict import evict
 from kilter.model.errors import InputError, KilterError
 
 __all__ = ["MERGE_PATCH", "PlanRecorder", "repaired_slots"]
@@ -67,6 +73,8 @@ class PlanRecorder:
         self.wall = wall
         self.written = 0
         self.failed = 0
+        self.evicted = 0  # pods evicted to take lent spares back for repairs
+        self.not_evicted = 0  # evictions the API server refused (a disruption budget, a changed pod ...)
         self.unverified = 0  # plans not written (yet): no pod of the gang the state holds asked for them
         self.unknown = 0  # objects not written: kilter's state does not show their UID, so nothing to sign for
         self._stop_at: float | None = None
@@ -80,6 +88,11 @@ class PlanRecorder:
         if not plan.verified:  # made for a pod the state does not show: the request may name any pod (``trust``)
             self.unverified += 1
             return None
+        if plan.victims:
+            try:
+                self._pool.submit(self._take_back, gang.key, plan.victims)
+            except RuntimeError:  # shut down: the server is stopping
+                return None
         record = PlanRecord(
             gang.key, self.wall(), tuple((s.node, s.gpus) for s in plan.slots), repaired=repaired_slots(plan)
         )
@@ -131,6 +144,24 @@ class PlanRecorder:
             else:
                 continue
             self.events.record(about, "Repaired", f"gang {gang_key}: {moved}")
+
+    def _take_back(self, gang_key: str, victims: Sequence[tuple[str, str, str, str]]) -> None:
+        """Evict each pod a repair takes a lent spare back from, while this kilter is the writer."""
+        for namespace, name, uid, node in victims:
+            if not self.is_writer():
+                return
+            try:
+                refused = evict(self.api, namespace, name, uid)
+            except KilterError as exc:
+                refused = str(exc)
+            if refused:
+                self.not_evicted += 1
+                log.warning("gang %s: pod %s/%s on %s not evicted: %s", gang_key, namespace, name, node, refused)
+                continue
+            self.evicted += 1
+            if self.events is not None:
+                why = f"kilter: evicted to take spare node {node} back for the repair of gang {gang_key}"
+                self.events.record(Involved("v1", "Pod", namespace, name, uid), "Preempted", why)
 
     def _kueue_version(self) -> str:
         return (self.kueue_version() if self.kueue_version is not None else "") or KUEUE_DEFAULT_VERSION

@@ -66,7 +66,9 @@ def cluster(
     gang = [member(r, size=size) for r in range(size) if RANK_NODE[r] != failed]
     gang += [with_priority(pod_json(f"sweep-{n}", 4, labels=low, node=n), 50) for n in sweep]
     inference = [with_priority(pod_json(f"serve-{n}", 4, node=n), INFERENCE) for n in NODES[18:]]
-    scavengers = [with_priority(pod_json(f"scavenge-{n}", 4, node=n), SCAVENGER) for n in borrowers]
+    scavengers = [
+        with_priority(pod_json(f"scavenge-{n}", 4, node=n, labels={"app": "scavenge"}), SCAVENGER) for n in borrowers
+    ]
     replacement = [member(RANK_NODE.index(failed), replacement=True, size=size)] if failed else []
     return [*nodes, *gang, *inference, *scavengers, *replacement, lending(lends)]
 
@@ -135,9 +137,7 @@ def test_a_repair_takes_a_lent_spare_back_through_the_schedulers_preemption(mode
         assert not served.store.reservation("ml/gang/train")  # the victim holds the GPUs until it is evicted
         assert filtered(served, replacement)["NodeNames"] == ["r1-t16"]  # the plan's node, whatever is offered
         assert "lent spare taken back" in explained(served, "train-3-r")
-        if mode == "live":  # the scheduler evicts the victim; the replacement then binds where the repair said
-            assert served.cluster is not None
-            served.cluster.server.delete("", "pods", "ml", "scavenge-r1-t16")
+        if mode == "live":  # the victim is evicted (kilter evicts it too); the replacement binds where the repair said
             settled(lambda: served.store.pod("uid-scavenge-r1-t16") is None)
             assert filtered(served, replacement)["NodeNames"] == ["r1-t16"]
             meta = replacement["metadata"]
@@ -175,6 +175,50 @@ def test_a_pod_above_the_racks_gangs_gets_no_borrower_evicted_for_a_spare_it_may
         status, result = served.post("preempt", body)
         assert status == 200 and result["NodeNameToMetaVictims"] == {}
         assert "empties a spare node kept for repairs" in explained(served, "urgent")
+
+
+def budget(allowed: int) -> dict[str, Any]:
+    """The scavengers' PodDisruptionBudget with its status as the disruption controller keeps it: ``allowed`` 1, one
+    of two healthy pods may go; 0, both must stay and one is unhealthy already (so an unready pod is no exception)."""
+    healthy, desired = 1 + allowed, 2 - allowed
+    status = {
+        "observedGeneration": 1,
+        "disruptionsAllowed": allowed,
+        "currentHealthy": healthy,
+        "desiredHealthy": desired,
+    }
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": "scavenge", "namespace": "ml", "generation": 1},
+        "spec": {"selector": {"matchLabels": {"app": "scavenge"}}, "minAvailable": desired},
+        "status": status,
+    }
+
+
+@pytest.mark.parametrize("allowed", [1, 0], ids=["budget allows one", "budget allows none"])
+def test_kilter_evicts_the_borrower_itself_within_its_disruption_budget(allowed: int, tmp_path: Path) -> None:
+    # kube-scheduler's preemption samples candidate nodes and may not offer the one the repair chose, so kilter
+    # evicts the borrower through the Eviction API when it plans the repair; a budget that refuses is respected.
+    objects = [*cluster("true", failed="r1-t03", borrowers=("r1-t16", "r1-t17")), budget(allowed)]
+    with serving("live", tmp_path, objects) as served:
+        assert served.cluster is not None
+        recorder = served.app.extender.gangs.on_planned.__self__  # type: ignore[union-attr]
+        replacement = member(3, replacement=True)
+        assert filtered(served, replacement)["NodeNames"] == ["r1-t16"]  # the repair is planned at this filter
+        if allowed:
+            settled(lambda: served.store.pod("uid-scavenge-r1-t16") is None)
+            assert served.store.pod("uid-scavenge-r1-t17") is not None  # one tray freed is enough
+            assert served.store.reservation("ml/gang/train") == ()
+            assert filtered(served, replacement)["NodeNames"] == ["r1-t16"]  # and now it is held for the repair
+            assert [h.node for h in served.store.reservation("ml/gang/train")] == ["r1-t16"]
+            meta = replacement["metadata"]
+            bind = {"PodName": meta["name"], "PodNamespace": "ml", "PodUID": meta["uid"], "Node": "r1-t16"}
+            status, bound = served.post("bind", bind)
+            assert status == 200 and bound == {"Error": ""}, bound
+        else:
+            settled(lambda: recorder.not_evicted == 1)
+            assert served.store.pod("uid-scavenge-r1-t16") is not None and recorder.evicted == 0
 
 
 def test_without_lending_the_same_repair_finds_no_node_and_preempts_nobody(tmp_path: Path) -> None:

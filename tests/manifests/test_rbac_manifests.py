@@ -215,7 +215,8 @@ def feed_requests(resources: list[Resource]) -> list[tuple[str, str]]:
 
 @pytest.fixture(scope="module")
 def write_requests() -> list[tuple[str, str]]:
-    """Every write kilter makes today: a Binding, an Event, the AdmissionCheck controller's applies, plan records."""
+    """Every write kilter makes today: a Binding, an Event, the AdmissionCheck controller's applies, plan records,
+    and an eviction (a repair taking a lent spare back)."""
     api = _api()
     ApiBinder(api).bind("team-a", "trainer-0", "uid-1", "gb200-r001-t00")
     events = PodGroupEvents(api)
@@ -237,7 +238,8 @@ def write_requests() -> list[tuple[str, str]]:
             gang = GangId(key, "test", 1)
             slots = [Slot("gb200-r001-t00", 0, 4)]
             uids = {"pretrain": "uid-2", "g-0": "uid-3"}  # records are signed for the UIDs the state shows
-            plan = GangPlan(gang, Plan(True, "", key), slots, 0.0, 0, pods=pods, uids=uids)
+            victims = (("team-a", "borrower", "uid-4", "gb200-r001-t00"),)  # a lent spare taken back: an eviction
+            plan = GangPlan(gang, Plan(True, "", key), slots, 0.0, 0, pods=pods, uids=uids, victims=victims)
             written = recorder.on_planned(gang, plan)
             assert written is not None
             written.result()
@@ -365,6 +367,7 @@ def test_every_write_is_allowed(docs: list[Obj], write_requests: list[tuple[str,
         seen.add((a.group, a.resource, a.verb))
     assert seen == {
         ("", "pods/binding", "create"),  # ApiBinder
+        ("", "pods/eviction", "create"),  # PlanRecorder: a repair takes a lent spare back
         ("", "events", "create"),  # PodGroupEvents: core/v1, never events.k8s.io
         (KUEUE, "workloads/status", "patch"),  # the AdmissionCheck controller's server-side apply
         (KUEUE, "admissionchecks/status", "patch"),
