@@ -587,19 +587,21 @@ def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _expression(requirement: Obj, labels: Obj) -> bool:
-    """One ``matchExpressions`` entry of a LabelSelector against a pod's labels (an unknown operator selects
-    nothing, as an invalid selector does for EvictionREST)."""
-    key, op, values = requirement.get("key"), requirement.get("operator"), requirement.get("values") or []
-    if op == "In":
-        return key in labels and labels[key] in values
-    if op == "NotIn":
-        return key not in labels or labels[key] not in values
-    if op == "Exists":
-        return key in labels
-    if op == "DoesNotExist":
-        return key not in labels
-    return False
+_EXPRESSION_OPERATORS = {"In": "in", "NotIn": "notin", "Exists": "exists", "DoesNotExist": "!"}
+
+
+def _selector(selector: Obj) -> LabelSelector | None:
+    """A ``metav1.LabelSelector`` object as ``LabelSelector`` requirements (``LabelSelectorAsSelector``); None
+    when it selects nothing: empty, or an unknown operator (an invalid selector, which EvictionREST skips)."""
+    reqs: list[tuple[str, str, tuple[str, ...]]] = [
+        ("=", k, (v,)) for k, v in sorted((selector.get("matchLabels") or {}).items())
+    ]
+    for e in selector.get("matchExpressions") or []:
+        op = _EXPRESSION_OPERATORS.get(e.get("operator", ""))
+        if op is None:
+            return None
+        reqs.append((op, e.get("key", ""), tuple(e.get("values") or ())))
+    return LabelSelector(tuple(reqs)) if reqs else None
 
 
 def _details(resource: Resource, name: str) -> Obj:
@@ -767,11 +769,7 @@ class ListWatchServer:
         if not isinstance(node, str) or not node or target.get("kind", "Node") not in ("Node", ""):
             raise ApiError(422, "Invalid", f'Binding.core "{name}" is invalid: target: must name a Node')
         with self._lock:
-            resource = self._resource("", "pods")
-            key = f"{namespace}/{name}"
-            prev = self._objects[resource].get(key)
-            if prev is None:
-                raise _not_found(resource, name)
+            resource, key, prev = self._pod(namespace, name)
             want_uid = (binding.get("metadata") or {}).get("uid") if isinstance(binding, dict) else None
             have_uid = prev["metadata"].get("uid")
             if want_uid and want_uid != have_uid:  # BindingREST.assignPod: the uid is a precondition
@@ -817,11 +815,7 @@ class ListWatchServer:
         want_uid = (options.get("preconditions") or {}).get("uid")
         success: Obj = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
         with self._lock:
-            pods = self._resource("", "pods")
-            key = f"{namespace}/{name}"
-            pod = self._objects[pods].get(key)
-            if pod is None:
-                raise _not_found(pods, name)
+            pods, key, pod = self._pod(namespace, name)
             have_uid = pod["metadata"].get("uid")
             if want_uid and want_uid != have_uid:
                 raise ApiError(
@@ -863,6 +857,15 @@ class ListWatchServer:
                 self._commit(pods, key, "DELETED", copy.deepcopy(pod), pod)
         return 201, success
 
+    def _pod(self, namespace: str, name: str) -> tuple[Resource, str, Obj]:
+        """The pods resource, the pod's key and the pod itself (held under the lock); 404 NotFound without it."""
+        resource = self._resource("", "pods")
+        key = f"{namespace}/{name}"
+        pod = self._objects[resource].get(key)
+        if pod is None:
+            raise _not_found(resource, name)
+        return resource, key, pod
+
     def evict_raw(
         self, namespace: str, name: str, eviction: Obj, query: dict[str, str] | None = None
     ) -> tuple[int, Obj]:
@@ -886,11 +889,8 @@ class ListWatchServer:
         namespace, labels = pod["metadata"].get("namespace"), pod["metadata"].get("labels") or {}
         out = []
         for key, pdb in sorted(self._objects[budgets].items()):
-            selector = (pdb.get("spec") or {}).get("selector") or {}
-            match, expressions = selector.get("matchLabels") or {}, selector.get("matchExpressions") or []
-            if pdb["metadata"].get("namespace") != namespace or not (match or expressions):
-                continue
-            if all(labels.get(k) == v for k, v in match.items()) and all(_expression(e, labels) for e in expressions):
+            selector = _selector((pdb.get("spec") or {}).get("selector") or {})
+            if pdb["metadata"].get("namespace") == namespace and selector is not None and selector.matches(labels):
                 out.append((key, pdb))
         return out
 
