@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.kilter-installed
 NATIVE := $(wildcard kilter/_native/*.pyx kilter/_native/*.pxd kilter/_native/*.h)
 
-.PHONY: all run test e2e lint bench build plugin native-debug clean
+.PHONY: all run test e2e lint bench build image image-check plugin native-debug clean
 
 all: $(STAMP)
 
@@ -46,6 +46,21 @@ bench: $(STAMP)
 
 build: $(STAMP)
 	$(PY) -m build --no-isolation --outdir dist .
+
+# The container image (Dockerfile), where a container engine is: docker, else podman. None runs on the
+# development machines, so there this says so and stops; image-check tests what the image runs without one:
+# the wheel of `make build`, installed alone, serving the demo (tests/packaging).
+VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+ENGINE ?= $(shell command -v docker 2>/dev/null || command -v podman 2>/dev/null)
+
+image:
+	@if [ -z "$(ENGINE)" ]; then \
+		echo "make image: no container engine (docker or podman) on this machine; the image is not built."; \
+		echo "What it runs is tested without one: make build && make image-check"; exit 1; fi
+	$(ENGINE) build --build-arg VERSION=$(VERSION) -t kilter:$(VERSION) .
+
+image-check: $(STAMP)
+	KILTER_WHEEL="$$(ls -t dist/kilter-$(VERSION)-*.whl | head -n 1)" $(PY) -m pytest -q -rs tests/packaging
 
 # The Cython core with bounds and wraparound checks on, run against its tests.
 # Afterwards the release build is restored, whatever the tests said.
