@@ -793,13 +793,15 @@ class ListWatchServer:
         return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
 
     def evict(self, namespace: str, name: str, body: bytes, query: dict[str, str]) -> tuple[int, Obj]:
-        """``POST pods/NAME/eviction`` as the apiserver's EvictionREST (pkg/registry/core/pod/storage/eviction.go):
+        """``POST pods/NAME/eviction`` as the apiserver's EvictionREST (pkg/registry/core/pod/storage/eviction.go),
+        the pod deleted at once (no graceful termination) and a budget with an invalid selector applied as written:
         a pod that is Pending, ended or being deleted is deleted at once; else its one PodDisruptionBudget
         (policy/v1, served by this server, selected by labels; an empty selector selects nothing) must allow a
         disruption: 429 when it allows none (or has not observed its generation), 403 when its count is negative,
         500 when several select the pod. An unready pod is deleted without spending the budget while the budget
         has its healthy pods. Allowed: ``disruptionsAllowed`` decremented, the pod named in ``disruptedPods``,
-        the pod deleted. ``dryRun`` (query or ``deleteOptions``) changes nothing. Returns (code, Status)."""
+        the pod deleted. ``dryRun`` (query or ``deleteOptions``) changes nothing. A UID precondition is the
+        delete's, judged after the budget: 409 (the budget spent already). Returns (code, Status)."""
         try:
             eviction = json.loads(body)
         except ValueError:
@@ -817,16 +819,17 @@ class ListWatchServer:
         with self._lock:
             pods, key, pod = self._pod(namespace, name)
             have_uid = pod["metadata"].get("uid")
-            if want_uid and want_uid != have_uid:
-                raise ApiError(
-                    409,
-                    "Conflict",
-                    f'Operation cannot be fulfilled on Pod "{name}": Precondition failed: '
-                    f"UID in precondition: {want_uid}, UID in object meta: {have_uid}",
-                    details={"name": name, "kind": "Pod"},
-                )
+            conflict = ApiError(  # what the delete's UID precondition answers, after the budget was judged
+                409,
+                "Conflict",
+                f'Operation cannot be fulfilled on Pod "{name}": Precondition failed: '
+                f"UID in precondition: {want_uid}, UID in object meta: {have_uid}",
+                details={"name": name, "kind": "Pod"},
+            )
             phase = (pod.get("status") or {}).get("phase", "")
             if phase in ("Succeeded", "Failed", "Pending") or pod["metadata"].get("deletionTimestamp"):
+                if want_uid and want_uid != have_uid:
+                    raise conflict
                 if not dry_run:
                     self._commit(pods, key, "DELETED", copy.deepcopy(pod), pod)
                 return 201, success
@@ -853,6 +856,8 @@ class ListWatchServer:
                 healthy, desired = status.get("currentHealthy", 0), status.get("desiredHealthy", 0)
                 if not (not ready and healthy >= desired and desired > 0):
                     self._spend(budget_key, budget, name, dry_run)
+            if want_uid and want_uid != have_uid:
+                raise conflict  # the budget was spent already (EvictionREST decrements, then deletes)
             if not dry_run:
                 self._commit(pods, key, "DELETED", copy.deepcopy(pod), pod)
         return 201, success

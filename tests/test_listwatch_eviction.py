@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from kilter.kube.api import ApiError, ApiServer
-from kilter.kube.evict import evict
+from kilter.kube.evict import GONE, evict
 from tests.listwatch import PDBS, PODS, ListWatchServer
 
 TOKEN = "evictions"
@@ -114,6 +114,17 @@ def test_evictions_follow_the_apiservers_rules(
     assert pods(cluster) == (set() if code == 201 else {"p"})
 
 
+def test_a_uid_precondition_is_judged_at_the_delete_after_the_budget(api: ApiServer, cluster: ListWatchServer) -> None:
+    cluster.add(a_pod("p"))
+    cluster.add(a_budget("sweep", 0))
+    assert evict(api, "ml", "p", "another-uid").startswith("API server answered 429: ")  # the budget answers first
+    budget = api.call("PUT", "/apis/policy/v1/namespaces/ml/poddisruptionbudgets/sweep", a_budget("sweep", 1))
+    assert budget["status"]["disruptionsAllowed"] == 1
+    assert evict(api, "ml", "p", "another-uid").startswith("API server answered 409: ")
+    spent = api.call("GET", "/apis/policy/v1/namespaces/ml/poddisruptionbudgets/sweep")["status"]
+    assert spent["disruptionsAllowed"] == 0 and pods(cluster) == {"p"}  # spent, and the pod kept, as upstream
+
+
 def test_bad_evictions_are_refused_and_change_nothing(api: ApiServer, cluster: ListWatchServer) -> None:
     uid = cluster.add(a_pod("p"))["metadata"]["uid"]
     path = "/api/v1/namespaces/ml/pods/p/eviction"
@@ -129,5 +140,5 @@ def test_bad_evictions_are_refused_and_change_nothing(api: ApiServer, cluster: L
     }
     api.call("POST", path, dry)
     assert pods(cluster) == {"p"}
-    assert evict(api, "ml", "gone", "") == ""  # already gone: nothing to do
+    assert evict(api, "ml", "gone", "") == GONE  # already gone: nothing evicted
     assert evict(api, "ml", "p", uid) == "" and pods(cluster) == set()

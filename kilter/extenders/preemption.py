@@ -7,10 +7,15 @@ lone pod that empties a node of a domain keeping spares
 (``kilter.dev/spare-nodes-per-domain``) would evict the node's pods for
 nothing when the emptied node becomes a spare held from that pod (a
 borrower of lent spares, evicted by a pod above every gang there, is the
-case that matters): so such a node is not kept.
+case that matters): so such a node is not kept. On a node where a repair
+takes a lent spare back, only the pods kilter chose (and evicts itself) are
+kept as victims.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -19,7 +24,14 @@ from kilter.model.annotations import SPARE_NODES_PER_DOMAIN
 from kilter.topology import spares
 from kilter.topology.fleet import Fleet
 
-__all__ = ["refusal"]
+__all__ = ["refusal", "taken_back"]
+
+V = TypeVar("V", bound="_HasUid")
+
+
+class _HasUid(Protocol):
+    @property
+    def uid(self) -> str: ...
 
 
 def refusal(
@@ -43,3 +55,11 @@ def refusal(
     if lone and emptied and spares.spare_once_free(fleet, index, lent=lent):
         return f"evicting these victims empties a spare node kept for repairs ({SPARE_NODES_PER_DOMAIN})"
     return ""
+
+
+def taken_back(offered: Sequence[V], victims: Sequence[tuple[str, str, str, str]], node: str) -> list[V]:
+    """The offered victims on ``node`` that the gang's repair chose itself (``GangPlan.victims``: kilter evicts
+    those, lowest priority first) when it chose any there, so that the scheduler's preemption and kilter's own
+    eviction take the same pods back, not two sets; every offered one on other nodes."""
+    mine = {uid for _, _, uid, at in victims if at == node}
+    return [v for v in offered if v.uid in mine] if mine else list(offered)

@@ -321,6 +321,8 @@ class SchedulerExtender:
                 continue
             index = fleet.node_index.get(node_name)
             on_node = [v for v in meta.pods or [] if self._on_node(v.uid, node_name, index)]
+            if plan is not None and plan.victims:
+                on_node = preemption.taken_back(on_node, plan.victims, node_name)
             if not on_node:
                 notes[node_name] = "none of the victims runs on this node"
                 continue

@@ -48,9 +48,10 @@ from kilter.gangs.waits import SplitWaits
 from kilter.model.core_v1 import Pod, pod_request
 from kilter.model.errors import InputError
 from kilter.quota.tree import QuotaTree, build_tree
+from kilter.state.events import Stored
 from kilter.state.store import ClusterStore
 from kilter.topology import spares, verdicts
-from kilter.topology.fleet import Fleet
+from kilter.topology.fleet import ENDED_PHASES, Fleet
 from kilter.topology.plan import GangRequest, Plan, gang_request, plan_gang
 
 __all__ = ["INFEASIBLE_RETRY_S", "GangBook", "GangPlan", "PlanHook", "Slot", "repair_order"]
@@ -165,6 +166,8 @@ class GangBook:
         self.store = store
         store.index_pods(INDEXED_LABELS, INDEXED_ANNOTATIONS)
         self.arrivals = Arrivals(store)  # the running gangs' pod facts, learned as pods arrive; who waits
+        self._taking_back: set[str] = set()  # gangs whose repair waits for lent spares' borrowers to go
+        store.watchers.add("", "Pod", self._pod_left)
         self.timeout_s = timeout_s
         self.clock = clock
         self.wall = wall
@@ -400,6 +403,8 @@ class GangBook:
         if fixed is not None:
             origin, repaired = "repair", fixed.repaired
             victims = self._victims(fleet, pod, slots)
+            if any(not s.uid and not s.reserved for s in slots):
+                self._taking_back.add(gang.key)
             return GangPlan(
                 gang,
                 result,
@@ -422,11 +427,30 @@ class GangBook:
         return spares.lent_to(fleet, pod.spec.priority or 0, self.arrivals.floor(fleet))
 
     def _hold_taken_back(self, plan: GangPlan) -> None:
-        """Reserve each slot a repair takes back by preemption once its node's GPUs are free (the scheduler evicted
-        the victims), before another plan takes them: asked on every later filter of the gang's pods."""
+        """Reserve each slot a repair takes back by preemption once its node's GPUs are free (the victims evicted),
+        before another plan or a borrower's next pod takes them: asked when a pod leaves a node and on every
+        later filter of the gang's pods."""
+        waiting = False
         for slot in plan.slots:
-            if not slot.uid and not slot.reserved and self.store.reserve(plan.gang.key, [(slot.node, slot.gpus)]):
-                slot.reserved = True
+            if not slot.uid and not slot.reserved:
+                slot.reserved = self.store.reserve(plan.gang.key, [(slot.node, slot.gpus)])
+                waiting |= not slot.reserved
+        if not waiting:
+            self._taking_back.discard(plan.gang.key)
+
+    def _pod_left(self, old: Stored | None, new: Stored | None) -> None:
+        """A bound pod left its node (deleted, ended, or gone from the feed): the repairs waiting for lent spares
+        reserve what it freed at once (``_hold_taken_back``)."""
+        if not self._taking_back or not isinstance(old, Pod) or not old.spec.node_name:
+            return
+        if isinstance(new, Pod) and new.spec.node_name == old.spec.node_name and new.status.phase not in ENDED_PHASES:
+            return
+        for key in list(self._taking_back):
+            plan = self.plans.get(key)
+            if plan is None or not plan.feasible:
+                self._taking_back.discard(key)
+            else:
+                self._hold_taken_back(plan)
 
     def _victims(self, fleet: Fleet, pod: Pod, slots: Sequence[Slot]) -> tuple[tuple[str, str, str, str], ...]:
         """The pods a repair takes lent spares back from: for each slot its ``reclaim`` rung left unreserved

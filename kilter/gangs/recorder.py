@@ -33,7 +33,7 @@ from kilter.gangs.keys import PlanKeys
 from kilter.gangs.records import KUEUE, MAX_BYTES, PLAN_ANNOTATION, VOLCANO, PlanRecord, encode, owner_of
 from kilter.kube.api import ApiServer, object_path
 from kilter.kube.events import EventRecorder, Involved
-from kilter.kube.evict import evict
+from kilter.kube.evict import GONE, evict
 from kilter.model.errors import InputError, KilterError
 
 __all__ = ["MERGE_PATCH", "PlanRecorder", "repaired_slots"]
@@ -148,12 +148,18 @@ class PlanRecorder:
     def _take_back(self, gang_key: str, victims: Sequence[tuple[str, str, str, str]]) -> None:
         """Evict each pod a repair takes a lent spare back from, while this kilter is the writer."""
         for namespace, name, uid, node in victims:
-            if not self.is_writer():
+            if not self.is_writer() or (self._stop_at is not None and time.monotonic() > self._stop_at):
                 return
             try:
                 refused = evict(self.api, namespace, name, uid)
             except KilterError as exc:
                 refused = str(exc)
+            except Exception:  # a bug must not kill the writer thread silently
+                log.exception("gang %s: pod %s/%s not evicted", gang_key, namespace, name)
+                self.not_evicted += 1
+                continue
+            if refused == GONE:
+                continue
             if refused:
                 self.not_evicted += 1
                 log.warning("gang %s: pod %s/%s on %s not evicted: %s", gang_key, namespace, name, node, refused)

@@ -11,12 +11,15 @@ from __future__ import annotations
 
 from kilter.kube.api import ApiError, ApiServer, object_path
 
-__all__ = ["evict"]
+__all__ = ["GONE", "evict"]
+
+GONE = "gone"
+"""``evict``'s answer for a pod that no longer exists (404): nothing was evicted."""
 
 
 def evict(api: ApiServer, namespace: str, name: str, uid: str) -> str:
-    """Evict the pod; "" when the API server took the eviction (or the pod is gone already), else why not: its
-    answer, one line (a disruption budget's 429, a UID that changed, no permission ...)."""
+    """Evict the pod; "" when the API server took the eviction, ``GONE`` when the pod is gone already, else why
+    not: its answer, one line (a disruption budget's 429, a UID that changed, no permission ...)."""
     body: dict[str, object] = {
         "apiVersion": "policy/v1",
         "kind": "Eviction",
@@ -28,5 +31,5 @@ def evict(api: ApiServer, namespace: str, name: str, uid: str) -> str:
     try:
         api.call("POST", f"{path}/eviction", body)
     except ApiError as exc:
-        return "" if exc.code == 404 else str(exc)
+        return GONE if exc.code == 404 else str(exc)
     return ""

@@ -21,6 +21,7 @@ from kilter.model.annotations import SPARES_FOR_PREEMPTIBLE
 from tests.extenders.conftest import Served, names_args, pod_json
 from tests.extenders.test_gang_repair_http import JOB_INDEX, KEYS, explained, serving
 from tests.extenders.test_spares_http import flavor, metric
+from tests.listwatch import PDBS
 from tests.live_mode import settled
 from tests.topology.builders import CLIQUE, TIER1, node_dict
 
@@ -32,6 +33,12 @@ TRAIN, SCAVENGER, INFERENCE = 100, 10, 1000
 
 def with_priority(pod: dict[str, Any], priority: int) -> dict[str, Any]:
     pod["spec"]["priority"] = priority  # what the Priority admission plugin writes from the PriorityClass
+    return pod
+
+
+def ready(pod: dict[str, Any]) -> dict[str, Any]:
+    """The pod Running and Ready, as the kubelet reports it: what a disruption budget counts as healthy."""
+    pod["status"] = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
     return pod
 
 
@@ -67,7 +74,8 @@ def cluster(
     gang += [with_priority(pod_json(f"sweep-{n}", 4, labels=low, node=n), 50) for n in sweep]
     inference = [with_priority(pod_json(f"serve-{n}", 4, node=n), INFERENCE) for n in NODES[18:]]
     scavengers = [
-        with_priority(pod_json(f"scavenge-{n}", 4, node=n, labels={"app": "scavenge"}), SCAVENGER) for n in borrowers
+        ready(with_priority(pod_json(f"scavenge-{n}", 4, node=n, labels={"app": "scavenge"}), SCAVENGER))
+        for n in borrowers
     ]
     replacement = [member(RANK_NODE.index(failed), replacement=True, size=size)] if failed else []
     return [*nodes, *gang, *inference, *scavengers, *replacement, lending(lends)]
@@ -209,9 +217,11 @@ def test_kilter_evicts_the_borrower_itself_within_its_disruption_budget(allowed:
         if allowed:
             settled(lambda: served.store.pod("uid-scavenge-r1-t16") is None)
             assert served.store.pod("uid-scavenge-r1-t17") is not None  # one tray freed is enough
-            assert served.store.reservation("ml/gang/train") == ()
-            assert filtered(served, replacement)["NodeNames"] == ["r1-t16"]  # and now it is held for the repair
-            assert [h.node for h in served.store.reservation("ml/gang/train")] == ["r1-t16"]
+            spent = served.cluster.server.objects(PDBS)[0]["status"]  # the eviction went through the budget
+            assert spent["disruptionsAllowed"] == 0 and list(spent["disruptedPods"]) == ["scavenge-r1-t16"]
+            # The freed tray is held for the repair as soon as the borrower's deletion reaches kilter
+            settled(lambda: [h.node for h in served.store.reservation("ml/gang/train")] == ["r1-t16"])
+            assert filtered(served, replacement)["NodeNames"] == ["r1-t16"]
             meta = replacement["metadata"]
             bind = {"PodName": meta["name"], "PodNamespace": "ml", "PodUID": meta["uid"], "Node": "r1-t16"}
             status, bound = served.post("bind", bind)
