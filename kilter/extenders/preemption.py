@@ -20,6 +20,7 @@ from typing import Protocol, TypeVar
 import numpy as np
 import numpy.typing as npt
 
+from kilter.gangs import Victim
 from kilter.model.annotations import SPARE_NODES_PER_DOMAIN
 from kilter.topology import spares
 from kilter.topology.fleet import Fleet
@@ -57,9 +58,9 @@ def refusal(
     return ""
 
 
-def taken_back(offered: Sequence[V], victims: Sequence[tuple[str, str, str, str]], node: str) -> list[V]:
+def taken_back(offered: Sequence[V], victims: Sequence[Victim], node: str) -> list[V]:
     """The offered victims on ``node`` that the gang's repair chose itself (``GangPlan.victims``: kilter evicts
     those, lowest priority first) when it chose any there, so that the scheduler's preemption and kilter's own
     eviction take the same pods back, not two sets; every offered one on other nodes."""
-    mine = {uid for _, _, uid, at in victims if at == node}
+    mine = {v.uid for v in victims if v.node == node}
     return [v for v in offered if v.uid in mine] if mine else list(offered)

@@ -28,7 +28,7 @@ from kilter.gangs import (
     wait_settings,
     waits,
 )
-from kilter.gangs.book import GangBook, GangPlan, Slot
+from kilter.gangs.book import GangBook, GangPlan, Slot, Victim
 from kilter.gangs.identity import GangId, GangKey, GangSelector, gang_of, identify, in_gang
 from kilter.gangs.key_secret import KeySecret
 from kilter.gangs.keys import PlanKeys
@@ -46,6 +46,7 @@ __all__ = [
     "PlanRecord",
     "PlanRecorder",
     "Slot",
+    "Victim",
     "arrivals",
     "book",
     "cliques",

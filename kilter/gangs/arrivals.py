@@ -19,7 +19,7 @@ reads a pod.
 The priority of each bound pod is kept by node: a pod may borrow a domain's
 lent spares only below every gang running there (``floor``;
 ``topology.spares.lent_to``), which the filter of every lone GPU pod asks;
-a repair there may take back the GPUs of such pods (``borrowed``).
+a repair there may take back the GPUs of such pods (``borrowers``).
 
 The unbound pods of gangs are kept by gang key (``waiting``), so that a
 repair can find the other gangs repairing beside it and let those that come
@@ -131,10 +131,6 @@ class Arrivals:
             if booking is not None and booking.gpus:
                 out.append((p, uid, booking.gpus))
         return sorted(out, key=lambda b: (b[0], -b[2], b[1]))
-
-    def borrowed(self, node: str, below: int, store: ClusterStore) -> int:
-        """The GPUs of ``borrowers``."""
-        return sum(gpus for _, _, gpus in self.borrowers(node, below, store))
 
     def _unplace(self, node: str, uid: str) -> tuple[int, bool] | None:
         pods = self._priorities.get(node)

@@ -34,6 +34,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -54,7 +55,7 @@ from kilter.topology import spares, verdicts
 from kilter.topology.fleet import ENDED_PHASES, Fleet
 from kilter.topology.plan import GangRequest, Plan, gang_request, plan_gang
 
-__all__ = ["INFEASIBLE_RETRY_S", "GangBook", "GangPlan", "PlanHook", "Slot", "repair_order"]
+__all__ = ["INFEASIBLE_RETRY_S", "GangBook", "GangPlan", "PlanHook", "Slot", "Victim", "repair_order"]
 
 log = logging.getLogger("kilter.gangs")
 
@@ -86,6 +87,15 @@ class Slot:
         return None if self.rank is None else ranks.Place(self.pod_set, self.rank)
 
 
+class Victim(NamedTuple):
+    """A pod a repair takes a lent spare back from, on the node it takes back."""
+
+    namespace: str
+    name: str
+    uid: str
+    node: str
+
+
 @dataclass
 class GangPlan:
     gang: GangId
@@ -104,9 +114,7 @@ class GangPlan:
     retry_s: float = INFEASIBLE_RETRY_S  # an infeasible plan is asked again after this long
     free_at: int = 0  # the fleet's free GPUs when an infeasible plan was made: asked again as soon as more are free
     repaired: tuple[repairs.Repaired, ...] = ()  # a repair plan's replacements: which rank went where, and why
-    victims: tuple[
-        tuple[str, str, str, str], ...
-    ] = ()  # pods a repair takes lent spares back from: ns, name, uid, node
+    victims: tuple[Victim, ...] = ()  # pods a repair takes lent spares back from
 
     @property
     def open_gpus(self) -> int:
@@ -166,7 +174,7 @@ class GangBook:
         self.store = store
         store.index_pods(INDEXED_LABELS, INDEXED_ANNOTATIONS)
         self.arrivals = Arrivals(store)  # the running gangs' pod facts, learned as pods arrive; who waits
-        self._taking_back: set[str] = set()  # gangs whose repair waits for lent spares' borrowers to go
+        self._reclaiming: set[str] = set()  # gangs whose repair waits for lent spares' borrowers to go
         store.watchers.add("", "Pod", self._pod_left)
         self.timeout_s = timeout_s
         self.clock = clock
@@ -212,7 +220,7 @@ class GangBook:
                 self._verify(current)
             elif current.verified and not self._room_for_unseen(current):
                 return self._waiting(current, pod)
-            if current.origin == "repair" and current.feasible:
+            if gang.key in self._reclaiming and current.feasible:
                 self._hold_taken_back(current)
             return current
         if current is not None:
@@ -404,7 +412,7 @@ class GangBook:
             origin, repaired = "repair", fixed.repaired
             victims = self._victims(fleet, pod, slots)
             if any(not s.uid and not s.reserved for s in slots):
-                self._taking_back.add(gang.key)
+                self._reclaiming.add(gang.key)
             return GangPlan(
                 gang,
                 result,
@@ -436,27 +444,33 @@ class GangBook:
                 slot.reserved = self.store.reserve(plan.gang.key, [(slot.node, slot.gpus)])
                 waiting |= not slot.reserved
         if not waiting:
-            self._taking_back.discard(plan.gang.key)
+            self._reclaiming.discard(plan.gang.key)
 
     def _pod_left(self, old: Stored | None, new: Stored | None) -> None:
         """A bound pod left its node (deleted, ended, or gone from the feed): the repairs waiting for lent spares
         reserve what it freed at once (``_hold_taken_back``)."""
-        if not self._taking_back or not isinstance(old, Pod) or not old.spec.node_name:
+        if not self._reclaiming or not isinstance(old, Pod) or not old.spec.node_name:
             return
         if isinstance(new, Pod) and new.spec.node_name == old.spec.node_name and new.status.phase not in ENDED_PHASES:
             return
-        for key in list(self._taking_back):
+        for key in list(self._reclaiming):
             plan = self.plans.get(key)
             if plan is None or not plan.feasible:
-                self._taking_back.discard(key)
+                self._reclaiming.discard(key)
             else:
                 self._hold_taken_back(plan)
 
-    def _victims(self, fleet: Fleet, pod: Pod, slots: Sequence[Slot]) -> tuple[tuple[str, str, str, str], ...]:
+    def _borrowers(self, fleet: Fleet, pod: Pod, node: int) -> list[tuple[int, str, int]]:
+        """(priority, uid, GPUs) of the pods a repair asked by ``pod`` may take back on node ``node``
+        (``Arrivals.borrowers``): of no gang, below both ``pod``'s priority and every gang's in the node's domain —
+        the pods lending let in. One rule for the ladder's ``reclaim`` rung and the pods then evicted."""
+        below = min(pod.spec.priority or 0, int(self.arrivals.floor(fleet)[int(fleet.node_domain[node])]))
+        return self.arrivals.borrowers(fleet.node_names[node], below, self.store)
+
+    def _victims(self, fleet: Fleet, pod: Pod, slots: Sequence[Slot]) -> tuple[Victim, ...]:
         """The pods a repair takes lent spares back from: for each slot its ``reclaim`` rung left unreserved
-        (``_taking_back``), the node's borrowers (``Arrivals.borrowers``, lowest priority first) until the
-        replacement's GPUs are free. The recorder evicts them (kube-scheduler's preemption may too)."""
-        floor, priority = self.arrivals.floor(fleet), pod.spec.priority or 0
+        (``_taking_back``), the node's borrowers (``_borrowers``, lowest priority first) until the replacement's
+        GPUs are free. The recorder evicts them (kube-scheduler's preemption may too)."""
         free: dict[int, int] = {}
         taken: set[str] = set()
         out = []
@@ -465,11 +479,10 @@ class GangBook:
                 continue
             index = slot.node_index
             have = free.get(index, fleet.bitmap.node_free_gpus(index))
-            below = min(priority, int(floor[int(fleet.node_domain[index])]))
-            for _, uid, gpus in self.arrivals.borrowers(slot.node, below, self.store):
+            for _, uid, gpus in self._borrowers(fleet, pod, index):
                 held = self.store.pod(uid) if have < slot.gpus and uid not in taken else None
                 if held is not None:
-                    out.append((held.metadata.namespace, held.metadata.name, uid, slot.node))
+                    out.append(Victim(held.metadata.namespace, held.metadata.name, uid, slot.node))
                     taken.add(uid)
                     have += gpus
             free[index] = have - slot.gpus
@@ -482,16 +495,14 @@ class GangBook:
         lent = fleet.spares_lent
         if lent is None or pod.spec.preemption_policy == "Never":
             return None
-        priority, floor = pod.spec.priority or 0, self.arrivals.floor(fleet)
 
         def back(domains: Iterable[int]) -> npt.NDArray[np.int32] | None:
             out = np.zeros(fleet.n_nodes, dtype=np.int32)
-            starts, names = fleet.bitmap.domain_node_start, fleet.node_names
+            starts = fleet.bitmap.domain_node_start
             for d in domains:
                 if lent[d]:
-                    below = min(priority, int(floor[d]))
                     for node in range(int(starts[d]), int(starts[d + 1])):
-                        out[node] = self.arrivals.borrowed(names[node], below, self.store)
+                        out[node] = sum(gpus for _, _, gpus in self._borrowers(fleet, pod, node))
             return out if out.any() else None
 
         return back

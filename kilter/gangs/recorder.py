@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from kilter.gangs.book import GangPlan
+from kilter.gangs.book import GangPlan, Victim
 from kilter.gangs.identity import GangId, GangKey
 from kilter.gangs.keys import PlanKeys
 from kilter.gangs.records import KUEUE, MAX_BYTES, PLAN_ANNOTATION, VOLCANO, PlanRecord, encode, owner_of
@@ -145,7 +145,7 @@ class PlanRecorder:
                 continue
             self.events.record(about, "Repaired", f"gang {gang_key}: {moved}")
 
-    def _take_back(self, gang_key: str, victims: Sequence[tuple[str, str, str, str]]) -> None:
+    def _take_back(self, gang_key: str, victims: Sequence[Victim]) -> None:
         """Evict each pod a repair takes a lent spare back from, while this kilter is the writer."""
         for namespace, name, uid, node in victims:
             if not self.is_writer() or (self._stop_at is not None and time.monotonic() > self._stop_at):

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from kilter.extenders import wire
 from kilter.extenders.preemption import taken_back
+from kilter.gangs import Victim
 
-CHOSEN = (("ml", "a", "uid-a", "r1-t16"), ("ml", "c", "uid-c", "r1-t17"))
+CHOSEN = (Victim("ml", "a", "uid-a", "r1-t16"), Victim("ml", "c", "uid-c", "r1-t17"))
 
 
 def pods(*uids: str) -> list[wire.MetaPod]:

@@ -24,7 +24,7 @@ import pytest
 
 from kilter.extenders.scheduler import ApiBinder
 from kilter.extenders.volcano.events import PodGroupEvents
-from kilter.gangs import GangId, GangPlan, KeySecret, PlanRecorder, Slot
+from kilter.gangs import GangId, GangPlan, KeySecret, PlanRecorder, Slot, Victim
 from kilter.gangs.key_secret import DEFAULT_ROTATION_S
 from kilter.kube.api import ApiError, ApiServer
 from kilter.state.live import default_resources
@@ -238,7 +238,7 @@ def write_requests() -> list[tuple[str, str]]:
             gang = GangId(key, "test", 1)
             slots = [Slot("gb200-r001-t00", 0, 4)]
             uids = {"pretrain": "uid-2", "g-0": "uid-3"}  # records are signed for the UIDs the state shows
-            victims = (("team-a", "borrower", "uid-4", "gb200-r001-t00"),)  # a lent spare taken back: an eviction
+            victims = (Victim("team-a", "borrower", "uid-4", "gb200-r001-t00"),)  # a lent spare taken back: an eviction
             plan = GangPlan(gang, Plan(True, "", key), slots, 0.0, 0, pods=pods, uids=uids, victims=victims)
             written = recorder.on_planned(gang, plan)
             assert written is not None
