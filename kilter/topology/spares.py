@@ -149,33 +149,31 @@ def is_spare(fleet: Fleet, node: int, *, lent: npt.NDArray[np.bool_] | None = No
     """Whether node ``node`` (a fleet index; -1: none) is a spare now held from the pod asking:
     ``held_mask(fleet, lent=lent)[node]`` from its own domain alone, for callers that ask about one node at a time
     (Volcano's predicate)."""
-    wanted = fleet.spare_nodes
-    if wanted is None or node < 0:
-        return False
-    domain = int(fleet.node_domain[node])
-    count = int(wanted[domain])
-    if count == 0 or (lent is not None and lent[domain]):
-        return False
-    bm = fleet.bitmap
-    end = int(bm.domain_node_start[domain + 1])
-    idle = (bm.node_used_gpus[node:end] == 0) & (bm.node_usable_flags[node:end] != 0)
-    return bool(idle[0]) and int(np.count_nonzero(idle)) <= count
+    found = _from_node(fleet, node, lent)
+    return found is not None and bool(found[1][0]) and int(np.count_nonzero(found[1])) <= found[0]
 
 
 def spare_once_free(fleet: Fleet, node: int, *, lent: npt.NDArray[np.bool_] | None = None) -> bool:
     """Whether node ``node`` would be a spare held from the asking pod if it were wholly free (its pods evicted):
     what a lone pod's preemption must not free, since the pod could not use the node afterwards."""
+    found = _from_node(fleet, node, lent)
+    usable = found is not None and bool(fleet.bitmap.node_usable_flags[node])
+    return found is not None and usable and int(np.count_nonzero(found[1][1:])) < found[0]
+
+
+def _from_node(fleet: Fleet, node: int, lent: npt.NDArray[np.bool_] | None) -> tuple[int, npt.NDArray[np.bool_]] | None:
+    """For a node whose domain holds spares from the asking pod: the domain's N, and whether each node of the
+    domain from ``node`` on is idle and healthy (the nodes a spare is counted among); None otherwise."""
     wanted = fleet.spare_nodes
     if wanted is None or node < 0:
-        return False
+        return None
     domain = int(fleet.node_domain[node])
     count = int(wanted[domain])
+    if count == 0 or (lent is not None and lent[domain]):
+        return None
     bm = fleet.bitmap
-    if count == 0 or (lent is not None and lent[domain]) or not bm.node_usable_flags[node]:
-        return False
     end = int(bm.domain_node_start[domain + 1])
-    after = (bm.node_used_gpus[node + 1 : end] == 0) & (bm.node_usable_flags[node + 1 : end] != 0)
-    return int(np.count_nonzero(after)) < count
+    return count, (bm.node_used_gpus[node:end] == 0) & (bm.node_usable_flags[node:end] != 0)
 
 
 def usable_mask(
@@ -189,9 +187,9 @@ def usable_mask(
     return np.ascontiguousarray(ok, dtype=np.uint8)
 
 
-def held_count(fleet: Fleet) -> int:
-    """How many nodes are spares now."""
-    held = held_mask(fleet)
+def held_count(fleet: Fleet, *, lent: npt.NDArray[np.bool_] | None = None) -> int:
+    """How many nodes are spares now (held from the asking pod: ``held_mask``)."""
+    held = held_mask(fleet, lent=lent)
     return 0 if held is None else int(held.sum())
 
 
@@ -245,8 +243,7 @@ def by_platform(fleet: Fleet, counts: SpareCounts | None = None) -> list[Platfor
 def note(fleet: Fleet, *, lent: npt.NDArray[np.bool_] | None = None) -> str:
     """A clause for the reason of a plan that does not fit, when spares were held out of it (``lent``: those
     lent to the asking pod were not); "" when none were."""
-    mask = held_mask(fleet, lent=lent)
-    held = 0 if mask is None else int(mask.sum())
+    held = held_count(fleet, lent=lent)
     if not held:
         return ""
     return f"{held} spare node{'s' if held != 1 else ''} kept out of new plans ({SPARE_NODES_PER_DOMAIN})"
