@@ -71,28 +71,24 @@ class Layout:
         return [Place(s.name, r) for s in self.shapes if s.gpus > 0 for r in range(s.pods)]
 
     @cached_property
-    def _starts(self) -> dict[str, int]:
-        """Where each GPU pod set's ranks start in ``order``."""
-        starts, at = {}, 0
+    def _spans(self) -> dict[str, tuple[int, int]]:
+        """Where each GPU pod set's ranks start in ``order``, and how many it has."""
+        spans, at = {}, 0
         for s in self.shapes:
             if s.gpus > 0:
-                starts[s.name] = at
+                spans[s.name] = (at, s.pods)
                 at += s.pods
-        return starts
+        return spans
 
     @cached_property
     def size(self) -> int:
         """How many ranks ``order`` lists (without listing them: a 512-pod repair asks for a few)."""
-        return sum(s.pods for s in self.shapes if s.gpus > 0)
+        return sum(pods for _, pods in self._spans.values())
 
     def position(self, place: Place) -> int | None:
         """``place``'s position in ``order`` (None: no GPU pod set of the gang has it)."""
-        start = self._starts.get(place.pod_set)
-        return start + place.rank if start is not None and 0 <= place.rank < self._counts[place.pod_set] else None
-
-    @cached_property
-    def _counts(self) -> dict[str, int]:
-        return {s.name: s.pods for s in self.shapes if s.gpus > 0}
+        span = self._spans.get(place.pod_set)
+        return span[0] + place.rank if span is not None and 0 <= place.rank < span[1] else None
 
     def record_places(self, n: int) -> list[Place | None]:
         """The rank of each of a record's ``n`` slots: its position in ``order`` when the record lists the whole
