@@ -70,8 +70,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         ),
         epilog=(
             "Certificates for the webhooks: in a cluster, let cert-manager issue one into a Secret mounted into "
-            "kilter's pod (manifests/webhooks/ shows how; the apiserver's caBundle comes from cert-manager's CA "
-            "injector). Locally: openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 30 "
+            "kilter's pod (config/overlays/webhooks shows how; the apiserver's caBundle comes from cert-manager's "
+            "CA injector). Locally: openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 30 "
             "-subj /CN=kilter -addext subjectAltName=IP:127.0.0.1 -keyout tls.key -out tls.crt"
         ),
     )

@@ -8,7 +8,7 @@ seconds and a heavy load on the API server). The request goes to
 ``POST /api/v1/namespaces/NS/services/[https:]NAME:PORT/proxy/debug/views``
 with the kubeconfig's credentials: the API server authorizes it as the verb
 ``create`` on the subresource ``services/proxy`` of that one Service
-(``manifests/rbac/explain-reader.yaml``). kilter answers ``/debug/*`` only
+(``config/components/volcano/explain-reader.yaml``). kilter answers ``/debug/*`` only
 to trusted peers (``--trusted-networks``); through the proxy its peer is the
 API server, so a 403 from kilter says to trust the API server's address. A
 403 or 404 from the API server itself (RBAC, no such Service) is a Status
@@ -109,7 +109,7 @@ def ask(api: ApiServer, service: Service, request: dict[str, Any]) -> Answer:
     status, raw, _ = api.request("POST", proxy_path(service), json.dumps(request).encode())
     message = _status_message(raw) if status != 200 else None
     if message is not None:
-        hint = "; the plugin needs create on services/proxy (manifests/rbac/explain-reader.yaml)"
+        hint = "; the plugin needs create on services/proxy (config/components/volcano/explain-reader.yaml)"
         raise ApiError(status, message + (hint if status == 403 else ""))
     untrusted = "through the service proxy the caller is the API server; add the API server's address to"
     return _answer_of(status, raw, untrusted)
