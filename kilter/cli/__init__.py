@@ -12,6 +12,9 @@ import types
 
 __all__ = [
     "admissioncheck",
+    "config",
+    "config_reload",
+    "configuration",
     "demo",
     "demo_compare",
     "demo_scheduler",

@@ -11,7 +11,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from kilter import __version__
-from kilter.cli import admissioncheck, demo, plan, queues, serve, simulate
+from kilter.cli import admissioncheck, config, demo, plan, queues, serve, simulate
 from kilter.cli.exits import guarded
 
 __all__ = ["build_parser", "main"]
@@ -30,12 +30,14 @@ def build_parser() -> argparse.ArgumentParser:
     simulate.add_parser(sub)
     serve.add_parser(sub)
     admissioncheck.add_parser(sub)
+    config.add_parser(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # what `kilter serve --config` tells flags given by
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)
         return 2

@@ -1,10 +1,12 @@
 """``kilter serve``: the scheduler extender, Volcano's extender verbs and the webhooks over one state.
 
-State comes from ``--snapshot FILE`` (watched and reloaded when it changes)
-or ``--demo``. With ``--kubeconfig``/``--in-cluster`` the bind verb creates
-the Binding through that cluster's API server and Volcano refusals become
-Events; without one, a binding is recorded in the state only. (List/watch of
-the connected cluster as the state feed comes with the live-cluster feeder.)
+State comes from the cluster (``--kubeconfig``/``--in-cluster``: list/watch,
+bindings, Events and plan records through its API server), a snapshot file
+(``--snapshot``, watched and reloaded) or ``--demo``. ``--config`` reads a
+Configuration file under the flags given (``configuration``) and re-reads it
+when it changes (``config_reload``). The module runs past 500 lines because
+the flags, the wiring of one state into every server, and its writers'
+leader gating are one command's; each server lives in its own package.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ from typing import Any, Literal
 import uvicorn
 import uvloop
 
-from kilter.cli import serve_grpc, sources
+from kilter.cli import configuration, serve_grpc, sources
+from kilter.cli.config_reload import ConfigReloader
 from kilter.cli.kubectl.served import ServedViews
 from kilter.cli.listeners import Guard, ListenerReading, ensure_file_limit, listener_config
 from kilter.cli.serve_config import DEFAULT_KILTER_USER, DEFAULTS, ServeConfig, add_split_wait_arguments
@@ -76,6 +79,13 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         ),
     )
     d = DEFAULTS
+    p.add_argument(
+        "--config",
+        type=Path,
+        metavar="FILE",
+        help="a config.kilter.dev/v1alpha1 Configuration (`kilter config default` prints one); the flags given "
+        "override it, and it is re-read when it changes",
+    )
     sources.add_source_arguments(p, live=False)
     p.add_argument("--http-port", type=int, default=d.http_port, help=f"extender listener port (default {d.http_port})")
     p.add_argument("--address", default=d.address, help="address to listen on (default all)")
@@ -215,7 +225,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="how often to check the snapshot file for changes",
     )
     p.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default=d.log_level)
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, parser=p)
 
 
 def build_app(config: ServeConfig) -> tuple[App, ClusterStore]:
@@ -300,9 +310,15 @@ def build_app(config: ServeConfig) -> tuple[App, ClusterStore]:
         on_planned=recorder.on_planned if recorder is not None else None,
         keys=keys,
         limits=config.gang_limits,
-        waits=SplitWaits(store, defaults=config.split_wait_rule, queues=queues),
+        waits=SplitWaits(store, defaults=config.split_wait_rule, queues=queues, runtime_window=config.runtime_window),
     )
-    extender = SchedulerExtender(store, gangs, DecisionLog(feed=DecisionFeed()))
+    log = DecisionLog(
+        records=config.explain_records,
+        per_pod=config.explain_per_pod,
+        entries=config.explain_nodes,
+        feed=DecisionFeed(),
+    )
+    extender = SchedulerExtender(store, gangs, log)
     binder = ApiBinder(api) if api is not None else Binder()
     events = PodGroupEvents(api, is_writer=is_writer) if api is not None else None
     volcano = VolcanoExtender(store, extender.gangs, queues=queues, events=events)
@@ -465,11 +481,16 @@ async def _serve_all(servers: list[uvicorn.Server], controller: Controller | Non
 
 
 def run(args: argparse.Namespace) -> int:
-    config = ServeConfig.from_args(args)
+    given = configuration.explicit_flags(args.parser, args.argv)
+    config = configuration.merged(args, given)
     logging.basicConfig(level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     log = logging.getLogger("kilter.serve")
     tls = tls_files(config)
     app, store = build_app(config)
+    if args.config is not None:
+        reloader = ConfigReloader(args.config, configuration.given_fields(args, given), config, app)
+        app.startup.append(reloader.start)
+        app.shutdown.append(reloader.stop)
     settle()
     for warning in store.fleet().warnings:
         logging.getLogger("kilter.state").warning("%s", warning)

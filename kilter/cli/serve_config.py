@@ -24,6 +24,7 @@ from kilter.gangs import trust
 from kilter.gangs.key_secret import DEFAULT_ROTATION_S, REREAD_INTERVAL_S
 from kilter.model.errors import InputError
 from kilter.quota.policy import parse_duration
+from kilter.quota.runtimes import WINDOW
 from kilter.topology.split_wait import (
     DEFAULT_FACTOR,
     DEFAULT_MAX_S,
@@ -151,12 +152,25 @@ class ServeConfig:
     (``topology.spare_settings``); read by ``spare_flag.read_spare_nodes``."""
     spares_for_preemptible: bool = False
     """Lend the spares to preemptible pods where no ResourceFlavor, ClusterQueue or Cohort says ``"false"``."""
+    runtime_window: int = WINDOW
+    """Finished Kueue Workloads per ClusterQueue and gang-size class whose median runtime a gang without a declared
+    runtime is expected to take (``quota.runtimes.RuntimeLearner``)."""
+    explain_records: int = 2_000
+    """Decision records ``/debug/explain`` keeps in all (``extenders.explain.DecisionLog``)."""
+    explain_per_pod: int = 4
+    """Decision records kept per pod."""
+    explain_nodes: int = 4_000_000
+    """Node verdicts kept across all records, ~13 bytes each: bounds the log's memory whatever the requests hold."""
     reload_interval_s: float = 1.0
-    """Seconds between checks of the snapshot file for changes."""
+    """Seconds between checks of the snapshot file (and the ``--config`` file) for changes."""
     log_level: LogLevel = "info"
     """Logging threshold of every kilter and uvicorn logger."""
 
     def __post_init__(self) -> None:
+        if self.demo and self.snapshot is not None:
+            raise InputError("--demo and --snapshot exclude each other: the state comes from one place")
+        if self.in_cluster and self.kubeconfig is not None:
+            raise InputError("--in-cluster and --kubeconfig exclude each other: kilter talks to one API server")
         if self.max_body_bytes < MIN_BODY_BYTES:
             raise InputError(f"--max-body-bytes must be at least {MIN_BODY_BYTES}")
         if self.volcano_max_body_bytes < MIN_BODY_BYTES:
@@ -177,6 +191,14 @@ class ServeConfig:
             raise InputError("--max-namespace-gang-plans must be at least 1")
         if self.spare_nodes_per_domain < 0:
             raise InputError("--spare-nodes-per-domain must be at least 0")
+        for flag, count in (
+            ("--runtime-window", self.runtime_window),
+            ("--explain-records", self.explain_records),
+            ("--explain-per-pod", self.explain_per_pod),
+            ("--explain-nodes", self.explain_nodes),
+        ):
+            if count < 1:
+                raise InputError(f"{flag} must be at least 1")
         least_s = self.gang_timeout_s + 2 * REREAD_INTERVAL_S
         if self.plan_key_secret is not None and self.plan_key_rotation_s <= least_s:
             raise InputError(
@@ -237,6 +259,7 @@ class ServeConfig:
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> ServeConfig:
         """The record of what ``kilter serve``'s parser read (``serve.add_parser``); the one reader of its flags."""
+        split_wait = _split_wait_fields(args)
         return cls(
             snapshot=args.snapshot,
             demo=args.demo,
@@ -273,7 +296,9 @@ class ServeConfig:
             plan_key_rotation_s=parse_duration(args.plan_key_rotation, path="--plan-key-rotation"),
             max_namespace_gang_gpus=args.max_namespace_gang_gpus,
             max_namespace_gang_plans=args.max_namespace_gang_plans,
-            **_split_wait_fields(args),
+            split_wait=split_wait["split_wait"],
+            split_wait_max_s=split_wait["split_wait_max_s"],
+            split_slowdown=split_wait["split_slowdown"],
             spare_nodes_per_domain=read_spare_nodes(args.spare_nodes_per_domain),
             spares_for_preemptible=args.spares_for_preemptible,
             reload_interval_s=parse_duration(args.reload_interval, path="--reload-interval"),

@@ -30,7 +30,7 @@ from kilter.model.errors import InputError
 from kilter.model.kueue import KUEUE_GROUP, Workload
 from kilter.model.quantity import to_count
 from kilter.quota.policy import parse_time
-from kilter.quota.runtimes import RuntimeLearner
+from kilter.quota.runtimes import WINDOW, RuntimeLearner
 from kilter.state.events import Stored
 from kilter.state.store import ClusterStore
 
@@ -83,9 +83,10 @@ def _gpus(wl: Workload, resources: Collection[str], where: str) -> int:
     )
 
 
-def learner_of(workloads: Iterable[Workload], resources: Collection[str]) -> RuntimeLearner:
-    """A learner of every finished Workload among ``workloads`` (what a command reads once)."""
-    learner = RuntimeLearner()
+def learner_of(workloads: Iterable[Workload], resources: Collection[str], *, window: int = WINDOW) -> RuntimeLearner:
+    """A learner of every finished Workload among ``workloads`` (what a command reads once), keeping the last
+    ``window`` of each queue and size class."""
+    learner = RuntimeLearner(window)
     for wl in workloads:
         run = finished_run(wl, resources)
         if run is not None:
@@ -96,9 +97,9 @@ def learner_of(workloads: Iterable[Workload], resources: Collection[str]) -> Run
 class LearnedRuntimes:
     """A ``RuntimeLearner`` kept up to date with the store's Workloads (see the module docstring)."""
 
-    def __init__(self, store: ClusterStore) -> None:
+    def __init__(self, store: ClusterStore, *, window: int = WINDOW) -> None:
         self.resources = frozenset(store.catalog.device_resources)
-        self.learner = learner_of(store.state().workloads, self.resources)
+        self.learner = learner_of(store.state().workloads, self.resources, window=window)
         self.observed = len(self.learner)
         store.watchers.add(KUEUE_GROUP, "Workload", self._changed)
 

@@ -65,7 +65,7 @@ from kilter.model.core_v1 import Pod, PodTemplateSpec
 from kilter.model.errors import InputError
 from kilter.model.kueue import KUEUE_GROUP, ClusterQueue, Cohort, ResourceFlavor
 from kilter.quota.policy import parse_time
-from kilter.quota.runtimes import MAX_EXEC_TIME, declared_runtime
+from kilter.quota.runtimes import MAX_EXEC_TIME, WINDOW, declared_runtime
 from kilter.state.cluster import ClusterState
 from kilter.state.store import ClusterStore
 from kilter.topology.fleet import Fleet
@@ -245,15 +245,21 @@ class SplitWaits(Waits):
         defaults: SplitWait | None = None,
         wall: Callable[[], float] = time.time,
         queues: Iterable[ClusterQueue | Cohort | ResourceFlavor] = (),
+        runtime_window: int = WINDOW,
     ) -> None:
         self.store = store
         self.defaults = defaults or SplitWait()
-        self.runtimes = LearnedRuntimes(store)
+        self.runtimes = LearnedRuntimes(store, window=runtime_window)
         self._queues = list(queues)
         self._settings: tuple[int, WaitSettings] | None = None
         self._logged: frozenset[str] = frozenset()
         self._waiting: dict[str, float] = {}  # gang key -> Unix time its budget runs out
         super().__init__(self._current, self.runtimes.estimate, wall)
+
+    def set_defaults(self, defaults: SplitWait) -> None:
+        """Use ``defaults`` where nothing in the cluster sets a rule (``kilter serve --config`` reloaded)."""
+        self.defaults = defaults
+        self._settings = None
 
     def _current(self) -> WaitSettings:
         """The settings of the state's version, worked out once per version; new problems logged once."""

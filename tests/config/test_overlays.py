@@ -14,12 +14,14 @@ from __future__ import annotations
 import argparse
 import copy
 from collections import Counter
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import msgspec
 import pytest
 from kubernetes_validate.utils import ValidationError, validate
 
+from kilter.cli import configuration
 from kilter.cli.main import build_parser
 from tests.config.crds import MODELS, check
 from tests.config.yamldocs import OVERLAYS, Obj, overlay
@@ -272,3 +274,26 @@ def test_every_kilter_command_parses(built: list[Obj]) -> None:
     for deployment in _deployments(built):
         args = kilter_args(_pod(deployment))
         assert args.command == "serve" and args.in_cluster and args.snapshot is None
+
+
+def test_every_kilter_reads_its_policy_from_a_mounted_configmap_that_validates(
+    built: list[Obj], tmp_path: Path
+) -> None:
+    for deployment in _deployments(built):
+        namespace, pod = deployment["metadata"]["namespace"], _pod(deployment)
+        kilter = _kilter(pod)
+        assert kilter is not None
+        argv = [str(a) for a in kilter["command"]][1:]
+        args = build_parser().parse_args(argv)
+        assert args.config is not None, "the policy lives in a ConfigMap, re-read when it changes"
+        target = PurePosixPath(str(args.config))
+        mount = next(m for m in kilter["volumeMounts"] if PurePosixPath(m["mountPath"]) == target.parent)
+        assert "subPath" not in mount, "a subPath mount never sees the ConfigMap change"
+        volume = next(v for v in pod["volumes"] if v["name"] == mount["name"])
+        configmap = _find(built, "ConfigMap", namespace, volume["configMap"]["name"])
+        assert configmap is not None and "items" not in volume["configMap"]
+        local = tmp_path / f"{namespace}-{target.name}"
+        local.write_text(configmap["data"][target.name], encoding="utf-8")
+        given = configuration.explicit_flags(args.parser, argv)
+        config = configuration.config_of(local, configuration.given_fields(args, given))
+        assert config.in_cluster and config.snapshot is None

@@ -1,0 +1,148 @@
+"""Re-reading ``kilter serve --config`` when its file changes: the policy applied at once, the rest named.
+
+A ConfigMap mounted as a directory is swapped by the kubelet (a minute or
+two after an edit); kilter compares the file's bytes every
+``reload_interval_s`` and, when they change, reads it as at start (the flags
+given still win). A file that no longer validates is refused as a whole and
+the running settings kept, with one error line and
+``kilter_config_reloads_total{result="refused"}``: a half-applied
+configuration is worse than an old one. Of a valid file, the settings in
+``LIVE`` take effect at once, on the objects that read them per decision;
+every other change (ports, certificates, the cluster, Leases, keys, spare
+defaults, which the state and listeners are built from) is logged by its
+path in the file as needing a restart, and counted in
+``kilter_config_restart_pending`` until the process restarts or the file
+changes back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from pathlib import Path
+from typing import Any
+
+from prometheus_client import Counter, Gauge
+
+from kilter.cli import configuration
+from kilter.cli.serve_config import ServeConfig
+from kilter.extenders.server import App
+from kilter.model.errors import InputError
+
+__all__ = ["LIVE", "ConfigReloader"]
+
+log = logging.getLogger("kilter.config")
+
+LIVE = frozenset(
+    {
+        "split_wait",
+        "split_wait_max_s",
+        "split_slowdown",
+        "gang_timeout_s",
+        "max_namespace_gang_gpus",
+        "max_namespace_gang_plans",
+        "explain_records",
+        "explain_per_pod",
+        "explain_nodes",
+        "log_level",
+    }
+)
+"""The settings a reload applies without a restart: each is read per decision, not built into the state."""
+
+
+class ConfigReloader:
+    """Watches one Configuration file for ``App``; ``reload`` is the one step, ``watch`` the loop."""
+
+    def __init__(self, path: Path, flags: dict[str, Any], config: ServeConfig, app: App) -> None:
+        self.path = path
+        self.flags = flags  # the fields the command line gave, which win over the file at every reload
+        self.started = config  # what the process was built from
+        self.config = config  # what it runs with now
+        self.app = app
+        self._seen = self._read()
+        self._task: asyncio.Task[None] | None = None
+        registry = app.metrics.registry
+        self.reloads = Counter(
+            "kilter_config_reloads",
+            "Changes of the --config file read: applied, refused (invalid, nothing changed), or restart "
+            "(valid, but a changed setting needs a restart)",
+            ["result"],
+            registry=registry,
+        )
+        pending = Gauge(
+            "kilter_config_restart_pending",
+            "Settings the --config file changes that take effect only after a restart",
+            registry=registry,
+        )
+        pending.set_function(lambda: len(self.pending))
+        self.pending: list[str] = []
+
+    def _read(self) -> bytes | None:
+        try:
+            return self.path.read_bytes()
+        except OSError:
+            return None
+
+    def reload(self) -> list[str]:
+        """Read the file once more; apply the ``LIVE`` settings that changed and return the paths of the changed
+        settings that need a restart. A file that does not validate changes nothing."""
+        try:
+            new = configuration.config_of(self.path, self.flags)
+        except InputError as e:
+            self.reloads.labels("refused").inc()
+            log.error("config %s not applied, keeping the running settings: %s", self.path, e)
+            return self.pending
+        paths = configuration.flag_paths()
+        changed = {f.name for f in dataclasses.fields(new) if getattr(new, f.name) != getattr(self.config, f.name)}
+        live = changed & LIVE
+        if live:
+            self._apply(new)
+            self.config = dataclasses.replace(self.config, **{f: getattr(new, f) for f in live})
+            log.info("config %s applied: %s", self.path, ", ".join(sorted(paths[f] for f in live)))
+        self.pending = sorted(
+            paths[f.name]
+            for f in dataclasses.fields(new)
+            if f.name not in LIVE and getattr(new, f.name) != getattr(self.started, f.name)
+        )
+        if self.pending:
+            log.warning("config %s: %s change only after a restart", self.path, ", ".join(self.pending))
+        self.reloads.labels("restart" if self.pending else "applied").inc()
+        return self.pending
+
+    def _apply(self, new: ServeConfig) -> None:
+        extender = self.app.extender
+        gangs = extender.gangs
+        gangs.timeout_s = new.gang_timeout_s
+        gangs.limits = dataclasses.replace(
+            gangs.limits,
+            max_plans_per_namespace=new.max_namespace_gang_plans,
+            namespace_gpus=new.max_namespace_gang_gpus,
+        )
+        if gangs.waits is not None:
+            gangs.waits.set_defaults(new.split_wait_rule)
+        extender.log.records, extender.log.per_pod, extender.log.entries = (
+            new.explain_records,
+            new.explain_per_pod,
+            new.explain_nodes,
+        )
+        for name in ("kilter", "uvicorn"):
+            logging.getLogger(name).setLevel(new.log_level.upper())
+        logging.getLogger().setLevel(new.log_level.upper())
+
+    async def watch(self, interval_s: float) -> None:
+        while True:
+            await asyncio.sleep(interval_s)
+            now = self._read()
+            if now is not None and now != self._seen:
+                self._seen = now
+                self.reload()
+
+    async def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(
+            self.watch(self.config.reload_interval_s), name="config-watch"
+        )
+
+    def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()

@@ -1,0 +1,146 @@
+"""``kilter serve --config``: a changed file applied without a restart where it can be, the rest named.
+
+In process, ``ConfigReloader.reload`` against a served app's own objects; then a real ``kilter serve`` process
+whose file is edited while it runs, watched through ``/metrics`` as an operator would.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from kilter.cli import serve
+from kilter.cli.config_reload import LIVE, ConfigReloader
+from kilter.cli.configuration import API_VERSION, KIND, config_of, flag_paths
+from kilter.extenders.server import App
+
+BASE: dict[str, Any] = {"apiVersion": API_VERSION, "kind": KIND, "state": {"demo": True}}
+
+
+def _write(path: Path, **sections: dict[str, Any]) -> Path:
+    path.write_text(yaml.safe_dump({**BASE, **sections}), encoding="utf-8")
+    return path
+
+
+def _sample(app: App, name: str, **labels: str) -> float:
+    value = app.metrics.registry.get_sample_value(name, labels)
+    return 0.0 if value is None else value
+
+
+def _reloader(tmp_path: Path, flags: dict[str, Any] | None = None) -> tuple[ConfigReloader, App]:
+    path = _write(tmp_path / "config.yaml")
+    config = config_of(path, flags)
+    app, _ = serve.build_app(config)
+    return ConfigReloader(path, flags or {}, config, app), app
+
+
+def test_the_policy_changes_at_once(tmp_path: Path) -> None:
+    reloader, app = _reloader(tmp_path)
+    _write(
+        reloader.path,
+        splitWait={"factor": 0.5, "max": "2h"},
+        gangs={"timeout": "9m", "maxNamespaceGangPlans": 3},
+        explain={"records": 11, "perPod": 1},
+        logging={"level": "warning"},
+    )
+    try:
+        assert reloader.reload() == []
+        gangs = app.extender.gangs
+        assert gangs.waits is not None and (gangs.waits.defaults.factor, gangs.waits.defaults.max_s) == (0.5, 7200)
+        assert gangs.timeout_s == 540 and gangs.limits.max_plans_per_namespace == 3
+        assert (app.extender.log.records, app.extender.log.per_pod) == (11, 1)
+        assert logging.getLogger("kilter").level == logging.WARNING
+        assert _sample(app, "kilter_config_reloads_total", result="applied") == 1
+        assert reloader.config.gang_timeout_s == 540
+    finally:
+        for name in ("kilter", "uvicorn"):
+            logging.getLogger(name).setLevel(logging.NOTSET)
+
+
+def test_a_change_that_needs_a_restart_is_named_and_not_applied(tmp_path: Path) -> None:
+    reloader, app = _reloader(tmp_path)
+    _write(reloader.path, listeners={"httpPort": 7001}, spares={"nodesPerDomain": 1}, explain={"records": 5})
+    assert reloader.reload() == ["listeners.httpPort", "spares.nodesPerDomain"]
+    assert app.extender.log.records == 5, "the live part of the same file still applies"
+    assert reloader.config.http_port == reloader.started.http_port
+    assert _sample(app, "kilter_config_restart_pending") == 2
+    assert _sample(app, "kilter_config_reloads_total", result="restart") == 1
+    _write(reloader.path, explain={"records": 5})  # changed back: nothing waits for a restart any more
+    assert reloader.reload() == []
+    assert _sample(app, "kilter_config_restart_pending") == 0
+
+
+def test_an_invalid_file_changes_nothing(tmp_path: Path) -> None:
+    reloader, app = _reloader(tmp_path)
+    before = (app.extender.gangs.timeout_s, app.extender.log.records)
+    reloader.path.write_text(
+        yaml.safe_dump({**BASE, "gangs": {"timeout": "9m"}, "explain": {"recordz": 5}}), encoding="utf-8"
+    )
+    reloader.reload()
+    assert (app.extender.gangs.timeout_s, app.extender.log.records) == before, "a half-applied file is worse"
+    assert _sample(app, "kilter_config_reloads_total", result="refused") == 1
+
+
+def test_flags_keep_winning_over_a_reloaded_file(tmp_path: Path) -> None:
+    reloader, app = _reloader(tmp_path, {"gang_timeout_s": 60.0})
+    _write(reloader.path, gangs={"timeout": "9m"}, explain={"records": 7})
+    assert reloader.reload() == []
+    assert app.extender.gangs.timeout_s == 60 and app.extender.log.records == 7
+
+
+def test_every_live_setting_is_a_setting_of_the_file() -> None:
+    assert flag_paths().keys() >= LIVE
+
+
+# ---------------------------------------------------------------------------- a real kilter serve
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _metrics(port: int) -> str:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as answer:
+            return str(answer.read().decode())
+    except OSError:
+        return ""
+
+
+def _wait_for(port: int, line: str, server: subprocess.Popen[str], within_s: float = 60) -> None:
+    deadline = time.monotonic() + within_s
+    while line not in _metrics(port):
+        assert server.poll() is None, server.communicate()[0]
+        assert time.monotonic() < deadline, f"{line!r} not in /metrics within {within_s:g} s"
+        time.sleep(0.1)
+
+
+def test_a_running_kilter_serve_rereads_its_file(tmp_path: Path) -> None:
+    http = _free_port()
+    listeners = {"address": "127.0.0.1", "httpPort": http, "grpcPort": 0}
+    path = _write(tmp_path / "config.yaml", listeners=listeners, state={"demo": True, "reloadInterval": "100ms"})
+    env = {**os.environ, "MPLCONFIGDIR": str(tmp_path / "mpl")}
+    argv = [sys.executable, "-m", "kilter.cli", "serve", "--config", str(path)]
+    server = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        _wait_for(http, "kilter_config_restart_pending 0.0", server)
+        state = {"demo": True, "reloadInterval": "100ms"}
+        _write(path, listeners=listeners, state=state, splitWait={"factor": 0.25})
+        _wait_for(http, 'kilter_config_reloads_total{result="applied"} 1.0', server)
+        _write(path, listeners={**listeners, "webhookPort": 9555}, state=state, splitWait={"factor": 0.25})
+        _wait_for(http, "kilter_config_restart_pending 1.0", server)
+    finally:
+        server.terminate()
+        output = server.communicate(timeout=30)[0]
+    assert "splitWait.factor" in output and "listeners.webhookPort change only after a restart" in output, output
