@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.kilter-installed
 NATIVE := $(wildcard kilter/_native/*.pyx kilter/_native/*.pxd kilter/_native/*.h)
 
-.PHONY: all run test e2e lint bench build image image-check plugin native-debug clean
+.PHONY: all run test e2e lint bench dashboard build image image-check plugin native-debug clean
 
 all: $(STAMP)
 
@@ -43,6 +43,11 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) -m bench
+
+# docs/operations-dashboard.png: the monitoring dashboard's panels, drawn from a real kilter serve's metrics while
+# kilter demo's scheduler stand-in places the demo trace through it (about half a minute).
+dashboard: $(STAMP)
+	$(PY) -m bench.dashboard docs/operations-dashboard.png
 
 build: $(STAMP)
 	$(PY) -m build --no-isolation --outdir dist .

@@ -13,6 +13,23 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED_DATA = REPO.parent / "shared" / "data"
+RECORD_ENV = "KILTER_RECORD_API_CALLS"  # a file: the session's kilter calls are written there as it ends
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests marked ``after_live`` run last: they read what the live-mode tests before them made kilter call."""
+    items.sort(key=lambda item: item.get_closest_marker("after_live") is not None)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    import json
+    import os
+
+    from tests.listwatch import KILTER_CALLS
+
+    target = os.environ.get(RECORD_ENV)
+    if target:
+        Path(target).write_text(json.dumps(KILTER_CALLS), encoding="utf-8")
 
 
 @dataclass

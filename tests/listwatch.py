@@ -8,9 +8,10 @@ fake cannot produce those in the right order, so this server keeps the real
 model: one global resourceVersion counter (etcd's revision), the history of
 every change since the last compaction, and the open watches. Answers have
 kube-apiserver's shapes, status codes and messages (read from
-``k8s.io/apiserver`` storage/etcd3, storage/cacher and endpoints; see
-``Choices`` below for what is simplified), so a client that is right here is
-right against a cluster for these calls.
+``k8s.io/apiserver`` storage/etcd3, storage/cacher and endpoints, and from
+structured-merge-diff for apply; see ``Choices`` below for what is
+simplified), so a client that is right here is right against a cluster for
+these calls.
 
 Usage::
 
@@ -20,10 +21,22 @@ Usage::
 
 Reads are GET (discovery, list, watch, get). Writes over HTTP are PATCH of
 an object with a JSON merge patch (RFC 7386), what kilter's plan records
-use; POST to a collection (create: 409 AlreadyExists when the name is
-taken) and PUT of an object (update: a ``metadata.resourceVersion`` in the
-body is a precondition, 409 Conflict when stale), what the plan-key Secret
-uses. The test itself writes through ``add``, ``update`` and ``delete``.
+use, or by server-side apply (``application/apply-patch+yaml``), what its
+AdmissionCheck controller writes Workload and AdmissionCheck status with;
+POST to a collection (create: 409 AlreadyExists when the name is taken) and
+PUT of an object (update: a ``metadata.resourceVersion`` in the body is a
+precondition, 409 Conflict when stale), what the plan-key Secret uses. The
+test itself writes through ``add``, ``update`` and ``delete``.
+
+A resource declared with ``status=True`` has the status subresource:
+``NAME/status`` answers GET, PUT and PATCH, its writes change only
+``.status``, and writes to the object keep the stored status. Apply merges
+as structured-merge-diff does (maps key by key, lists that ``LIST_TYPES``
+names item by item, other lists whole), records each manager's fields in
+``metadata.managedFields`` (FieldsV1), removes what a manager no longer
+applies unless another owns it, answers 409 for a field another manager
+owns and this apply changes (``force=true`` moves it instead), and creates
+an absent object (201), though never through ``/status`` (404).
 
 Choices where the contract is loose or version-dependent:
 
@@ -49,14 +62,51 @@ Choices where the contract is loose or version-dependent:
   the URL's is 400. A Secret's ``data`` values must be base64, as the
   apiserver decodes them into bytes (400 otherwise). An update that changes
   nothing writes nothing, as for PATCH.
-* PATCH takes ``application/merge-patch+json`` only (kube-apiserver also takes
-  JSON patch, strategic merge patch and apply); any other content type is 415
-  with the apiserver's message naming what this server accepts. A patch that is
-  not JSON is 400. A ``metadata.resourceVersion`` in the patch is a
+* PATCH takes ``application/merge-patch+json`` and
+  ``application/apply-patch+yaml`` (kube-apiserver also takes JSON patch,
+  strategic merge patch for built-in kinds, and CBOR apply); any other content
+  type is 415 with the apiserver's message, whose list here names the merge
+  patch only. A merge patch that is not JSON is 400. A ``metadata.resourceVersion`` in the patch is a
   precondition (409 Conflict when stale), a changed ``metadata.name`` is 400,
   and what the server owns (uid, creationTimestamp, kind, apiVersion) is kept.
   A patch that changes nothing writes nothing: same resourceVersion, no event,
   as etcd3's GuaranteedUpdate skips an unchanged object.
+* PatchOptions are checked before the object is looked up, as patch.go does:
+  apply without ``fieldManager``, or ``force`` on another patch, is 422
+  Invalid (``PatchOptions.meta.k8s.io``); the manager name's length and
+  characters are not checked, ``dryRun`` and ``fieldValidation`` not read.
+* An apply body is YAML (JSON is YAML; 400 ``error decoding YAML``). Its
+  apiVersion and kind must be the resource's (400 ``invalid object type``),
+  ``metadata.managedFields`` absent (400), ``metadata.name`` the URL's (400),
+  a ``metadata.resourceVersion`` in it is a precondition (409). An item of a
+  keyed list without its keys, or a key twice, is the apiserver's 500
+  ``failed to create typed patch object`` (the detail's wording approximated).
+* Field sets are made without the CRD's schema: every map counts as a
+  struct, every list as atomic unless ``LIST_TYPES`` names it (Kueue's from
+  its v1beta2 CRDs: ``status.admissionChecks`` by name, whose
+  ``podSetUpdates`` are atomic; ObjectMeta's ownerReferences and finalizers
+  for every kind), so a ``map[string]object`` field's entries lack the
+  ``"."`` member the apiserver would give them. A map or list that pruning
+  empties is dropped (structured-merge-diff leaves null, which the apiserver
+  prunes). No conversion between versions: one version per resource.
+* Apply tracks managers as the apiserver does: Apply entries by manager and
+  subresource (apiVersion, time, FieldsV1), prune, conflicts, ``force``, and
+  the ``before-first-apply`` Update entry that an object without managedFields
+  gets at its first apply. POST, PUT and merge PATCH track nobody: they keep
+  the stored managedFields (a body's own decodable list replaces them, ``[]``
+  clears them; through ``/status`` the stored ones stay), and the fields they
+  change keep their owners, where the apiserver would hand them to the
+  writer's Update entry; the cap of ten Update entries is not modelled. An
+  apply that changes nothing, its managers included, writes nothing (the
+  applier's ``time`` moves only when the object changes, as
+  managedFieldsUpdater does).
+* The status subresource is a CRD's for every resource declared with it:
+  through ``/status`` only ``.status`` changes (spec and all metadata stay,
+  where a core kind's status strategy lets some metadata through); through
+  the object the stored status stays, a create (POST or apply) drops the
+  given one, and apply ignores ``spec`` through ``/status`` and ``status``
+  through the object (the reset fields: not merged, not owned). Discovery
+  lists ``PLURAL/status``. ``metadata.generation`` is not kept.
 * A LIST of a core-group resource (pods, nodes) whose ``Accept`` prefers
   ``application/vnd.kubernetes.protobuf`` is answered in Kubernetes protobuf
   (``tests/kube_protobuf.py``); other resources answer JSON to that header, as
@@ -89,10 +139,15 @@ from types import TracebackType
 from typing import Any, NamedTuple
 from urllib.parse import parse_qs, urlsplit
 
+import yaml
+
+from kilter.kube.api import CERTS_AGENT, SERVER_AGENT
 from tests.kube_protobuf import MEDIA_TYPE as PROTOBUF
 from tests.kube_protobuf import encode, envelope
 
 __all__ = [
+    "APPLY_PATCH",
+    "LIST_TYPES",
     "MERGE_PATCH",
     "NODES",
     "PODS",
@@ -131,6 +186,11 @@ class Resource:
     kind: str
     namespaced: bool
     installed: bool = True
+    status: bool = False
+    """Served with the status subresource (a CRD's ``subresources: {status: {}}``, Kueue's Workload and
+    AdmissionCheck): ``NAME/status`` answers GET, PUT and PATCH, writes through it change only ``.status``, and
+    writes to the object itself keep the stored status. Declare it as ``Resource(..., status=True)``; off, the
+    object's writes change everything they name, as for a CRD without the subresource."""
 
     @property
     def group_version(self) -> str:
@@ -191,8 +251,9 @@ class ApiError(Exception):
             "metadata": meta,
             "status": "Failure",
             "message": self.message,
-            "reason": self.reason,
         }
+        if self.reason:  # an error that is no StatusError (a plain Go error) answers 500 with no reason
+            out["reason"] = self.reason
         if self.details is not None:
             out["details"] = self.details
         out["code"] = self.code
@@ -205,15 +266,25 @@ def _bad_request(message: str) -> ApiError:
 
 def _invalid_list_options(path: str, kind: str, detail: str) -> ApiError:
     """422 as ``errors.NewInvalid(ListOptions.meta.k8s.io)`` for ListOptions that fail validation."""
-    cause_type = {"Forbidden": "FieldValueForbidden", "Unsupported value": "FieldValueNotSupported"}[kind]
+    return _invalid_options("ListOptions", path, kind, detail)
+
+
+def _invalid_options(options: str, path: str, kind: str, detail: str) -> ApiError:
+    """422 as ``errors.NewInvalid(<options>.meta.k8s.io)`` for request options (ListOptions, PatchOptions) that
+    fail validation: one field error, ``kind`` its ``field.ErrorType`` as written."""
+    cause_type = {
+        "Forbidden": "FieldValueForbidden",
+        "Unsupported value": "FieldValueNotSupported",
+        "Required value": "FieldValueRequired",
+    }[kind]
     text = f"{kind}: {detail}"
     return ApiError(
         422,
         "Invalid",
-        f'ListOptions.meta.k8s.io "" is invalid: {path}: {text}',
+        f'{options}.meta.k8s.io "" is invalid: {path}: {text}',
         details={
             "group": "meta.k8s.io",
-            "kind": "ListOptions",
+            "kind": options,
             "causes": [{"reason": cause_type, "message": text, "field": path}],
         },
     )
@@ -660,6 +731,676 @@ def merge_patch(target: Any, patch: Any) -> Any:
     return out
 
 
+# --- server-side apply --------------------------------------------------------------------------------------------
+
+APPLY_PATCH = "application/apply-patch+yaml"
+BEFORE_FIRST_APPLY = "before-first-apply"
+"""The Update manager an object without managedFields gets at its first apply, owning every field it had then
+(``skipNonAppliedManager``): fields nobody applied are not free for the taking."""
+
+PathElement = tuple[str, Any]
+"""One step of a field path, as structured-merge-diff names it: ``("f", name)`` a field, ``("k", ((key, json),
+...))`` an item of a ``listType=map`` list by its keys (sorted, values as JSON), ``("v", json)`` an item of a
+``listType=set`` list, ``("i", n)`` an index (read, never made here)."""
+FieldPath = tuple[PathElement, ...]
+Lists = dict[tuple[str, ...], tuple[str, ...]]
+"""A kind's list types by field path (list items are transparent: ``("status", "admissionChecks")``): the
+``listMapKey`` names of a ``listType=map`` list, ``()`` for a ``listType=set`` list; a list not named is atomic."""
+
+LIST_TYPES: dict[tuple[str, str], dict[str, tuple[str, ...]]] = {
+    ("", "*"): {"metadata.ownerReferences": ("uid",), "metadata.finalizers": ()},  # ObjectMeta, every kind
+    ("kueue.x-k8s.io", "Workload"): {
+        "spec.podSets": ("name",),
+        "spec.preemptionGates": ("name",),
+        "status.conditions": ("type",),
+        "status.admission.podSetAssignments": ("name",),
+        "status.admissionChecks": ("name",),  # its podSetUpdates are listType=atomic
+        "status.preemptionGates": ("name",),
+        "status.reclaimablePods": ("name",),
+        "status.resourceRequests": ("name",),
+        "status.schedulingStats.evictions": ("reason", "underlyingCause"),
+        "status.unhealthyNodes": ("name",),
+    },
+    ("kueue.x-k8s.io", "AdmissionCheck"): {"status.conditions": ("type",)},
+}
+"""The ``x-kubernetes-list-type`` of the lists server-side apply merges by key, per (group, kind) and dotted
+field path: ``listMapKey`` names for ``map``, ``()`` for ``set``; every other list is atomic (replaced whole, owned
+as one field). Kueue's from its v1beta2 CRDs (``config/components/crd/bases``); add a kind's entries here when a
+test applies to it."""
+
+_STRIPPED: frozenset[FieldPath] = frozenset(
+    [(("f", "apiVersion"),), (("f", "kind"),), (("f", "metadata"),)]
+    + [
+        (("f", "metadata"), ("f", name))
+        for name in (
+            "name",
+            "namespace",
+            "creationTimestamp",
+            "selfLink",
+            "uid",
+            "clusterName",
+            "generation",
+            "managedFields",
+            "resourceVersion",
+        )
+    ]
+)
+"""What no manager owns (``stripMetaManager``): exactly these paths, not what lies under them."""
+
+
+class _ApplyYaml(yaml.SafeLoader):
+    """YAML as sigs.k8s.io/yaml reads an apply body: through JSON, so a timestamp stays a string."""
+
+
+_ApplyYaml.yaml_implicit_resolvers = {
+    first: [(tag, pattern) for tag, pattern in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+
+
+class _TypedError(Exception):
+    """An object that does not fit its list types: structured-merge-diff's typed conversion refuses it."""
+
+
+def _go_json(value: Any, *, sort_keys: bool = True) -> str:
+    """Compact JSON as Go's encoding/json writes it (map keys sorted; ``<``, ``>``, ``&``, U+2028 and U+2029
+    escaped): how a key value reads in fieldsV1 and how a manager's identity is spelled."""
+    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, sort_keys=sort_keys)
+    for raw, escaped in (
+        ("<", "\\u003c"),
+        (">", "\\u003e"),
+        ("&", "\\u0026"),
+        ("\u2028", "\\u2028"),
+        ("\u2029", "\\u2029"),
+    ):
+        text = text.replace(raw, escaped)
+    return text
+
+
+def _lists(resource: Resource) -> Lists:
+    table = {**LIST_TYPES[("", "*")], **LIST_TYPES.get((resource.group, resource.kind), {})}
+    return {tuple(path.split(".")): keys for path, keys in table.items()}
+
+
+def _element(item: Any, keys: tuple[str, ...], where: FieldPath, index: int, *, strict: bool) -> PathElement | None:
+    """The path element of a ``map`` list's item (the key fields it has, sorted) or a ``set`` list's (its value). An
+    item that cannot have one is refused (``strict``: an applied object, with structured-merge-diff's words) or has
+    none (None: a stored object's item, kept as it is)."""
+    problem = ""
+    if keys and item is None:
+        problem = "associative list with keys may not have a null element"
+    elif keys and not isinstance(item, dict):
+        problem = "associative list with keys may not have non-map elements"
+    elif keys and not any(k in item for k in keys):
+        problem = (
+            "associative list with keys has an element that omits all key fields "
+            f"[{' '.join(json.dumps(k) for k in keys)}] (and doesn't have default values for any key fields)"
+        )
+    elif not keys and isinstance(item, dict):
+        problem = "associative list without keys has an element that's a map type"
+    elif not keys and isinstance(item, list):
+        problem = "not supported: associative list with lists as elements"
+    elif not keys and item is None:
+        problem = "associative list without keys has an element that's an explicit null"
+    if problem:
+        if strict:
+            raise _TypedError(f"{_path_text(where)}: element {index}: {problem}")
+        return None
+    if not keys:
+        return ("v", _go_json(item))
+    return ("k", tuple((k, _go_json(item[k])) for k in sorted(keys) if k in item))
+
+
+def _path_text(path: FieldPath) -> str:
+    """``Path.String()``: ``.status.admissionChecks[name="x"].state``, ``.metadata.finalizers[="f"]``."""
+    out: list[str] = []
+    for kind, value in path:
+        if kind == "f":
+            out.append(f".{value}")
+        elif kind == "k":
+            out.append("[" + ",".join(f"{name}={v}" for name, v in value) + "]")  # JSON spells values as %q does
+        elif kind == "v":
+            out.append(f"[={value}]")
+        else:
+            out.append(f"[{value}]")
+    return "".join(out)
+
+
+def _element_text(pe: PathElement) -> str:
+    """A path element as a fieldsV1 key: ``f:name``, ``k:{"name":"x"}``, ``v:"x"``, ``i:0``."""
+    kind, value = pe
+    if kind == "k":
+        return "k:{" + ",".join(f"{_go_json(name)}:{v}" for name, v in value) + "}"
+    return f"{kind}:{value}"
+
+
+def _parse_element(text: str) -> PathElement | None:
+    """A fieldsV1 key as a path element; None for a kind of element this reader does not know (skipped, as
+    structured-merge-diff skips them). ValueError for one that is malformed."""
+    kind, sep, rest = text.partition(":")
+    if sep != ":" or len(kind) != 1:
+        raise ValueError(f"missing colon: {text}")
+    if kind == "f":
+        return ("f", rest)
+    if kind == "k":
+        fields = json.loads(rest)
+        if not isinstance(fields, dict):
+            raise ValueError(f"not a key: {text}")
+        return ("k", tuple((name, _go_json(fields[name])) for name in sorted(fields)))
+    if kind == "v":
+        return ("v", _go_json(json.loads(rest)))
+    if kind == "i":
+        return ("i", int(rest))
+    return None
+
+
+def _value_order(raw: str) -> tuple[int, Any]:
+    value = json.loads(raw)
+    if value is None:
+        return (0, 0)
+    if isinstance(value, bool):
+        return (1, value)
+    if isinstance(value, int | float):
+        return (2, value)
+    if isinstance(value, str):
+        return (3, value)
+    return (4, raw)
+
+
+def _order(pe: PathElement) -> tuple[int, Any]:
+    """``PathElement.Compare``: fields (by name) before keys before values before indexes."""
+    kind, value = pe
+    if kind == "f":
+        return (0, value)
+    if kind == "k":
+        return (1, tuple((name, _value_order(v)) for name, v in value))
+    if kind == "v":
+        return (2, _value_order(value))
+    return (3, value)
+
+
+def _tree(paths: set[FieldPath]) -> dict[PathElement, Any]:
+    root: dict[PathElement, Any] = {}
+    for path in paths:
+        node = root
+        for pe in path:
+            node = node.setdefault(pe, {})
+    return root
+
+
+def _fields_v1(paths: set[FieldPath]) -> Obj:
+    """A field set in the FieldsV1 trie: a key per path element, ``{}`` under a member without children, ``".": {}``
+    first under a member that has them, elements in structured-merge-diff's order."""
+
+    def emit(node: dict[PathElement, Any], prefix: FieldPath) -> Obj:
+        out: Obj = {}
+        if prefix in paths and node:
+            out["."] = {}
+        for pe in sorted(node, key=_order):
+            out[_element_text(pe)] = emit(node[pe], (*prefix, pe))
+        return out
+
+    return emit(_tree(paths), ())
+
+
+def _parse_fields_v1(trie: Any, prefix: FieldPath = ()) -> set[FieldPath]:
+    """The field set a FieldsV1 trie holds: a node is a member when it has ``"."`` or nothing under it."""
+    if not isinstance(trie, dict):
+        raise ValueError(f"fieldsV1 is not an object at {_path_text(prefix) or '.'}")
+    out: set[FieldPath] = set()
+    for text, sub in trie.items():
+        if text == ".":
+            continue
+        pe = _parse_element(text)
+        if pe is None:
+            continue
+        path = (*prefix, pe)
+        below = _parse_fields_v1(sub, path)
+        if not below or (isinstance(sub, dict) and "." in sub):
+            out.add(path)
+        out |= below
+    return out
+
+
+def _set_order(paths: set[FieldPath]) -> list[FieldPath]:
+    """``Set.Iterate``'s order: a level's members first, then what lies under each of its children."""
+    out: list[FieldPath] = []
+
+    def walk(node: dict[PathElement, Any], prefix: FieldPath) -> None:
+        ordered = sorted(node, key=_order)
+        out.extend(path for path in ((*prefix, pe) for pe in ordered) if path in paths)
+        for pe in ordered:
+            walk(node[pe], (*prefix, pe))
+
+    walk(_tree(paths), ())
+    return out
+
+
+def _field_set(
+    value: Any, lists: Lists, *, strict: bool, at: tuple[str, ...] = (), path: FieldPath = ()
+) -> set[FieldPath]:
+    """``TypedValue.ToFieldSet``: scalars, nulls, empty maps, atomic lists and the items of map and set lists.
+    Every map is taken for a struct (its non-empty fields are not members themselves), which differs from the
+    schema only for a ``map[string]object`` field. ``strict``: an item without its keys or a key twice is a
+    ``_TypedError`` (an applied object); else such items are passed over (a stored one)."""
+    out: set[FieldPath] = set()
+    if isinstance(value, dict):
+        for key, child in value.items():
+            child_path = (*path, ("f", key))
+            out |= _field_set(child, lists, strict=strict, at=(*at, key), path=child_path)
+            if child is None or child == {}:
+                out.add(child_path)
+        return out
+    if isinstance(value, list):
+        keys = lists.get(at)
+        if keys is None:
+            out.add(path)
+            return out
+        seen: set[PathElement] = set()
+        for i, item in enumerate(value):
+            pe = _element(item, keys, path, i, strict=strict)
+            if pe is None:
+                continue
+            if pe in seen and strict:
+                raise _TypedError(f"{_path_text(path)}: duplicate entries for key {_path_text((pe,))}")
+            seen.add(pe)
+            if keys:
+                out |= _field_set(item, lists, strict=strict, at=at, path=(*path, pe))
+            out.add((*path, pe))
+        return out
+    out.add(path)
+    return out
+
+
+def _named(paths: set[FieldPath]) -> set[FieldPath]:
+    """``EnsureNamedFieldsAreMembers``: the set with every field (``f:``) that has members under it a member too."""
+    out = set(paths)
+    for path in paths:
+        out.update(path[:i] for i in range(1, len(path)) if path[i - 1][0] == "f")
+    return out
+
+
+def _subtree(value: Any, lists: Lists, at: tuple[str, ...], path: FieldPath, out: set[FieldPath]) -> None:
+    """Every node at and under ``path``: what a comparison counts as added (or removed) with a value that is new
+    (or gone)."""
+    out.add(path)
+    if isinstance(value, dict):
+        for key, child in value.items():
+            _subtree(child, lists, (*at, key), (*path, ("f", key)), out)
+    elif isinstance(value, list) and (keys := lists.get(at)) is not None:
+        for i, item in enumerate(value):
+            pe = _element(item, keys, path, i, strict=False)
+            if pe is not None:
+                _subtree(item, lists, at, (*path, pe), out)
+
+
+@dataclass
+class _Diff:
+    """``typed.Comparison``: the fields a write added, changed and removed."""
+
+    added: set[FieldPath] = field(default_factory=set)
+    modified: set[FieldPath] = field(default_factory=set)
+    removed: set[FieldPath] = field(default_factory=set)
+
+
+def _compare(old: Any, new: Any, lists: Lists, diff: _Diff, at: tuple[str, ...] = (), path: FieldPath = ()) -> _Diff:
+    """``TypedValue.Compare``: maps and map/set lists compared member by member, anything else as one leaf."""
+    if isinstance(old, dict) and isinstance(new, dict) and (old or new):
+        for key in {**old, **new}:
+            child_at, child_path = (*at, key), (*path, ("f", key))
+            if key not in new:
+                _subtree(old[key], lists, child_at, child_path, diff.removed)
+            elif key not in old:
+                _subtree(new[key], lists, child_at, child_path, diff.added)
+            else:
+                _compare(old[key], new[key], lists, diff, child_at, child_path)
+        return diff
+    keys = lists.get(at)
+    if isinstance(old, list) and isinstance(new, list) and keys is not None and (old or new):
+        before = _items(old, keys, path)
+        after = _items(new, keys, path)
+        for pe in {**before, **after}:
+            if pe not in after:
+                _subtree(before[pe], lists, at, (*path, pe), diff.removed)
+            elif pe not in before:
+                _subtree(after[pe], lists, at, (*path, pe), diff.added)
+            else:
+                _compare(before[pe], after[pe], lists, diff, at, (*path, pe))
+        return diff
+    if not _identical(old, new):
+        diff.modified.add(path)
+    return diff
+
+
+def _items(items: list[Any], keys: tuple[str, ...], path: FieldPath) -> dict[PathElement, Any]:
+    out: dict[PathElement, Any] = {}
+    for i, item in enumerate(items):
+        pe = _element(item, keys, path, i, strict=False)
+        if pe is not None:
+            out.setdefault(pe, item)
+    return out
+
+
+def _identical(a: Any, b: Any) -> bool:
+    """Equal as JSON values (``True`` is not ``1``)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_identical(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(_identical(x, y) for x, y in zip(a, b, strict=True))
+    return bool(a == b)
+
+
+def _merge(live: Any, applied: Any, lists: Lists, at: tuple[str, ...] = (), path: FieldPath = ()) -> Any:
+    """``TypedValue.Merge``: maps merged key by key, map and set lists item by item (an item the apply names
+    merged into the stored one), anything else (scalars, atomic lists) the applied value."""
+    if isinstance(live, dict) and isinstance(applied, dict):
+        out = dict(live)
+        for key, value in applied.items():
+            child = (*at, key)
+            out[key] = _merge(live[key], value, lists, child, (*path, ("f", key))) if key in live else value
+        return out
+    keys = lists.get(at)
+    if isinstance(live, list) and isinstance(applied, list) and keys is not None and (live or applied):
+        return _merge_items(live, applied, keys, lists, at, path)
+    return applied
+
+
+def _merge_items(
+    live: list[Any], applied: list[Any], keys: tuple[str, ...], lists: Lists, at: tuple[str, ...], path: FieldPath
+) -> list[Any]:
+    """A map or set list merged in structured-merge-diff's order: one walk over both lists, a stored item the apply
+    does not name written where the walk meets it, an applied item (merged into the stored one of its key) when the
+    walk reaches it in the apply; a stored item the apply names later than the next one both share waits for it."""
+    live_pes = [_element(item, keys, path, i, strict=False) or ("?", i) for i, item in enumerate(live)]
+    stored: dict[PathElement, Any] = {}
+    for live_pe, item in zip(live_pes, live, strict=True):
+        stored[live_pe] = None if live_pe in stored else item  # a key stored twice merges as if absent
+    applied_pes: list[PathElement] = []
+    for index, item in enumerate(applied):
+        applied_pe = _element(item, keys, path, index, strict=True)
+        assert applied_pe is not None  # strict: a missing key raised
+        applied_pes.append(applied_pe)
+    named = set(applied_pes)
+    shared = [pe for pe in applied_pes if pe in stored]  # keys in both, in the apply's order
+    next_shared = 0
+    written: set[PathElement] = set()
+    out: list[Any] = []
+
+    def merged(pe: PathElement, item: Any) -> Any:
+        return _merge(stored[pe], item, lists, at, (*path, pe)) if keys and stored.get(pe) is not None else item
+
+    li = ri = 0
+    while li < len(live) or ri < len(applied):
+        if li < len(live) and ri < len(applied):
+            if live_pes[li] == applied_pes[ri]:
+                written.add(applied_pes[ri])
+                out.append(merged(applied_pes[ri], applied[ri]))
+                li, ri, next_shared = li + 1, ri + 1, next_shared + 1
+                continue
+            upcoming = shared[next_shared] if next_shared < len(shared) else None
+            if live_pes[li] in named and upcoming is not None and upcoming != live_pes[li]:
+                li += 1  # named out of the stored order: written when the apply reaches it
+                continue
+        if li < len(live):
+            if live_pes[li] not in named:
+                out.append(live[li])
+                li += 1
+                continue
+            if live_pes[li] in written:
+                li += 1
+        if ri < len(applied):
+            written.add(applied_pes[ri])
+            out.append(merged(applied_pes[ri], applied[ri]))
+            if next_shared < len(shared) and shared[next_shared] == applied_pes[ri]:
+                next_shared += 1
+            ri += 1
+    return out
+
+
+_GONE = object()
+
+
+def _remove(value: Any, doomed: set[FieldPath], lists: Lists, *, final: bool) -> Any:
+    """``TypedValue.RemoveItems``: ``value`` without the fields and items in ``doomed``, each with all under it. A map
+    or list emptied by it is null (as structured-merge-diff leaves it), or, ``final``, gone (as the apiserver
+    prunes a null it has no schema for)."""
+    inner = {path[:i] for path in doomed for i in range(1, len(path))}
+
+    def walk(node: Any, at: tuple[str, ...], path: FieldPath) -> Any:
+        if isinstance(node, dict):
+            kept: Obj = {}
+            for key, child in node.items():
+                child_path = (*path, ("f", key))
+                if child_path in doomed:
+                    continue
+                if child_path in inner:
+                    child = walk(child, (*at, key), child_path)
+                    if child is _GONE:
+                        continue
+                kept[key] = child
+            return kept if kept or not node else (_GONE if final else None)
+        keys = lists.get(at)
+        if isinstance(node, list) and keys is not None and node:
+            items: list[Any] = []
+            for i, item in enumerate(node):
+                pe = _element(item, keys, path, i, strict=False)
+                if pe is not None and (*path, pe) in doomed:
+                    continue
+                if pe is not None and (*path, pe) in inner:
+                    item = walk(item, at, (*path, pe))
+                    if item is _GONE:
+                        continue
+                items.append(item)
+            return items if items else (_GONE if final else None)
+        return node
+
+    return walk(value, (), ())
+
+
+def _prune(merged: Obj, managers: dict[str, _Manager], last: set[FieldPath], lists: Lists) -> Obj:
+    """``Updater.prune``: what the applier owned at its last apply and no longer applies, and nobody else owns,
+    leaves the object (with all under it); fields nobody owns (``addBackDanglingItems``) and those another manager
+    owns (``addBackOwnedItems``) stay. ``managers`` already holds the applier's new set."""
+
+    def fields(value: Any) -> set[FieldPath]:
+        return _named(_field_set(value, lists, strict=False))
+
+    last_named = _named(last)
+    owned = _named(set().union(*(m.fields for m in managers.values())))
+    merged_fields = fields(merged)
+    pruned = _remove(merged, last_named, lists, final=False)
+    pruned = _remove(merged, merged_fields - (fields(pruned) | owned), lists, final=False)
+    result: Obj = _remove(merged, (merged_fields - fields(pruned)) & last_named, lists, final=True)
+    return result
+
+
+def _without(paths: set[FieldPath], ignored: FieldPath | None) -> set[FieldPath]:
+    """``paths`` without what no manager owns (``_STRIPPED``) and without the endpoint's reset fields (``spec``
+    through /status, ``status`` through the object of a resource with the subresource) and all under them."""
+    return {p for p in paths if p not in _STRIPPED and not (ignored is not None and p[: len(ignored)] == ignored)}
+
+
+@dataclass
+class _Manager:
+    """One managedFields entry: who wrote which fields, through which operation and endpoint."""
+
+    manager: str
+    operation: str  # "Apply" or "Update"
+    api_version: str
+    subresource: str
+    time: str | None
+    fields: set[FieldPath]
+
+    @property
+    def identity(self) -> str:
+        """``BuildManagerIdentifier``: the entry as JSON without fields and time (nor apiVersion, for Apply)."""
+        entry: Obj = {"manager": self.manager, "operation": self.operation}
+        if self.operation != "Apply":
+            entry["apiVersion"] = self.api_version
+        if self.subresource:
+            entry["subresource"] = self.subresource
+        return _go_json(entry, sort_keys=False)
+
+    def shown(self) -> str:
+        """``printManager``: how a conflict names the manager."""
+        text = json.dumps(self.manager, ensure_ascii=False)
+        if self.subresource:
+            text += f" with subresource {json.dumps(self.subresource, ensure_ascii=False)}"
+        if self.operation == "Update":
+            text += f" using {self.api_version}" + (f" at {self.time}" if self.time else "")
+        return text
+
+    def entry(self) -> Obj:
+        out: Obj = {"manager": self.manager, "operation": self.operation, "apiVersion": self.api_version}
+        if self.time:
+            out["time"] = self.time
+        out["fieldsType"] = "FieldsV1"
+        out["fieldsV1"] = _fields_v1(self.fields)
+        if self.subresource:
+            out["subresource"] = self.subresource
+        return out
+
+
+def _decode_managers(entries: Any) -> dict[str, _Manager]:
+    """``DecodeManagedFields``: the stored entries by manager identity (a later entry of one identity wins)."""
+    if entries is None:
+        return {}
+    if not isinstance(entries, list):
+        raise ValueError("metadata.managedFields is not a list")
+    out: dict[str, _Manager] = {}
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, dict):
+            raise ValueError(f"managed fields entry {i} is not an object")
+        if entry.get("operation") not in ("Apply", "Update"):
+            raise ValueError("operation must be `Apply` or `Update`")
+        if not entry.get("apiVersion"):
+            raise ValueError("apiVersion must not be empty")
+        kind = entry.get("fieldsType") or ""
+        if kind != "FieldsV1":
+            raise ValueError(
+                f"missing fieldsType in managed fields entry {i}"
+                if not kind
+                else f'invalid fieldsType "{kind}" in managed fields entry {i}'
+            )
+        manager = _Manager(
+            str(entry.get("manager") or ""),
+            str(entry["operation"]),
+            str(entry["apiVersion"]),
+            str(entry.get("subresource") or ""),
+            entry.get("time") if isinstance(entry.get("time"), str) else None,
+            _parse_fields_v1(entry.get("fieldsV1") or {}),
+        )
+        out[manager.identity] = manager
+    return out
+
+
+def _unix(stamp: str | None) -> int:
+    try:
+        return int(datetime.strptime(stamp or "", "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp())
+    except ValueError:
+        return 0
+
+
+def _encode_managers(managers: dict[str, _Manager]) -> list[Obj]:
+    """``encodeManagedFields``: one entry per manager that owns anything, sorted by operation, time (seconds),
+    manager, apiVersion and subresource."""
+    entries = [m.entry() for m in managers.values() if m.fields]
+    entries.sort(
+        key=lambda e: (e["operation"], _unix(e.get("time")), e["manager"], e["apiVersion"], e.get("subresource", ""))
+    )
+    return entries
+
+
+def _kept_managed_fields(new_meta: Obj, prev_meta: Obj) -> None:
+    """An update's managedFields, as ``decodeLiveOrNew`` picks them: the written ones when they decode to any
+    entry, none when the write resets them (``[]`` or ``[{}]``), else the stored ones, so a writer that does not
+    know of them (most) keeps them."""
+    given = new_meta.get("managedFields")
+    if isinstance(given, list) and given in ([], [{}]):
+        new_meta.pop("managedFields", None)
+        return
+    try:
+        if _decode_managers(given):
+            return
+    except ValueError:
+        pass
+    if "managedFields" in prev_meta:
+        new_meta["managedFields"] = copy.deepcopy(prev_meta["managedFields"])
+    else:
+        new_meta.pop("managedFields", None)
+
+
+def _status_strategy(resource: Resource, subresource: str, new: Obj, prev: Obj) -> Obj:
+    """What an update keeps of ``new`` when the resource has the status subresource: through ``/status`` only its
+    status (the rest, managedFields included, is the stored object's: the CRD status strategy's
+    PrepareForUpdate); through the object itself all but the status (the stored one stays)."""
+    if subresource == "status":
+        kept = copy.deepcopy(prev)
+        if "status" in new:
+            kept["status"] = new["status"]
+        else:
+            kept.pop("status", None)
+        return kept
+    if resource.status:
+        if "status" in prev:
+            new["status"] = copy.deepcopy(prev["status"])
+        else:
+            new.pop("status", None)
+    return new
+
+
+def _apply_config(body: bytes) -> Obj:
+    """The applied object: YAML (JSON is YAML), a mapping; 400 ``error decoding YAML`` otherwise."""
+    try:
+        config = json.loads(body)
+    except ValueError:
+        try:
+            config = yaml.load(body, Loader=_ApplyYaml)  # a SafeLoader, less timestamps
+        except yaml.YAMLError as exc:
+            raise _bad_request(f"error decoding YAML: {exc}") from None
+    if config is None:
+        return {}
+    if not isinstance(config, dict):
+        go_type = {list: "array", str: "string", bool: "bool"}.get(type(config), "number")
+        raise _bad_request(
+            "error decoding YAML: error unmarshaling JSON: while decoding JSON: json: cannot unmarshal "
+            f"{go_type} into Go value of type map[string]interface {{}}"
+        )
+    normal: Obj = json.loads(json.dumps(config, default=str))  # keys as strings, as the YAML-to-JSON step makes them
+    return normal
+
+
+def _gvk_text(api_version: Any, kind: Any) -> str:
+    """``GroupVersionKind.String()`` of an applied object's apiVersion and kind, as ``Unstructured`` reads them."""
+    version = api_version if isinstance(api_version, str) else ""
+    name = kind if isinstance(kind, str) else ""
+    if version.count("/") > 1:
+        return "/, Kind="  # ParseGroupVersion fails: the whole GroupVersionKind is empty
+    group, _, version = version.rpartition("/")
+    return f"{group}/{version}, Kind={name}"
+
+
+def _apply_conflict(conflicts: dict[str, set[FieldPath]], managers: dict[str, _Manager]) -> ApiError:
+    """409 as ``NewConflictError``: one cause per field, the message grouped by manager (sorted by identity)."""
+    listed = [(ident, path) for ident in sorted(conflicts) for path in _set_order(conflicts[ident])]
+    causes = [
+        {"reason": "FieldManagerConflict", "message": f"conflict with {managers[i].shown()}", "field": _path_text(p)}
+        for i, p in listed
+    ]
+    if len(listed) == 1:
+        ident, path = listed[0]
+        message = f"Apply failed with 1 conflict: conflict with {managers[ident].shown()}: {_path_text(path)}"
+    else:
+        lines: list[str] = []
+        for ident in sorted(conflicts):
+            lines.append(f"conflicts with {managers[ident].shown()}:")
+            lines.extend(f"- {_path_text(p)}" for p in _set_order(conflicts[ident]))
+        message = f"Apply failed with {len(listed)} conflicts: " + "\n".join(lines)
+    return ApiError(409, "Conflict", message, details={"causes": causes})
+
+
 class ListWatchServer:
     """The cluster a test drives: objects, the revision counter, history, and the HTTP server that exposes them."""
 
@@ -729,7 +1470,8 @@ class ListWatchServer:
             return copy.deepcopy(stored)
 
     def update(self, obj: Obj) -> Obj:
-        """Replace an existing object (uid and creationTimestamp kept if absent); watches see MODIFIED."""
+        """Replace an existing object, status included (uid, creationTimestamp and managedFields kept if absent);
+        watches see MODIFIED."""
         with self._lock:
             resource, stored = self._prepare(obj)
             key = _key(stored, resource)
@@ -739,6 +1481,8 @@ class ListWatchServer:
             meta = stored["metadata"]
             meta.setdefault("uid", prev["metadata"].get("uid"))
             meta.setdefault("creationTimestamp", prev["metadata"].get("creationTimestamp"))
+            if "managedFields" in prev["metadata"]:
+                meta.setdefault("managedFields", copy.deepcopy(prev["metadata"]["managedFields"]))
             self._commit(resource, key, "MODIFIED", stored, prev)
             return copy.deepcopy(stored)
 
@@ -1086,8 +1830,9 @@ class ListWatchServer:
             }
         raise ApiError(404, "NotFound", NOT_FOUND)
 
-    def route(self, parts: list[str]) -> tuple[Resource, str | None, str | None]:
-        """(resource, namespace, name) for a resource path; 404 for anything not served (yet)."""
+    def route(self, parts: list[str]) -> tuple[Resource, str | None, str | None, str]:
+        """(resource, namespace, name, subresource) for a resource path; 404 for anything not served (yet), a
+        subresource included: only ``status``, of a resource declared with it."""
         if parts[:1] == ["api"] and len(parts) >= 2:
             group, version, rest = "", parts[1], parts[2:]
         elif parts[:1] == ["apis"] and len(parts) >= 3:
@@ -1095,8 +1840,11 @@ class ListWatchServer:
         else:
             raise ApiError(404, "NotFound", NOT_FOUND)
         namespace: str | None = None
-        if len(rest) in (3, 4) and rest[0] == "namespaces":
+        if len(rest) in (3, 4, 5) and rest[0] == "namespaces":
             namespace, rest = rest[1], rest[2:]
+        subresource = ""
+        if len(rest) == 3:
+            subresource, rest = rest[2], rest[:2]
         if len(rest) not in (1, 2):
             raise ApiError(404, "NotFound", NOT_FOUND)
         with self._lock:
@@ -1106,7 +1854,9 @@ class ListWatchServer:
                         namespace is None and r.namespaced and len(rest) == 2
                     ):
                         break
-                    return r, namespace, rest[1] if len(rest) == 2 else None
+                    if subresource and not (subresource == "status" and r.status):
+                        break
+                    return r, namespace, rest[1] if len(rest) == 2 else None, subresource
         raise ApiError(404, "NotFound", NOT_FOUND)
 
     def get_object(self, resource: Resource, namespace: str | None, name: str) -> Obj:
@@ -1119,7 +1869,8 @@ class ListWatchServer:
 
     def create_object(self, resource: Resource, namespace: str | None, body: bytes) -> Obj:
         """POST to a collection, as the apiserver's create: the stored object (uid, resourceVersion and
-        creationTimestamp the server's), ADDED to watchers; 409 AlreadyExists when the name is taken."""
+        creationTimestamp the server's; no status where the resource has the status subresource, as a CRD's
+        PrepareForCreate drops it), ADDED to watchers; 409 AlreadyExists when the name is taken."""
         obj = _written_object(resource, namespace, body)
         meta = obj["metadata"]
         name = meta.get("name")
@@ -1137,6 +1888,8 @@ class ListWatchServer:
                 "Internal error occurred: resourceVersion should not be set on objects to be created",
                 details={"causes": [{"message": "resourceVersion should not be set on objects to be created"}]},
             )
+        if resource.status:
+            obj.pop("status", None)
         with self._lock:
             key = _key(obj, resource)
             if key in self._objects[resource]:
@@ -1151,9 +1904,13 @@ class ListWatchServer:
             self._commit(resource, key, "ADDED", obj, None)
             return copy.deepcopy(obj)
 
-    def update_object(self, resource: Resource, namespace: str | None, name: str, body: bytes) -> Obj:
-        """PUT of an object, as the apiserver's update: a resourceVersion in the body must be the stored one (409
-        Conflict otherwise, one writer of several wins); the stored object, MODIFIED to watchers."""
+    def update_object(
+        self, resource: Resource, namespace: str | None, name: str, body: bytes, *, subresource: str = ""
+    ) -> Obj:
+        """PUT of an object (or of its ``/status``), as the apiserver's update: a resourceVersion in the body must be
+        the stored one (409 Conflict otherwise, one writer of several wins); the stored object, MODIFIED to
+        watchers. Through ``/status`` only the status changes, through the object all but the status (when the
+        resource has the subresource); managedFields are kept unless the body carries its own."""
         obj = _written_object(resource, namespace, body)
         meta = obj["metadata"]
         if meta.get("name") != name:
@@ -1188,14 +1945,65 @@ class ListWatchServer:
                     meta[owned] = prev["metadata"][owned]
                 else:
                     meta.pop(owned, None)
+            _kept_managed_fields(meta, prev["metadata"])
+            obj = _status_strategy(resource, subresource, obj, prev)
             if obj == prev:
                 return copy.deepcopy(prev)
             self._commit(resource, key, "MODIFIED", obj, prev)
             return copy.deepcopy(obj)
 
-    def patch_object(self, resource: Resource, namespace: str | None, name: str, content_type: str, body: bytes) -> Obj:
-        """PATCH with a JSON merge patch: the stored object merged, a new resourceVersion, MODIFIED to watchers."""
+    def patch(
+        self,
+        resource: Resource,
+        namespace: str | None,
+        name: str,
+        content_type: str,
+        body: bytes,
+        query: dict[str, str],
+        *,
+        subresource: str = "",
+    ) -> tuple[int, Obj]:
+        """PATCH of an object (or of its ``/status``), as patch.go takes it: the content type (415 for one this
+        server does not take), then PatchOptions (422: ``fieldManager`` is required for apply, ``force`` allowed
+        only there), then the patch. Returns (code, object): 201 when an apply created it."""
         media = content_type.split(";", 1)[0].strip().lower()  # parameters (charset) are ignored, as patch.go does
+        if media not in (MERGE_PATCH, APPLY_PATCH):
+            raise ApiError(
+                415,
+                "UnsupportedMediaType",
+                "the body of the request was in an unknown format - accepted media types include: "
+                f"{MERGE_PATCH}, {APPLY_PATCH}",
+            )
+        if media == APPLY_PATCH and not query.get("fieldManager"):
+            raise _invalid_options("PatchOptions", "fieldManager", "Required value", "is required for apply patch")
+        if media != APPLY_PATCH and "force" in query:
+            raise _invalid_options("PatchOptions", "force", "Forbidden", "may not be specified for non-apply patch")
+        if media == APPLY_PATCH:
+            return self.apply_object(
+                resource,
+                namespace,
+                name,
+                body,
+                query["fieldManager"],
+                force=_flag(query, "force"),
+                subresource=subresource,
+            )
+        return 200, self.patch_object(resource, namespace, name, content_type, body, subresource=subresource)
+
+    def patch_object(
+        self,
+        resource: Resource,
+        namespace: str | None,
+        name: str,
+        content_type: str,
+        body: bytes,
+        *,
+        subresource: str = "",
+    ) -> Obj:
+        """PATCH with a JSON merge patch: the stored object merged, a new resourceVersion, MODIFIED to watchers.
+        Through ``/status`` only the status changes, through the object all but the status (when the resource has
+        the subresource); managedFields are kept unless the patch sets them."""
+        media = content_type.split(";", 1)[0].strip().lower()
         if media != MERGE_PATCH:
             raise ApiError(
                 415,
@@ -1235,10 +2043,155 @@ class ListWatchServer:
             for owned in ("uid", "creationTimestamp", "namespace", "resourceVersion"):
                 if owned in prev["metadata"]:
                     meta[owned] = prev["metadata"][owned]
+            _kept_managed_fields(meta, prev["metadata"])
+            patched = _status_strategy(resource, subresource, patched, prev)
             if patched == prev:
                 return copy.deepcopy(prev)
             self._commit(resource, key, "MODIFIED", patched, prev)
             return copy.deepcopy(patched)
+
+    def apply_object(
+        self,
+        resource: Resource,
+        namespace: str | None,
+        name: str,
+        body: bytes,
+        manager: str,
+        *,
+        force: bool = False,
+        subresource: str = "",
+    ) -> tuple[int, Obj]:
+        """Server-side apply (``PATCH`` as ``application/apply-patch+yaml``) as the apiserver's applyPatcher and
+        field manager do it: the applied object merged into the stored one by structured-merge-diff's rules, what
+        this manager applied last time and no longer applies removed (unless another manager owns it), the
+        managers' field sets kept in ``metadata.managedFields``. A field another manager owns and this apply
+        changes is a 409 conflict, unless ``force`` (then it changes owner). The object absent: created (201),
+        but through ``/status`` 404. Returns (code, object)."""
+        with self._lock:
+            key = f"{namespace or ''}/{name}" if resource.namespaced else name
+            prev = self._objects[resource].get(key)
+            if prev is None and subresource:
+                raise _not_found(resource, name)  # a subresource never creates (StatusREST.Update)
+            config = _apply_config(body)
+            if (config.get("apiVersion"), config.get("kind")) != (resource.group_version, resource.kind):
+                raise _bad_request(f"invalid object type: {_gvk_text(config.get('apiVersion'), config.get('kind'))}")
+            applied_meta = config.get("metadata")
+            if isinstance(applied_meta, dict) and isinstance(applied_meta.get("managedFields"), list):
+                raise _bad_request("metadata.managedFields must be nil")
+            ignored: FieldPath | None = None  # the endpoint's reset fields (GetResetFields)
+            if subresource == "status":
+                ignored = (("f", "spec"),)
+            elif resource.status:
+                ignored = (("f", "status"),)
+            applied = {k: v for k, v in config.items() if ignored is None or k != ignored[0][1]}
+            if isinstance(applied_meta, dict):
+                applied["metadata"] = {k: v for k, v in applied_meta.items() if k != "managedFields"}
+            lists = _lists(resource)
+            try:
+                wanted = _field_set(applied, lists, strict=True)
+            except _TypedError as exc:
+                names = applied_meta if isinstance(applied_meta, dict) else {}
+                gvk = f"{resource.group}/{resource.version}, Kind={resource.kind}"
+                raise ApiError(
+                    500,
+                    "",
+                    f"failed to create typed patch object ({names.get('namespace') or ''}/{names.get('name') or ''}; "
+                    f"{gvk}): {exc}",
+                ) from None
+            live: Obj = copy.deepcopy(prev) if prev is not None else {}
+            live.update({"apiVersion": resource.group_version, "kind": resource.kind})
+            try:
+                managers = _decode_managers(live.get("metadata", {}).pop("managedFields", None))
+            except ValueError as exc:
+                raise ApiError(500, "", f"failed to decode managed fields: {exc}") from None
+            now = _now()
+            if not managers:  # tracking starts now: what the object holds is the before-first-apply manager's
+                before = _compare({"apiVersion": resource.group_version, "kind": resource.kind}, live, lists, _Diff())
+                first = _Manager(
+                    BEFORE_FIRST_APPLY,
+                    "Update",
+                    resource.group_version,
+                    subresource,
+                    now,
+                    _without(before.added, ignored),
+                )
+                if first.fields:
+                    managers[first.identity] = first
+            me = _Manager(manager, "Apply", resource.group_version, subresource, None, _without(wanted, ignored))
+            last = managers.get(me.identity)
+            if last is not None:
+                me.time = last.time
+            managers[me.identity] = me
+            new = _merge(live, applied, lists)
+            if last is not None and last.fields:
+                new = _prune(new, managers, last.fields, lists)
+            diff = _compare(live, new, lists, _Diff())
+            changed = _without(diff.added | diff.modified, ignored)
+            conflicts = {
+                ident: m.fields & changed
+                for ident, m in managers.items()
+                if ident != me.identity and m.fields & changed
+            }
+            if conflicts and not force:
+                raise _apply_conflict(conflicts, managers)
+            gone = _without(diff.removed, ignored)
+            for ident, m in managers.items():
+                if ident != me.identity:
+                    m.fields -= conflicts.get(ident, set()) | gone
+            new_meta = new.setdefault("metadata", {})
+            if not isinstance(new_meta, dict):
+                raise _bad_request("the applied object's metadata is not an object")
+            if prev is None:
+                for system in (
+                    "creationTimestamp",
+                    "uid",
+                    "deletionTimestamp",
+                    "deletionGracePeriodSeconds",
+                    "selfLink",
+                ):
+                    new_meta.pop(system, None)  # WipeObjectMetaSystemFields
+            if resource.namespaced:
+                if new_meta.get("namespace") not in (None, "", namespace):
+                    raise _bad_request(
+                        "the namespace of the provided object does not match the namespace sent on the request"
+                    )
+                new_meta["namespace"] = namespace
+            else:
+                new_meta.pop("namespace", None)
+            if new_meta.get("name") != name:
+                raise _bad_request(
+                    f"the name of the object ({new_meta.get('name') or ''}) does not match the name on the URL ({name})"
+                )
+            wanted_rv = applied_meta.get("resourceVersion") if isinstance(applied_meta, dict) else None
+            if prev is not None and wanted_rv and wanted_rv != prev["metadata"].get("resourceVersion"):
+                raise ApiError(
+                    409,
+                    "Conflict",
+                    f'Operation cannot be fulfilled on {resource.qualified} "{name}": the object has been modified; '
+                    "please apply your changes to the latest version and try again",
+                    details=_details(resource, name),
+                )
+            if prev is None:
+                new_meta.pop("resourceVersion", None)
+                new_meta["uid"] = str(uuid.uuid4())
+                new_meta["creationTimestamp"] = now
+            else:
+                for owned in ("uid", "creationTimestamp", "resourceVersion"):
+                    if owned in prev["metadata"]:
+                        new_meta[owned] = prev["metadata"][owned]
+                    else:
+                        new_meta.pop(owned, None)
+                new = _status_strategy(resource, subresource, new, prev)
+                new["metadata"].pop("managedFields", None)
+            if prev is None or not _identical(new, live):
+                me.time = now  # managedFieldsUpdater: the applier's time moves only when the object changed
+            entries = _encode_managers(managers)
+            if entries:
+                new["metadata"]["managedFields"] = entries
+            if prev is not None and _identical(new, prev):
+                return 200, copy.deepcopy(prev)  # nothing changed, managers included: nothing written
+            self._commit(resource, key, "ADDED" if prev is None else "MODIFIED", new, prev)
+            return (201 if prev is None else 200), copy.deepcopy(new)
 
     def list_page(self, resource: Resource, namespace: str | None, query: dict[str, str]) -> Obj:
         """One LIST page, following etcd3's GetList and the cacher's choice of where a read is served from."""
@@ -1423,17 +2376,31 @@ class ListWatchServer:
 
 
 def _api_resources(served: list[Resource], group: str, version: str) -> list[Obj]:
-    return [
-        {
-            "name": r.plural,
-            "singularName": r.kind.lower(),
-            "namespaced": r.namespaced,
-            "kind": r.kind,
-            "verbs": list(VERBS),
-        }
-        for r in served
-        if (r.group, r.version) == (group, version)
-    ]
+    """The resources of one group version, each followed by its ``PLURAL/status`` when it has that subresource."""
+    out: list[Obj] = []
+    for r in served:
+        if (r.group, r.version) != (group, version):
+            continue
+        out.append(
+            {
+                "name": r.plural,
+                "singularName": r.kind.lower(),
+                "namespaced": r.namespaced,
+                "kind": r.kind,
+                "verbs": list(VERBS),
+            }
+        )
+        if r.status:
+            out.append(
+                {
+                    "name": f"{r.plural}/status",
+                    "singularName": "",
+                    "namespaced": r.namespaced,
+                    "kind": r.kind,
+                    "verbs": ["get", "patch", "update"],
+                }
+            )
+    return out
 
 
 def _api_group(group: str, versions: list[str]) -> Obj:
@@ -1452,6 +2419,12 @@ class _HTTPServer(ThreadingHTTPServer):
     def __init__(self, cluster: ListWatchServer) -> None:
         super().__init__((ListWatchServer.host, 0), _Handler)
         self.cluster = cluster
+
+
+KILTER_CALLS: list[tuple[str, str, str]] = []
+"""(User-Agent, method, path with query) of every request the code of ``kilter serve`` (``SERVER_AGENT``) or
+``kilter certs`` (``CERTS_AGENT``) made to any server of this session, told apart from the tests' own calls by
+that header: what tests/config/test_rbac_proof.py holds the RBAC of the overlays to."""
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -1493,6 +2466,9 @@ class _Handler(BaseHTTPRequestHandler):
         query = {k: v[-1] for k, v in parse_qs(url.query, keep_blank_values=True).items()}
         accept = self.headers.get("Accept", "")
         cluster.record(Request(self.command, url.path, query, accept))
+        agent = self.headers.get("User-Agent", "")
+        if agent in (SERVER_AGENT, CERTS_AGENT):
+            KILTER_CALLS.append((agent, self.command, self.path))
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else b""
         try:
@@ -1522,16 +2498,18 @@ class _Handler(BaseHTTPRequestHandler):
             ):
                 self._proxy(parts[3], parts[5], "/" + "/".join(parts[7:]), url.query, body)
                 return
-            resource, namespace, name = cluster.route(parts)
+            resource, namespace, name, subresource = cluster.route(parts)
             if self.command == "POST" and name is None and (namespace is not None or not resource.namespaced):
                 self._json(201, cluster.create_object(resource, namespace, body))
                 return
             if self.command == "PUT" and name is not None:
-                self._json(200, cluster.update_object(resource, namespace, name, body))
+                self._json(200, cluster.update_object(resource, namespace, name, body, subresource=subresource))
                 return
             if self.command == "PATCH" and name is not None:
                 content_type = self.headers.get("Content-Type", "")
-                self._json(200, cluster.patch_object(resource, namespace, name, content_type, body))
+                self._json(
+                    *cluster.patch(resource, namespace, name, content_type, body, query, subresource=subresource)
+                )
                 return
             self._only_get()
             if name is not None:

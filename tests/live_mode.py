@@ -22,11 +22,13 @@ TOKEN = "live-mode"
 Obj = dict[str, Any]
 Key = tuple[str, str, str, str]  # (apiVersion, kind, namespace, name)
 
+STATUS_KINDS = ("Workload", "AdmissionCheck")  # Kueue's kinds with a status subresource that kilter writes
+
 RESOURCES = [
     PODS,
     NODES,
     *(
-        Resource("kueue.x-k8s.io", "v1beta2", plural, kind, namespaced=namespaced)
+        Resource("kueue.x-k8s.io", "v1beta2", plural, kind, namespaced=namespaced, status=kind in STATUS_KINDS)
         for plural, kind, namespaced in (
             ("topologies", "Topology", False),
             ("resourceflavors", "ResourceFlavor", False),

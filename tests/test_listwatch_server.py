@@ -500,7 +500,9 @@ def test_a_patch_is_refused_as_kube_apiserver_refuses_it(server: ListWatchServer
     assert code == 404 and status["reason"] == "NotFound" and status["message"] == 'pods "nope" not found'
     code, status = patch(server, path, [{"op": "add"}], content_type="application/json-patch+json")
     assert code == 415 and status["reason"] == "UnsupportedMediaType" and status["code"] == 415
-    assert status["message"].endswith("accepted media types include: application/merge-patch+json")
+    assert status["message"].endswith(
+        "accepted media types include: application/merge-patch+json, application/apply-patch+yaml"
+    )
     code, status = patch(server, path, b"{not json")
     assert code == 400 and status["reason"] == "BadRequest"
     code, status = patch(server, path, {"metadata": {"resourceVersion": "1", "labels": {"a": "b"}}})

@@ -27,7 +27,10 @@ def cluster() -> Iterator[ListWatchServer]:
 
 @pytest.fixture
 def api(cluster: ListWatchServer) -> ApiServer:
-    return ApiServer("http", cluster.host, cluster.port, {"Authorization": f"Bearer {TOKEN}"})
+    # The test drives the server itself: not kilter's own calls (tests/config/test_rbac_proof.py counts those).
+    return ApiServer(
+        "http", cluster.host, cluster.port, {"Authorization": f"Bearer {TOKEN}"}, user_agent="listwatch-tests"
+    )
 
 
 def a_secret(value: bytes = b"one", **meta: Any) -> Obj:

@@ -12,6 +12,7 @@ import types
 
 __all__ = [
     "admissioncheck",
+    "certs",
     "config",
     "config_reload",
     "configuration",
@@ -21,9 +22,11 @@ __all__ = [
     "exits",
     "kubectl",
     "listeners",
+    "logs",
     "main",
     "plan",
     "queues",
+    "readings",
     "render",
     "serve",
     "serve_config",

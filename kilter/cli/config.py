@@ -10,11 +10,13 @@ apart from the defaults (exit 0), so a CI step can gate a ConfigMap change.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 from pathlib import Path
 
-from kilter.cli import configuration
-from kilter.cli.serve_config import DEFAULTS
+from pydantic.alias_generators import to_camel
+
+from kilter.cli import configuration, serve, sources
+from kilter.cli.spare_flag import check_spare_nodes
+from kilter.model.errors import InputError
 
 __all__ = ["add_parser", "run"]
 
@@ -23,8 +25,14 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p = sub.add_parser("config", help="print the default Configuration of kilter serve, or validate one")
     verbs = p.add_subparsers(dest="verb", metavar="VERB", required=True)
     verbs.add_parser("default", help="print a complete Configuration with every default, documented")
-    check = verbs.add_parser("validate", help="check a Configuration file: exit 2 naming each bad field's path")
+    check = verbs.add_parser(
+        "validate",
+        help="check a Configuration file as kilter serve reads it: exit 2 naming each bad field's path",
+        description="FILE alone, or FILE -- SERVE_FLAGS: with the flags a Deployment gives kilter serve, which win "
+        "over the file, so that what is checked is what the pod will run.",
+    )
     check.add_argument("file", type=Path)
+    check.add_argument("serve_flags", nargs=argparse.REMAINDER, help="kilter serve's flags, after --")
     p.set_defaults(func=run)
 
 
@@ -32,12 +40,24 @@ def run(args: argparse.Namespace) -> int:
     if args.verb == "default":
         print(configuration.default_text(), end="")
         return 0
-    config = configuration.config_of(args.file)
-    paths = configuration.flag_paths()
+    flags = [f for f in args.serve_flags if f != "--"]
+    parser = argparse.ArgumentParser(prog="kilter")
+    serve.add_parser(parser.add_subparsers(dest="command"))
+    argv = ["serve", *flags, "--config", str(args.file)]
+    parsed = parser.parse_args(argv)
+    given = configuration.explicit_flags(parsed.parser, argv)
+    config = configuration.merged(parsed, given)
+    try:
+        check_spare_nodes(config.spare_nodes_per_domain, sources.catalog_of(config.platforms))
+    except InputError as e:
+        where = "--spare-nodes-per-domain" if "spare_nodes_per_domain" in given else "spares.nodesPerDomain"
+        raise InputError(f"{args.file}: {e.message.replace('--spare-nodes-per-domain', where)}") from None
+    file = configuration.load(args.file)
     changed = [
-        f"{paths[f.name]}: {getattr(config, f.name)!r}"
-        for f in dataclasses.fields(config)
-        if f.name in paths and getattr(config, f.name) != getattr(DEFAULTS, f.name)
+        f"{to_camel(section)}.{field.alias or to_camel(name)}: {getattr(getattr(file, section), name)}"
+        for section, _, name, field in configuration.settings()
+        if getattr(getattr(file, section), name) != field.default
     ]
-    print(f"{args.file}: valid; " + (f"sets {', '.join(changed)}" if changed else "every setting at its default"))
+    said = f"sets {', '.join(changed)}" if changed else "every setting at its default"
+    print(f"{args.file}: valid{' with the flags given' if flags else ''}; {said}")
     return 0

@@ -30,7 +30,7 @@ from kilter.cli.serve_config import ServeConfig
 from kilter.extenders.server import App
 from kilter.model.errors import InputError
 
-__all__ = ["LIVE", "ConfigReloader"]
+__all__ = ["LIVE", "LOGGERS", "ConfigReloader"]
 
 log = logging.getLogger("kilter.config")
 
@@ -49,6 +49,9 @@ LIVE = frozenset(
     }
 )
 """The settings a reload applies without a restart: each is read per decision, not built into the state."""
+
+LOGGERS = ("", "kilter", "uvicorn", "uvicorn.error", "uvicorn.access", "uvicorn.asgi")
+"""The loggers ``logging.level`` sets: the root, kilter's, and uvicorn's (whose Config sets its own levels)."""
 
 
 class ConfigReloader:
@@ -96,9 +99,15 @@ class ConfigReloader:
         paths = configuration.flag_paths()
         changed = {f.name for f in dataclasses.fields(new) if getattr(new, f.name) != getattr(self.config, f.name)}
         live = changed & LIVE
+        try:  # what would run: the live settings new, the rest as started; it must hold together before any applies
+            running = dataclasses.replace(self.config, **{f: getattr(new, f) for f in live})
+        except InputError as e:
+            self.reloads.labels("refused").inc()
+            log.error("config %s not applied: with the settings that need a restart as they are, %s", self.path, e)
+            return self.pending
         if live:
-            self._apply(new)
-            self.config = dataclasses.replace(self.config, **{f: getattr(new, f) for f in live})
+            self._apply(running)
+            self.config = running
             log.info("config %s applied: %s", self.path, ", ".join(sorted(paths[f] for f in live)))
         self.pending = sorted(
             paths[f.name]
@@ -107,18 +116,17 @@ class ConfigReloader:
         )
         if self.pending:
             log.warning("config %s: %s change only after a restart", self.path, ", ".join(self.pending))
-        self.reloads.labels("restart" if self.pending else "applied").inc()
+        if self.pending:
+            self.reloads.labels("restart").inc()
+        elif live:
+            self.reloads.labels("applied").inc()
         return self.pending
 
     def _apply(self, new: ServeConfig) -> None:
         extender = self.app.extender
         gangs = extender.gangs
         gangs.timeout_s = new.gang_timeout_s
-        gangs.limits = dataclasses.replace(
-            gangs.limits,
-            max_plans_per_namespace=new.max_namespace_gang_plans,
-            namespace_gpus=new.max_namespace_gang_gpus,
-        )
+        gangs.limits = new.gang_limits
         if gangs.waits is not None:
             gangs.waits.set_defaults(new.split_wait_rule)
         extender.log.records, extender.log.per_pod, extender.log.entries = (
@@ -126,17 +134,25 @@ class ConfigReloader:
             new.explain_per_pod,
             new.explain_nodes,
         )
-        for name in ("kilter", "uvicorn"):
+        for name in LOGGERS:
             logging.getLogger(name).setLevel(new.log_level.upper())
-        logging.getLogger().setLevel(new.log_level.upper())
 
     async def watch(self, interval_s: float) -> None:
+        self._guarded()  # the file may have changed between the start's read and now
         while True:
             await asyncio.sleep(interval_s)
             now = self._read()
             if now is not None and now != self._seen:
                 self._seen = now
-                self.reload()
+                self._guarded()
+
+    def _guarded(self) -> None:
+        """``reload``, whose failure must not end the watch: a bug is logged and counted as a refusal."""
+        try:
+            self.reload()
+        except Exception:
+            self.reloads.labels("refused").inc()
+            log.exception("config %s not applied", self.path)
 
     async def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(

@@ -236,6 +236,9 @@ class Logging(_Section):
     """kilter's log."""
 
     level: Literal["debug", "info", "warning", "error"] = _setting("log_level", "The threshold of every logger.")
+    format: Literal["text", "json"] = _setting(
+        "log_format", "text, or json: one object per line with the gang, pod and workload keys (needs a restart)."
+    )
 
 
 class Configuration(pydantic.BaseModel):
@@ -315,11 +318,28 @@ _PATHS = frozenset(f.name for f in dataclasses.fields(ServeConfig) if "Path" in 
 """The ``ServeConfig`` fields that hold a file's path (the file spells them as strings)."""
 
 
+class _UniqueKeys(yaml.SafeLoader):
+    """YAML's safe loader, refusing a key given twice in one mapping: YAML keeps the last silently, and a second
+    ``listeners:`` block would drop the first without a word."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"the key {key!r} is given twice", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
 def _errors(e: pydantic.ValidationError) -> str:
     lines = []
     for error in e.errors(include_url=False):
         where = ".".join(str(part) for part in error["loc"])
-        lines.append(f"{where}: {error['msg']}" if where else str(error["msg"]))
+        message = str(error["msg"]).removeprefix("Value error, ")
+        lines.append(f"{where}: {message}" if where else message)
     return "; ".join(lines)
 
 
@@ -329,12 +349,20 @@ def load(path: Path) -> Configuration:
         text = path.read_text(encoding="utf-8")
     except OSError as e:
         raise InputError(f"cannot read {path}: {e.strerror}") from None
+    except UnicodeDecodeError as e:
+        raise InputError(f"{path}: not UTF-8 text (byte {e.start})") from None
     try:
-        docs = [d for d in yaml.safe_load_all(text) if d is not None]
+        docs = [d for d in yaml.load_all(text, Loader=_UniqueKeys) if d is not None]
     except yaml.YAMLError as e:
-        raise InputError(f"{path}: not YAML: {e}") from None
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise InputError(f"{path}: not YAML{where}: {problem}") from None
+    except RecursionError:
+        raise InputError(f"{path}: nested too deeply to be a Configuration") from None
     if len(docs) != 1 or not isinstance(docs[0], dict):
-        raise InputError(f"{path}: expected one Configuration object, found {len(docs)} documents")
+        found = f"{len(docs)} documents" if len(docs) != 1 else f"a {type(docs[0]).__name__}"
+        raise InputError(f"{path}: expected one Configuration object, found {found}")
     try:
         return Configuration.model_validate(docs[0])
     except pydantic.ValidationError as e:
@@ -362,10 +390,15 @@ def config_of(path: Path, flags: dict[str, Any] | None = None) -> ServeConfig:
 def given_fields(args: argparse.Namespace, given: Sequence[str]) -> dict[str, Any]:
     """The ``ServeConfig`` fields the flags named in ``given`` (parser dests: ``header_timeout``) set, read as
     ``ServeConfig.from_args`` reads them (``header_timeout_s``: seconds)."""
-    from_flags = ServeConfig.from_args(args)
+    from_flags = ServeConfig.fields_from_args(args)
     fields = {f.name for f in dataclasses.fields(ServeConfig)}
     chosen = {dest if dest in fields else f"{dest}_s" for dest in given}
-    return {f: getattr(from_flags, f) for f in sorted(chosen & fields)}
+    out = {f: from_flags[f] for f in sorted(chosen & fields)}
+    for pair in (("snapshot", "demo"), ("kubeconfig", "in_cluster")):  # one flag of a pair replaces the file's other
+        for given_one, other in (pair, pair[::-1]):
+            if given_one in out and other not in out:
+                out[other] = getattr(DEFAULTS, other)
+    return out
 
 
 def merged(args: argparse.Namespace, given: Sequence[str]) -> ServeConfig:

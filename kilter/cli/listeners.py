@@ -348,6 +348,7 @@ def listener_config(
         lifespan=lifespan,
         access_log=False,
         log_level=log_level,
+        log_config=None,  # kilter's own handler (``logs.configure``): one format for the whole pod
         timeout_keep_alive=max(1, round(guard.limits.keep_alive_s)),
     )
     config.load()

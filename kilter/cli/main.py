@@ -11,7 +11,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from kilter import __version__
-from kilter.cli import admissioncheck, config, demo, plan, queues, serve, simulate
+from kilter.cli import admissioncheck, certs, config, demo, plan, queues, serve, simulate
 from kilter.cli.exits import guarded
 
 __all__ = ["build_parser", "main"]
@@ -31,13 +31,14 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_parser(sub)
     admissioncheck.add_parser(sub)
     config.add_parser(sub)
+    certs.add_parser(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    args.argv = list(sys.argv[1:] if argv is None else argv)  # what `kilter serve --config` tells flags given by
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # `kilter serve --config` reads which flags were given
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)
         return 2

@@ -24,7 +24,7 @@ from typing import Any, Literal
 import uvicorn
 import uvloop
 
-from kilter.cli import configuration, serve_grpc, sources
+from kilter.cli import configuration, logs, readings, serve_grpc, sources
 from kilter.cli.config_reload import ConfigReloader
 from kilter.cli.kubectl.served import ServedViews
 from kilter.cli.listeners import Guard, ListenerReading, ensure_file_limit, listener_config
@@ -225,6 +225,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="how often to check the snapshot file for changes",
     )
     p.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default=d.log_level)
+    p.add_argument(
+        "--log-format",
+        choices=("text", "json"),
+        default=d.log_format,
+        help="text, or json: one object per line with time, level, logger, message and the gang/pod/workload keys",
+    )
     p.set_defaults(func=run, parser=p)
 
 
@@ -346,6 +352,10 @@ def build_app(config: ServeConfig) -> tuple[App, ClusterStore]:
     app.is_writer = is_writer
     if keys_from is not None:
         app.metrics.registry.register(key_secret.KeySecretReading(keys_from))
+    if live is not None:
+        app.metrics.registry.register(readings.StateReading(live))
+    lease = config.follow_lease or (config.lease if config.leader_elect else "")
+    app.metrics.registry.register(readings.LeaderReading(is_writer, lease))
     return app, store
 
 
@@ -483,7 +493,7 @@ async def _serve_all(servers: list[uvicorn.Server], controller: Controller | Non
 def run(args: argparse.Namespace) -> int:
     given = configuration.explicit_flags(args.parser, args.argv)
     config = configuration.merged(args, given)
-    logging.basicConfig(level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logs.configure(config.log_level, config.log_format)
     log = logging.getLogger("kilter.serve")
     tls = tls_files(config)
     app, store = build_app(config)
@@ -495,6 +505,8 @@ def run(args: argparse.Namespace) -> int:
     for warning in store.fleet().warnings:
         logging.getLogger("kilter.state").warning("%s", warning)
     servers, guards = listeners(config, app, store, tls)
+    if config.tls_cert_file is not None:
+        app.metrics.registry.register(readings.CertificateReading(config.tls_cert_file))
     ensure_file_limit(config.max_connections * len(guards))
     controller = None
     if isinstance(app.binder, ApiBinder):
@@ -516,6 +528,7 @@ def run(args: argparse.Namespace) -> int:
             waits=gangs.waits,
             feed=app.extender.log.feed,
         )
+        app.metrics.registry.register(readings.AdmissionCheckReading(controller))
         log.info("AdmissionCheck controller %s running", CONTROLLER_NAME)
     uvloop.run(serve_grpc.serve_all(servers, controller, serve_grpc.placement_server(config, app, store)))
     return 0

@@ -15,9 +15,10 @@ import argparse
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, cast
+from typing import Any, Literal, cast
 
 from kilter.cli.listeners import ListenerLimits, TrustRule, split_networks
+from kilter.cli.logs import LogFormat
 from kilter.cli.spare_flag import read_spare_nodes
 from kilter.extenders.server import DEFAULT_MAX_BODY_BYTES, DEFAULT_VOLCANO_BODY_BYTES
 from kilter.gangs import trust
@@ -40,6 +41,7 @@ __all__ = [
     "DEFAULT_LEASE",
     "DEFAULT_TRUSTED_NETWORKS",
     "MIN_BODY_BYTES",
+    "MIN_RELOAD_INTERVAL_S",
     "LogLevel",
     "ServeConfig",
     "add_split_wait_arguments",
@@ -49,6 +51,7 @@ __all__ = [
 DEFAULT_LEASE = "kube-system/kilter"
 DEFAULT_KILTER_USER = "system:serviceaccount:kube-system:kilter-scheduler"
 MIN_BODY_BYTES = 1024  # below this not even a one-node filter body fits
+MIN_RELOAD_INTERVAL_S = 0.01  # the file checks (snapshot, --config) must not spin the event loop
 
 DEFAULT_TRUSTED_NETWORKS = ("127.0.0.0/8", "::1/128")
 """Loopback: kube-scheduler calls its kilter sidecar on 127.0.0.1, and kubectl port-forward arrives there too."""
@@ -165,12 +168,49 @@ class ServeConfig:
     """Seconds between checks of the snapshot file (and the ``--config`` file) for changes."""
     log_level: LogLevel = "info"
     """Logging threshold of every kilter and uvicorn logger."""
+    log_format: LogFormat = "text"
+    """``text`` for people, ``json`` (one object per line, with the gang/pod/workload keys) for a log pipeline."""
 
     def __post_init__(self) -> None:
+        self._check_wiring()
+        self._check_limits()
+
+    def _check_wiring(self) -> None:
+        """What must hold between the sources, listeners and Leases (also what a Configuration file may break)."""
+        for flag, port in (("--http-port", self.http_port), ("--webhook-port", self.webhook_port)):
+            if not 0 <= port <= 65535:
+                raise InputError(f"{flag} must be 0 (any free port) to 65535, got {port}")
+        if self.http_tls and (self.tls_cert_file is None or self.tls_key_file is None):
+            raise InputError("--http-tls needs --tls-cert-file and --tls-key-file")
+        if (self.tls_cert_file is None) != (self.tls_key_file is None):
+            raise InputError("--tls-cert-file and --tls-key-file go together")
+        if self.leader_elect and self.follow_lease:
+            raise InputError("--leader-elect and --follow-lease exclude each other: kilter either campaigns or follows")
+        for flag, ref in (
+            ("--lease", self.lease),
+            ("--follow-lease", self.follow_lease),
+            ("--plan-key-secret", self.plan_key_secret),
+        ):
+            namespace, _, name = (ref or "a/b").partition("/")
+            if not namespace or not name or "/" in name:
+                raise InputError(f"{flag} must be NAMESPACE/NAME, got {ref!r}")
         if self.demo and self.snapshot is not None:
             raise InputError("--demo and --snapshot exclude each other: the state comes from one place")
         if self.in_cluster and self.kubeconfig is not None:
             raise InputError("--in-cluster and --kubeconfig exclude each other: kilter talks to one API server")
+
+    def _check_limits(self) -> None:
+        for flag, seconds in (
+            ("--header-timeout", self.header_timeout_s),
+            ("--body-timeout", self.body_timeout_s),
+            ("--tls-handshake-timeout", self.tls_handshake_timeout_s),
+            ("--keep-alive-timeout", self.keep_alive_timeout_s),
+            ("--gang-timeout", self.gang_timeout_s),
+        ):
+            if not 0 < seconds < float("inf"):
+                raise InputError(f"{flag} must be above zero and finite, got {seconds:g}s")
+        if not MIN_RELOAD_INTERVAL_S <= self.reload_interval_s < float("inf"):
+            raise InputError(f"--reload-interval must be at least {MIN_RELOAD_INTERVAL_S:g}s")
         if self.max_body_bytes < MIN_BODY_BYTES:
             raise InputError(f"--max-body-bytes must be at least {MIN_BODY_BYTES}")
         if self.volcano_max_body_bytes < MIN_BODY_BYTES:
@@ -259,8 +299,14 @@ class ServeConfig:
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> ServeConfig:
         """The record of what ``kilter serve``'s parser read (``serve.add_parser``); the one reader of its flags."""
+        return cls(**cls.fields_from_args(args))
+
+    @staticmethod
+    def fields_from_args(args: argparse.Namespace) -> dict[str, Any]:
+        """Each field as its flag reads (durations in seconds, CIDRs split), before the checks between fields, which
+        ``--config`` runs only once the file's fields are in (``configuration.merged``)."""
         split_wait = _split_wait_fields(args)
-        return cls(
+        return dict(
             snapshot=args.snapshot,
             demo=args.demo,
             platforms=args.platforms,
@@ -303,6 +349,7 @@ class ServeConfig:
             spares_for_preemptible=args.spares_for_preemptible,
             reload_interval_s=parse_duration(args.reload_interval, path="--reload-interval"),
             log_level=cast(LogLevel, args.log_level),
+            log_format=cast(LogFormat, args.log_format),
         )
 
 

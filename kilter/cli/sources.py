@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from kilter.kube.api import connect
+from kilter.kube.api import CLI_AGENT, connect
 from kilter.model.errors import InputError
 from kilter.quota.policy import parse_time
 from kilter.state import cluster, snapshot
@@ -106,7 +106,7 @@ def load_state(args: argparse.Namespace, *, skip: frozenset[tuple[str, str]] = f
         return demo_state(catalog, signals)
     kubeconfig = getattr(args, "kubeconfig", None)
     if kubeconfig is not None or getattr(args, "in_cluster", False):
-        api = connect(kubeconfig, context=getattr(args, "context", None))
+        api = connect(kubeconfig, context=getattr(args, "context", None), user_agent=CLI_AGENT)
         return cluster.from_objects(list_cluster(api, default_resources(catalog)), catalog=catalog, health=signals)
     if args.snapshot is None:
         raise InputError(

@@ -207,7 +207,7 @@ class DecisionLog:
             entries = self._log[key] = deque()
         else:
             self._log.move_to_end(key)
-        if len(entries) == self.per_pod:
+        while entries and len(entries) >= self.per_pod:  # ``>=``: per_pod may have been lowered (a reload)
             self._size -= entries.popleft().size
             self._count -= 1
         entries.append(record)

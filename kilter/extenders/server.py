@@ -21,16 +21,15 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import parse_qs
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
-from prometheus_client.registry import Collector
 
 from kilter.extenders import last_resort
+from kilter.extenders.readings import GangReading, SpareReading, VolcanoReading
 from kilter.extenders.scheduler import Answer, Binder, SchedulerExtender
 from kilter.extenders.volcano import VOLCANO_VERBS, VolcanoExtender
 from kilter.extenders.wire import BindingArgs
@@ -40,9 +39,8 @@ from kilter.model import asgi
 from kilter.model.asgi import BodyRefused, Receive, Scope, Send
 from kilter.model.errors import KilterError
 from kilter.state.store import ClusterStore
-from kilter.topology import spares
 
-__all__ = ["DEFAULT_MAX_BODY_BYTES", "DEFAULT_VOLCANO_BODY_BYTES", "App", "Metrics", "SpareReading", "VolcanoReading"]
+__all__ = ["DEFAULT_MAX_BODY_BYTES", "DEFAULT_VOLCANO_BODY_BYTES", "App", "Metrics"]
 
 log = logging.getLogger("kilter.serve")
 
@@ -112,14 +110,7 @@ class Metrics:
         )
         plans = Gauge("kilter_gang_plans_open", "Gang plans holding reserved GPUs", registry=self.registry)
         plans.set_function(lambda: len(gangs.plans))
-        made = Gauge("kilter_gang_plans_made", "Gang plans made since start", registry=self.registry)
-        made.set_function(lambda: gangs.planned)
-        replanned = Gauge("kilter_gang_replans", "Gang plans dropped and made again", registry=self.registry)
-        replanned.set_function(lambda: gangs.replanned)
-        adopted = Gauge(
-            "kilter_gang_plans_adopted", "Gang plans taken up from records in the cluster", registry=self.registry
-        )
-        adopted.set_function(lambda: gangs.adopted)
+        self.registry.register(GangReading(gangs))
         waits = gangs.waits
         waiting = Gauge(
             "kilter_gangs_waiting_for_domains",
@@ -128,12 +119,6 @@ class Metrics:
         )
         waiting.set_function(lambda: waits.waiting() if waits is not None else 0)
         store = gangs.store
-        failures = Gauge(
-            "kilter_state_reload_failures",
-            "Reloads of the state's source (the snapshot file) that failed since start; the state was kept",
-            registry=self.registry,
-        )
-        failures.set_function(lambda: store.feed_failures)
         reload_ok = Gauge(
             "kilter_state_reload_ok",
             "1 when the last reload of the state's source succeeded, 0 while kilter serves an older state",
@@ -146,60 +131,6 @@ class Metrics:
             registry=self.registry,
         )
         unreadable.set_function(lambda: len(store.unreadable()))
-
-
-class SpareReading(Collector):
-    """The spare nodes of each platform (``topology.spares``), read from the fleet at scrape time."""
-
-    def __init__(self, store: ClusterStore) -> None:
-        self.store = store
-
-    def collect(self) -> Iterator[GaugeMetricFamily]:
-        rows = spares.by_platform(self.store.fleet())
-        families = (
-            ("kilter_spare_nodes_wanted", "Spare nodes the settings ask for, summed over the platform's domains"),
-            ("kilter_spare_nodes_held", "Healthy, wholly free nodes kept out of new plans now"),
-            ("kilter_spare_nodes_used", "Spare places busy nodes fill (repairs of running gangs, mostly)"),
-            ("kilter_spare_nodes_short", "Spare places a domain lacks healthy nodes for"),
-        )
-        for name, doc in families:
-            family = GaugeMetricFamily(name, doc, labels=["platform"])
-            for row in rows:
-                family.add_metric([row.platform], getattr(row, name.removeprefix("kilter_spare_nodes_")))
-            yield family
-        lent = GaugeMetricFamily(
-            "kilter_spare_domains_lent",
-            "Domains asking for spares that lend them to preemptible pods (kilter.dev/spares-for-preemptible)",
-            labels=["platform"],
-        )
-        for row in rows:
-            lent.add_metric([row.platform], row.lent)
-        yield lent
-
-
-class VolcanoReading(Collector):
-    """How the Volcano verbs read their bodies, from the extender's own counters (read at scrape time)."""
-
-    def __init__(self, volcano: VolcanoExtender) -> None:
-        self.volcano = volcano
-
-    def collect(self) -> Iterator[CounterMetricFamily]:
-        whole = CounterMetricFamily(
-            "kilter_volcano_whole_decodes",
-            "Volcano bodies decoded whole instead of by their header paths, by body kind",
-            labels=["kind"],
-        )
-        for kind, count in sorted(self.volcano.whole_decodes.items()):
-            whole.add_metric([kind], count)
-        yield whole
-        streamed = CounterMetricFamily(
-            "kilter_volcano_prioritize_streamed",
-            "prioritize bodies read while they arrived: answered from that reading, or read again whole",
-            labels=["outcome"],
-        )
-        streamed.add_metric(["answered"], self.volcano.streamed_answers)
-        streamed.add_metric(["fallback"], self.volcano.streamed_fallbacks)
-        yield streamed
 
 
 class App:

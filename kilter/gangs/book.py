@@ -188,6 +188,8 @@ class GangBook:
         self._tree: tuple[int, QuotaTree] | None = None
         self.keys = keys or PlanKeys.ephemeral()  # verify records read here; the recorder signs with the same
         self.refused = 0  # plans not made: a stranger asked, or a cap was reached
+        self.unplaceable = 0  # plans made that do not fit now (the gang waits; counted once per retry)
+        self.repairs: Counter[str] = Counter()  # ranks replaced in running gangs, by the repair ladder's rung
         self.unverified_dropped = 0  # plans for pods that never showed up in the state
         self.waits = waits  # whether a preferred gang holds off for fewer domains; None: it never does
         self.cliques = cliques.Cliques()  # ComputeDomains: one clique each, never two in one
@@ -207,7 +209,7 @@ class GangBook:
         who = trust.asker(self.store, gang, pod)
         if who.kind == "stranger":
             self.refused += 1
-            log.info("gang %s: no plan: %s", gang.key, who.why)
+            log.info("gang %s: no plan: %s", gang.key, who.why, extra={"gang": gang.key})
             return None
         pod = who.pod
         current = self.plans.get(gang.key)
@@ -247,6 +249,10 @@ class GangBook:
             return self._refusal(gang, over)
         self.plans[gang.key] = made
         self.planned += 1
+        if not made.feasible:
+            self.unplaceable += 1
+        if made.origin == "repair":
+            self.repairs.update(r.step for r in made.repaired)
         if made.origin == "record":
             self.adopted += 1
         elif made.feasible:
@@ -283,7 +289,7 @@ class GangBook:
 
     def _refusal(self, gang: GangId, why: str) -> GangPlan:
         self.refused += 1
-        log.info("gang %s: not planned: %s", gang.key, why)
+        log.info("gang %s: not planned: %s", gang.key, why, extra={"gang": gang.key})
         return GangPlan(gang, Plan(False, why, gang.key), [], self.clock(), self.store.generation, verified=False)
 
     def _beyond_queue(self, gang: GangId, pod: Pod, gpus: int) -> str:
@@ -401,7 +407,11 @@ class GangBook:
             if fixed is not None:
                 _taking_back(slots, fixed.repaired)
             if not self._reserve(gang, slots):  # the planner only uses free GPUs of usable nodes: a bug
-                log.error("gang %s: the plan's GPUs could not be reserved; placed like single pods", gang.key)
+                log.error(
+                    "gang %s: the plan's GPUs could not be reserved; placed like single pods",
+                    gang.key,
+                    extra={"gang": gang.key},
+                )
                 return None
         unbound = {p.metadata.name for p in members or () if not p.spec.node_name}
         held = self.store.pod_named(pod.metadata.namespace, pod.metadata.name)
@@ -568,7 +578,7 @@ class GangBook:
         if adopted is None:
             log.info("gang %s: the plan recorded at %s no longer fits (%s); planning afresh", gang.key, record.at, why)
         else:
-            log.info("gang %s: took up the plan recorded at %s", gang.key, record.at)
+            log.info("gang %s: took up the plan recorded at %s", gang.key, record.at, extra={"gang": gang.key})
         return adopted
 
     def _owner_uid(self, gang_key: str) -> str:

@@ -162,7 +162,15 @@ class PlanRecorder:
                 continue
             if refused:
                 self.not_evicted += 1
-                log.warning("gang %s: pod %s/%s on %s not evicted: %s", gang_key, namespace, name, node, refused)
+                log.warning(
+                    "gang %s: pod %s/%s on %s not evicted: %s",
+                    gang_key,
+                    namespace,
+                    name,
+                    node,
+                    refused,
+                    extra={"gang": gang_key, "pod": f"{namespace}/{name}", "node": node},
+                )
                 continue
             self.evicted += 1
             if self.events is not None:
@@ -199,7 +207,7 @@ class PlanRecorder:
                 self.written += 1
             except KilterError as exc:
                 self.failed += 1
-                log.warning("gang %s: plan record on %s not written: %s", gang_key, path, exc)
+                log.warning("gang %s: plan record on %s not written: %s", gang_key, path, exc, extra={"gang": gang_key})
             except Exception:  # a bug must not kill the writer thread silently
                 self.failed += 1
                 log.exception("gang %s: plan record on %s not written", gang_key, path)

@@ -29,10 +29,31 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
 
+from kilter import __version__
 from kilter.kube.protobuf import is_protobuf, status_message
 from kilter.model.errors import InputError, KilterError
 
-__all__ = ["ApiError", "ApiServer", "check_name", "check_namespace", "connect", "object_path"]
+__all__ = [
+    "CERTS_AGENT",
+    "CLI_AGENT",
+    "PLUGIN_AGENT",
+    "SERVER_AGENT",
+    "ApiError",
+    "ApiServer",
+    "check_name",
+    "check_namespace",
+    "connect",
+    "object_path",
+]
+
+SERVER_AGENT = f"kilter/{__version__}"
+"""The User-Agent of ``kilter serve``, which runs as kilter's own ServiceAccount."""
+CLI_AGENT = f"kilter-cli/{__version__}"
+"""The User-Agent of ``kilter plan``, ``queues`` and ``admission-check`` reading a cluster as their user."""
+CERTS_AGENT = f"kilter-certs/{__version__}"
+"""The User-Agent of ``kilter certs``, which runs as an account of its own (config/components/self-signed)."""
+PLUGIN_AGENT = f"kubectl-kilter/{__version__}"
+"""The User-Agent of ``kubectl kilter``, which calls as the user of the kubeconfig."""
 
 
 class ApiError(KilterError):
@@ -90,6 +111,9 @@ class ApiServer:
     headers: dict[str, str] = field(default_factory=dict)
     tls: ssl.SSLContext | None = None
     timeout_s: float = 10.0
+    user_agent: str = SERVER_AGENT
+    """Who calls, as the apiserver's audit log and tests/config's RBAC proof see it (``kilter/<version>`` for
+    ``kilter serve``; the commands people run with their own credentials say so)."""
     _kept: threading.local = field(default_factory=threading.local, compare=False, repr=False)
 
     def apply(self, path: str, body: Any, *, field_manager: str) -> Any:
@@ -108,7 +132,9 @@ class ApiServer:
         """
         conn = self._connection(timeout_s)
         try:
-            conn.request("GET", path, None, {**self.headers, "Accept": "application/json"})
+            conn.request(
+                "GET", path, None, {"User-Agent": self.user_agent, **self.headers, "Accept": "application/json"}
+            )
             response = conn.getresponse()
         except (OSError, http.client.HTTPException) as exc:
             conn.close()
@@ -183,7 +209,7 @@ class ApiServer:
         keep = getattr(self._kept, "on", False)
         conn: http.client.HTTPConnection | None = getattr(self._kept, "conn", None)
         self._kept.conn = None
-        headers = {**self.headers, "Accept": accept}
+        headers = {"User-Agent": self.user_agent, **self.headers, "Accept": accept}
         if data is not None:
             headers["Content-Type"] = content_type
         while True:
@@ -219,7 +245,7 @@ def _message(raw: bytes, content_type: str = "application/json") -> str:
     return str(message or raw[:200].decode("utf-8", "replace"))
 
 
-def connect(kubeconfig: Path | None, *, context: str | None = None) -> ApiServer:
+def connect(kubeconfig: Path | None, *, context: str | None = None, user_agent: str = SERVER_AGENT) -> ApiServer:
     """The API server of this kubeconfig (and context), or of the pod's service account when None."""
     from kubernetes import client, config
 
@@ -246,4 +272,4 @@ def connect(kubeconfig: Path | None, *, context: str | None = None) -> ApiServer
         if cfg.cert_file and cfg.key_file:
             tls.load_cert_chain(cfg.cert_file, cfg.key_file)
     port = url.port or (443 if url.scheme == "https" else 80)
-    return ApiServer(url.scheme, url.hostname, port, headers, tls)
+    return ApiServer(url.scheme, url.hostname, port, headers, tls, user_agent=user_agent)

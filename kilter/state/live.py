@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -33,7 +34,7 @@ from kilter.state.reflector import Batch, Reflector, Resource
 from kilter.state.store import ClusterStore, Stored
 from kilter.topology.catalog import Catalog
 
-__all__ = ["LiveFeed", "default_resources", "list_cluster"]
+__all__ = ["LAG_BUCKETS_S", "Lag", "LiveFeed", "default_resources", "list_cluster"]
 
 KUEUE = "kueue.x-k8s.io"
 KUEUE_VERSIONS = ("v1beta2", "v1beta1")
@@ -85,6 +86,33 @@ def default_resources(catalog: Catalog) -> list[Resource]:
     ]
 
 
+LAG_BUCKETS_S = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0)
+"""Bounds of ``Lag``: a watch event normally reaches the store in a millisecond; seconds mean the loop is busy."""
+
+
+class Lag:
+    """How long batches waited between their reflector and the store, as a cumulative histogram (seconds)."""
+
+    def __init__(self, bounds: tuple[float, ...] = LAG_BUCKETS_S) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)  # per bound, then +Inf (not cumulative)
+        self.sum_s = 0.0
+        self.count = 0
+
+    def observe(self, seconds: float) -> None:
+        self.counts[next((i for i, b in enumerate(self.bounds) if seconds <= b), len(self.bounds))] += 1
+        self.sum_s += seconds
+        self.count += 1
+
+    def buckets(self) -> list[tuple[str, float]]:
+        """(upper bound, cumulative count) pairs, ``+Inf`` last, as Prometheus histograms list them."""
+        out, total = [], 0
+        for bound, n in zip((*map(str, self.bounds), "+Inf"), self.counts, strict=True):
+            total += n
+            out.append((bound, float(total)))
+        return out
+
+
 class LiveFeed:
     def __init__(
         self, api: ApiServer, store: ClusterStore, resources: Iterable[Resource], **reflector_options: Any
@@ -96,6 +124,7 @@ class LiveFeed:
         self._scheduled = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self.applied = 0
+        self.lag = Lag()
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
@@ -143,7 +172,9 @@ class LiveFeed:
             batches = list(self._queue)
             self._queue.clear()
             self._scheduled = False
+        now = time.monotonic()
         for batch in batches:
+            self.lag.observe(now - batch.received)
             r = batch.resource
             if batch.relist is not None:
                 self.store.replace_kind(r.group, r.kind, batch.relist)

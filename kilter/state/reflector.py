@@ -32,6 +32,7 @@ import logging
 import random
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
@@ -77,6 +78,7 @@ class Batch:
     resource: Resource
     events: list[Event] = field(default_factory=list)
     relist: list[Stored] | None = None
+    received: float = field(default_factory=time.monotonic)  # when the reflector handed it over: the state's lag
 
 
 T = TypeVar("T")

@@ -58,6 +58,7 @@ import dataclasses
 import json
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -345,6 +346,7 @@ class Controller:
         self.events = events
         self.written: dict[tuple[str, str, str], tuple[str, str, str, str]] = {}
         self.errors = 0
+        self.decided: Counter[str] = Counter()  # Workload statuses written, by state (Ready, Retry, ...)
         self.wake_at_s: float | None = None  # Unix seconds the first wait judged last round runs out
 
     def pending_writes(self) -> list[CheckDecision]:
@@ -379,6 +381,7 @@ class Controller:
             path = self._path(workload_status_path, d.namespace, d.workload)
             if path is not None and await self._write(loop, path, d.apply_body(_now(self.wall()))):
                 self.written[(d.namespace, d.workload, d.check)] = _signature(d)
+                self.decided[d.state] += 1
                 if d.state == "Ready" and self.on_ready is not None:
                     self.on_ready(d)
                 self._event(d)
@@ -425,7 +428,14 @@ class Controller:
             await loop.run_in_executor(None, partial(self.api.apply, path, body, field_manager=CONTROLLER_NAME))
         except ApiError as exc:
             self.errors += 1
-            log.warning("could not write %s: %s", path, exc)
+            meta = body.get("metadata") or {}
+            where = "/".join(x for x in (meta.get("namespace"), meta.get("name")) if x)
+            log.warning(
+                "could not write %s: %s",
+                path,
+                exc,
+                extra={"workload" if body.get("kind") == "Workload" else "check": where},
+            )
             return False
         return True
 

@@ -6,6 +6,8 @@ whose file is edited while it runs, watched through ``/metrics`` as an operator 
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import logging
 import os
 import socket
@@ -13,14 +15,17 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from kilter.cli import serve
-from kilter.cli.config_reload import LIVE, ConfigReloader
+from kilter.cli.config_reload import LIVE, LOGGERS, ConfigReloader
 from kilter.cli.configuration import API_VERSION, KIND, config_of, flag_paths
+from kilter.extenders.explain import Record
 from kilter.extenders.server import App
 
 BASE: dict[str, Any] = {"apiVersion": API_VERSION, "kind": KIND, "state": {"demo": True}}
@@ -43,8 +48,24 @@ def _reloader(tmp_path: Path, flags: dict[str, Any] | None = None) -> tuple[Conf
     return ConfigReloader(path, flags or {}, config, app), app
 
 
-def test_the_policy_changes_at_once(tmp_path: Path) -> None:
+@pytest.fixture
+def loggers() -> Iterator[None]:
+    """The loggers a reload may set, put back afterwards (the root's too: the rest of the session logs through it)."""
+    before = {name: logging.getLogger(name).level for name in LOGGERS}
+    yield
+    for name, level in before.items():
+        logging.getLogger(name).setLevel(level)
+
+
+def _decide(app: App, times: int) -> None:
+    """``times`` decision records for pod ml/p, as filter requests leave them."""
+    for _ in range(times):
+        app.extender.log.add("ml", "p", Record("filter", 0.0, "no fit", ["node-a"]))
+
+
+def test_the_policy_changes_at_once(tmp_path: Path, loggers: None) -> None:
     reloader, app = _reloader(tmp_path)
+    _decide(app, 4)
     _write(
         reloader.path,
         splitWait={"factor": 0.5, "max": "2h"},
@@ -52,18 +73,58 @@ def test_the_policy_changes_at_once(tmp_path: Path) -> None:
         explain={"records": 11, "perPod": 1},
         logging={"level": "warning"},
     )
-    try:
-        assert reloader.reload() == []
-        gangs = app.extender.gangs
-        assert gangs.waits is not None and (gangs.waits.defaults.factor, gangs.waits.defaults.max_s) == (0.5, 7200)
-        assert gangs.timeout_s == 540 and gangs.limits.max_plans_per_namespace == 3
-        assert (app.extender.log.records, app.extender.log.per_pod) == (11, 1)
-        assert logging.getLogger("kilter").level == logging.WARNING
-        assert _sample(app, "kilter_config_reloads_total", result="applied") == 1
-        assert reloader.config.gang_timeout_s == 540
-    finally:
-        for name in ("kilter", "uvicorn"):
-            logging.getLogger(name).setLevel(logging.NOTSET)
+    assert reloader.reload() == []
+    gangs = app.extender.gangs
+    assert gangs.waits is not None and (gangs.waits.defaults.factor, gangs.waits.defaults.max_s) == (0.5, 7200)
+    assert gangs.timeout_s == 540 and gangs.limits.max_plans_per_namespace == 3
+    assert gangs.limits.grace_s == 540, "a snapshot's plans for unseen pods live as long as any plan"
+    _decide(app, 1)
+    explained = app.extender.log.explain("ml", "p")
+    assert explained is not None and len(explained) == 1, "a lowered perPod trims a pod's old records"
+    for name in LOGGERS:
+        assert logging.getLogger(name).level == logging.WARNING, name
+    assert _sample(app, "kilter_config_reloads_total", result="applied") == 1
+    assert reloader.config.gang_timeout_s == 540
+
+
+def test_a_live_change_that_breaks_what_runs_is_refused_whole(tmp_path: Path) -> None:
+    path = _write(tmp_path / "config.yaml", planRecords={"keySecret": "kube-system/keys", "keyRotation": "1h"})
+    config = config_of(path)
+    app, _ = serve.build_app(dataclasses.replace(config, plan_key_secret=None))  # no cluster here to hold keys in
+    reloader = ConfigReloader(path, {}, config, app)
+    _write(path, planRecords={"keySecret": "kube-system/keys", "keyRotation": "3h"}, gangs={"timeout": "2h"})
+    reloader.reload()  # the rotation needs a restart: the running 1h is still shorter than a 2h gang timeout
+    assert app.extender.gangs.timeout_s == config.gang_timeout_s, "nothing applied"
+    assert _sample(app, "kilter_config_reloads_total", result="refused") == 1
+
+
+def test_an_edit_that_changes_no_setting_counts_nothing(tmp_path: Path) -> None:
+    reloader, app = _reloader(tmp_path)
+    reloader.path.write_text(reloader.path.read_text(encoding="utf-8") + "# a comment\n", encoding="utf-8")
+    assert reloader.reload() == []
+    for result in ("applied", "restart", "refused"):
+        assert _sample(app, "kilter_config_reloads_total", result=result) == 0
+
+
+def test_the_watch_survives_a_file_that_is_not_text(tmp_path: Path) -> None:
+    reloader, app = _reloader(tmp_path)
+
+    async def edits() -> None:
+        watching = asyncio.get_running_loop().create_task(reloader.watch(0.01))
+        reloader.path.write_bytes(b"apiVersion: \xe9\n")
+        await _until(lambda: _sample(app, "kilter_config_reloads_total", result="refused") == 1)
+        _write(reloader.path, explain={"records": 9})
+        await _until(lambda: app.extender.log.records == 9)
+        watching.cancel()
+
+    asyncio.run(edits())
+
+
+async def _until(done: Callable[[], bool], within_s: float = 10.0) -> None:
+    deadline = time.monotonic() + within_s
+    while not done():
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.01)
 
 
 def test_a_change_that_needs_a_restart_is_named_and_not_applied(tmp_path: Path) -> None:

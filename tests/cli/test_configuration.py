@@ -68,7 +68,7 @@ def _other(field: FieldInfo) -> Any:
         return value + 3
     if isinstance(value, list):
         return ["10.0.0.0/8"]
-    return "debug" if value == "info" else f"/x/{value}"
+    return {"info": "debug", "text": "json"}.get(value, f"/x/{value}")
 
 
 def test_each_setting_of_the_file_sets_its_own_field() -> None:
@@ -207,3 +207,73 @@ def test_kilter_config_validate_refuses_a_bad_file_with_the_path(
     err = capsys.readouterr().err
     assert err.startswith("kilter config: ") and "gangs.timeoutt: Extra inputs are not permitted" in err
     assert err.count("\n") == 1, "one line, never a traceback"
+
+
+# ---------------------------------------------------------------------------- what the file and flags make together
+
+
+def test_a_flag_is_judged_with_the_file_not_alone(tmp_path: Path) -> None:
+    ca = tmp_path / "ca.pem"
+    path = _write(tmp_path, {"listeners": {"httpTLS": True, "tlsCertFile": "/c.pem", "tlsKeyFile": "/k.pem"}})
+    config = _serve(["--config", str(path), "--http-client-ca", str(ca)])  # refused alone: it needs --http-tls
+    assert config.http_tls and config.http_client_ca == ca
+
+
+@pytest.mark.parametrize(
+    ("body", "says"),
+    [
+        ({"listeners": {"httpPort": 70000}}, r"listeners\.httpPort must be 0 \(any free port\) to 65535"),
+        ({"listeners": {"headerTimeout": "0s"}}, r"listeners\.headerTimeout must be above zero"),
+        ({"gangs": {"timeout": "0s"}}, r"gangs\.timeout must be above zero"),
+        ({"state": {"reloadInterval": "0s"}}, r"state\.reloadInterval must be at least"),
+        ({"listeners": {"httpTLS": True}}, r"listeners\.httpTLS needs listeners\.tlsCertFile"),
+        (
+            {"leaderElection": {"leaderElect": True, "followLease": "kube-system/s"}},
+            r"leaderElection\.leaderElect and leaderElection\.followLease exclude each other",
+        ),
+        ({"leaderElection": {"lease": "nonsense"}}, r"leaderElection\.lease must be NAMESPACE/NAME"),
+    ],
+)
+def test_a_file_serve_would_refuse_is_refused_by_validation(tmp_path: Path, body: dict[str, Any], says: str) -> None:
+    with pytest.raises(InputError, match=says):
+        config_of(_write(tmp_path, body))
+
+
+def test_a_key_given_twice_or_bytes_that_are_not_text_are_refused(tmp_path: Path) -> None:
+    twice = tmp_path / "twice.yaml"
+    twice.write_text(
+        f"apiVersion: {API_VERSION}\nkind: {KIND}\nlisteners:\n  httpPort: 1\nlisteners:\n  grpcPort: 2\n",
+        encoding="utf-8",
+    )
+    with pytest.raises(InputError, match=r"line 5, column 1: the key 'listeners' is given twice"):
+        load(twice)
+    latin = tmp_path / "latin.yaml"
+    latin.write_bytes(f"apiVersion: {API_VERSION}\nkind: {KIND}\n# caf\xe9\n".encode("latin-1"))
+    with pytest.raises(InputError, match="not UTF-8"):
+        load(latin)
+
+
+def test_a_state_source_flag_replaces_the_files_other_source(tmp_path: Path) -> None:
+    snapshot = tmp_path / "snapshot.yaml"
+    path = _write(tmp_path, {"state": {"demo": True}})
+    config = _serve(["--config", str(path), "--snapshot", str(snapshot)])
+    assert config.snapshot == snapshot and not config.demo
+
+
+def test_validate_judges_the_file_with_the_deployments_flags(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _write(tmp_path, {"planRecords": {"keyFile": "/keys"}})
+    assert main(["config", "validate", str(path)]) == 0
+    capsys.readouterr()
+    flags = ["--in-cluster", "--plan-key-secret", "kube-system/kilter-plan-keys"]
+    assert main(["config", "validate", str(path), "--", *flags]) == 2
+    assert "planRecords.keyFile and --plan-key-secret exclude each other" in capsys.readouterr().err
+
+
+def test_validate_checks_the_spare_count_against_the_catalog(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _write(tmp_path, {"spares": {"nodesPerDomain": 1000}})
+    assert main(["config", "validate", str(path)]) == 2
+    assert "spares.nodesPerDomain must be a whole number from 0 to" in capsys.readouterr().err

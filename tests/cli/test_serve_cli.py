@@ -83,6 +83,7 @@ def test_every_flag_reaches_its_field() -> None:
     argv += ["--context", "c", "--leader-elect", "--lease", "ns/l", "--queues", "q.yaml"]
     argv += ["--gang-timeout", "1h30m", "--reload-interval", "250ms", "--log-level", "debug", "--platforms", "p.yaml"]
     argv += ["--max-namespace-gang-gpus", "40", "--max-namespace-gang-plans", "3", "--spare-nodes-per-domain", "2"]
+    argv += ["--tls-cert-file", "c.crt", "--tls-key-file", "c.key", "--log-format", "json"]
     config = ServeConfig.from_args(build_parser().parse_args(argv))
     assert config == ServeConfig(
         demo=True,
@@ -99,6 +100,9 @@ def test_every_flag_reaches_its_field() -> None:
         max_connections=64,
         http_tls=True,
         http_client_ca=Path("ca.crt"),
+        tls_cert_file=Path("c.crt"),
+        tls_key_file=Path("c.key"),
+        log_format="json",
         trusted_networks=("10.244.0.0/16", "fd00::/8"),
         in_cluster=True,
         context="c",

@@ -105,10 +105,84 @@ class Issuer(_Strict):
     spec: IssuerSpec
 
 
+# ---------------------------------------------------------------------------- prometheus-operator
+
+
+class LabelSelector(_Strict):
+    match_labels: dict[str, str] = {}
+    match_expressions: list[dict[str, Any]] = []
+
+
+class NamespaceSelector(_Strict):
+    any: bool | None = None
+    match_names: list[str] = []
+
+
+class Endpoint(_Strict):
+    port: str | None = None
+    target_port: int | str | None = None
+    path: str | None = None
+    scheme: str | None = None
+    interval: str | None = None
+    scrape_timeout: str | None = None
+    honor_labels: bool | None = None
+    metric_relabelings: list[dict[str, Any]] = []
+    relabelings: list[dict[str, Any]] = []
+
+
+class ServiceMonitorSpec(_Strict):
+    selector: LabelSelector
+    endpoints: list[Endpoint]
+    namespace_selector: NamespaceSelector | None = None
+    job_label: str | None = None
+    target_labels: list[str] = []
+    sample_limit: int | None = None
+
+
+class ServiceMonitor(_Strict):
+    api_version: str
+    kind: str
+    metadata: ObjectMeta
+    spec: ServiceMonitorSpec
+
+
+class Rule(msgspec.Struct, forbid_unknown_fields=True):
+    expr: str
+    alert: str | None = None
+    record: str | None = None
+    for_: str | None = msgspec.field(default=None, name="for")
+    keep_firing_for: str | None = None
+    labels: dict[str, str] = {}
+    annotations: dict[str, str] = {}
+
+
+class RuleGroup(msgspec.Struct, forbid_unknown_fields=True):
+    name: str
+    rules: list[Rule]
+    interval: str | None = None
+    query_offset: str | None = None
+    limit: int | None = None
+    labels: dict[str, str] = {}
+    partial_response_strategy: str | None = None
+
+
+class PrometheusRuleSpec(_Strict):
+    groups: list[RuleGroup]
+
+
+class PrometheusRule(_Strict):
+    api_version: str
+    kind: str
+    metadata: ObjectMeta
+    spec: PrometheusRuleSpec
+
+
 MODELS: dict[tuple[str, str], type[msgspec.Struct]] = {
     ("kueue.x-k8s.io/v1beta2", "AdmissionCheck"): AdmissionCheck,
     ("cert-manager.io/v1", "Certificate"): Certificate,
     ("cert-manager.io/v1", "Issuer"): Issuer,
+    ("monitoring.coreos.com/v1", "ServiceMonitor"): ServiceMonitor,
+    ("monitoring.coreos.com/v1", "PrometheusRule"): PrometheusRule,
 }
 
 

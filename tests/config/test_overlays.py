@@ -102,7 +102,8 @@ def built(request: pytest.FixtureRequest) -> list[Obj]:
 
 
 def test_every_overlay_is_there() -> None:
-    assert {"scheduler-extender", "volcano", "webhooks", "kueue-admission-check", "all"} <= set(OVERLAYS)
+    wanted = {"scheduler-extender", "volcano", "webhooks", "self-signed", "kueue-admission-check", "all"}
+    assert wanted <= set(OVERLAYS)
 
 
 @pytest.mark.parametrize("version", SUPPORTED_KUBERNETES)
@@ -149,8 +150,14 @@ def test_every_role_a_binding_names_exists_and_every_account_it_binds(built: lis
                 assert _find(built, "ServiceAccount", subject["namespace"], subject["name"]), _key(binding)
 
 
+def _certs_args(built: list[Obj]) -> list[argparse.Namespace]:
+    """The command lines of the overlay's ``kilter certs`` Deployments."""
+    return [a for d in _deployments(built) if (a := kilter_args(_pod(d))).command == "certs"]
+
+
 def test_every_pod_runs_as_an_account_with_its_volumes_there(built: list[Obj]) -> None:
     certificates = {(o["metadata"]["namespace"], o["spec"]["secretName"]) for o in built if o["kind"] == "Certificate"}
+    certificates |= {(a.secret.split("/")[0], a.secret.split("/")[1]) for a in _certs_args(built)}
     for deployment in _deployments(built):
         namespace, pod = deployment["metadata"]["namespace"], _pod(deployment)
         assert _find(built, "ServiceAccount", namespace, pod["serviceAccountName"]), _key(deployment)
@@ -179,16 +186,24 @@ def test_every_service_reaches_a_port_kilter_listens_on(built: list[Obj]) -> Non
             assert port["targetPort"] in listening, f"{_key(service)} -> {port['targetPort']}, kilter: {listening}"
 
 
-def test_every_webhook_calls_a_service_of_the_overlay(built: list[Obj]) -> None:
+def test_every_webhook_calls_a_service_of_the_overlay_and_something_gives_it_the_ca(built: list[Obj]) -> None:
+    kept = {
+        f"{kind.removesuffix('WebhookConfiguration').lower()}/{name}"
+        for a in _certs_args(built)
+        for ref in a.webhook_configuration
+        for kind, name in [ref.split("/")]
+    }
     for config in (o for o in built if o["kind"].endswith("WebhookConfiguration")):
+        ref = f"{config['kind'].removesuffix('WebhookConfiguration').lower()}/{config['metadata']['name']}"
+        injected = config["metadata"].get("annotations", {}).get("cert-manager.io/inject-ca-from")
+        assert bool(injected) != (ref in kept), f"{ref}: cert-manager or kilter certs gives the apiserver the CA"
         for webhook in config["webhooks"]:
-            ref = webhook["clientConfig"]["service"]
-            service = _find(built, "Service", ref["namespace"], ref["name"])
+            service_ref = webhook["clientConfig"]["service"]
+            service = _find(built, "Service", service_ref["namespace"], service_ref["name"])
             assert service is not None, webhook["name"]
-            assert ref.get("port", 443) in {p["port"] for p in service["spec"]["ports"]}
-            assert config["metadata"].get("annotations", {}).get("cert-manager.io/inject-ca-from") or webhook[
-                "clientConfig"
-            ].get("caBundle"), f"{webhook['name']}: nothing gives the apiserver the CA"
+            assert service_ref.get("port", 443) in {p["port"] for p in service["spec"]["ports"]}
+    for a in _certs_args(built):  # kilter certs names the Service the webhooks call
+        assert _find(built, "Service", *a.service.split("/")) is not None
 
 
 def test_every_certificate_names_an_issuer_of_the_overlay(built: list[Obj]) -> None:
@@ -273,7 +288,8 @@ def test_every_pod_is_behind_a_network_policy(built: list[Obj]) -> None:
 def test_every_kilter_command_parses(built: list[Obj]) -> None:
     for deployment in _deployments(built):
         args = kilter_args(_pod(deployment))
-        assert args.command == "serve" and args.in_cluster and args.snapshot is None
+        assert args.command in ("serve", "certs") and args.in_cluster
+        assert args.command != "serve" or args.snapshot is None
 
 
 def test_every_kilter_reads_its_policy_from_a_mounted_configmap_that_validates(
@@ -285,6 +301,8 @@ def test_every_kilter_reads_its_policy_from_a_mounted_configmap_that_validates(
         assert kilter is not None
         argv = [str(a) for a in kilter["command"]][1:]
         args = build_parser().parse_args(argv)
+        if args.command != "serve":
+            continue
         assert args.config is not None, "the policy lives in a ConfigMap, re-read when it changes"
         target = PurePosixPath(str(args.config))
         mount = next(m for m in kilter["volumeMounts"] if PurePosixPath(m["mountPath"]) == target.parent)

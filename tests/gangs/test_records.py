@@ -349,6 +349,39 @@ def test_the_recorder_patches_only_while_it_is_the_writer_and_never_raises() -> 
             recorder.close()
 
 
+WORKLOADS = Resource("kueue.x-k8s.io", "v1beta2", "workloads", "Workload", namespaced=True)
+
+
+def test_the_record_of_a_kueue_gang_is_a_merge_patch_of_its_workloads_annotations() -> None:
+    workload = {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "Workload",
+        "metadata": {"name": "job-train", "namespace": "ml", "annotations": {"team": "nlp"}},
+        "spec": {"queueName": "research", "podSets": []},
+    }
+    with ListWatchServer([PODS, NODES, WORKLOADS]) as cluster:
+        cluster.add(workload)
+        uid = cluster.get_object(WORKLOADS, "ml", "job-train")["metadata"]["uid"]
+        recorder = PlanRecorder(ApiServer("http", cluster.host, cluster.port), wall=lambda: T0, keys=KEYS)
+        try:
+            gang, plan = gang_plan("ml/workload/job-train")
+            plan.uids = {"job-train": uid}
+            written = recorder.on_planned(gang, plan)
+            assert written is not None
+            written.result()
+        finally:
+            recorder.close()
+        stored = cluster.get_object(WORKLOADS, "ml", "job-train")
+        notes = stored["metadata"]["annotations"]
+        assert notes["team"] == "nlp", "a merge patch keeps the Workload's other annotations"
+        record = decode(notes[PLAN_ANNOTATION], where="test")
+        assert record is not None and verifies(record, KEYS, [uid])
+        assert stored["spec"] == workload["spec"]
+        assert [(r.method, r.path) for r in cluster.requests if r.method != "GET"] == [
+            ("PATCH", "/apis/kueue.x-k8s.io/v1beta2/namespaces/ml/workloads/job-train")
+        ]
+
+
 # ---------------------------------------------------------------------------- fault tests: kilter restarts
 
 

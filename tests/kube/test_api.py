@@ -21,7 +21,8 @@ def server() -> Iterator[ListWatchServer]:
 
 
 def api_for(server: ListWatchServer) -> ApiServer:
-    return ApiServer("http", "127.0.0.1", server.port, {"Authorization": f"Bearer {TOKEN}"})
+    # Paths the test picks to exercise the client: not calls of kilter's (tests/config/test_rbac_proof.py).
+    return ApiServer("http", "127.0.0.1", server.port, {"Authorization": f"Bearer {TOKEN}"}, user_agent="api-tests")
 
 
 def test_calls_within_keep_alive_share_one_connection_and_others_do_not(server: ListWatchServer) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import UTC, datetime
 
 import pytest
 
@@ -12,6 +13,7 @@ from kilter.kube.leader import LeaderElector
 from kilter.model.errors import InputError
 from tests.fakeapi import FakeApi
 from tests.kube.test_leader import FAST, NAME, NAMESPACE, Clock, LeaseStore, eventually, serving
+from tests.listwatch import ListWatchServer, Resource
 
 
 @pytest.fixture
@@ -99,3 +101,26 @@ def test_a_lease_no_api_server_would_accept_is_an_input_error(server: FakeApi, n
     with pytest.raises(InputError):
         LeaderElector(api(server, "kilter"), namespace, name, "node-a_1f3a", **FAST)
     assert server.calls == []
+
+
+LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease", namespaced=True)
+
+
+def test_kilter_reads_a_lease_kube_scheduler_holds_in_the_api_server_with_one_get_a_poll() -> None:
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    lease = {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {"name": NAME, "namespace": NAMESPACE},
+        "spec": {"holderIdentity": "sched-a_8c0e6b1f", "leaseDurationSeconds": 15, "renewTime": now},
+    }
+    with ListWatchServer([LEASES]) as cluster:
+        cluster.add(lease)
+        beside_a = LeaseFollower(ApiServer("http", cluster.host, cluster.port), NAMESPACE, NAME, "sched-a")
+        beside_b = LeaseFollower(ApiServer("http", cluster.host, cluster.port), NAMESPACE, NAME, "sched-b")
+        beside_a.poll()
+        beside_b.poll()
+        assert beside_a.is_leader and not beside_b.is_leader
+        assert beside_b.holder == "sched-a_8c0e6b1f"
+        calls = [(r.method, r.path) for r in cluster.requests]
+        assert calls == [("GET", f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases/{NAME}")] * 2

@@ -85,14 +85,14 @@ def test_a_reload_with_an_unreadable_pod_loads_the_rest_and_later_reloads_still_
 def test_a_file_that_does_not_parse_keeps_the_last_state_and_says_so_until_a_good_one_comes(fleet: Served) -> None:
     assert fleet.snapshot is not None
     fleet.snapshot.write_text('{"apiVersion": "v1", "kind": "List", "items": [')
-    until("the failed reload", lambda: metric(fleet, "kilter_state_reload_failures") >= 1)
+    until("the failed reload", lambda: metric(fleet, "kilter_state_reload_failures_total") >= 1)
     assert metric(fleet, "kilter_state_reload_ok") == 0
     status, lines = readyz(fleet)
     assert status == 200 and lines[0] == "ok" and len(lines) == 2 and "not reloaded" in lines[1]
     assert passes_r1_t00(fleet)  # the state loaded before still answers
     fleet.replace([*cluster_objects(), pod_json("filler", 4, node="r1-t00")])
     until("the good file loaded", lambda: not passes_r1_t00(fleet))
-    assert metric(fleet, "kilter_state_reload_ok") == 1 and metric(fleet, "kilter_state_reload_failures") >= 1
+    assert metric(fleet, "kilter_state_reload_ok") == 1 and metric(fleet, "kilter_state_reload_failures_total") >= 1
     assert readyz(fleet) == (200, ["ok"])
 
 
@@ -123,5 +123,5 @@ def test_a_snapshot_file_that_vanishes_is_reported_and_read_again_when_it_is_bac
     assert passes_r1_t00(fleet)  # the state loaded before still answers
     fleet.replace([*cluster_objects(), pod_json("filler", 4, node="r1-t00")])
     until("the file back", lambda: not passes_r1_t00(fleet))
-    assert metric(fleet, "kilter_state_reload_ok") == 1 and metric(fleet, "kilter_state_reload_failures") >= 1
+    assert metric(fleet, "kilter_state_reload_ok") == 1 and metric(fleet, "kilter_state_reload_failures_total") >= 1
     assert readyz(fleet) == (200, ["ok"])

@@ -24,7 +24,7 @@ from typing import Any
 from kilter.cli import sources
 from kilter.cli.kubectl.decisions import Recorded
 from kilter.cli.spare_flag import add_spare_argument, read_spare_nodes
-from kilter.kube.api import ApiServer, check_namespace, connect
+from kilter.kube.api import PLUGIN_AGENT, ApiServer, check_namespace, connect
 from kilter.model.errors import InputError
 from kilter.state import snapshot_file
 from kilter.state.cluster import KNOWN_KINDS, NODES_AND_PODS
@@ -149,7 +149,7 @@ def connect_to(args: argparse.Namespace) -> tuple[ApiServer, Path | None]:
     kubeconfig = resolve_kubeconfig(args.kubeconfig)
     if kubeconfig is None and not os.environ.get("KUBERNETES_SERVICE_HOST"):
         raise InputError("no cluster to read: pass --kubeconfig FILE, set KUBECONFIG, or --snapshot FILE")
-    return connect(kubeconfig, context=args.context), kubeconfig
+    return connect(kubeconfig, context=args.context, user_agent=PLUGIN_AGENT), kubeconfig
 
 
 def load(args: argparse.Namespace) -> Cluster:
