@@ -125,6 +125,8 @@ class _Reading(Collector):
 
 def _listener(address: str, port: int, registry: CollectorRegistry) -> ThreadingHTTPServer:
     class Handler(BaseHTTPRequestHandler):
+        timeout = 5  # seconds a client has to send its request: a stalled one does not hold a thread
+
         def log_message(self, format: str, *args: object) -> None:
             return None
 

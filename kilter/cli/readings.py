@@ -5,7 +5,7 @@ Each is read at scrape time from the object that knows it (the live feed, the
 writer gate, the certificate files, the controller), so nothing on a request's
 path pays for it. Names follow Prometheus' conventions: units in the name,
 ``_total`` counters, histograms in seconds. ``config/components/monitoring``
-(dashboard and alerts) uses them; ``tests/cli/test_readings.py`` scrapes a
+(dashboard and alerts) uses them; ``tests/config/test_monitoring.py`` scrapes a
 running ``kilter serve`` for every series the dashboard and the alerts name.
 """
 

@@ -8,13 +8,15 @@ key per line, the first signs, any verifies: ``PlanKeys.parse``), base64 as
 every Secret value, and its annotation ``kilter.dev/plan-key-rotated-at``
 says when the first key was put first.
 
-* **At start** (``load``) a replica GETs the Secret. Absent (404), it POSTs
-  one with a fresh key (``secrets.token_hex(32)``); a POST that loses the race
-  to another replica is answered 409 AlreadyExists, and the loser reads the
-  winner's. A malformed Secret (no ``data.keys``, not base64, not UTF-8, no
-  key, a key under ``MIN_KEY_CHARS``, a rotation time that is not RFC 3339) is
-  an ``InputError``: ``kilter serve`` exits 2 naming it, since a replica that
-  signed with a key of its own would split the replicas.
+* **At start** (``load``) a replica GETs the Secret. Present but empty (no
+  ``data.keys``: config/ ships it so, to grant no create on Secrets), it PUTs
+  a fresh key into it (a 409: another replica filled it first). Absent (404),
+  it POSTs one with a fresh key (``secrets.token_hex(32)``); a POST that loses
+  the race to another replica is answered 409 AlreadyExists, and the loser
+  reads the winner's. A malformed Secret (``data.keys`` not base64, not UTF-8,
+  no key in it, a key under ``MIN_KEY_CHARS``, a rotation time that is not RFC
+  3339) is an ``InputError``: ``kilter serve`` exits 2 naming it, since a
+  replica that signed with a key of its own would split the replicas.
 * **Every** ``interval_s`` (``refresh``) it reads the Secret again and swaps
   the keys into the one ``PlanKeys`` the gang book and the recorder hold
   (``PlanKeys.replace``), so a rotation reaches every replica. A read that
@@ -37,9 +39,12 @@ says when the first key was put first.
   annotation, not a replica's own read, decides when the new key signs, so
   the replicas switch together.
 
-RBAC: get and update on this one Secret by name, and create on Secrets in its
-namespace (a create names no object in its URL, so ``resourceNames`` cannot
-narrow it). No list or watch: that is why the Secret is polled.
+RBAC: get and update on this one Secret by name. create is needed only where
+the Secret is not shipped: a create names no object in its URL, so
+``resourceNames`` cannot narrow it, and create on Secrets would let a holder
+make a service-account token Secret and read it under the granted name; the
+manifests ship the Secret empty and grant no create. No list or watch: that
+is why the Secret is polled.
 """
 
 from __future__ import annotations
@@ -202,7 +207,7 @@ class KeySecret:
         """The Secret's keys, read or created now; InputError when the Secret is malformed or the API refuses."""
         now = self._clock()
         try:
-            stored = self._read_or_create(now)
+            stored = self._read_or_create(now, fill=True)
         except ApiError as exc:
             raise InputError(f"{self.source}: {exc}") from None
         self._hold(stored, now)
@@ -233,7 +238,7 @@ class KeySecret:
         keys and counts in ``failures``."""
         now = self._clock()
         try:
-            stored = self._read_or_create(now)
+            stored = self._read_or_create(now, fill=False)
         except (ApiError, InputError) as exc:
             self._fail(exc)
             return
@@ -247,12 +252,20 @@ class KeySecret:
             return
         self._hold(rotated, now)
 
-    def _read_or_create(self, now: float) -> StoredKeys:
+    def _read_or_create(self, now: float, *, fill: bool) -> StoredKeys:
+        """The Secret's keys; made when it is absent, and with ``fill`` (at start only) put into it when it is
+        shipped empty. A Secret that loses its keys later is malformed, not refilled: a new key out of turn would
+        leave records other replicas signed unverifiable."""
         try:
-            return self._decode(self.api.call("GET", self.path))
+            secret = self.api.call("GET", self.path)
         except ApiError as exc:
             if exc.code != 404:
                 raise
+        else:
+            data = secret.get("data") if isinstance(secret, dict) else None
+            if fill and isinstance(secret, dict) and not (isinstance(data, dict) and DATA_KEY in data):
+                return self._fill(secret, now)
+            return self._decode(secret)
         try:
             created = self.api.call("POST", self.collection, self._fresh(now))
             log.info("%s: created with a new plan key", self.source)
@@ -261,6 +274,22 @@ class KeySecret:
             if exc.code != 409:
                 raise
         return self._decode(self.api.call("GET", self.path))  # another replica created it first: its key it is
+
+    def _fill(self, secret: Obj, now: float) -> StoredKeys:
+        """A Secret shipped empty (config/: so that kilter needs no create on Secrets) gets its first key, in a PUT on
+        the resourceVersion read; on 409 another replica filled it first, and its key is the one read."""
+        body = copy.deepcopy(secret)
+        meta = body.setdefault("metadata", {})
+        meta["annotations"] = {**(meta.get("annotations") or {}), PLAN_KEY_ROTATED_AT: _rfc3339(now)}
+        body["data"] = {**(body.get("data") or {}), DATA_KEY: _encode((self._new_key().encode(),))}
+        try:
+            answer = self.api.call("PUT", self.path, body)
+        except ApiError as exc:
+            if exc.code != 409:
+                raise
+            return self._decode(self.api.call("GET", self.path))
+        log.info("%s: filled with a new plan key", self.source)
+        return self._decode(answer)
 
     def _fresh(self, now: float) -> Obj:
         return {

@@ -10,6 +10,10 @@ renewed on the first round of that day, whoever leads then.
   (``certs.due``), it is replaced with a PUT carrying the resourceVersion
   read: a 409 Conflict means someone changed it since, and the next round
   judges that version. A Secret whose values are not base64 is renewed.
+* The CAs the configurations trust now (their ``caBundle``) and have not
+  expired stay in the new bundle whenever a new CA is made: the pair kilter's
+  pod still serves until the kubelet swaps the files in keeps being trusted,
+  whatever made it (a lost ``ca.key``, cert-manager before this overlay).
 * Each webhook configuration is read with GET; a webhook whose
   ``clientConfig.caBundle`` is not the Secret's ``ca.crt`` gets it in a JSON
   merge patch of the whole ``webhooks`` list as read, with the
@@ -24,6 +28,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import copy
 import datetime as dt
 import logging
 from collections.abc import Callable, Sequence
@@ -96,23 +101,43 @@ class CertController:
         """One round; API errors are reported in the round (and counted), never raised."""
         done = Round()
         self.rounds += 1
+        configs: dict[str, Any] = {}
+        for ref in self.configurations:
+            try:
+                configs[ref] = self._read(ref)
+            except ApiError as exc:
+                if exc.code == 404:
+                    done.missing.append(ref)
+                else:
+                    self.failures += 1
+                    done.errors.append(f"{ref}: {exc}")
+        trusted = b"".join(
+            base64.b64decode(w.get("clientConfig", {}).get("caBundle") or "")
+            for config in configs.values()
+            for w in config.get("webhooks") or []
+        )
         try:
-            bundle = self._keep_secret(done)
+            bundle = self._keep_secret(done, trusted)
         except ApiError as exc:
             self.failures += 1
             done.errors.append(f"Secret {self.namespace}/{self.name}: {exc}")
             return done
         if bundle is None:
             return done
-        for ref in self.configurations:
+        for ref, config in configs.items():
             try:
-                self._keep_bundle(ref, bundle, done)
+                self._keep_bundle(ref, config, bundle, done)
             except ApiError as exc:
                 self.failures += 1
                 done.errors.append(f"{ref}: {exc}")
         return done
 
-    def _keep_secret(self, done: Round) -> bytes | None:
+    def _read(self, ref: str) -> Any:
+        kind, _, name = ref.partition("/")
+        base, plural = WEBHOOK_APIS[kind]
+        return self.api.call("GET", object_path(base, plural, name))
+
+    def _keep_secret(self, done: Round, also_trust: bytes) -> bytes | None:
         """The CA bundle of the Secret as it stands after this round; None when the round lost a race."""
         now = self.clock()
         try:
@@ -128,19 +153,20 @@ class CertController:
             assert previous is not None
             self.expiry = certs.expiry(previous.tls_crt)
             return previous.ca_crt
-        issued = certs.issue(previous, self.names, now)
-        body: dict[str, Any] = {
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "metadata": {"name": self.name, "namespace": self.namespace},
-            "type": "kubernetes.io/tls",
-            "data": _encode(issued),
-        }
+        issued = certs.issue(previous, self.names, now, also_trust=also_trust)
         try:
-            if secret is None:
+            if secret is None:  # not shipped (config/ ships it): made here, as cert-manager makes its own
+                body: dict[str, Any] = {
+                    "apiVersion": "v1",
+                    "kind": "Secret",
+                    "metadata": {"name": self.name, "namespace": self.namespace},
+                    "type": "kubernetes.io/tls",
+                    "data": _encode(issued),
+                }
                 self.api.call("POST", self.collection, body)
-            else:
-                body["metadata"]["resourceVersion"] = secret["metadata"]["resourceVersion"]
+            else:  # the Secret as read, its data replaced: labels, annotations, owners and its type are kept
+                body = copy.deepcopy(secret)
+                body["data"] = _encode(issued)
                 self.api.call("PUT", self.path, body)
         except ApiError as exc:
             if exc.code == 409:  # another replica or a person wrote it first: judged again next round
@@ -152,17 +178,10 @@ class CertController:
         log.info("Secret %s/%s: new certificates (%s)", self.namespace, self.name, why)
         return issued.ca_crt
 
-    def _keep_bundle(self, ref: str, bundle: bytes, done: Round) -> None:
+    def _keep_bundle(self, ref: str, config: Any, bundle: bytes, done: Round) -> None:
         kind, _, name = ref.partition("/")
         base, plural = WEBHOOK_APIS[kind]
         path = object_path(base, plural, name)
-        try:
-            config = self.api.call("GET", path)
-        except ApiError as exc:
-            if exc.code == 404:
-                done.missing.append(ref)
-                return
-            raise
         wanted = base64.b64encode(bundle).decode()
         webhooks = config.get("webhooks") or []
         if all((w.get("clientConfig") or {}).get("caBundle") == wanted for w in webhooks):

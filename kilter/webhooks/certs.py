@@ -45,7 +45,7 @@ __all__ = [
 CA_VALIDITY = dt.timedelta(days=3650)
 SERVING_VALIDITY = dt.timedelta(days=90)
 RENEW_BEFORE = dt.timedelta(days=30)
-_SKEW = dt.timedelta(minutes=5)  # notBefore in the past: a node whose clock runs behind still accepts the pair
+_SKEW = dt.timedelta(hours=1)  # notBefore in the past, as Kubernetes' own cert helpers: clocks that run behind
 
 
 def service_names(namespace: str, name: str) -> list[str]:
@@ -184,6 +184,8 @@ def due(issued: Issued | None, names: Sequence[str], now: dt.datetime) -> str:
         return "the serving certificate names no DNS name"
     if sorted(sans.get_values_for_type(x509.DNSName)) != sorted(names):
         return "the serving certificate does not name the Service"
+    if cert.not_valid_before_utc > now or ca.not_valid_before_utc > now:
+        return "a certificate is not valid yet (made by a clock that ran ahead)"
     if cert.not_valid_after_utc - now < RENEW_BEFORE:
         return f"the serving certificate expires at {cert.not_valid_after_utc:%Y-%m-%dT%H:%M:%SZ}"
     if ca.not_valid_after_utc - now < SERVING_VALIDITY + RENEW_BEFORE:
@@ -191,10 +193,16 @@ def due(issued: Issued | None, names: Sequence[str], now: dt.datetime) -> str:
     return ""
 
 
-def issue(previous: Issued | None, names: Sequence[str], now: dt.datetime) -> Issued:
+def issue(previous: Issued | None, names: Sequence[str], now: dt.datetime, *, also_trust: bytes = b"") -> Issued:
     """New certificates for ``names``: a new serving pair from the previous CA while that CA outlives it, else a
-    new CA too, whose bundle keeps each older CA that has not expired (the apiserver trusts both meanwhile)."""
+    new CA too, whose bundle keeps each older CA that has not expired (the apiserver trusts both meanwhile) —
+    those of the previous bundle and those of ``also_trust`` (what the webhook configurations trust now)."""
     old_bundle = [c for c in _certs(previous.ca_crt) if c.not_valid_after_utc > now] if previous else []
+    seen = {c.fingerprint(hashes.SHA256()) for c in old_bundle}
+    for c in _certs(also_trust):
+        if c.not_valid_after_utc > now and c.fingerprint(hashes.SHA256()) not in seen:
+            seen.add(c.fingerprint(hashes.SHA256()))
+            old_bundle.append(c)
     ca = old_bundle[0] if old_bundle else None
     ca_key: ec.EllipticCurvePrivateKey | None = None
     if ca is not None and previous is not None and _pair_matches(ca, previous.ca_key):

@@ -271,8 +271,9 @@ def write_requests() -> list[tuple[str, str]]:
 
 @pytest.fixture(scope="module")
 def secret_requests() -> list[tuple[str, str]]:
-    """The plan-key Secret's requests: created when absent, read, and rotated once its key is due."""
-    api = SecretApi("https", "apiserver.invalid", 443)
+    """The plan-key Secret's requests: shipped empty (config/), filled at start, read, rotated once its key is due."""
+    shipped = {"apiVersion": "v1", "kind": "Secret", "type": "Opaque", "metadata": {"name": PLAN_KEYS}}
+    api = SecretApi("https", "apiserver.invalid", 443, held=[shipped])
     now = [0.0]
     keys = KeySecret(api, NAMESPACE, PLAN_KEYS, clock=lambda: now[0])
     keys.load()
@@ -466,20 +467,27 @@ def test_kilter_may_read_the_lease_it_follows_and_no_other(docs: list[Obj]) -> N
 
 
 def may_keep_plan_keys_in(docs: list[Obj], subject: Obj, namespace: str, name: str = PLAN_KEYS) -> None:
-    """Asserts that ``subject`` may create Secrets in ``namespace`` and get and update the one named ``name``
-    there, and do nothing else with Secrets (the other components' tests ask this of their accounts too)."""
+    """Asserts that the Secret ``namespace/name`` is shipped and that ``subject`` may get and update it and do
+    nothing else with Secrets: no create, which cannot be held to a name and would let it make a service-account
+    token Secret under the name it may read (the other components' tests ask this of their accounts too)."""
 
     def may(verb: str, in_namespace: str = namespace, named: str = name) -> bool:
         return allowed(docs, subject, Attributes("", "secrets", verb, in_namespace, named))
 
-    assert may("create", named="") and may("get") and may("update")
+    shipped = [
+        d
+        for d in docs
+        if d["kind"] == "Secret" and (d["metadata"]["namespace"], d["metadata"]["name"]) == (namespace, name)
+    ]
+    assert len(shipped) == 1 and "data" not in shipped[0], "shipped empty, so that a re-apply keeps the keys"
+    assert may("get") and may("update") and not may("create", named="")
     assert not may("get", named="kilter-webhooks-tls") and not may("update", named="other")
     for verb in ("list", "watch", "patch", "delete", "deletecollection"):
         assert not may(verb) and not may(verb, named=""), verb
     assert not may("create", in_namespace="default", named="") and not may("get", in_namespace="default")
 
 
-def test_the_plan_key_secret_may_be_created_read_and_rotated(
+def test_the_plan_key_secret_may_be_filled_read_and_rotated(
     docs: list[Obj], secret_requests: list[tuple[str, str]]
 ) -> None:
     seen = set()
@@ -488,13 +496,13 @@ def test_the_plan_key_secret_may_be_created_read_and_rotated(
         assert a is not None, url
         assert allowed(docs, SUBJECT, a), f"{method} {url} -> {a}"
         seen.add((a.verb, a.name))
-    assert seen == {("get", PLAN_KEYS), ("create", ""), ("update", PLAN_KEYS)}
+    assert seen == {("get", PLAN_KEYS), ("update", PLAN_KEYS)}, "never created: the Secret is shipped"
 
 
 def test_the_plan_key_role_is_held_to_its_secret(docs: list[Obj]) -> None:
     role = one(docs, "Role", "kilter-scheduler-plan-keys")
     assert role["metadata"]["namespace"] == NAMESPACE
-    assert _grants(role) == {("", "secrets", "create"), ("", "secrets", "get"), ("", "secrets", "update")}
+    assert _grants(role) == {("", "secrets", "get"), ("", "secrets", "update")}
     named = [rule for rule in role["rules"] if rule.get("resourceNames")]
     assert [(sorted(r["verbs"]), r["resourceNames"]) for r in named] == [(["get", "update"], [PLAN_KEYS])]
     may_keep_plan_keys_in(docs, SUBJECT, NAMESPACE)

@@ -39,10 +39,18 @@ SCHEDULER_LEASE = ("coordination.k8s.io", "leases", "update")  # kube-scheduler 
 def _whole_suite(config: pytest.Config) -> bool:
     """Whether this session runs every test (``make test``, plain ``pytest``): no paths but the test root, no
     selection; then the recording is complete when this test, ordered last, reads it."""
-    paths = [Path(a).resolve() for a in config.invocation_params.args if not a.startswith("-")]
+    paths = [Path(a.split("::")[0]).resolve() for a in config.args]  # PYTEST_ADDOPTS' paths included
     option = config.option
-    selected = bool(option.keyword or option.markexpr or option.deselect or getattr(option, "lf", False))
-    return all(p in (ROOT, ROOT / "tests") for p in paths) and not selected
+    narrowed = (
+        option.keyword,
+        option.markexpr,
+        option.deselect,
+        option.ignore,
+        option.ignore_glob,
+        getattr(option, "lf", False),
+        getattr(option, "stepwise", False),
+    )
+    return all(p in (ROOT, ROOT / "tests") for p in paths) and not any(narrowed)
 
 
 @pytest.fixture(scope="module")
@@ -108,6 +116,28 @@ def grants() -> dict[str, set[Grant]]:
 
 AGENTS = {"kube-system/kilter-certs": CERTS_AGENT}  # the others run kilter serve
 
+# Creates kilter's code makes only when an object is absent, which the overlays ship instead (a create cannot be held
+# to a name): each is excused only while the overlay really ships the object.
+SHIPPED: dict[str, dict[Grant, tuple[str, str, str]]] = {
+    "kube-system/kilter-scheduler": {("", "secrets", "create"): ("Secret", "kube-system", "kilter-plan-keys")},
+    "kube-system/kilter-certs": {
+        ("", "secrets", "create"): ("Secret", "kube-system", "kilter-webhooks-tls"),
+        ("coordination.k8s.io", "leases", "create"): ("Lease", "kube-system", "kilter-certs"),
+    },
+}
+OVERLAY_OF = {"kube-system/kilter-scheduler": "all", "kube-system/kilter-certs": "self-signed"}
+
+
+def _excused(account: str) -> set[Grant]:
+    built = overlay(OVERLAY_OF[account])
+    return {
+        grant
+        for grant, (kind, namespace, name) in SHIPPED[account].items()
+        if any(
+            (o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"]) == (kind, namespace, name) for o in built
+        )
+    }
+
 
 def test_the_live_mode_tests_made_kilter_call_the_api(calls: list[tuple[str, str, str]]) -> None:
     assert len(_called(calls)) >= 10, "the recording caught kilter serve's calls"
@@ -116,9 +146,9 @@ def test_the_live_mode_tests_made_kilter_call_the_api(calls: list[tuple[str, str
 
 def test_nothing_kilter_calls_is_missing(calls: list[tuple[str, str, str]], grants: dict[str, set[Grant]]) -> None:
     # kilter beside kube-scheduler is the whole of kilter serve: every call of any kilter serve must be granted it.
-    missing = _called(calls) - grants["kube-system/kilter-scheduler"]
+    missing = _called(calls) - grants["kube-system/kilter-scheduler"] - _excused("kube-system/kilter-scheduler")
     assert not missing, f"kilter serve calls these, the overlays do not grant them: {sorted(missing)}"
-    missing = _called(calls, CERTS_AGENT) - grants["kube-system/kilter-certs"]
+    missing = _called(calls, CERTS_AGENT) - grants["kube-system/kilter-certs"] - _excused("kube-system/kilter-certs")
     assert not missing, f"kilter certs calls these, the self-signed overlay does not grant them: {sorted(missing)}"
 
 

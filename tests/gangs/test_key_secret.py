@@ -113,6 +113,27 @@ def test_a_missing_secret_is_created_with_one_fresh_key(cluster: ListWatchServer
     assert signs_with(keys, stored_keys(cluster)[0])
 
 
+def test_a_shipped_empty_secret_is_filled_in_place_and_never_created(cluster: ListWatchServer) -> None:
+    shipped = {"apiVersion": "v1", "kind": "Secret", "type": "Opaque"}
+    cluster.add({**shipped, "metadata": {"name": NAME, "namespace": NAMESPACE, "labels": {"app": "kilter"}}})
+    keys = replica(cluster, Clock()).load()
+    assert stored_keys(cluster) == ["k0".ljust(64, "0")] and signs_with(keys, stored_keys(cluster)[0])
+    assert stored(cluster)["metadata"]["labels"] == {"app": "kilter"}
+    assert stored(cluster)["metadata"]["annotations"][PLAN_KEY_ROTATED_AT] == "2026-05-28T20:26:40Z"
+    assert (writes(cluster, "POST"), writes(cluster, "PUT")) == (0, 1)
+
+
+def test_two_replicas_filling_one_shipped_secret_end_with_one_key(cluster: ListWatchServer) -> None:
+    cluster.add(
+        {"apiVersion": "v1", "kind": "Secret", "type": "Opaque", "metadata": {"name": NAME, "namespace": NAMESPACE}}
+    )
+    first, second = replica(cluster, Clock(), prefix="a"), replica(cluster, Clock(), prefix="b")
+    empty = cluster.get_object(SECRETS, NAMESPACE, NAME)
+    first.load()
+    filled = second._fill(empty, 0.0)  # read before the first one's PUT: its own PUT is refused (409)
+    assert stored_keys(cluster) == ["a0".ljust(64, "0")] and filled.keys == (stored_keys(cluster)[0].encode(),)
+
+
 def test_an_existing_secret_is_read_and_not_written(cluster: ListWatchServer) -> None:
     cluster.add(secret(holding(OLD)))
     keys = replica(cluster, Clock()).load()
@@ -236,9 +257,11 @@ def test_a_secret_made_by_hand_without_a_rotation_time_gets_one_and_keeps_its_ke
     assert stored(cluster)["metadata"]["annotations"][PLAN_KEY_ROTATED_AT] == "2026-05-28T20:26:40Z"
 
 
-MALFORMED = [
+EMPTIED = [  # at start a shipped empty Secret is filled; a Secret that loses its keys later is malformed
     pytest.param(secret(None), "has no data.keys", id="no data"),
     pytest.param(secret({"other": "eA=="}), "has no data.keys", id="no keys entry"),
+]
+MALFORMED = [
     pytest.param(secret({DATA_KEY: "not base64!"}), "data.keys is not base64", id="bad base64"),
     pytest.param(secret({DATA_KEY: base64.b64encode(b"\xff" * 40).decode()}), "not UTF-8", id="not text"),
     pytest.param(secret(holding("short")), "the key on line 1 is shorter than 32", id="a short key"),
@@ -259,7 +282,7 @@ def test_a_malformed_secret_is_refused_at_start_naming_it(
     assert "\n" not in str(caught.value)
 
 
-@pytest.mark.parametrize(("malformed", "message"), MALFORMED)
+@pytest.mark.parametrize(("malformed", "message"), [*MALFORMED, *EMPTIED])
 def test_a_secret_that_turns_malformed_later_leaves_the_last_good_keys_in_use_and_counts_a_failure(
     cluster: ListWatchServer, malformed: Obj, message: str
 ) -> None:

@@ -256,3 +256,19 @@ def _get(port: int, path: str) -> str:
 
 def _metrics(port: int) -> str:
     return _get(port, "/metrics")
+
+
+def test_a_shipped_secret_is_filled_keeping_its_type_and_labels(cluster: ListWatchServer) -> None:
+    cluster.add(
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "kilter-webhooks-tls", "namespace": "kube-system", "labels": {"team": "platform"}},
+            "type": "Opaque",
+        }
+    )
+    done = controller(cluster, [T0]).run_once()
+    assert done.issued == "no certificates yet" and not done.errors
+    secret = cluster.get_object(SECRETS, "kube-system", "kilter-webhooks-tls")
+    assert secret["type"] == "Opaque" and secret["metadata"]["labels"] == {"team": "platform"}
+    assert [m for m, _ in writes(cluster)][:1] == ["PUT"], "filled in place, never created"

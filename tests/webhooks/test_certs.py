@@ -134,3 +134,17 @@ def test_a_new_ca_is_bundled_with_the_old_until_the_old_expires() -> None:
     assert not issued_by_bundle(renewed.tls_crt, served.ca_crt)
     after = T0 + CA_VALIDITY + dt.timedelta(days=1)  # the old CA has expired: it leaves the bundle
     assert issue(renewed, NAMES, after).ca_crt.count(b"BEGIN CERTIFICATE") == 1
+
+
+def test_a_pair_from_a_clock_that_ran_ahead_is_due() -> None:
+    issued = issue(None, NAMES, T0 + dt.timedelta(hours=3))
+    assert "not valid yet" in due(issued, NAMES, T0)
+    assert due(issued, NAMES, T0 + dt.timedelta(hours=3)) == ""
+
+
+def test_a_ca_the_webhooks_trust_now_stays_trusted_when_the_key_is_lost() -> None:
+    before = issue(None, NAMES, T0)  # say, cert-manager's: its pair is what kilter's pod serves until the swap
+    lost = Issued(b"", b"", b"", b"")
+    after = issue(lost, NAMES, T0, also_trust=before.ca_crt)
+    assert issued_by_bundle(before.tls_crt, after.ca_crt) and issued_by_bundle(after.tls_crt, after.ca_crt)
+    assert after.ca_crt.count(b"BEGIN CERTIFICATE") == 2
