@@ -260,6 +260,15 @@ class ApiError(Exception):
         return out
 
 
+def _unsupported_patch(*media: str) -> ApiError:
+    """415 for a patch content type the server does not take, naming those it does, as patch.go words it."""
+    return ApiError(
+        415,
+        "UnsupportedMediaType",
+        f"the body of the request was in an unknown format - accepted media types include: {', '.join(media)}",
+    )
+
+
 def _bad_request(message: str) -> ApiError:
     return ApiError(400, "BadRequest", message)
 
@@ -1968,12 +1977,7 @@ class ListWatchServer:
         only there), then the patch. Returns (code, object): 201 when an apply created it."""
         media = content_type.split(";", 1)[0].strip().lower()  # parameters (charset) are ignored, as patch.go does
         if media not in (MERGE_PATCH, APPLY_PATCH):
-            raise ApiError(
-                415,
-                "UnsupportedMediaType",
-                "the body of the request was in an unknown format - accepted media types include: "
-                f"{MERGE_PATCH}, {APPLY_PATCH}",
-            )
+            raise _unsupported_patch(MERGE_PATCH, APPLY_PATCH)
         if media == APPLY_PATCH and not query.get("fieldManager"):
             raise _invalid_options("PatchOptions", "fieldManager", "Required value", "is required for apply patch")
         if media != APPLY_PATCH and "force" in query:
@@ -2005,11 +2009,7 @@ class ListWatchServer:
         the subresource); managedFields are kept unless the patch sets them."""
         media = content_type.split(";", 1)[0].strip().lower()
         if media != MERGE_PATCH:
-            raise ApiError(
-                415,
-                "UnsupportedMediaType",
-                f"the body of the request was in an unknown format - accepted media types include: {MERGE_PATCH}",
-            )
+            raise _unsupported_patch(MERGE_PATCH)
         with self._lock:
             key = f"{namespace or ''}/{name}" if resource.namespaced else name
             prev = self._objects[resource].get(key)

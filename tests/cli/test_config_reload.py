@@ -10,11 +10,9 @@ import asyncio
 import dataclasses
 import logging
 import os
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -27,6 +25,7 @@ from kilter.cli.config_reload import LIVE, LOGGERS, ConfigReloader
 from kilter.cli.configuration import API_VERSION, KIND, config_of, flag_paths
 from kilter.extenders.explain import Record
 from kilter.extenders.server import App
+from tests.local_http import free_port, get_text
 
 BASE: dict[str, Any] = {"apiVersion": API_VERSION, "kind": KIND, "state": {"demo": True}}
 
@@ -165,18 +164,8 @@ def test_every_live_setting_is_a_setting_of_the_file() -> None:
 # ---------------------------------------------------------------------------- a real kilter serve
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _metrics(port: int) -> str:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as answer:
-            return str(answer.read().decode())
-    except OSError:
-        return ""
+    return get_text(port, "/metrics")
 
 
 def _wait_for(port: int, line: str, server: subprocess.Popen[str], within_s: float = 60) -> None:
@@ -188,7 +177,7 @@ def _wait_for(port: int, line: str, server: subprocess.Popen[str], within_s: flo
 
 
 def test_a_running_kilter_serve_rereads_its_file(tmp_path: Path) -> None:
-    http = _free_port()
+    http = free_port()
     listeners = {"address": "127.0.0.1", "httpPort": http, "grpcPort": 0}
     path = _write(tmp_path / "config.yaml", listeners=listeners, state={"demo": True, "reloadInterval": "100ms"})
     env = {**os.environ, "MPLCONFIGDIR": str(tmp_path / "mpl")}

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -30,6 +29,7 @@ from tests.config.yamldocs import COMPONENTS, ROOT, Obj, component, documents, o
 from tests.extenders.conftest import make_certificates, names_args, pod_json
 from tests.listwatch import ListWatchServer
 from tests.live_mode import RESOURCES, kubeconfig
+from tests.local_http import free_port, get_text
 from tests.topology.builders import CLIQUE, node_dict
 
 MONITORING = COMPONENTS / "monitoring"
@@ -58,20 +58,6 @@ def _expressions() -> list[tuple[str, str]]:
     return out
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _get(port: int, path: str) -> str:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=2) as answer:
-            return str(answer.read().decode())
-    except OSError:
-        return ""
-
-
 def _post(port: int, path: str, body: Obj) -> None:
     request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", json.dumps(body).encode(), method="POST")
     with urllib.request.urlopen(request, timeout=10) as answer:
@@ -88,16 +74,16 @@ def scraped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]
     with ListWatchServer(RESOURCES, token=TOKEN) as cluster:
         for t in range(4):
             cluster.add(node_dict(f"r1-t{t}", labels={CLIQUE: "r1"}))
-        http = _free_port()
+        http = free_port()
         argv = [sys.executable, "-m", "kilter.cli", "serve", "--config", str(config)]
         argv += ["--kubeconfig", str(kubeconfig(tmp / "kubeconfig", cluster.port, TOKEN))]
-        argv += ["--address", "127.0.0.1", "--http-port", str(http), "--webhook-port", str(_free_port())]
+        argv += ["--address", "127.0.0.1", "--http-port", str(http), "--webhook-port", str(free_port())]
         argv += ["--grpc-port", "0", "--tls-cert-file", str(cert), "--tls-key-file", str(key), "--log-format", "json"]
         env = {**os.environ, "MPLCONFIGDIR": str(tmp / "mpl")}
         server = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         try:
             deadline = time.monotonic() + 60
-            while '"ready": true' not in _get(http, "/readyz").replace('"ready":true', '"ready": true'):
+            while '"ready": true' not in get_text(http, "/readyz").replace('"ready":true', '"ready": true'):
                 assert server.poll() is None, server.communicate()[0]
                 assert time.monotonic() < deadline, "kilter serve did not become ready"
                 time.sleep(0.1)
@@ -105,7 +91,7 @@ def scraped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]
             _post(http, "/scheduler/filter", names_args(pod_json("p", 4), names))  # a verb answered
             cluster.add(node_dict("r1-t4", labels={CLIQUE: "r1"}))  # a watch event applied
             time.sleep(0.5)
-            text = _get(http, "/metrics")
+            text = get_text(http, "/metrics")
         finally:
             server.terminate()
             output = server.communicate(timeout=30)[0]

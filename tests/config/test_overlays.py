@@ -24,7 +24,7 @@ from kubernetes_validate.utils import ValidationError, validate
 from kilter.cli import configuration
 from kilter.cli.main import build_parser
 from tests.config.crds import MODELS, check
-from tests.config.yamldocs import OVERLAYS, Obj, overlay
+from tests.config.yamldocs import OVERLAYS, Obj, kilter_command, overlay
 
 SUPPORTED_KUBERNETES = ("1.33", "1.34", "1.35", "1.36", "1.37")
 PART_OF = ("app.kubernetes.io/part-of", "kilter")
@@ -86,11 +86,7 @@ def _kilter(pod: Obj) -> Obj | None:
 
 
 def kilter_args(pod: Obj) -> argparse.Namespace:
-    kilter = _kilter(pod)
-    assert kilter is not None
-    argv = [str(a) for a in (*kilter.get("command", []), *kilter.get("args", []))]
-    assert argv[:1] == ["kilter"]
-    return build_parser().parse_args(argv[1:])
+    return kilter_command(pod)
 
 
 @pytest.fixture(params=OVERLAYS)

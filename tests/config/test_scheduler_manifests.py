@@ -22,7 +22,7 @@ from kilter.cli.serve_config import ServeConfig
 from kilter.extenders.server import VERBS
 from kilter.topology.catalog import BUILTIN, Catalog
 from tests.config.test_rbac_manifests import may_keep_plan_keys_in
-from tests.config.yamldocs import COMPONENTS, Obj, component, documents, one
+from tests.config.yamldocs import COMPONENTS, Obj, component, container, documents, kilter_command, one
 
 MANIFESTS = COMPONENTS / "scheduler-extender"
 CONFIG_FILE = MANIFESTS / "kube-scheduler-config.yaml"
@@ -44,12 +44,6 @@ def go_duration_s(text: str) -> float:
     if not _DURATION.fullmatch(text):
         raise ValueError(f"not a Go duration: {text!r}")
     return sum(float(n) * _UNIT_S[u] for n, u in _DURATION_PART.findall(text))
-
-
-def _container(pod_spec: Obj, name: str) -> Obj:
-    found: list[Obj] = [c for c in pod_spec["containers"] if c["name"] == name]
-    assert len(found) == 1, f"expected one container {name!r}"
-    return found[0]
 
 
 def _configmap_file(pod_spec: Obj, container: Obj, path: str) -> tuple[str, str]:
@@ -102,10 +96,7 @@ def pod_spec(deployment: Obj) -> Obj:
 
 @pytest.fixture(scope="module")
 def kilter_args(pod_spec: Obj) -> argparse.Namespace:
-    kilter = _container(pod_spec, "kilter")
-    argv = [*kilter.get("command", []), *kilter.get("args", [])]
-    assert argv[:1] == ["kilter"], "the kilter container runs the kilter command"
-    return build_parser().parse_args([str(a) for a in argv[1:]])
+    return kilter_command(pod_spec)
 
 
 @pytest.fixture(scope="module")
@@ -224,7 +215,7 @@ def test_configmap_embeds_the_same_scheduler_config(deployment_docs: list[Obj], 
 
 
 def test_scheduler_reads_the_mounted_config(deployment_docs: list[Obj], pod_spec: Obj) -> None:
-    scheduler = _container(pod_spec, "kube-scheduler")
+    scheduler = container(pod_spec, "kube-scheduler")
     assert scheduler["image"].startswith("registry.k8s.io/kube-scheduler:v1.")
     argv = [*scheduler.get("command", []), *scheduler.get("args", [])]
     paths = [a.removeprefix("--config=") for a in argv if a.startswith("--config=")]
@@ -246,7 +237,7 @@ def test_kilter_command_parses_and_matches_the_extender(
 def test_kilter_listens_where_the_kubelet_probes_reach(kilter_args: argparse.Namespace, pod_spec: Obj) -> None:
     # httpGet probes connect to the pod IP: a loopback-only listener would fail them all.
     assert not ipaddress.ip_address(kilter_args.address).is_loopback
-    kilter = _container(pod_spec, "kilter")
+    kilter = container(pod_spec, "kilter")
     ports = [kilter_args.http_port, kilter_args.grpc_port]  # the webhooks component adds the webhook port
     assert [p["containerPort"] for p in kilter["ports"]] == ports
     probes = {kind: kilter[kind]["httpGet"] for kind in ("startupProbe", "livenessProbe", "readinessProbe")}

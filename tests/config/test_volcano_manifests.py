@@ -31,7 +31,7 @@ from kilter.state.live import default_resources
 from kilter.topology.catalog import BUILTIN, Catalog
 from tests.config.test_rbac_manifests import may_keep_plan_keys_in
 from tests.config.test_scheduler_manifests import go_duration_s
-from tests.config.yamldocs import COMPONENTS, Obj, component, documents, one
+from tests.config.yamldocs import COMPONENTS, Obj, component, container, documents, one
 
 MANIFESTS = COMPONENTS / "volcano"
 CONF_FILE = MANIFESTS / "volcano-scheduler.conf.yaml"
@@ -153,12 +153,6 @@ def _kilter_verb(argument: str) -> str:
     return argument.removeprefix("extender.").removesuffix("Verb")
 
 
-def _container(pod_spec: Obj, name: str) -> Obj:
-    found: list[Obj] = [c for c in pod_spec["containers"] if c["name"] == name]
-    assert len(found) == 1, f"expected one container {name!r}"
-    return found[0]
-
-
 def _configmap_file(pod_spec: Obj, container: Obj, path: str) -> tuple[str, str]:
     """The (ConfigMap name, key) a container sees at ``path``; only whole-volume mounts without items qualify."""
     target = PurePosixPath(path)
@@ -241,7 +235,7 @@ def pod_labels(deployment: Obj) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def kilter_argv(pod_spec: Obj) -> list[str]:
-    kilter = _container(pod_spec, "kilter")
+    kilter = container(pod_spec, "kilter")
     argv = [str(a) for a in [*kilter.get("command", []), *kilter.get("args", [])]]
     assert argv[:1] == ["kilter"], "the kilter container runs the kilter command"
     return argv[1:]
@@ -370,7 +364,7 @@ def test_url_prefix_reaches_kilters_volcano_verbs_through_the_service(
     assert url.hostname in (f"{name}.{namespace}.svc", f"{name}.{namespace}.svc.cluster.local")
     assert url.path.rstrip("/") == "/volcano"
     (port,) = [p for p in service["spec"]["ports"] if p["port"] == url.port]
-    container_ports = {p.get("name"): p["containerPort"] for p in _container(pod_spec, "kilter")["ports"]}
+    container_ports = {p.get("name"): p["containerPort"] for p in container(pod_spec, "kilter")["ports"]}
     target = port["targetPort"]
     target = container_ports[target] if isinstance(target, str) else target
     assert target == kilter_args.http_port
@@ -391,7 +385,7 @@ def test_queues_are_a_mounted_configmap_and_the_cluster_is_the_state(
     kilter_args: argparse.Namespace, pod_spec: Obj, kilter_docs: list[Obj]
 ) -> None:
     assert kilter_args.snapshot is None and kilter_args.in_cluster, "the cluster itself is the state (list/watch)"
-    kilter = _container(pod_spec, "kilter")
+    kilter = container(pod_spec, "kilter")
     assert kilter_args.queues is not None
     name, key = _configmap_file(pod_spec, kilter, str(kilter_args.queues))
     assert name == "kilter-queues"
@@ -400,7 +394,7 @@ def test_queues_are_a_mounted_configmap_and_the_cluster_is_the_state(
 
 def test_kilter_listens_where_the_service_and_probes_reach(kilter_args: argparse.Namespace, pod_spec: Obj) -> None:
     assert not ipaddress.ip_address(kilter_args.address).is_loopback
-    kilter = _container(pod_spec, "kilter")
+    kilter = container(pod_spec, "kilter")
     probes = {kind: kilter[kind]["httpGet"] for kind in ("livenessProbe", "readinessProbe", "startupProbe")}
     assert probes["livenessProbe"]["path"] == "/healthz"
     assert probes["readinessProbe"]["path"] == "/readyz"
@@ -467,13 +461,13 @@ def test_the_pod_runs_unprivileged_and_outside_volcano(pod_spec: Obj) -> None:
     assert pod_spec.get("schedulerName", "default-scheduler") == "default-scheduler"
     assert pod_spec["securityContext"]["runAsNonRoot"] is True
     assert pod_spec["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault"
-    for container in pod_spec["containers"]:
-        context = container["securityContext"]
+    for each in pod_spec["containers"]:
+        context = each["securityContext"]
         assert context["allowPrivilegeEscalation"] is False
         assert context["readOnlyRootFilesystem"] is True
         assert context["capabilities"]["drop"] == ["ALL"]
-        assert {"cpu", "memory"} <= container["resources"]["requests"].keys()
-        assert "memory" in container["resources"]["limits"]
+        assert {"cpu", "memory"} <= each["resources"]["requests"].keys()
+        assert "memory" in each["resources"]["limits"]
 
 
 def test_rbac_grants_exactly_what_kilter_needs(kilter_docs: list[Obj], deployment: Obj) -> None:

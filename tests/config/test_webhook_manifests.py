@@ -33,7 +33,7 @@ from kilter.webhooks import plan_guard
 from kilter.webhooks.admissioncheck import CHECKS, CONTROLLER_NAME, WORKLOADS, our_checks
 from kilter.webhooks.validate import QUEUE_KEYS, TOPOLOGY_POLICY, TOPOLOGY_VALUES
 from tests.config.test_scheduler_manifests import go_duration_s
-from tests.config.yamldocs import COMPONENTS, ROOT, Obj, component, documents, one, overlay
+from tests.config.yamldocs import COMPONENTS, ROOT, Obj, component, container, documents, kilter_command, one, overlay
 from tests.webhooks.conftest import admission_review
 
 README_FILE = COMPONENTS / "webhooks" / "README.md"
@@ -116,12 +116,6 @@ def _covered(webhook: Obj) -> set[tuple[str, str]]:
 
 def _job_resources(excluded: dict[tuple[str, str], str]) -> set[tuple[str, str]]:
     return {(group, RESOURCES[(group, kind)]) for group, kind in _reader_kinds() if (group, kind) not in excluded}
-
-
-def _container(pod_spec: Obj, name: str) -> Obj:
-    found: list[Obj] = [c for c in pod_spec["containers"] if c["name"] == name]
-    assert len(found) == 1, f"expected one container {name!r}"
-    return found[0]
 
 
 def _review(obj: Obj, operation: str = "CREATE", old: Obj | None = None, user: str = "alice") -> Obj:
@@ -216,10 +210,7 @@ def pod_spec(deployment_docs: list[Obj]) -> Obj:
 
 @pytest.fixture(scope="module")
 def kilter_args(pod_spec: Obj) -> argparse.Namespace:
-    kilter = _container(pod_spec, "kilter")
-    argv = [*kilter.get("command", []), *kilter.get("args", [])]
-    assert argv[:1] == ["kilter"], "the kilter container runs the kilter command"
-    return build_parser().parse_args([str(a) for a in argv[1:]])
+    return kilter_command(pod_spec)
 
 
 @pytest.fixture(scope="module")
@@ -498,7 +489,7 @@ def test_kilter_serves_the_webhooks_with_the_certificates_secret(
     assert kilter_args.tls_cert_file is not None and kilter_args.tls_key_file is not None
     cert, key = PurePosixPath(str(kilter_args.tls_cert_file)), PurePosixPath(str(kilter_args.tls_key_file))
     assert (cert.name, key.name) == ("tls.crt", "tls.key"), "the keys cert-manager writes"
-    kilter = _container(pod_spec, "kilter")
+    kilter = container(pod_spec, "kilter")
     mounts = [m for m in kilter["volumeMounts"] if PurePosixPath(m["mountPath"]) == cert.parent]
     assert len(mounts) == 1, f"one volume mounted at {cert.parent}"
     (mount,) = mounts

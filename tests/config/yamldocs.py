@@ -7,6 +7,7 @@ overlays themselves are built by the real ``kubectl kustomize``; those tests ski
 
 from __future__ import annotations
 
+import argparse
 import functools
 import shutil
 import subprocess
@@ -55,6 +56,23 @@ def overlay(name: str) -> list[Obj]:
     if shutil.which("kubectl") is None:
         pytest.skip("kubectl is not installed: the overlays are built with kubectl kustomize")
     return [dict(d) for d in _built(name)]
+
+
+def container(pod_spec: Obj, name: str) -> Obj:
+    """The one container ``name`` of a pod spec."""
+    found: list[Obj] = [c for c in pod_spec["containers"] if c["name"] == name]
+    assert len(found) == 1, f"expected one container {name!r}"
+    return found[0]
+
+
+def kilter_command(pod_spec: Obj) -> argparse.Namespace:
+    """What kilter's own parser reads of the ``kilter`` container's command line."""
+    from kilter.cli.main import build_parser
+
+    kilter = container(pod_spec, "kilter")
+    argv = [str(a) for a in (*kilter.get("command", []), *kilter.get("args", []))]
+    assert argv[:1] == ["kilter"], "the kilter container runs the kilter command"
+    return build_parser().parse_args(argv[1:])
 
 
 def one(docs: list[Obj], kind: str, name: str | None = None) -> Obj:

@@ -15,7 +15,6 @@ import ssl
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,7 @@ from kilter.webhooks.cert_controller import CertController
 from kilter.webhooks.certs import RENEW_BEFORE, SERVING_VALIDITY, Issued, expiry, service_names
 from tests.listwatch import SECRETS, ApiError, ListWatchServer, Resource
 from tests.live_mode import kubeconfig
+from tests.local_http import free_port, get_text
 from tests.webhooks.test_certs import handshake
 
 MUTATING = Resource(
@@ -208,7 +208,7 @@ def test_kilter_certs_leads_by_its_lease_keeps_the_secret_and_answers_probes(tmp
     with ListWatchServer([SECRETS, MUTATING, VALIDATING, LEASES], token=TOKEN) as cluster:
         cluster.add(configuration("MutatingWebhookConfiguration", CONFIGS[0].split("/")[1], 1))
         cluster.add(configuration("ValidatingWebhookConfiguration", CONFIGS[1].split("/")[1], 1))
-        http = _free_port()
+        http = free_port()
         config = kubeconfig(tmp_path / "kubeconfig", cluster.port, TOKEN)
         argv = [sys.executable, "-m", "kilter.cli", "certs", "--kubeconfig", str(config), "--interval", "1s"]
         argv += ["--http-port", str(http), "--address", "127.0.0.1", "--log-format", "json"]
@@ -222,7 +222,7 @@ def test_kilter_certs_leads_by_its_lease_keeps_the_secret_and_answers_probes(tmp
                 assert time.monotonic() < deadline, "kilter certs did not lead and issue within 60 s"
                 time.sleep(0.1)
             assert "kilter_certificate_expiry_timestamp_seconds" in _metrics(http)
-            assert _get(http, "/healthz") == "ok" and _get(http, "/readyz") == "ok"
+            assert get_text(http, "/healthz") == "ok" and get_text(http, "/readyz") == "ok"
             lease = cluster.get_object(LEASES, "kube-system", "kilter-certs")
             assert lease["spec"]["holderIdentity"].startswith(socket.gethostname())
         finally:
@@ -240,22 +240,8 @@ def bundles_set(cluster: ListWatchServer) -> bool:
         return False
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _get(port: int, path: str) -> str:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=2) as answer:
-            return str(answer.read().decode())
-    except OSError:
-        return ""
-
-
 def _metrics(port: int) -> str:
-    return _get(port, "/metrics")
+    return get_text(port, "/metrics")
 
 
 def test_a_shipped_secret_is_filled_keeping_its_type_and_labels(cluster: ListWatchServer) -> None:
