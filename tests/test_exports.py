@@ -21,6 +21,7 @@ PACKAGES = [
     "kilter.extenders.volcano",
     "kilter.webhooks",
     "kilter.api",
+    "kilter.pool",
     "kilter.sim",
     "kilter.cli",
     "kilter._native",
