@@ -79,13 +79,6 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.set_defaults(func=run)
 
 
-def _ref(text: str, flag: str) -> tuple[str, str]:
-    try:
-        return parse_ref(text)
-    except InputError:
-        raise InputError(f"{flag} must be NAMESPACE/NAME, got {text[:100]!r}") from None
-
-
 def _configurations(refs: list[str]) -> list[str]:
     out = []
     for ref in refs or DEFAULT_CONFIGURATIONS:
@@ -151,8 +144,8 @@ def _listener(address: str, port: int, registry: CollectorRegistry) -> Threading
 
 def run(args: argparse.Namespace) -> int:
     logs.configure(args.log_level, args.log_format)
-    secret, service = _ref(args.secret, "--secret"), _ref(args.service, "--service")
-    lease = _ref(args.lease, "--lease")
+    secret, service = parse_ref(args.secret, "--secret"), parse_ref(args.service, "--service")
+    lease = parse_ref(args.lease, "--lease")
     configurations = _configurations(args.webhook_configuration)
     interval_s = parse_duration(args.interval, path="--interval")
     if not 1 <= interval_s <= 86400:

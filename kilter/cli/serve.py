@@ -382,18 +382,14 @@ def _plan_keys(
 def _elector(config: ServeConfig, api: ApiServer | None) -> LeaderElector | LeaseFollower | None:
     """Who decides whether this replica writes: a candidate for kilter's Lease, a follower of kube-scheduler's, or
     none (every replica writes)."""
-    follow, elect = config.follow_lease, config.leader_elect
+    follow, elect = config.follow_lease, config.leader_elect  # ServeConfig checked both, and the Lease's form
     if not follow and not elect:
         return None
-    flag = "--follow-lease" if follow else "--leader-elect"
-    if follow and elect:
-        raise InputError("--leader-elect and --follow-lease exclude each other: kilter either campaigns or follows")
     if api is None:
-        raise InputError(f"{flag} needs a cluster: --kubeconfig FILE or --in-cluster")
-    lease = str(follow or config.lease)
-    namespace, _, name = lease.partition("/")
-    if not namespace or not name or "/" in name:
-        raise InputError(f"{'--follow-lease' if follow else '--lease'} must be NAMESPACE/NAME, got {lease!r}")
+        raise InputError(
+            f"{'--follow-lease' if follow else '--leader-elect'} needs a cluster: --kubeconfig FILE or --in-cluster"
+        )
+    namespace, _, name = str(follow or config.lease).partition("/")
     if follow:
         return LeaseFollower(api, namespace, name, socket.gethostname())
     identity = f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
@@ -439,14 +435,8 @@ def _queue_objects(path: Path | None) -> list[ClusterQueue | Cohort | ResourceFl
 
 
 def tls_files(config: ServeConfig) -> ReloadingTLS | None:
-    cert, key = config.tls_cert_file, config.tls_key_file
-    if cert is None and key is None:
-        if config.http_tls:
-            raise InputError("--http-tls needs --tls-cert-file and --tls-key-file")
-        return None
-    if cert is None or key is None:
-        raise InputError("--tls-cert-file and --tls-key-file go together")
-    return ReloadingTLS(cert, key)
+    cert, key = config.tls_cert_file, config.tls_key_file  # ServeConfig holds both or neither
+    return ReloadingTLS(cert, key) if cert is not None and key is not None else None
 
 
 def webhook_app(store: ClusterStore, users: Sequence[str]) -> WebhookApp:

@@ -95,12 +95,13 @@ REREAD_INTERVAL_S = 60.0
 """Seconds between reads of the Secret: one GET a minute per replica, and the grace a rotation waits out is two."""
 
 
-def parse_ref(text: str) -> tuple[str, str]:
-    """``--plan-key-secret``'s NAMESPACE/NAME, each checked as the API server would; InputError otherwise."""
+def parse_ref(text: str, flag: str = "--plan-key-secret") -> tuple[str, str]:
+    """A flag's NAMESPACE/NAME (``--plan-key-secret``'s by default), each checked as the API server would;
+    InputError naming ``flag`` otherwise."""
     namespace, _, name = text.partition("/")
     if not namespace or not name or "/" in name:
-        raise InputError(f"--plan-key-secret must be NAMESPACE/NAME, got {text[:100]!r}")
-    return check_namespace(namespace, what="--plan-key-secret namespace"), check_name(name, what="--plan-key-secret")
+        raise InputError(f"{flag} must be NAMESPACE/NAME, got {text[:100]!r}")
+    return check_namespace(namespace, what=f"{flag} namespace"), check_name(name, what=flag)
 
 
 @dataclass(frozen=True)
