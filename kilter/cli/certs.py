@@ -137,6 +137,12 @@ def _listener(address: str, port: int, registry: CollectorRegistry) -> Threading
             self.end_headers()
             self.wfile.write(body)
 
+        def refuse(self) -> None:
+            """405 for a method the probe listener knows but does not serve (501 stays for one it does not know)."""
+            self.send_error(405)
+
+        do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = do_OPTIONS = refuse
+
     server = ThreadingHTTPServer((address, port), Handler)
     server.daemon_threads = True
     return server

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+import http.client as http_client
 import signal
 import socket
 import ssl
@@ -223,6 +224,11 @@ def test_kilter_certs_leads_by_its_lease_keeps_the_secret_and_answers_probes(tmp
                 time.sleep(0.1)
             assert "kilter_certificate_expiry_timestamp_seconds" in _metrics(http)
             assert get_text(http, "/healthz") == "ok" and get_text(http, "/readyz") == "ok"
+            for method, path, want in (("POST", "/metrics", 405), ("GET", "/nope", 404), ("DELETE", "/healthz", 405)):
+                conn = http_client.HTTPConnection("127.0.0.1", http, timeout=5)
+                conn.request(method, path, body=b"{not json" if method == "POST" else None)
+                assert conn.getresponse().status == want, (method, path)
+                conn.close()
             lease = cluster.get_object(LEASES, "kube-system", "kilter-certs")
             assert lease["spec"]["holderIdentity"].startswith(socket.gethostname())
         finally:
