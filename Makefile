@@ -17,8 +17,8 @@ $(PY):
 
 # Build tools first, then the project in editable mode with every extra; the
 # Cython core is compiled here and again whenever a .pyx/.pxd/.h changes, and
-# the gRPC stubs generated from kilter/api/placement.proto likewise.
-$(STAMP): $(PY) pyproject.toml setup.py $(NATIVE) kilter/api/placement.proto
+# the gRPC stubs generated from kilter/api/*.proto likewise.
+$(STAMP): $(PY) pyproject.toml setup.py $(NATIVE) kilter/api/placement.proto kilter/api/pool.proto
 	$(PY) -m pip install --quiet "setuptools>=69" "Cython>=3.0.10,<4" "numpy>=2.0" wheel \
 		"grpcio-tools>=1.85.1,<1.86" "mypy-protobuf>=5.0"
 	$(PY) -m pip install --quiet --no-build-isolation -e '.[dev]'
@@ -75,7 +75,7 @@ native-debug: $(STAMP)
 	$(PY) setup.py --quiet build_ext --inplace --force; exit $$status
 
 clean:
-	rm -rf build dist *.egg-info kilter/_native/*.so kilter/_native/*.c kilter/api/placement_pb2*
+	rm -rf build dist *.egg-info kilter/_native/*.so kilter/_native/*.c kilter/api/placement_pb2* kilter/api/pool_pb2*
 
 # The one-file kubectl plugin: dist/kubectl-kilter, the compiled core inside (PyInstaller, the `plugin` extra).
 plugin: $(STAMP)

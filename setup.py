@@ -3,7 +3,7 @@
 The extensions are one table, built in a loop. ``KILTER_NATIVE_DEBUG=1`` turns
 bounds and wraparound checks back on for a debugging build.
 
-The gRPC stubs of ``kilter/api/placement.proto`` (messages, service, and
+The gRPC stubs of ``kilter/api/*.proto`` (messages, services, and
 their ``.pyi`` for mypy) are generated, never committed: ``build_ext``
 (what ``make`` runs in place) and ``build_py`` (what a wheel build runs)
 run grpcio-tools' protoc with mypy-protobuf's plugins first, whenever the
@@ -23,8 +23,8 @@ from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 from setuptools.command.build_py import build_py
 
-PROTO = "kilter/api/placement.proto"
-STUBS = ("placement_pb2.py", "placement_pb2.pyi", "placement_pb2_grpc.py", "placement_pb2_grpc.pyi")
+PROTOS = ("kilter/api/placement.proto", "kilter/api/pool.proto")
+STUB_SUFFIXES = ("_pb2.py", "_pb2.pyi", "_pb2_grpc.py", "_pb2_grpc.pyi")
 
 
 def _plugin(name: str) -> str:
@@ -36,12 +36,16 @@ def _plugin(name: str) -> str:
 
 
 def generate_stubs() -> None:
-    """Run protoc on PROTO unless every stub is newer than it."""
+    """Run protoc on each of PROTOS unless every stub of it is newer than it."""
     root = Path(__file__).resolve().parent
-    proto = root / PROTO
-    outputs = [proto.with_name(name) for name in STUBS]
-    if all(out.exists() and out.stat().st_mtime >= proto.stat().st_mtime for out in outputs):
-        return
+    for name in PROTOS:
+        proto = root / name
+        outputs = [proto.with_name(proto.stem + suffix) for suffix in STUB_SUFFIXES]
+        if not all(out.exists() and out.stat().st_mtime >= proto.stat().st_mtime for out in outputs):
+            _protoc(root, proto)
+
+
+def _protoc(root: Path, proto: Path) -> None:
     from grpc_tools import protoc  # a build requirement, imported only when building
 
     include = str(importlib.resources.files("grpc_tools") / "_proto")
@@ -58,7 +62,7 @@ def generate_stubs() -> None:
         str(proto),
     ]
     if protoc.main(args) != 0:
-        raise SystemExit(f"protoc failed on {PROTO}")
+        raise SystemExit(f"protoc failed on {proto}")
 
 
 class BuildExt(build_ext):

@@ -15,7 +15,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 import grpc
@@ -28,7 +29,7 @@ from kilter.api.last_resort import Count, LastResort
 from kilter.api.servicer import MAX_JOB_BYTES, PlacementServicer, Sources
 from kilter.api.tls import ReloadingCredentials
 
-__all__ = ["MAX_RECEIVE_BYTES", "PLACEMENT", "READY_POLL_S", "PlacementServer"]
+__all__ = ["MAX_RECEIVE_BYTES", "PLACEMENT", "READY_POLL_S", "PlacementServer", "Service"]
 
 log = logging.getLogger("kilter.api")
 
@@ -48,6 +49,15 @@ class _Health(Protocol):
     async def enter_graceful_shutdown(self) -> None: ...
 
 
+@dataclass(frozen=True)
+class Service:
+    """Another service on the same listener (the pool's exchange): its full name, for health and reflection, and
+    how to add its servicer to a server."""
+
+    name: str
+    add: Callable[[grpc.aio.Server], None]
+
+
 class PlacementServer:
     """One gRPC listener on ``address:port`` (port 0: any free one, see ``port`` after ``start``), plain or TLS."""
 
@@ -60,8 +70,10 @@ class PlacementServer:
         credentials: ReloadingCredentials | None = None,
         ready: Callable[[], bool] | None = None,
         internal_error: Count | None = None,
+        services: Sequence[Service] = (),
     ) -> None:
         self.sources = sources
+        self.services = tuple(services)
         self.address = address
         self.port = port
         self.credentials = credentials
@@ -83,10 +95,12 @@ class PlacementServer:
             ],
         )
         pb_grpc.add_PlacementServicer_to_server(PlacementServicer(self.sources), server)
+        for service in self.services:
+            service.add(server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
-        reflection.enable_server_reflection(
-            (PLACEMENT, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME), server
-        )
+        names = (PLACEMENT, *(s.name for s in self.services))
+        health_name = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
+        reflection.enable_server_reflection((*names, health_name, reflection.SERVICE_NAME), server)
         target = f"{_host(self.address)}:{self.port}"
         if self.credentials is None:
             bound = server.add_insecure_port(target)
@@ -104,7 +118,7 @@ class PlacementServer:
 
     async def _set(self, ready: bool) -> None:
         status = health_pb2.HealthCheckResponse.SERVING if ready else health_pb2.HealthCheckResponse.NOT_SERVING
-        for service in ("", PLACEMENT):
+        for service in ("", PLACEMENT, *(s.name for s in self.services)):
             await self.health.set(service, status)
 
     async def _follow_readiness(self) -> None:

@@ -33,6 +33,7 @@ import yaml
 from pydantic.alias_generators import to_camel
 from pydantic.config import JsonDict
 
+from kilter.cli.configuration_pool import POOL_EXAMPLE, PoolSection
 from kilter.cli.serve_config import DEFAULTS, ServeConfig
 from kilter.model.durations import parse_duration
 from kilter.model.errors import InputError
@@ -258,6 +259,7 @@ class Configuration(pydantic.BaseModel):
     runtime_estimates: RuntimeEstimates = RuntimeEstimates()
     explain: Explain = Explain()
     logging: Logging = Logging()
+    pool: PoolSection | None = None
 
     SECTIONS: ClassVar[tuple[str, ...]] = (
         "state",
@@ -311,6 +313,8 @@ def serve_fields(config: Configuration) -> dict[str, Any]:
         elif isinstance(value, str) and serve in _PATHS:
             value = Path(value)
         fields[serve] = value
+    if config.pool is not None:
+        fields["pool"] = config.pool.settings()
     return fields
 
 
@@ -441,4 +445,5 @@ def default_text() -> str:
             lines.append(f"  # {text}")
         value = yaml.safe_dump(field.default, default_flow_style=True).strip().removesuffix("...").strip()
         lines.append(f"  {field.alias or to_camel(name)}: {value}")
+    lines.extend(POOL_EXAMPLE.splitlines())
     return "\n".join(lines) + "\n"

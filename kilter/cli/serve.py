@@ -24,7 +24,7 @@ from typing import Any, Literal
 import uvicorn
 import uvloop
 
-from kilter.cli import configuration, logs, readings, serve_grpc, sources
+from kilter.cli import configuration, logs, readings, serve_grpc, serve_pool, sources
 from kilter.cli.config_reload import ConfigReloader
 from kilter.cli.kubectl.served import ServedViews
 from kilter.cli.listeners import Guard, ListenerReading, ensure_file_limit, listener_config
@@ -520,5 +520,16 @@ def run(args: argparse.Namespace) -> int:
         )
         app.metrics.registry.register(readings.AdmissionCheckReading(controller))
         log.info("AdmissionCheck controller %s running", CONTROLLER_NAME)
-    uvloop.run(serve_grpc.serve_all(servers, controller, serve_grpc.placement_server(config, app, store)))
+    services, loops = [], []
+    if config.pool is not None:
+        api = app.binder.api if isinstance(app.binder, ApiBinder) else None
+        parts = serve_pool.pool_parts(config, config.pool, store, api, app.is_writer)
+        services.append(parts.service)
+        loops.append(parts.gossip.run)
+        if parts.dispatcher is not None:
+            loops.append(parts.dispatcher.run)
+        app.metrics.registry.register(serve_pool.PoolReading(parts))
+        log.info("pool region %s with %d peers", config.pool.region, len(config.pool.peers))
+    placement = serve_grpc.placement_server(config, app, store, services=services)
+    uvloop.run(serve_grpc.serve_all(servers, controller, placement, loops))
     return 0

@@ -24,6 +24,7 @@ from kilter.extenders.server import DEFAULT_MAX_BODY_BYTES, DEFAULT_VOLCANO_BODY
 from kilter.gangs import trust
 from kilter.gangs.key_secret import DEFAULT_ROTATION_S, REREAD_INTERVAL_S
 from kilter.model.errors import InputError
+from kilter.pool.settings import PoolSettings
 from kilter.quota.policy import parse_duration
 from kilter.quota.runtimes import WINDOW
 from kilter.topology.split_wait import (
@@ -170,6 +171,8 @@ class ServeConfig:
     """Logging threshold of every kilter and uvicorn logger."""
     log_format: LogFormat = "text"
     """``text`` for people, ``json`` (one object per line, with the gang/pod/workload keys) for a log pipeline."""
+    pool: PoolSettings | None = None
+    """The global pool (the Configuration's ``pool`` section only): this region, its peers, dispatch."""
 
     def __post_init__(self) -> None:
         self._check_wiring()
@@ -198,6 +201,17 @@ class ServeConfig:
             raise InputError("--demo and --snapshot exclude each other: the state comes from one place")
         if self.in_cluster and self.kubeconfig is not None:
             raise InputError("--in-cluster and --kubeconfig exclude each other: kilter talks to one API server")
+        if self.pool is not None:
+            if self.grpc_port == 0:
+                raise InputError("pool: the exchange runs on the gRPC listener; --grpc-port must not be 0")
+            mtls = self.tls_cert_file is not None and self.grpc_client_ca is not None
+            if not (mtls or self.pool.insecure):
+                raise InputError(
+                    "pool: the exchange needs mutual TLS (--tls-cert-file, --tls-key-file, --grpc-client-ca); "
+                    "pool.insecure: true allows plaintext"
+                )
+            if self.pool.dispatch and self.kubeconfig is None and not self.in_cluster:
+                raise InputError("pool.dispatch: writes Workloads, so it needs --kubeconfig or --in-cluster")
 
     def _check_limits(self) -> None:
         for flag, seconds in (

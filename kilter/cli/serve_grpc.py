@@ -14,12 +14,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import ipaddress
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
+from typing import Any
 
 import uvicorn
 
 from kilter.api import PlacementServer, ReloadingCredentials, Sources
+from kilter.api.server import Service
 from kilter.cli.serve_config import DEFAULTS, ServeConfig
 from kilter.extenders.server import App
 from kilter.gangs.decisions import DecisionFeed
@@ -63,7 +65,7 @@ def peer_client(peer: str) -> tuple[str, int] | None:
 
 
 def placement_server(
-    config: ServeConfig, app: App, store: ClusterStore, *, port: int | None = None
+    config: ServeConfig, app: App, store: ClusterStore, *, port: int | None = None, services: Sequence[Service] = ()
 ) -> PlacementServer | None:
     """The gRPC listener over ``app``'s state (None with ``--grpc-port 0``); ``port`` replaces the config's (tests
     pass 0: any free port)."""
@@ -90,16 +92,26 @@ def placement_server(
         app.metrics.internal_errors.labels(method).inc()
 
     return PlacementServer(
-        sources, address=config.address, port=bind, credentials=credentials, internal_error=internal_error
+        sources,
+        address=config.address,
+        port=bind,
+        credentials=credentials,
+        internal_error=internal_error,
+        services=services,
     )
 
 
 async def serve_all(
-    servers: list[uvicorn.Server], controller: Controller | None, placement: PlacementServer | None = None
+    servers: list[uvicorn.Server],
+    controller: Controller | None,
+    placement: PlacementServer | None = None,
+    loops: Sequence[Callable[[], Coroutine[Any, Any, None]]] = (),
 ) -> None:
-    """Run every listener (and the controller); when one listener stops (a signal, a failed bind), stop all."""
+    """Run every listener (and the controller, and ``loops``: the pool's rounds); when one listener stops (a
+    signal, a failed bind), stop all."""
     tasks = [asyncio.create_task(s.serve()) for s in servers]
-    background = asyncio.create_task(controller.run()) if controller is not None else None
+    runs: list[Callable[[], Coroutine[Any, Any, None]]] = [controller.run] if controller is not None else []
+    background = [asyncio.create_task(run()) for run in (*runs, *loops)]
     if placement is not None:
         try:
             await placement.start()
@@ -115,5 +127,6 @@ async def serve_all(
     if placement is not None:
         await placement.stop()
     await asyncio.gather(*tasks, return_exceptions=True)
-    if background is not None:
-        background.cancel()
+    for task in background:
+        task.cancel()
+    await asyncio.gather(*background, return_exceptions=True)

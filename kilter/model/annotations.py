@@ -14,11 +14,13 @@ import re
 from kilter.model.errors import InputError
 
 __all__ = [
+    "AVOID_REGIONS",
     "BLOCK",
     "CLUSTER_QUEUE",
     "COMPUTE_DOMAIN_SHARES_CLIQUES",
     "COMPUTE_DOMAIN_SPANS_CLIQUES",
     "CONTROLLER_NAME",
+    "DATA_REGION",
     "DECAYED_USAGE",
     "GANG",
     "GANG_SIZE",
@@ -30,6 +32,7 @@ __all__ = [
     "PLATFORM",
     "PREFIX",
     "PRODUCT",
+    "REGIONS",
     "SCALE_UP_DOMAIN",
     "SPARES_FOR_PREEMPTIBLE",
     "SPARE_NODES_PER_DOMAIN",
@@ -41,6 +44,7 @@ __all__ = [
     "hypernode_tier",
     "is_true",
     "parse_gang_size",
+    "parse_regions",
     "parse_spare_nodes",
     "parse_spares_for_preemptible",
 ]
@@ -107,6 +111,30 @@ without it on both, kilter keeps two ComputeDomains out of one clique (their IME
 def is_true(value: str | None) -> bool:
     """An opt-in annotation's value reads as set: ``"true"``, in any case, nothing else (not ``"1"``, ``"yes"``)."""
     return value is not None and value.strip().lower() == "true"
+
+
+# ------------------------------------------------------------------ regions (Kueue Workloads of the global pool)
+
+REGIONS = "kilter.dev/regions"
+"""Workload or pod template annotation: the regions the job may run in, best first (``eu-west,us-east``)."""
+
+AVOID_REGIONS = "kilter.dev/avoid-regions"
+"""Workload or pod template annotation: regions the job must not run in."""
+
+DATA_REGION = "kilter.dev/data-region"
+"""Workload or pod template annotation: the region holding the job's data; ranked first among equal placements."""
+
+_REGION_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
+
+
+def parse_regions(raw: str, *, what: str) -> tuple[str, ...]:
+    """A comma-separated list of region names (lower-case DNS names, as MultiKueue's clusters are named); a bad
+    name is an ``InputError``, so a typo does not silently send a job anywhere."""
+    names = tuple(n.strip() for n in raw.split(",") if n.strip())
+    for name in names:
+        if not _REGION_NAME.fullmatch(name):
+            raise InputError(f"{what}: {name[:60]!r} is not a region name (lower-case letters, digits, '-', '.')")
+    return names
 
 
 # ------------------------------------------------------------------ queues (ClusterQueues, Cohorts, Volcano Queues)

@@ -12,34 +12,14 @@ age it by.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from kilter.gangs.inventory import Inventory
 from kilter.model.errors import InputError
+from kilter.topology.regions import DomainRoom, RegionView, fewest_domains
 
-__all__ = ["DomainRoom", "RegionInventory", "fewest_domains", "of_inventory"]
-
-
-@dataclass(frozen=True)
-class DomainRoom:
-    """One scale-up domain's room now: free GPUs, and the most pods of one size it takes (whole nodes first)."""
-
-    platform: str
-    gpus_free: int
-    largest_pods: int
-    largest_gpus_per_pod: int
-
-    def pods_of(self, gpus_per_pod: int) -> int:
-        """Pods of ``gpus_per_pod`` this domain takes now: exact for its largest shape's size; for others, what its
-        free GPUs allow (an upper bound: a peer ranks with it, the region itself decides)."""
-        if gpus_per_pod <= 0:
-            return 0
-        if gpus_per_pod == self.largest_gpus_per_pod:
-            return self.largest_pods
-        if gpus_per_pod > self.largest_gpus_per_pod:
-            return 0
-        return self.gpus_free // gpus_per_pod
+__all__ = ["DomainRoom", "RegionInventory", "fewest_domains", "of_inventory"]  # the first and third re-exported
 
 
 @dataclass(frozen=True)
@@ -51,6 +31,7 @@ class RegionInventory:
     produced_at: float
     domains: tuple[DomainRoom, ...] = ()
     headroom: Mapping[str, int] = field(default_factory=dict)  # ClusterQueue -> GPUs it could still admit
+    local_queues: Mapping[str, str] = field(default_factory=dict)  # LocalQueue NAMESPACE/NAME -> its ClusterQueue
 
     def __post_init__(self) -> None:
         if not self.origin:
@@ -63,9 +44,20 @@ class RegionInventory:
         other content cannot come from an honest origin, and the first one heard stays."""
         return other is None or self.generation > other.generation
 
+    def view(self, now: float) -> RegionView:
+        """What ``topology.regions`` ranks: the rooms, and headroom keyed by LocalQueue (NAMESPACE/NAME), the name a
+        MultiKueue copy keeps in every worker, through the ClusterQueue it points to there."""
+        headroom = {lq: self.headroom[cq] for lq, cq in self.local_queues.items() if cq in self.headroom}
+        return RegionView(self.origin, self.domains, headroom, max(0.0, now - self.produced_at))
+
 
 def of_inventory(
-    origin: str, generation: int, produced_at: float, inventory: Inventory, headroom: Mapping[str, int] | None = None
+    origin: str,
+    generation: int,
+    produced_at: float,
+    inventory: Inventory,
+    headroom: Mapping[str, int] | None = None,
+    local_queues: Mapping[str, str] | None = None,
 ) -> RegionInventory:
     """The summary of a region's ``gangs.inventory`` answer to publish; detached nodes (a multi-node platform's
     node without its domain label) are left out, as they take only single-pod gangs."""
@@ -74,20 +66,4 @@ def of_inventory(
         for d in inventory.domains
         if not d.detached
     )
-    return RegionInventory(origin, generation, produced_at, rooms, dict(headroom or {}))
-
-
-def fewest_domains(rooms: Iterable[DomainRoom], platform: str, pods: int, gpus_per_pod: int) -> int | None:
-    """The fewest domains of ``platform`` that take ``pods`` pods of ``gpus_per_pod`` GPUs now (largest rooms
-    first: optimal, since any k domains hold at most the k largest rooms' pods); None when all together do not."""
-    if pods <= 0:
-        return 0
-    room = sorted((r.pods_of(gpus_per_pod) for r in rooms if r.platform == platform), reverse=True)
-    held = 0
-    for used, pods_here in enumerate(room, start=1):
-        if pods_here <= 0:
-            break
-        held += pods_here
-        if held >= pods:
-            return used
-    return None
+    return RegionInventory(origin, generation, produced_at, rooms, dict(headroom or {}), dict(local_queues or {}))

@@ -41,21 +41,41 @@ class PeerTable:
 
     region: str
     ttl_s: float = DEFAULT_TTL_S
+    members: frozenset[str] | None = None  # the pool's regions; None: any origin is taken
     held: dict[str, RegionInventory] = field(default_factory=dict)
     accepted: int = 0  # inventories that replaced an older one (or were new): what an exchange moved
     ignored: int = 0  # inventories no newer than what was held
+    strangers: int = 0  # inventories of regions the pool does not name, dropped
+    own_heard: int = -1  # the highest generation of this region's own inventory that peers still hold
 
     def publish(self, inventory: RegionInventory) -> None:
         """This region's own new inventory; only this region may author it."""
         if inventory.origin != self.region:
             raise ValueError(f"region {self.region} cannot publish the inventory of {inventory.origin}")
-        self.offer([inventory])
+        if not inventory.newer_than(self.held.get(self.region)):
+            raise ValueError(f"region {self.region} already published generation {self.held[self.region].generation}")
+        self.held[self.region] = inventory
+        self.accepted += 1
+
+    def next_generation(self, now: float) -> int:
+        """The generation of this region's next inventory: its clock in milliseconds, so a restarted region goes
+        on above what it published before without remembering it, and above anything of its own peers still
+        hold (a clock set back, or a restart within a millisecond)."""
+        held = self.held.get(self.region)
+        return max(int(now * 1000), self.own_heard + 1, (held.generation + 1) if held is not None else 0)
 
     def offer(self, inventories: Iterable[RegionInventory]) -> list[RegionInventory]:
-        """Take each inventory newer than the one held of its origin; the ones taken (to relay onwards)."""
+        """Take each inventory newer than the one held of its origin; the ones taken (to relay onwards). This
+        region's own comes only from ``publish``: a peer's copy of it is old news (noted in ``own_heard``), and
+        an origin outside ``members`` is dropped."""
         taken = []
         for inv in inventories:
-            if inv.newer_than(self.held.get(inv.origin)):
+            if inv.origin == self.region:
+                self.own_heard = max(self.own_heard, inv.generation)
+                self.ignored += 1
+            elif self.members is not None and inv.origin not in self.members:
+                self.strangers += 1
+            elif inv.newer_than(self.held.get(inv.origin)):
                 self.held[inv.origin] = inv
                 self.accepted += 1
                 taken.append(inv)

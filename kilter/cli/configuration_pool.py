@@ -1,0 +1,85 @@
+"""The Configuration's ``pool`` section: the global pool's region, peers and dispatch (docs/pool.md).
+
+Apart from the flat sections because it is file-only: a list of peers has
+no flag, so it maps to one ``ServeConfig`` field, ``pool``, whole.
+"""
+
+from __future__ import annotations
+
+import pydantic
+from pydantic.alias_generators import to_camel
+
+from kilter.model.durations import parse_duration
+from kilter.pool.settings import PeerSettings, PoolSettings
+
+__all__ = ["POOL_EXAMPLE", "PoolDispatch", "PoolPeer", "PoolSection"]
+
+
+class _PoolPart(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(extra="forbid", strict=True, frozen=True, alias_generator=to_camel)
+
+
+class PoolPeer(_PoolPart):
+    """A peer region of the pool."""
+
+    name: str
+    address: str
+    clusters: list[str] = []
+    server_name: str = ""
+
+
+class PoolDispatch(_PoolPart):
+    """kilter as MultiKueue's external dispatcher for this region's Workloads."""
+
+    enabled: bool = True
+    interval: str = "2s"
+    admit_deadline: str = "1m"
+    nominate_at_most: int = PoolSettings.nominate_at_most
+
+
+class PoolSection(_PoolPart):
+    """The global pool: this region, its peers, how often they exchange inventories, and dispatch (file only:
+    see docs/pool.md)."""
+
+    region: str
+    clusters: list[str] = []
+    peers: list[PoolPeer] = []
+    exchange_interval: str = "1s"
+    ttl: str = "30s"
+    call_timeout: str = "2s"
+    insecure: bool = False
+    dispatch: PoolDispatch = PoolDispatch()
+
+    def settings(self) -> PoolSettings:
+        def seconds(value: str, where: str) -> float:
+            return parse_duration(value, path=f"pool.{where}")
+
+        return PoolSettings(
+            region=self.region,
+            peers=tuple(PeerSettings(p.name, p.address, tuple(p.clusters), p.server_name) for p in self.peers),
+            clusters=tuple(self.clusters),
+            exchange_interval_s=seconds(self.exchange_interval, "exchangeInterval"),
+            ttl_s=seconds(self.ttl, "ttl"),
+            call_timeout_s=seconds(self.call_timeout, "callTimeout"),
+            insecure=self.insecure,
+            dispatch=self.dispatch.enabled,
+            dispatch_interval_s=seconds(self.dispatch.interval, "dispatch.interval"),
+            admit_deadline_s=seconds(self.dispatch.admit_deadline, "dispatch.admitDeadline"),
+            nominate_at_most=self.dispatch.nominate_at_most,
+        )
+
+
+POOL_EXAMPLE = """\
+# The global pool (docs/pool.md): off unless given. This region's name, the MultiKueueClusters that reach its
+# own workers, and its peers (their kilter's gRPC address, the MultiKueueClusters that reach them). The exchange
+# is mutual TLS with the listeners' certificate and grpcClientCA; insecure: true allows plaintext (a trial).
+# pool:
+#   region: eu-west
+#   clusters: []
+#   peers:
+#   - {name: us-east, address: "kilter.us-east.example.com:9090", clusters: [us-east], serverName: ""}
+#   exchangeInterval: 1s
+#   ttl: 30s
+#   callTimeout: 2s
+#   insecure: false
+#   dispatch: {enabled: true, interval: 2s, admitDeadline: 1m, nominateAtMost: 3}"""

@@ -1,0 +1,145 @@
+"""``kilter serve``'s part in the global pool: the exchange served and run, the dispatcher, their metrics.
+
+Built from the Configuration's ``pool`` section (``kilter.pool.settings``).
+The exchange is served on the gRPC listener beside ``kilter.v1.Placement``
+and judged by the same rule (mutual TLS, or the trusted networks with
+``insecure``); peers are called with the listener's own certificate and
+``grpcClientCA`` as the CA their certificates must chain to, so one pool
+CA is all the pool needs. The dispatcher writes only from the leader.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import grpc
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from kilter.api.server import Service
+from kilter.cli.serve_config import ServeConfig
+from kilter.cli.serve_grpc import peer_client
+from kilter.kube.api import ApiServer
+from kilter.pool.dispatch import Dispatcher
+from kilter.pool.exchange import ExchangeCounts, Gossip, Peer, PoolServicer, pool_service
+from kilter.pool.peers import PeerTable
+from kilter.pool.publish import StorePublisher
+from kilter.pool.settings import PoolSettings
+from kilter.state.store import ClusterStore
+
+__all__ = ["PoolParts", "PoolReading", "pool_parts"]
+
+
+@dataclass
+class PoolParts:
+    """What ``kilter serve`` runs for the pool: the exchange's service and rounds, and the dispatcher."""
+
+    table: PeerTable
+    service: Service
+    gossip: Gossip
+    dispatcher: Dispatcher | None
+
+
+def _channel_credentials(config: ServeConfig) -> grpc.ChannelCredentials | None:
+    if config.tls_cert_file is None or config.tls_key_file is None or config.grpc_client_ca is None:
+        return None
+    return grpc.ssl_channel_credentials(
+        root_certificates=config.grpc_client_ca.read_bytes(),
+        private_key=config.tls_key_file.read_bytes(),
+        certificate_chain=config.tls_cert_file.read_bytes(),
+    )
+
+
+def pool_parts(
+    config: ServeConfig,
+    pool: PoolSettings,
+    store: ClusterStore,
+    api: ApiServer | None,
+    is_writer: Callable[[], bool],
+) -> PoolParts:
+    table = PeerTable(pool.region, ttl_s=pool.ttl_s, members=pool.members)
+    counts = ExchangeCounts()
+    rule = config.grpc_trust_rule
+
+    def trusted(peer: str) -> bool:
+        return rule({"client": peer_client(peer)})
+
+    credentials = None if pool.insecure else _channel_credentials(config)
+    peers = [Peer(p.name, p.address, credentials, p.server_name) for p in pool.peers]
+    gossip = Gossip(
+        table,
+        peers,
+        StorePublisher(store),
+        interval_s=pool.exchange_interval_s,
+        call_timeout_s=pool.call_timeout_s,
+        counts=counts,
+    )
+    dispatcher = None
+    if pool.dispatch and api is not None:
+        dispatcher = Dispatcher(
+            store,
+            api,
+            table,
+            pool.cluster_regions(),
+            interval_s=pool.dispatch_interval_s,
+            deadline_s=pool.admit_deadline_s,
+            at_most=pool.nominate_at_most,
+            is_writer=is_writer,
+        )
+    return PoolParts(table, pool_service(PoolServicer(table, trusted, counts)), gossip, dispatcher)
+
+
+class PoolReading(Collector):
+    """The pool on ``/metrics``: regions heard and fresh, exchange calls and bytes, nominations written."""
+
+    def __init__(self, parts: PoolParts, wall: Callable[[], float] = time.time) -> None:
+        self.parts = parts
+        self.wall = wall
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        table, counts = self.parts.table, self.parts.gossip.counts
+        now = self.wall()
+        age = GaugeMetricFamily(
+            "kilter_pool_inventory_age_seconds",
+            "Age of the newest inventory held of each region (its own clock); past the TTL it is not used",
+            labels=["region"],
+        )
+        for origin, inv in sorted(table.held.items()):
+            age.add_metric([origin], max(0.0, now - inv.produced_at))
+        yield age
+        yield GaugeMetricFamily(
+            "kilter_pool_regions_fresh",
+            "Regions whose inventory is fresh, this one included",
+            value=len(table.fresh(now)),
+        )
+        calls = CounterMetricFamily(
+            "kilter_pool_exchanges", "Exchange calls made to each peer, by outcome", labels=["peer", "outcome"]
+        )
+        for (peer, outcome), n in sorted(counts.calls.items()):
+            calls.add_metric([peer, outcome], n)
+        yield calls
+        moved = CounterMetricFamily(
+            "kilter_pool_exchange_bytes",
+            "Bytes of exchange messages this region sent and received as caller",
+            labels=["direction"],
+        )
+        moved.add_metric(["sent"], counts.bytes_sent)
+        moved.add_metric(["received"], counts.bytes_received)
+        yield moved
+        yield CounterMetricFamily(
+            "kilter_pool_exchanges_refused",
+            "Exchange calls this region refused: an untrusted caller or a malformed inventory",
+            value=counts.refused,
+        )
+        dispatcher = self.parts.dispatcher
+        if dispatcher is not None:
+            written = CounterMetricFamily(
+                "kilter_pool_nominations",
+                "Workload nominations: nominated, cleared, conflict, failed, unplaceable",
+                labels=["outcome"],
+            )
+            for outcome in ("nominated", "cleared", "conflict", "failed", "unplaceable"):
+                written.add_metric([outcome], dispatcher.written.get(outcome, 0))
+            yield written
