@@ -1351,6 +1351,34 @@ def _status_strategy(resource: Resource, subresource: str, new: Obj, prev: Obj) 
     return new
 
 
+MAX_NOMINATED = 20
+
+
+def _validate_schema(resource: Resource, name: str, new: Obj, prev: Obj | None) -> None:
+    """What a CRD's schema and CEL rules refuse (422 Invalid), for the rules a test relies on: Kueue v1beta2
+    Workload status's ``nominatedClusterNames`` (``MaxItems=20``, items ``MaxLength=256``) and its two
+    ``XValidation`` rules, "clusterName is immutable once set" and "clusterName and nominatedClusterNames are
+    mutually exclusive" (``apis/kueue/v1beta2/workload_types.go``)."""
+    if (resource.group, resource.kind) != ("kueue.x-k8s.io", "Workload"):
+        return
+    status = new.get("status") or {}
+    old = (prev or {}).get("status") or {}
+    causes = []
+    nominated = status.get("nominatedClusterNames") or []
+    if len(nominated) > MAX_NOMINATED:
+        causes.append(
+            f"status.nominatedClusterNames: Too many: {len(nominated)}: must have at most {MAX_NOMINATED} items"
+        )
+    if any(not isinstance(n, str) or len(n) > 256 for n in nominated):
+        causes.append("status.nominatedClusterNames: Too long: may not be more than 256 bytes")
+    if old.get("clusterName") and status.get("clusterName") and old["clusterName"] != status["clusterName"]:
+        causes.append('status: Invalid value: "object": clusterName is immutable once set')
+    if status.get("clusterName") and nominated:
+        causes.append('status: Invalid value: "object": clusterName and nominatedClusterNames are mutually exclusive')
+    if causes:
+        raise ApiError(422, "Invalid", f'Workload.kueue.x-k8s.io "{name}" is invalid: [{", ".join(causes)}]')
+
+
 def _apply_config(body: bytes) -> Obj:
     """The applied object: YAML (JSON is YAML), a mapping; 400 ``error decoding YAML`` otherwise."""
     try:
@@ -1859,6 +1887,18 @@ class ListWatchServer:
                     return r, namespace, rest[1] if len(rest) == 2 else None, subresource
         raise ApiError(404, "NotFound", NOT_FOUND)
 
+    def list_objects(self, resource: Resource) -> list[Obj]:
+        """Every stored object of ``resource`` (copies), as a test's controller stand-in reads them."""
+        with self._lock:
+            return [copy.deepcopy(o) for o in self._objects[resource].values()]
+
+    def find_object(self, resource: Resource, namespace: str | None, name: str) -> Obj | None:
+        """``get_object``, or None when there is none."""
+        try:
+            return self.get_object(resource, namespace, name)
+        except ApiError:
+            return None
+
     def get_object(self, resource: Resource, namespace: str | None, name: str) -> Obj:
         with self._lock:
             key = f"{namespace or ''}/{name}" if resource.namespaced else name
@@ -1947,6 +1987,7 @@ class ListWatchServer:
                     meta.pop(owned, None)
             _kept_managed_fields(meta, prev["metadata"])
             obj = _status_strategy(resource, subresource, obj, prev)
+            _validate_schema(resource, name, obj, prev)
             if obj == prev:
                 return copy.deepcopy(prev)
             self._commit(resource, key, "MODIFIED", obj, prev)
@@ -2031,6 +2072,7 @@ class ListWatchServer:
                     meta[owned] = prev["metadata"][owned]
             _kept_managed_fields(meta, prev["metadata"])
             patched = _status_strategy(resource, subresource, patched, prev)
+            _validate_schema(resource, name, patched, prev)
             if patched == prev:
                 return copy.deepcopy(prev)
             self._commit(resource, key, "MODIFIED", patched, prev)
@@ -2168,6 +2210,7 @@ class ListWatchServer:
                     else:
                         new_meta.pop(owned, None)
                 new = _status_strategy(resource, subresource, new, prev)
+                _validate_schema(resource, name, new, prev)
                 new["metadata"].pop("managedFields", None)
             if prev is None or not _identical(new, live):
                 me.time = now  # managedFieldsUpdater: the applier's time moves only when the object changed

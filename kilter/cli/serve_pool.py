@@ -106,9 +106,14 @@ class PoolReading(Collector):
             "Age of the newest inventory held of each region (its own clock); past the TTL it is not used",
             labels=["region"],
         )
+        generation = GaugeMetricFamily(
+            "kilter_pool_inventory_generation", "Generation of the newest inventory held of each region", labels=["region"]
+        )
         for origin, inv in sorted(table.held.items()):
             age.add_metric([origin], max(0.0, now - inv.produced_at))
+            generation.add_metric([origin], inv.generation)
         yield age
+        yield generation
         yield GaugeMetricFamily(
             "kilter_pool_regions_fresh",
             "Regions whose inventory is fresh, this one included",
