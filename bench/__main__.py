@@ -19,6 +19,7 @@ BENCHMARKS = (
     "webhooks",
     "volcano",
     "grpc",
+    "pool",
     "coldstart",
     "simulate",
     "hostile",

@@ -107,7 +107,9 @@ class PoolReading(Collector):
             labels=["region"],
         )
         generation = GaugeMetricFamily(
-            "kilter_pool_inventory_generation", "Generation of the newest inventory held of each region", labels=["region"]
+            "kilter_pool_inventory_generation",
+            "Generation of the newest inventory held of each region",
+            labels=["region"],
         )
         for origin, inv in sorted(table.held.items()):
             age.add_metric([origin], max(0.0, now - inv.produced_at))

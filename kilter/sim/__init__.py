@@ -12,6 +12,8 @@ from kilter.sim import (
     plot,
     policies,
     queues,
+    region_split,
+    regions,
     run,
     simple,
     split_hold,
@@ -27,6 +29,7 @@ from kilter.sim.failure_model import FailureSettings
 from kilter.sim.gangs import Gang, gang_for
 from kilter.sim.placement import Policy, Releasing
 from kilter.sim.policies import POLICIES, make_policy
+from kilter.sim.regions import Region, simulate_regions
 from kilter.sim.run import Run, simulate
 from kilter.sim.trace import TraceJob, read_trace
 from kilter.sim.volcano_engine import VolcanoSimulation
@@ -38,6 +41,7 @@ __all__ = [
     "Gang",
     "Outcome",
     "Policy",
+    "Region",
     "Releasing",
     "Run",
     "SimConfig",
@@ -59,9 +63,12 @@ __all__ = [
     "policies",
     "queues",
     "read_trace",
+    "region_split",
+    "regions",
     "run",
     "simple",
     "simulate",
+    "simulate_regions",
     "split_hold",
     "synthetic",
     "trace",
