@@ -1434,7 +1434,8 @@ class ListWatchServer:
 
     host = "127.0.0.1"
 
-    def __init__(self, resources: list[Resource], *, token: str | None = None) -> None:
+    def __init__(self, resources: list[Resource], *, token: str | None = None, host: str = "127.0.0.1") -> None:
+        self.host = host  # another address (a bridge's) for clients in network namespaces a test makes
         self.resources = list(resources)
         self.token = token
         self.delay_s = 0.0
@@ -2446,7 +2447,7 @@ class _HTTPServer(ThreadingHTTPServer):
     request_queue_size = 128  # socketserver's 5 drops the SYNs of a feed's dozen reflectors (1 s retransmit)
 
     def __init__(self, cluster: ListWatchServer) -> None:
-        super().__init__((ListWatchServer.host, 0), _Handler)
+        super().__init__((cluster.host, 0), _Handler)
         self.cluster = cluster
 
 

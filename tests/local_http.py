@@ -15,10 +15,10 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def get_text(port: int, path: str) -> str:
-    """The body of GET ``path`` on 127.0.0.1:``port``; "" while nothing answers (a server still starting)."""
+def get_text(port: int, path: str, *, host: str = "127.0.0.1") -> str:
+    """The body of GET ``path`` on ``host``:``port``; "" while nothing answers (a server still starting)."""
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=2) as answer:
+        with urllib.request.urlopen(f"http://{host}:{port}{path}", timeout=2) as answer:
             return str(answer.read().decode())
     except OSError:
         return ""
