@@ -53,7 +53,7 @@ from kilter.state.cluster import ClusterState
 from kilter.state.store import ClusterStore
 from kilter.topology.catalog import Catalog
 from kilter.topology.plan import gang_request
-from kilter.topology.regions import GangAsk, nominate
+from kilter.topology.regions import GangAsk, RegionView, book, nominate
 
 __all__ = [
     "DISPATCHER_NAME",
@@ -172,8 +172,8 @@ def _platforms(catalog: Catalog, resource: str, selector: Mapping[str, str]) -> 
 
 
 def gang_ask(w: Waiting, catalog: Catalog, home: str) -> GangAsk:
-    """What ``topology.regions`` ranks for ``w``: the gang's platforms and shape (its GPU pod sets together, at
-    the largest GPUs per pod among them), its queue, and its region annotations. InputError when it cannot say."""
+    """What ``topology.regions`` ranks for ``w``: the gang's platforms and shape (its largest pods, and the GPUs of
+    the smaller ones), its queue, and its region annotations. InputError when it cannot say."""
     job = read_job(dict(w.obj))
     request = gang_request(f"{w.namespace}/{w.name}", job.gangs[0], catalog)
     selector: dict[str, str] = {}
@@ -183,10 +183,9 @@ def gang_ask(w: Waiting, catalog: Catalog, home: str) -> GangAsk:
     queue = str((w.obj.get("spec") or {}).get("queueName") or "")
     notes = w.annotations
     data = parse_regions(notes.get(DATA_REGION, ""), what=DATA_REGION)
-    return GangAsk(
+    return GangAsk.of_pod_sets(
+        ((ps.count, ps.gpus_per_pod) for ps in request.pod_sets),
         platforms=platforms,
-        pods=sum(ps.count for ps in request.pod_sets),
-        gpus_per_pod=max(ps.gpus_per_pod for ps in request.pod_sets),
         home=home,
         queue=f"{w.namespace}/{queue}" if queue else "",
         allowed=parse_regions(notes.get(REGIONS, ""), what=REGIONS),
@@ -275,6 +274,7 @@ class Dispatcher:
         fresh = self.table.fresh(now)
         out = []
         seen = set()
+        booked: dict[str, RegionView] = {}  # this round's views with the gangs nominated so far taken out
         for w in waiting_workloads(state):
             seen.add(w.uid)
             usable = {
@@ -290,23 +290,29 @@ class Dispatcher:
                     self._count("unplaceable")
                     log.warning("not dispatching %s/%s: %s", w.namespace, w.name, exc, extra={"workload": w.name})
                 continue
-            views = [fresh[r].view(now) for r in sorted(set(usable.values()))]
+            views = [booked.get(r) or fresh[r].view(now) for r in sorted(set(usable.values()))]
             by_region: dict[str, list[str]] = {}
             for cluster, region in sorted(usable.items()):
                 by_region.setdefault(region, []).append(cluster)
             best = [c for r in nominate(ask, views, at_most=self.at_most) for c in by_region[r][:1]]
             kept = tuple(c for c in w.nominated if c in usable)
             started = self.since.setdefault(w.uid, now)
+            chosen: tuple[str, ...] | None = None
             if not w.nominated:
                 if best:
-                    out.append(Nomination(w.namespace, w.name, w.uid, tuple(best), "fits now"))
+                    chosen, reason = tuple(best), "fits now"
             elif kept != w.nominated:
-                gone = sorted(set(w.nominated) - set(kept))
-                out.append(Nomination(w.namespace, w.name, w.uid, tuple(best or kept), f"stale: {', '.join(gone)}"))
+                chosen, reason = tuple(best or kept), f"stale: {', '.join(sorted(set(w.nominated) - set(kept)))}"
             elif now - started >= self.deadline_s:
                 self.since[w.uid] = now
                 if tuple(best) != w.nominated:
-                    out.append(Nomination(w.namespace, w.name, w.uid, tuple(best), "not admitted in time"))
+                    chosen, reason = tuple(best), "not admitted in time"
+            held = chosen if chosen is not None else w.nominated
+            if held and held[0] in usable:
+                first = usable[held[0]]
+                booked[first] = book(booked.get(first) or fresh[first].view(now), ask)
+            if chosen is not None:
+                out.append(Nomination(w.namespace, w.name, w.uid, chosen, reason))
         for uid in set(self.since) - seen:
             del self.since[uid]
         return out

@@ -109,11 +109,10 @@ def rooms_of(fleet: Fleet) -> tuple[dispatch.DomainRoom, ...]:
 
 
 def ask_for(gang: Gang, fleet: Fleet, *, home: str, queue: str) -> dispatch.GangAsk:
-    """The gang as a peer's dispatcher sees it: one pod shape. A gang of whole nodes and a smaller rest asks for
-    whole nodes throughout (a region that has them takes it; the summary cannot say more)."""
-    per_pod = max(gpus for _, gpus in gang.pod_sets)
-    return dispatch.GangAsk(
-        platforms=(fleet.platforms[gang.platform].name,), pods=gang.pods, gpus_per_pod=per_pod, home=home, queue=queue
+    """The gang as a peer's dispatcher sees it (``GangAsk.of_pod_sets``, as the live dispatcher makes it): its
+    largest pods as the shape, the GPUs of the smaller ones besides."""
+    return dispatch.GangAsk.of_pod_sets(
+        gang.pod_sets, platforms=(fleet.platforms[gang.platform].name,), home=home, queue=queue
     )
 
 

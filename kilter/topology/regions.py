@@ -35,6 +35,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 __all__ = [
     "NOMINATE_AT_MOST",
@@ -42,6 +43,7 @@ __all__ = [
     "DomainRoom",
     "GangAsk",
     "RegionView",
+    "book",
     "fewest_domains",
     "nominate",
     "rank",
@@ -88,6 +90,24 @@ def _used(rooms: Iterable[DomainRoom], platform: str, pods: int, gpus_per_pod: i
     return None
 
 
+def _mixed(rooms: Sequence[DomainRoom], platform: str, ask: GangAsk) -> tuple[int, int] | None:
+    """(domains, room left) for a gang whose smaller pods add ``other_gpus``: enough domains for its largest pods
+    (in pods of that size) and for all its GPUs (in free GPUs), each the fewest largest-first. Both are needed, so
+    the larger count is a lower bound on what the region needs (the region itself decides); exact for one pod
+    size, where the GPU count never needs more domains than the pods do. Room left is counted in GPUs then."""
+    big = _used(rooms, platform, ask.pods, ask.gpus_per_pod)
+    if ask.other_gpus == 0 or big is None:
+        return big
+    free = sorted((r.gpus_free for r in rooms if r.platform == platform), reverse=True)
+    held, need = 0, ask.gpus
+    for used, gpus in enumerate(free, start=1):
+        held += gpus
+        if held >= need:
+            domains = max(big[0], used)
+            return domains, sum(free[:domains]) - need
+    return None
+
+
 def fewest_domains(rooms: Iterable[DomainRoom], platform: str, pods: int, gpus_per_pod: int) -> int | None:
     """The fewest domains of ``platform`` that take ``pods`` pods of ``gpus_per_pod`` GPUs now (largest rooms
     first: optimal, since any k domains hold at most the k largest rooms' pods); None when all together do not."""
@@ -100,17 +120,26 @@ class GangAsk:
     """A waiting gang as the dispatcher sees it: its shape, its queue, where it comes from and may go."""
 
     platforms: tuple[str, ...]  # the catalog platforms its pods may run on (one, for most jobs)
-    pods: int
-    gpus_per_pod: int
+    pods: int  # its pods of the largest size
+    gpus_per_pod: int  # that size
     home: str  # the region whose users' job it is
     queue: str = ""  # the queue its quota is checked in, as views key headroom; "" for none
     allowed: tuple[str, ...] = ()  # kilter.dev/regions, in preference order; () for any
     avoided: frozenset[str] = frozenset()  # kilter.dev/avoid-regions
     data_region: str = ""  # kilter.dev/data-region; "" for the home region
+    other_gpus: int = 0  # the GPUs of its smaller pods (a launcher beside whole-node workers)
 
     @property
     def gpus(self) -> int:
-        return self.pods * self.gpus_per_pod
+        return self.pods * self.gpus_per_pod + self.other_gpus
+
+    @classmethod
+    def of_pod_sets(cls, pod_sets: Iterable[tuple[int, int]], **fields: Any) -> GangAsk:
+        """The ask of a gang of ``(pods, GPUs per pod)`` sets: its largest pods as the shape, the rest as GPUs."""
+        sets = [(n, g) for n, g in pod_sets if n > 0 and g > 0]
+        size = max((g for _, g in sets), default=0)
+        big = sum(n for n, g in sets if g == size)
+        return cls(pods=big, gpus_per_pod=size, other_gpus=sum(n * g for n, g in sets if g != size), **fields)
 
 
 @dataclass(frozen=True)
@@ -131,11 +160,11 @@ class Choice:
     domains: int
     local: bool
     preference: int
-    leftover_pods: int
+    leftover: int  # room left in the domains it would use: pods of its size (GPUs for a gang of mixed sizes)
     age_s: float
 
     def key(self) -> tuple[int, bool, int, int, int, str]:
-        return self.domains, not self.local, self.preference, self.leftover_pods, int(self.age_s), self.region
+        return self.domains, not self.local, self.preference, self.leftover, int(self.age_s), self.region
 
     def placement_key(self) -> tuple[int, bool]:
         """What a tie among nominations must share: how well the gang is placed, not how the tie was broken."""
@@ -158,13 +187,42 @@ def rank(ask: GangAsk, views: Iterable[RegionView]) -> list[Choice]:
             continue
         if not _quota_allows(ask, view):
             continue
-        fits = [u for p in ask.platforms if (u := _used(view.rooms, p, ask.pods, ask.gpus_per_pod)) is not None]
+        fits = [u for p in ask.platforms if (u := _mixed(view.rooms, p, ask)) is not None]
         if not fits:
             continue
         used = min(fits)
         preference = ask.allowed.index(view.name) if ask.allowed else 0
         choices.append(Choice(view.name, used[0], view.name == local_region, preference, used[1], view.age_s))
     return sorted(choices, key=Choice.key)
+
+
+def book(view: RegionView, ask: GangAsk) -> RegionView:
+    """``view`` with ``ask`` taken out of its room, largest rooms first as ``rank`` fills them: what the next
+    gang of the same dispatch round is ranked on, so two gangs are not both sent to one hole. (Its quota
+    headroom is left: the region's Kueue charges it, and the next inventory says so.)"""
+    platform = next((p for p in ask.platforms if _mixed(view.rooms, p, ask) is not None), None)
+    if platform is None:
+        return view
+    order = sorted(
+        (i for i, r in enumerate(view.rooms) if r.platform == platform),
+        key=lambda i: view.rooms[i].pods_of(ask.gpus_per_pod),
+        reverse=True,
+    )
+    rooms = list(view.rooms)
+    pods, other = ask.pods, ask.other_gpus
+    for i in order:
+        if pods <= 0 and other <= 0:
+            break
+        r = rooms[i]
+        taken = min(pods, r.pods_of(ask.gpus_per_pod))
+        left = r.gpus_free - taken * ask.gpus_per_pod
+        small = min(other, left)
+        same = r.largest_gpus_per_pod == ask.gpus_per_pod
+        rooms[i] = DomainRoom(
+            r.platform, left - small, r.largest_pods - taken if same else r.largest_pods, r.largest_gpus_per_pod
+        )
+        pods, other = pods - taken, other - small
+    return RegionView(view.name, tuple(rooms), view.headroom, view.age_s)
 
 
 def nominate(ask: GangAsk, views: Iterable[RegionView], *, at_most: int = NOMINATE_AT_MOST) -> list[str]:

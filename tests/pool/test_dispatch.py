@@ -226,3 +226,11 @@ def test_a_queue_without_headroom_there_is_not_sent_there() -> None:
         t = table(region("eu-west", 8), region("us-east", 18, gpus=32), region("ap-south", 9, 9))
         asyncio.run(dispatcher(server, store, t).run_once())
         assert nominated(server, "big") == ["ap-south"], "us-east's research queue could admit 32 GPUs, not 64"
+
+
+def test_two_gangs_of_one_round_are_not_both_sent_to_one_hole() -> None:
+    with ListWatchServer(POOL_RESOURCES) as server:
+        store = setup(server, workload("first", 16, 4), workload("second", 16, 4))
+        t = table(region("eu-west", 8), region("us-east", 18), region("ap-south", 9, 9))
+        asyncio.run(dispatcher(server, store, t).run_once())
+        assert (nominated(server, "first"), nominated(server, "second")) == (["us-east"], ["ap-south"])
