@@ -58,6 +58,8 @@ def run(args: argparse.Namespace) -> int:
         for section, _, name, field in configuration.settings()
         if getattr(getattr(file, section), name) != field.default
     ]
+    if file.pool is not None:
+        changed.append(f"pool: region {file.pool.region} with {len(file.pool.peers)} peers")
     said = f"sets {', '.join(changed)}" if changed else "every setting at its default"
     print(f"{args.file}: valid{' with the flags given' if flags else ''}; {said}")
     return 0

@@ -378,7 +378,11 @@ def config_of(path: Path, flags: dict[str, Any] | None = None) -> ServeConfig:
 
     A contradiction (both key sources, a body limit below 1 KiB) is reported with the file's paths for the
     fields the file set, the flags' names for the ones given as flags."""
-    file_fields = serve_fields(load(path))
+    try:
+        file_fields = serve_fields(load(path))
+    except InputError as e:
+        message = e.message if e.message.startswith(f"{path}:") else f"{path}: {e.message}"
+        raise InputError(message) from None
     flags = flags or {}
     try:
         return ServeConfig(**{**file_fields, **flags})

@@ -6,17 +6,36 @@ no flag, so it maps to one ``ServeConfig`` field, ``pool``, whole.
 
 from __future__ import annotations
 
+import math
+
 import pydantic
 from pydantic.alias_generators import to_camel
 
 from kilter.model.durations import parse_duration
+from kilter.model.errors import InputError
 from kilter.pool.settings import PeerSettings, PoolSettings
 
 __all__ = ["POOL_EXAMPLE", "PoolDispatch", "PoolPeer", "PoolSection"]
 
 
+DURATIONS = frozenset({"interval", "admit_deadline", "exchange_interval", "ttl", "call_timeout"})
+
+
 class _PoolPart(pydantic.BaseModel):
     model_config = pydantic.ConfigDict(extra="forbid", strict=True, frozen=True, alias_generator=to_camel)
+
+    @pydantic.field_validator("*", mode="after")
+    @classmethod
+    def _durations_parse(cls, value: object, info: pydantic.ValidationInfo) -> object:
+        """A duration that does not read is refused here, so its error carries the field's path."""
+        if info.field_name in DURATIONS:
+            try:
+                seconds = parse_duration(str(value), path=str(info.field_name))
+            except InputError as e:
+                raise ValueError(e.message) from None
+            if not math.isfinite(seconds):
+                raise ValueError(f"{value!r} is not a finite duration")
+        return value
 
 
 class PoolPeer(_PoolPart):

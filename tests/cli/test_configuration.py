@@ -277,3 +277,72 @@ def test_validate_checks_the_spare_count_against_the_catalog(
     path = _write(tmp_path, {"spares": {"nodesPerDomain": 1000}})
     assert main(["config", "validate", str(path)]) == 2
     assert "spares.nodesPerDomain must be a whole number from 0 to" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------- the pool section
+
+POOL = {
+    "region": "eu-west",
+    "clusters": ["eu-west-workers"],
+    "peers": [
+        {"name": "us-east", "address": "kilter.us-east.example.com:9090"},
+        {"name": "ap-south", "address": "10.1.2.3:9090", "clusters": ["ap-1", "ap-2"], "serverName": "kilter"},
+    ],
+    "exchangeInterval": "500ms",
+    "ttl": "20s",
+    "dispatch": {"admitDeadline": "2m", "nominateAtMost": 2},
+}
+MTLS = {"tlsCertFile": "/tls/tls.crt", "tlsKeyFile": "/tls/tls.key", "grpcClientCA": "/tls/ca.crt"}
+
+
+def test_the_pool_section_reaches_serve_with_its_durations_and_clusters(tmp_path: Path) -> None:
+    config = config_of(_write(tmp_path, {"state": {"inCluster": True}, "listeners": MTLS, "pool": POOL}))
+    pool = config.pool
+    assert pool is not None and (pool.region, pool.exchange_interval_s, pool.ttl_s) == ("eu-west", 0.5, 20.0)
+    assert (pool.admit_deadline_s, pool.nominate_at_most, pool.dispatch) == (120.0, 2, True)
+    assert pool.cluster_regions() == {
+        "eu-west-workers": "eu-west",
+        "us-east": "us-east",
+        "ap-1": "ap-south",
+        "ap-2": "ap-south",
+    }
+    assert pool.members == {"eu-west", "us-east", "ap-south"}
+    assert config_of(_write(tmp_path, {}, "none.yaml")).pool is None, "no section: no pool"
+
+
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [
+        ({"peers": [{"name": "eu-west", "address": "a:1"}]}, "pool.peers[0].name: eu-west is named twice"),
+        ({"peers": [{"name": "us-east", "address": "nowhere"}]}, "pool.peers[0].address: must be HOST:PORT"),
+        ({"peers": [{"name": "US East", "address": "a:1"}]}, "pool.peers[0].name"),
+        ({"ttl": "1s"}, "pool.ttl: must be at least 3 exchange intervals"),
+        ({"dispatch": {"nominateAtMost": 21}}, "pool.dispatch.nominateAtMost: must be 1 to 20"),
+        ({"clusters": ["us-east"]}, "MultiKueueCluster us-east is named for eu-west and us-east"),
+        ({"exchangeInterval": "soon"}, "pool.exchangeInterval"),
+        ({"gossip": True}, "pool.gossip: Extra inputs are not permitted"),
+    ],
+)
+def test_a_bad_pool_section_is_refused_with_the_file_and_the_path(
+    tmp_path: Path, change: dict[str, Any], says: str
+) -> None:
+    path = _write(tmp_path, {"state": {"inCluster": True}, "listeners": MTLS, "pool": {**POOL, **change}})
+    with pytest.raises(InputError) as caught:
+        config_of(path)
+    assert str(path) in str(caught.value) and says in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("body", "says"),
+    [
+        ({"state": {"inCluster": True}, "pool": POOL}, "the exchange needs mutual TLS"),
+        ({"state": {"inCluster": True}, "listeners": {**MTLS, "grpcPort": 0}, "pool": POOL}, "listeners.grpcPort must not be 0"),
+        ({"state": {"demo": True}, "listeners": MTLS, "pool": POOL}, "pool.dispatch: writes Workloads"),
+    ],
+)
+def test_a_pool_serve_could_not_run_is_refused(tmp_path: Path, body: dict[str, Any], says: str) -> None:
+    with pytest.raises(InputError, match=says):
+        config_of(_write(tmp_path, body))
+    insecure = {**body, "pool": {**POOL, "insecure": True}}
+    if "mutual TLS" in says:
+        assert config_of(_write(tmp_path, insecure, "insecure.yaml")).pool is not None, "insecure allows plaintext"
