@@ -205,6 +205,11 @@ class ServeConfig:
             if self.grpc_port == 0:
                 raise InputError("pool: the exchange runs on the gRPC listener; --grpc-port must not be 0")
             mtls = self.tls_cert_file is not None and self.grpc_client_ca is not None
+            if self.pool.insecure and self.tls_cert_file is not None:
+                raise InputError(
+                    "pool.insecure: the gRPC listener serves TLS with --tls-cert-file, so plaintext peers could not "
+                    "call it; drop insecure and give --grpc-client-ca (mutual TLS)"
+                )
             if not (mtls or self.pool.insecure):
                 raise InputError(
                     "pool: the exchange needs mutual TLS (--tls-cert-file, --tls-key-file, --grpc-client-ca); "

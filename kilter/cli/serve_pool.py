@@ -14,7 +14,6 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-import grpc
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -23,7 +22,7 @@ from kilter.cli.serve_config import ServeConfig
 from kilter.cli.serve_grpc import peer_client
 from kilter.kube.api import ApiServer
 from kilter.pool.dispatch import Dispatcher
-from kilter.pool.exchange import ExchangeCounts, Gossip, Peer, PoolServicer, pool_service
+from kilter.pool.exchange import ChannelFiles, ExchangeCounts, Gossip, Peer, PoolServicer, pool_service
 from kilter.pool.peers import PeerTable
 from kilter.pool.publish import StorePublisher
 from kilter.pool.settings import PoolSettings
@@ -42,14 +41,10 @@ class PoolParts:
     dispatcher: Dispatcher | None
 
 
-def _channel_credentials(config: ServeConfig) -> grpc.ChannelCredentials | None:
+def _channel_credentials(config: ServeConfig) -> ChannelFiles | None:
     if config.tls_cert_file is None or config.tls_key_file is None or config.grpc_client_ca is None:
         return None
-    return grpc.ssl_channel_credentials(
-        root_certificates=config.grpc_client_ca.read_bytes(),
-        private_key=config.tls_key_file.read_bytes(),
-        certificate_chain=config.tls_cert_file.read_bytes(),
-    )
+    return ChannelFiles(config.tls_cert_file, config.tls_key_file, config.grpc_client_ca)
 
 
 def pool_parts(
@@ -75,6 +70,7 @@ def pool_parts(
         interval_s=pool.exchange_interval_s,
         call_timeout_s=pool.call_timeout_s,
         counts=counts,
+        is_writer=is_writer,
     )
     dispatcher = None
     if pool.dispatch and api is not None:

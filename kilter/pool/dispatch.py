@@ -44,9 +44,10 @@ from typing import Any
 from kilter.kube.api import ApiError, ApiServer, object_path
 from kilter.kube.owned import manager_fields, owned
 from kilter.model.annotations import AVOID_REGIONS, DATA_REGION, REGIONS, parse_regions
-from kilter.model.errors import KilterError
+from kilter.model.errors import InputError, KilterError
 from kilter.model.jobs import read_job
 from kilter.model.kueue import KUEUE_GROUP
+from kilter.pool.inventory import RegionInventory
 from kilter.pool.peers import PeerTable
 from kilter.pool.settings import DEFAULT_DEADLINE_S, MAX_NOMINATIONS
 from kilter.state.cluster import ClusterState
@@ -63,9 +64,11 @@ __all__ = [
     "Dispatcher",
     "Nomination",
     "Waiting",
+    "Where",
     "gang_ask",
     "nomination_body",
     "waiting_workloads",
+    "where_of",
 ]
 
 log = logging.getLogger("kilter.pool")
@@ -99,6 +102,7 @@ class Nomination:
     uid: str
     clusters: tuple[str, ...]
     reason: str
+    based_on: tuple[str, ...] = ()  # the nominations the round saw: written only if the Workload still has them
 
 
 def _condition(obj: Mapping[str, Any], kind: str) -> bool:
@@ -171,9 +175,34 @@ def _platforms(catalog: Catalog, resource: str, selector: Mapping[str, str]) -> 
     return tuple(out)
 
 
-def gang_ask(w: Waiting, catalog: Catalog, home: str) -> GangAsk:
+@dataclass(frozen=True)
+class Where:
+    """Where a Workload's annotations let it go: ``kilter.dev/regions`` (best first), ``avoid-regions``, its data."""
+
+    allowed: tuple[str, ...] = ()
+    avoided: frozenset[str] = frozenset()
+    data_region: str = ""
+
+    def admits(self, region: str) -> bool:
+        return region not in self.avoided and (not self.allowed or region in self.allowed)
+
+
+def where_of(w: Waiting) -> Where:
+    """The region annotations of ``w``; InputError naming the annotation when a name is not a region's."""
+    notes = w.annotations
+    data = parse_regions(notes.get(DATA_REGION, ""), what=DATA_REGION)
+    return Where(
+        parse_regions(notes.get(REGIONS, ""), what=REGIONS),
+        frozenset(parse_regions(notes.get(AVOID_REGIONS, ""), what=AVOID_REGIONS)),
+        data[0] if data else "",
+    )
+
+
+def gang_ask(w: Waiting, catalog: Catalog, home: str, where: Where | None = None) -> GangAsk:
     """What ``topology.regions`` ranks for ``w``: the gang's platforms and shape (its largest pods, and the GPUs of
-    the smaller ones), its queue, and its region annotations. InputError when it cannot say."""
+    the smaller ones), its queue, and its region annotations. InputError when the gang cannot be read as one
+    (no GPU pod set, a device resource the catalog does not know...)."""
+    where = where if where is not None else where_of(w)
     job = read_job(dict(w.obj))
     request = gang_request(f"{w.namespace}/{w.name}", job.gangs[0], catalog)
     selector: dict[str, str] = {}
@@ -181,16 +210,14 @@ def gang_ask(w: Waiting, catalog: Catalog, home: str) -> GangAsk:
         selector.update(ps.spec.node_selector)
     platforms = _platforms(catalog, request.resource, selector)
     queue = str((w.obj.get("spec") or {}).get("queueName") or "")
-    notes = w.annotations
-    data = parse_regions(notes.get(DATA_REGION, ""), what=DATA_REGION)
     return GangAsk.of_pod_sets(
         ((ps.count, ps.gpus_per_pod) for ps in request.pod_sets),
         platforms=platforms,
         home=home,
         queue=f"{w.namespace}/{queue}" if queue else "",
-        allowed=parse_regions(notes.get(REGIONS, ""), what=REGIONS),
-        avoided=frozenset(parse_regions(notes.get(AVOID_REGIONS, ""), what=AVOID_REGIONS)),
-        data_region=data[0] if data else "",
+        allowed=where.allowed,
+        avoided=where.avoided,
+        data_region=where.data_region,
     )
 
 
@@ -248,7 +275,8 @@ class Dispatcher:
         self.is_writer = is_writer
         self.since: dict[str, float] = {}  # Workload uid -> when its current nominations were written or first seen
         self.written: dict[str, int] = {}  # outcome (nominated, cleared, conflict, failed, unplaceable) -> count
-        self.unreadable: set[str] = set()  # Workloads whose ask could not be made, reported once
+        self.unreadable: set[str] = set()  # Workloads whose region annotations do not read, reported once
+        self._asks: dict[tuple[str, str], GangAsk | None] = {}
 
     def _count(self, outcome: str) -> None:
         self.written[outcome] = self.written.get(outcome, 0) + 1
@@ -277,53 +305,96 @@ class Dispatcher:
         booked: dict[str, RegionView] = {}  # this round's views with the gangs nominated so far taken out
         for w in waiting_workloads(state):
             seen.add(w.uid)
-            usable = {
-                c: self.cluster_regions[c]
-                for c in configs.get(w.config, ())
-                if c in self.cluster_regions and self.cluster_regions[c] in fresh
-            }
             try:
-                ask = gang_ask(w, state.catalog, self.table.region)
-            except KilterError as exc:
-                if w.uid not in self.unreadable:
-                    self.unreadable.add(w.uid)
-                    self._count("unplaceable")
-                    log.warning("not dispatching %s/%s: %s", w.namespace, w.name, exc, extra={"workload": w.name})
+                made = self._decide_one(w, state.catalog, configs, fresh, booked, now)
+            except Exception:  # one Workload kilter cannot judge must not stop the others' dispatch
+                self._count("failed")
+                log.exception("dispatching %s/%s failed", w.namespace, w.name, extra={"workload": w.name})
                 continue
-            views = [booked.get(r) or fresh[r].view(now) for r in sorted(set(usable.values()))]
-            by_region: dict[str, list[str]] = {}
-            for cluster, region in sorted(usable.items()):
-                by_region.setdefault(region, []).append(cluster)
-            best = [c for r in nominate(ask, views, at_most=self.at_most) for c in by_region[r][:1]]
-            kept = tuple(c for c in w.nominated if c in usable)
-            started = self.since.setdefault(w.uid, now)
-            chosen: tuple[str, ...] | None = None
-            if not w.nominated:
-                if best:
-                    chosen, reason = tuple(best), "fits now"
-            elif kept != w.nominated:
-                chosen, reason = tuple(best or kept), f"stale: {', '.join(sorted(set(w.nominated) - set(kept)))}"
-            elif now - started >= self.deadline_s:
-                self.since[w.uid] = now
-                if tuple(best) != w.nominated:
-                    chosen, reason = tuple(best), "not admitted in time"
-            held = chosen if chosen is not None else w.nominated
-            if held and held[0] in usable:
-                first = usable[held[0]]
-                booked[first] = book(booked.get(first) or fresh[first].view(now), ask)
-            if chosen is not None:
-                out.append(Nomination(w.namespace, w.name, w.uid, chosen, reason))
-        for uid in set(self.since) - seen:
-            del self.since[uid]
+            if made is not None:
+                out.append(made)
+        for gone in set(self.since) - seen:
+            del self.since[gone]
+        self.unreadable &= seen
+        self._asks = {key: ask for key, ask in self._asks.items() if key[0] in seen}
         return out
+
+    def _decide_one(
+        self,
+        w: Waiting,
+        catalog: Catalog,
+        configs: Mapping[str, Sequence[str]],
+        fresh: Mapping[str, RegionInventory],
+        booked: dict[str, RegionView],
+        now: float,
+    ) -> Nomination | None:
+        usable = {
+            c: self.cluster_regions[c]
+            for c in configs.get(w.config, ())
+            if c in self.cluster_regions and self.cluster_regions[c] in fresh
+        }
+        try:
+            where = where_of(w)
+        except InputError as exc:
+            if w.uid not in self.unreadable:
+                self.unreadable.add(w.uid)
+                self._count("unplaceable")
+                log.warning("not dispatching %s/%s: %s", w.namespace, w.name, exc, extra={"workload": w.name})
+            return None
+        usable = {c: r for c, r in usable.items() if where.admits(r)}
+        ask = self._ask(w, catalog, where)
+        by_region: dict[str, list[str]] = {}
+        for cluster, region in sorted(usable.items()):
+            by_region.setdefault(region, []).append(cluster)
+        if ask is None:  # not a gang kilter can rank: every reachable cluster, as Kueue's all-at-once would
+            best = sorted(usable)[:MAX_NOMINATIONS]
+        else:
+            views = [booked.get(r) or fresh[r].view(now) for r in sorted(by_region)]
+            best = [c for r in nominate(ask, views, at_most=self.at_most) for c in by_region[r][:1]]
+        kept = tuple(c for c in w.nominated if c in usable)
+        started = self.since.setdefault(w.uid, now)
+        chosen: tuple[str, ...] | None = None
+        reason = ""
+        if not w.nominated:
+            if best:
+                chosen, reason = tuple(best), "fits now" if ask is not None else "not a gang kilter ranks: all"
+        elif kept != w.nominated:
+            chosen, reason = tuple(best or kept), f"stale: {', '.join(sorted(set(w.nominated) - set(kept)))}"
+        elif now - started >= self.deadline_s:
+            self.since[w.uid] = now
+            if tuple(best) != w.nominated:
+                chosen, reason = tuple(best), "not admitted in time"
+        held = chosen if chosen is not None else w.nominated
+        if ask is not None and held and held[0] in usable:
+            first = usable[held[0]]
+            booked[first] = book(booked.get(first) or fresh[first].view(now), ask)
+        if chosen is None:
+            return None
+        return Nomination(w.namespace, w.name, w.uid, chosen, reason, based_on=w.nominated)
+
+    def _ask(self, w: Waiting, catalog: Catalog, where: Where) -> GangAsk | None:
+        """``gang_ask`` for ``w``, kept per (uid, resourceVersion): reading the job again every round for a
+        Workload that did not change would cost the event loop for nothing. None: not a gang kilter ranks."""
+        version = str((w.obj.get("metadata") or {}).get("resourceVersion", ""))
+        key = (w.uid, version)
+        if key not in self._asks:
+            try:
+                self._asks[key] = gang_ask(w, catalog, self.table.region, where)
+            except KilterError:
+                self._asks[key] = None
+        return self._asks[key]
 
     def write(self, n: Nomination) -> bool:
         """Read the Workload, apply its nominations as ``kueue-admission``; False on a conflict or failure."""
         path = object_path(API, "workloads", n.name, namespace=n.namespace)
         try:
             live = self.api.call("GET", path)
-            if (live.get("metadata") or {}).get("uid") != n.uid or (live.get("status") or {}).get("clusterName"):
+            status = live.get("status") or {}
+            if (live.get("metadata") or {}).get("uid") != n.uid or status.get("clusterName"):
                 return False  # replaced, or admitted somewhere, since the round's state
+            if tuple(status.get("nominatedClusterNames") or ()) != n.based_on:
+                self._count("conflict")  # nominated since the state the round saw (a watch behind): next round
+                return False
             self.api.apply(f"{path}/status", nomination_body(live, n.clusters), field_manager=KUEUE_ADMISSION)
         except ApiError as exc:
             self._count("conflict" if exc.code == 409 else "failed")
@@ -361,4 +432,6 @@ class Dispatcher:
                     await self.run_once()
                 except (KilterError, OSError) as exc:
                     log.warning("dispatch round failed: %s", exc)
+                except Exception:  # a round kilter did not foresee: logged whole, and the next round comes
+                    log.exception("dispatch round failed")
             await asyncio.sleep(self.interval_s)

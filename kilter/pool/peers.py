@@ -46,6 +46,7 @@ class PeerTable:
     accepted: int = 0  # inventories that replaced an older one (or were new): what an exchange moved
     ignored: int = 0  # inventories no newer than what was held
     strangers: int = 0  # inventories of regions the pool does not name, dropped
+    future: int = 0  # inventories stamped later than any honest clock could, dropped
     own_heard: int = -1  # the highest generation of this region's own inventory that peers still hold
 
     def publish(self, inventory: RegionInventory) -> None:
@@ -64,13 +65,21 @@ class PeerTable:
         held = self.held.get(self.region)
         return max(int(now * 1000), self.own_heard + 1, (held.generation + 1) if held is not None else 0)
 
-    def offer(self, inventories: Iterable[RegionInventory]) -> list[RegionInventory]:
+    def from_the_future(self, inv: RegionInventory, now: float) -> bool:
+        """Stamped later than its origin's clock could be (clocks agree within ``ttl_s``): a generation is that
+        clock in milliseconds, so one far above ``now`` would hold the origin's real inventories out for good."""
+        horizon = now + self.ttl_s
+        return inv.produced_at > horizon or inv.generation > horizon * 1000
+
+    def offer(self, inventories: Iterable[RegionInventory], now: float | None = None) -> list[RegionInventory]:
         """Take each inventory newer than the one held of its origin; the ones taken (to relay onwards). This
-        region's own comes only from ``publish``: a peer's copy of it is old news (noted in ``own_heard``), and
-        an origin outside ``members`` is dropped."""
+        region's own comes only from ``publish``: a peer's copy of it is old news (noted in ``own_heard``), an
+        origin outside ``members`` is dropped, and with ``now`` so is an inventory from the future."""
         taken = []
         for inv in inventories:
-            if inv.origin == self.region:
+            if now is not None and self.from_the_future(inv, now):
+                self.future += 1
+            elif inv.origin == self.region:
                 self.own_heard = max(self.own_heard, inv.generation)
                 self.ignored += 1
             elif self.members is not None and inv.origin not in self.members:

@@ -15,8 +15,10 @@ from collections.abc import Mapping
 
 from kilter.gangs import inventory as gang_inventory
 from kilter.model.errors import KilterError
+from kilter.pool.exchange import UNCHANGED, Unchanged
 from kilter.pool.inventory import RegionInventory, of_inventory
 from kilter.pool.peers import PeerTable
+from kilter.pool.wire import MAX_NAME, MAX_QUEUE_KEY
 from kilter.quota import amount
 from kilter.quota.available import available
 from kilter.quota.status import apply_usage
@@ -25,30 +27,27 @@ from kilter.quota.usage import Ledger, workload_infos
 from kilter.state.cluster import ClusterState
 from kilter.state.store import ClusterStore
 
-__all__ = ["StorePublisher", "gpu_headroom", "local_queue_names"]
+__all__ = ["StorePublisher", "gpu_headroom", "local_queue_names", "publishable"]
 
 MAX_HEADROOM = 1 << 20  # what "Unlimited" is published as: more GPUs than any region has
 
 
 def gpu_headroom(state: ClusterState) -> dict[str, int]:
-    """Per ClusterQueue, the GPUs of each device resource it could still admit now, the largest (a gang asks for
-    one device resource); queues whose tree Kueue would refuse publish nothing."""
+    """Per ClusterQueue, the most GPUs one gang could still get now: the largest ``available`` of any one flavor
+    of any one device resource (a gang is admitted in one flavor of one resource); queues whose tree Kueue would
+    refuse publish nothing. (A queue with both NVIDIA and AMD quota publishes the larger; the region's Kueue
+    has the last word.)"""
     devices = state.catalog.device_resources
     tree = build_tree(state.cluster_queues, state.cohorts)
-    if tree.problems:
+    if any(not p.cycle for p in tree.problems):
         return {}
     infos = workload_infos(state.workloads, state.local_queues, state.priority_classes)
     apply_usage(tree, Ledger(infos, sorted(tree.cluster_queues)).per_cluster_queue())
     out: dict[str, int] = {}
     for name, node in sorted(tree.cluster_queues.items()):
-        per_resource: dict[str, int] = {}
-        for fr in node.quotas:
-            if fr[1] in devices:
-                free = available(node, fr)
-                free = MAX_HEADROOM if amount.is_unlimited(free) else max(0, min(free, MAX_HEADROOM))
-                per_resource[fr[1]] = min(MAX_HEADROOM, per_resource.get(fr[1], 0) + free)
-        if per_resource:
-            out[name] = max(per_resource.values())
+        free = [available(node, fr) for fr in node.quotas if fr[1] in devices]
+        if free:
+            out[name] = max(MAX_HEADROOM if amount.is_unlimited(f) else max(0, min(f, MAX_HEADROOM)) for f in free)
     return out
 
 
@@ -63,27 +62,46 @@ def local_queue_names(state: ClusterState) -> dict[str, str]:
 
 class StorePublisher:
     """``Gossip``'s publisher over a ``ClusterStore``: a new inventory when the rooms, headroom or queues differ
-    from the last one published."""
+    from the last one published, ``UNCHANGED`` when they do not. The state is read again only when the store
+    changed or ``recheck_s`` passed (bindings kilter assumes change the rooms without a store event), so a quiet
+    region costs its event loop nothing between rounds."""
 
-    def __init__(self, store: ClusterStore) -> None:
+    def __init__(self, store: ClusterStore, *, recheck_s: float = 5.0) -> None:
         self.store = store
+        self.recheck_s = recheck_s
         self.failures = 0
+        self._read: tuple[int, float] | None = None  # (store version, time) of the last read
 
-    def __call__(self, table: PeerTable, now: float) -> RegionInventory | None:
+    def __call__(self, table: PeerTable, now: float) -> RegionInventory | Unchanged | None:
         if not self.store.ready:
             return None
+        last = table.held.get(table.region)
+        if last is not None and self._read is not None:
+            version, at = self._read
+            if version == self.store.version and now - at < self.recheck_s:
+                return UNCHANGED
         try:
             taken = gang_inventory.take(self.store)
             state = self.store.state()
             headroom, queues = gpu_headroom(state), local_queue_names(state)
         except KilterError:
-            self.failures += 1  # a state that cannot be read now: the last inventory stands until it ages out
+            self.failures += 1  # a state that cannot be read now: the last inventory ages out, never renewed
+            self._read = None
             return None
-        made = of_inventory(table.region, table.next_generation(now), now, taken, headroom, queues)
-        last = table.held.get(table.region)
+        self._read = (self.store.version, now)
+        made = publishable(of_inventory(table.region, table.next_generation(now), now, taken, headroom, queues))
         if last is not None and _same(last, made):
-            return None
+            return UNCHANGED
         return made
+
+
+def publishable(inv: RegionInventory) -> RegionInventory:
+    """``inv`` without what a peer would refuse (``wire``'s limits): a name too long for the exchange, kept, would
+    make every exchange carrying it fail; left out, only that queue goes unserved by the pool."""
+    rooms = tuple(r for r in inv.domains if 0 < len(r.platform) <= MAX_NAME)
+    headroom = {q: n for q, n in inv.headroom.items() if 0 < len(q) <= MAX_NAME}
+    queues = {lq: cq for lq, cq in inv.local_queues.items() if 0 < len(lq) <= MAX_QUEUE_KEY and 0 < len(cq) <= MAX_NAME}
+    return RegionInventory(inv.origin, inv.generation, inv.produced_at, rooms, headroom, queues)
 
 
 def _same(a: RegionInventory, b: RegionInventory) -> bool:

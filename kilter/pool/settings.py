@@ -57,9 +57,8 @@ class PoolSettings:
     nominate_at_most: int = NOMINATE_AT_MOST
 
     def __post_init__(self) -> None:
-        parse_regions(self.region, what="pool.region")
-        if not self.region:
-            raise InputError("pool.region: must name this region")
+        if parse_regions(self.region, what="pool.region") != (self.region,):
+            raise InputError(f"pool.region: must be one region name, got {self.region[:60]!r}")
         seen = {self.region}
         for i, peer in enumerate(self.peers):
             where = f"pool.peers[{i}]"
@@ -74,6 +73,8 @@ class PoolSettings:
         owners: dict[str, str] = {}
         for region, clusters in ((self.region, self.clusters), *((p.name, p.cluster_names) for p in self.peers)):
             for cluster in clusters:
+                if parse_regions(cluster, what="pool: a MultiKueueCluster name") != (cluster,):
+                    raise InputError(f"pool: {cluster[:60]!r} is not a MultiKueueCluster name")
                 if owners.setdefault(cluster, region) != region:
                     raise InputError(f"pool: MultiKueueCluster {cluster} is named for {owners[cluster]} and {region}")
         for field, seconds in (

@@ -15,10 +15,21 @@ from kilter.api import pool_pb2 as pb
 from kilter.model.errors import InputError
 from kilter.pool.inventory import DomainRoom, RegionInventory
 
-__all__ = ["MAX_DOMAINS", "MAX_GPUS", "MAX_NAME", "check_digest", "inventory_message", "message_inventory", "messages"]
+__all__ = [
+    "MAX_DOMAINS",
+    "MAX_GPUS",
+    "MAX_NAME",
+    "MAX_QUEUE_KEY",
+    "check_digest",
+    "inventory_message",
+    "message_inventory",
+    "messages",
+]
 
 MAX_NAME = 256
 """Longest region, platform or queue name: Kueue's limit on a MultiKueue cluster's name, and far above a label's."""
+MAX_QUEUE_KEY = 63 + 1 + 253
+"""Longest LocalQueue key, ``NAMESPACE/NAME``: a namespace is a DNS label, a LocalQueue's name a DNS subdomain."""
 MAX_DOMAINS = 100_000
 """More scale-up domains than one region could hold (100,000 racks): a bound on what one message may make kilter
 keep, not a capacity plan."""
@@ -44,11 +55,11 @@ def inventory_message(inv: RegionInventory) -> pb.RegionInventory:
     )
 
 
-def _name(value: str, where: str, *, empty: bool = False) -> str:
-    if not value and not empty:
+def _name(value: str, where: str, *, limit: int = MAX_NAME) -> str:
+    if not value:
         raise InputError(f"{where}: must not be empty")
-    if len(value) > MAX_NAME:
-        raise InputError(f"{where}: longer than {MAX_NAME} characters")
+    if len(value) > limit:
+        raise InputError(f"{where}: longer than {limit} characters")
     return value
 
 
@@ -79,10 +90,10 @@ def message_inventory(msg: pb.RegionInventory, where: str) -> RegionInventory:
             )
         )
     headroom = {
-        _name(q, f"{where}.headroom"): _count(max(0, n), f"{where}.headroom[{q}]") for q, n in msg.headroom.items()
+        _name(q, f"{where}.headroom"): _count(max(0, n), f"{where}.headroom[{q[:80]}]") for q, n in msg.headroom.items()
     }
     queues = {
-        _name(lq, f"{where}.localQueues"): _name(cq, f"{where}.localQueues[{lq}]")
+        _name(lq, f"{where}.localQueues", limit=MAX_QUEUE_KEY): _name(cq, f"{where}.localQueues[{lq[:80]}]")
         for lq, cq in msg.local_queues.items()
     }
     return RegionInventory(origin, msg.generation, msg.produced_at, tuple(rooms), headroom, queues)

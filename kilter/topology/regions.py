@@ -200,9 +200,10 @@ def book(view: RegionView, ask: GangAsk) -> RegionView:
     """``view`` with ``ask`` taken out of its room, largest rooms first as ``rank`` fills them: what the next
     gang of the same dispatch round is ranked on, so two gangs are not both sent to one hole. (Its quota
     headroom is left: the region's Kueue charges it, and the next inventory says so.)"""
-    platform = next((p for p in ask.platforms if _mixed(view.rooms, p, ask) is not None), None)
-    if platform is None:
+    fits = [(u, p) for p in ask.platforms if (u := _mixed(view.rooms, p, ask)) is not None]
+    if not fits:
         return view
+    platform = min(fits)[1]  # the platform ``rank`` placed it on
     order = sorted(
         (i for i, r in enumerate(view.rooms) if r.platform == platform),
         key=lambda i: view.rooms[i].pods_of(ask.gpus_per_pod),
@@ -217,10 +218,10 @@ def book(view: RegionView, ask: GangAsk) -> RegionView:
         taken = min(pods, r.pods_of(ask.gpus_per_pod))
         left = r.gpus_free - taken * ask.gpus_per_pod
         small = min(other, left)
-        same = r.largest_gpus_per_pod == ask.gpus_per_pod
-        rooms[i] = DomainRoom(
-            r.platform, left - small, r.largest_pods - taken if same else r.largest_pods, r.largest_gpus_per_pod
-        )
+        largest = r.largest_pods - taken if r.largest_gpus_per_pod == ask.gpus_per_pod else r.largest_pods
+        if r.largest_gpus_per_pod > 0:  # no more of its largest shape than the GPUs left can hold
+            largest = min(largest, (left - small) // r.largest_gpus_per_pod)
+        rooms[i] = DomainRoom(r.platform, left - small, max(0, largest), r.largest_gpus_per_pod)
         pods, other = pods - taken, other - small
     return RegionView(view.name, tuple(rooms), view.headroom, view.age_s)
 

@@ -321,6 +321,8 @@ def test_the_pool_section_reaches_serve_with_its_durations_and_clusters(tmp_path
         ({"clusters": ["us-east"]}, "MultiKueueCluster us-east is named for eu-west and us-east"),
         ({"exchangeInterval": "soon"}, "pool.exchangeInterval"),
         ({"gossip": True}, "pool.gossip: Extra inputs are not permitted"),
+        ({"region": "eu-west,us-west"}, "pool.region: must be one region name"),
+        ({"clusters": [""]}, "is not a MultiKueueCluster name"),
     ],
 )
 def test_a_bad_pool_section_is_refused_with_the_file_and_the_path(
@@ -336,8 +338,15 @@ def test_a_bad_pool_section_is_refused_with_the_file_and_the_path(
     ("body", "says"),
     [
         ({"state": {"inCluster": True}, "pool": POOL}, "the exchange needs mutual TLS"),
-        ({"state": {"inCluster": True}, "listeners": {**MTLS, "grpcPort": 0}, "pool": POOL}, "listeners.grpcPort must not be 0"),
+        (
+            {"state": {"inCluster": True}, "listeners": {**MTLS, "grpcPort": 0}, "pool": POOL},
+            "listeners.grpcPort must not be 0",
+        ),
         ({"state": {"demo": True}, "listeners": MTLS, "pool": POOL}, "pool.dispatch: writes Workloads"),
+        (
+            {"state": {"inCluster": True}, "listeners": MTLS, "pool": {**POOL, "insecure": True}},
+            "pool.insecure: the gRPC listener serves TLS",
+        ),
     ],
 )
 def test_a_pool_serve_could_not_run_is_refused(tmp_path: Path, body: dict[str, Any], says: str) -> None:

@@ -234,3 +234,59 @@ def test_two_gangs_of_one_round_are_not_both_sent_to_one_hole() -> None:
         t = table(region("eu-west", 8), region("us-east", 18), region("ap-south", 9, 9))
         asyncio.run(dispatcher(server, store, t).run_once())
         assert (nominated(server, "first"), nominated(server, "second")) == (["us-east"], ["ap-south"])
+
+
+def test_a_workload_kilter_cannot_rank_is_sent_to_every_reachable_cluster_as_kueue_would() -> None:
+    cpu = workload("etl", 4, 1)
+    cpu["spec"]["podSets"][0]["template"]["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "8"}}
+    with ListWatchServer(POOL_RESOURCES) as server:
+        store = setup(server, cpu)
+        t = table(region("eu-west", 8), region("us-east", 18), region("ap-south", 9, 9, age_s=45))
+        asyncio.run(dispatcher(server, store, t).run_once())
+        assert nominated(server, "etl") == ["eu-west", "us-east"], "all fresh clusters; never a stale one"
+
+
+def test_nominations_made_since_the_round_s_view_are_not_overwritten() -> None:
+    with ListWatchServer(POOL_RESOURCES) as server:
+        store = setup(server, workload("big", 16, 4))  # the view from before any nomination
+        t = table(region("eu-west", 8), region("us-east", 18), region("ap-south", 9, 9))
+        d = dispatcher(server, store, t)
+        asyncio.run(d.run_once())
+        assert nominated(server, "big") == ["us-east"]
+        t.offer(
+            [
+                RegionInventory(
+                    "us-east", 2, NOW, (DomainRoom(GB200, 8, 2, 4),), {"research": 1000}, {"ml/research": "research"}
+                )
+            ]
+        )
+        asyncio.run(d.run_once())  # its store still shows no nominations: a watch behind
+        assert nominated(server, "big") == ["us-east"], "not replaced from a stale view"
+        assert d.written.get("conflict") == 1
+
+
+class RacingApi(ApiServer):
+    """An API server client between whose read and write Kueue writes the Workload (as a concurrent reconcile)."""
+
+    server: ListWatchServer | None = None
+
+    def call(self, method: str, path: str, body: Any = None, *, content_type: str = "application/json") -> Any:
+        answer = super().call(method, path, body, content_type=content_type)
+        if method == "GET" and path.endswith("/workloads/big") and self.server is not None:
+            reserve(self.server, answer, cluster_queue="research-2")
+        return answer
+
+
+def test_a_workload_written_between_read_and_apply_is_a_conflict_counted_and_retried() -> None:
+    with ListWatchServer(POOL_RESOURCES) as server:
+        store = setup(server, workload("big", 16, 4))
+        t = table(region("eu-west", 8), region("us-east", 18))
+        api = RacingApi("http", server.host, server.port)
+        api.server = server
+        d = Dispatcher(store, api, t, {c: c for c in CLUSTERS}, wall=lambda: NOW)
+        assert asyncio.run(d.run_once()) == []
+        assert d.written.get("conflict") == 1 and nominated(server, "big") == []
+        api.server = None
+        d.store = store_of(server)
+        asyncio.run(d.run_once())
+        assert nominated(server, "big") == ["us-east"], "the next round reads it again and writes"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,7 @@ import pytest
 from kilter.api import pool_pb2 as pb
 from kilter.api import pool_pb2_grpc as pb_grpc
 from kilter.api.tls import ReloadingCredentials
-from kilter.pool.exchange import ExchangeCounts, Gossip, Peer, PoolServicer
+from kilter.pool.exchange import UNCHANGED, ExchangeCounts, Gossip, Peer, PoolServicer, Unchanged
 from kilter.pool.inventory import DomainRoom, RegionInventory
 from kilter.pool.peers import PeerTable
 from kilter.pool.wire import inventory_message
@@ -281,3 +282,64 @@ def test_a_restarted_region_is_taken_up_again_above_what_peers_hold_of_it() -> N
                 await r.stop()
 
     run(scenario)
+
+
+def test_an_inventory_stamped_beyond_any_clock_is_dropped_and_cannot_shut_a_region_out() -> None:
+    async def scenario() -> None:
+        east = Region("us-east", ExchangeCounts())
+        await east.start()
+        try:
+            now = time.time()
+            east.table.publish(own_inventory("us-east", east.table.next_generation(now), now))
+            forged_other = inventory_message(own_inventory("eu-west", 2**63 - 1, now))
+            forged_own = inventory_message(own_inventory("us-east", 2**63 - 1, now))
+            answer = await _call(
+                east.port, pb.ExchangeRequest(region="eu-west", inventories=[forged_other, forged_own])
+            )
+            assert east.table.future == 2 and "eu-west" not in east.table.held
+            assert east.table.next_generation(time.time()) < 2**62, "its own next generation is still its clock"
+            assert [m.origin for m in answer.inventories] == ["us-east"]
+            honest = inventory_message(own_inventory("eu-west", int(now * 1000), now))
+            await _call(east.port, pb.ExchangeRequest(region="eu-west", inventories=[honest]))
+            assert "eu-west" in east.table.held, "the real eu-west is still taken"
+        finally:
+            await east.stop()
+
+    run(scenario)
+
+
+def _gossip(answers: list[Any], *, leader: bool = True) -> tuple[Gossip, list[float]]:
+    clock = [1000.0]
+    table = PeerTable("eu-west", ttl_s=10)
+    made = iter(answers)
+
+    def publish(t: PeerTable, now: float) -> RegionInventory | Unchanged | None:
+        answer = next(made)
+        return own_inventory("eu-west", t.next_generation(now), now) if answer == "new" else answer
+
+    return Gossip(table, [], publish, wall=lambda: clock[0], is_writer=lambda: leader), clock
+
+
+def test_an_unchanged_state_renews_the_inventory_and_an_unreadable_one_lets_it_age_out() -> None:
+    gossip, clock = _gossip(["new", UNCHANGED, UNCHANGED, None, None])
+    gossip.refresh()
+    first = gossip.table.held["eu-west"].generation
+    clock[0] += 2
+    gossip.refresh()
+    assert gossip.table.held["eu-west"].generation == first, "young: not renewed"
+    clock[0] += 4
+    gossip.refresh()
+    renewed = gossip.table.held["eu-west"]
+    assert renewed.generation > first and renewed.produced_at == clock[0], "confirmed and half its TTL old"
+    clock[0] += 6
+    gossip.refresh()
+    clock[0] += 6
+    gossip.refresh()
+    assert gossip.table.held["eu-west"] is renewed, "a state that cannot be read is never vouched for"
+    assert "eu-west" in gossip.table.fresh(clock[0]), "its own is always there for itself"
+
+
+def test_a_replica_that_does_not_lead_publishes_nothing() -> None:
+    gossip, _ = _gossip(["new"], leader=False)
+    gossip.refresh()
+    assert gossip.table.held == {}

@@ -108,3 +108,17 @@ def test_any_exchanges_over_a_connected_graph_end_with_the_newest_everywhere(
         assert rounds <= regions, "a change crosses at most the graph's diameter in sweeps"
     for table in peers.values():
         assert table.digest() == newest
+
+
+def test_a_region_whose_clock_went_back_publishes_above_what_its_peers_still_hold_of_it() -> None:
+    peer, me = PeerTable("us-east"), PeerTable("eu-west")
+    me.publish(RegionInventory("eu-west", me.next_generation(2000.0), 2000.0))
+    peer.exchange(me)
+    restarted = PeerTable("eu-west")  # a restart, its clock now 5 s behind what it stamped before
+    restarted.exchange(peer)
+    assert restarted.own_heard == 2_000_000
+    generation = restarted.next_generation(1995.0)
+    assert generation == 2_000_001, "above the copy peers hold, though its clock says 1,995,000"
+    restarted.publish(RegionInventory("eu-west", generation, 1995.0))
+    peer.exchange(restarted)
+    assert peer.held["eu-west"].generation == generation

@@ -84,20 +84,23 @@ def test_a_mixed_ask_needs_no_fewer_domains_than_brute_force_finds_for_either_co
     room and the GPUs; with no small pods, it is exactly the smallest subset that holds the pods."""
     gang = GangAsk.of_pod_sets([(big, 4), (small, 1)], platforms=(GB,), home="xx")
     ranked = rank(gang, [RegionView("r", tuple(rooms))])
-    both = None
-    pods_only = None
+    both = pods_only = gpus_only = None
     for k in range(1, len(rooms) + 1):
         for subset in itertools.combinations(rooms, k):
             pods_ok = sum(r.pods_of(4) for r in subset) >= big
+            gpus_ok = sum(r.gpus_free for r in subset) >= gang.gpus
             if pods_ok and pods_only is None:
                 pods_only = k
-            if pods_ok and sum(r.gpus_free for r in subset) >= gang.gpus and both is None:
+            if gpus_ok and gpus_only is None:
+                gpus_only = k
+            if pods_ok and gpus_ok and both is None:
                 both = k
     if both is None:
         assert not ranked, "no subset holds it, not even all of them: not a candidate"
         return
     assert ranked, "a subset holds it, so the region is a candidate"
-    assert ranked[0].domains <= both
+    assert pods_only is not None and gpus_only is not None
+    assert max(pods_only, gpus_only) == ranked[0].domains <= both, "each constraint's own fewest, the larger"
     if small == 0:
         assert ranked[0].domains == pods_only == both
 
@@ -110,4 +113,13 @@ def test_a_booked_gang_takes_its_room_out_for_the_next_of_the_round() -> None:
     assert after[0].rooms == (DomainRoom(GB, 8, 2, 4),)
     assert nominate(ask(home="xx"), after) == ["ap"], "the second gang is not sent to the hole the first took"
     mixed = GangAsk.of_pod_sets([(2, 4), (3, 1)], platforms=(GB,), home="xx")
-    assert book(RegionView("us", (rack(3, extra_gpus=2),)), mixed).rooms == (DomainRoom(GB, 3, 1, 4),)
+    assert book(RegionView("us", (rack(3, extra_gpus=2),)), mixed).rooms == (DomainRoom(GB, 3, 0, 4),), (
+        "3 GPUs: no tray"
+    )
+
+
+def test_booking_smaller_pods_in_a_domain_of_larger_trays_leaves_no_more_trays_than_its_gpus_hold() -> None:
+    eight = DomainRoom(GB, 72, 9, 8)  # 9 trays of 8 GPUs free
+    small = GangAsk(platforms=(GB,), pods=2, gpus_per_pod=4, home="xx")
+    (after,) = book(RegionView("us", (eight,)), small).rooms
+    assert (after.gpus_free, after.largest_pods) == (64, 8), "8 GPUs taken: one tray fewer of 8"
