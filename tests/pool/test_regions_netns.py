@@ -156,3 +156,22 @@ def test_a_partitioned_region_ages_out_gets_nothing_and_converges_after_the_part
     until(lambda: pool.cluster_of("wide") is not None, "wide is admitted", step=pool.sync)
     assert pool.cluster_of("wide") == "ap-south"
     pool.check_invariants()
+
+
+def test_a_manager_cut_off_holds_its_own_jobs_and_the_other_regions_go_on(pool: Pool) -> None:
+    pool.settle()
+    for other in ("us-east", "ap-south"):
+        cut("eu-west", other)
+    try:
+        until(lambda: not pool.fresh_at("eu-west", "us-east") and not pool.fresh_at("eu-west", "ap-south"), "cut", 10)
+        pool.submit("alone", 1)  # one tray: us-east has 2 free, ap-south 1
+        for _ in range(15):
+            pool.sync()
+            time.sleep(0.1)
+        assert pool.cluster_of("alone") is None and not [n for n, _ in pool.nominations_seen if n == "alone"]
+        assert pool.fresh_at("us-east", "ap-south") and pool.fresh_at("ap-south", "us-east"), "they still talk"
+    finally:
+        for other in ("us-east", "ap-south"):
+            cut("eu-west", other, heal=True)
+    until(lambda: pool.cluster_of("alone") is not None, "alone is admitted once the manager is back", step=pool.sync)
+    pool.check_invariants()
