@@ -21,6 +21,7 @@ __all__ = [
     "demo_compare",
     "demo_scheduler",
     "exits",
+    "fleet",
     "kubectl",
     "listeners",
     "logs",

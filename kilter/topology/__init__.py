@@ -16,6 +16,7 @@ from kilter.topology import (
     spare_settings,
     spares,
     split_wait,
+    validate,
     verdicts,
 )
 from kilter.topology.catalog import BUILTIN, Catalog, Platform, load_overrides
@@ -64,5 +65,6 @@ __all__ = [
     "spare_settings",
     "spares",
     "split_wait",
+    "validate",
     "verdicts",
 ]

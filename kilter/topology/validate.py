@@ -1,0 +1,171 @@
+"""Topology validation: each scale-up domain as the cluster shows it, against the shape its platform promises.
+
+A delivered rack is cabled, labelled and reported by several tools (GPU
+Feature Discovery's clique label, the device plugin's GPU count), and any of
+them can be wrong in a way the scheduler cannot see: a tray that never
+joined, a GPU that fell off the bus, two racks' trays under one clique ID.
+A gang planned on such a domain runs slower than planned, or not at all.
+``validate`` compares every domain with its platform (``nodes_per_domain``
+nodes of ``gpus_per_node`` GPUs, one product) and says what differs:
+
+* ``error``: the domain cannot be what its label says: more nodes than the
+  platform's domain holds (one label on two racks), nodes of different
+  platforms under one label, a node with fewer GPUs than its platform has,
+  a node of a multi-node platform without a domain label;
+* ``warning``: the domain is short of nodes (a tray missing, or out for
+  repair): smaller than promised, still one domain.
+
+The nodes' health (Ready, cordons, health signals) is not judged here:
+that is the fleet's availability, which changes by the minute; this is the
+shape, which should not.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Literal
+
+from kilter.model import quantity
+from kilter.model.core_v1 import Node
+from kilter.model.errors import InputError, UnknownPlatform
+from kilter.topology.catalog import Catalog, Platform
+
+__all__ = ["Finding", "Report", "validate"]
+
+Severity = Literal["error", "warning"]
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One way a domain (or a node of it) differs from its platform's shape."""
+
+    domain: str
+    platform: str
+    kind: str  # trays-missing, too-many-nodes, mixed-platforms, gpus-short, domain-label-missing, unknown-platform
+    severity: Severity
+    nodes: tuple[str, ...]
+    message: str
+
+
+@dataclass(frozen=True)
+class Report:
+    """Every finding, and how many domains of each platform were looked at."""
+
+    findings: tuple[Finding, ...] = ()
+    domains: dict[str, int] = field(default_factory=dict)  # platform -> domains seen
+
+    @property
+    def errors(self) -> tuple[Finding, ...]:
+        return tuple(f for f in self.findings if f.severity == "error")
+
+    def domains_with_errors(self) -> frozenset[str]:
+        return frozenset(f.domain for f in self.errors)
+
+
+def _gpus(node: Node, resource: str) -> int | None:
+    alloc = node.status.allocatable or node.status.capacity
+    raw = alloc.get(resource)
+    if raw is None:
+        return None
+    try:
+        return quantity.to_count(raw, path=f"status.allocatable[{resource}]")
+    except InputError:
+        return None
+
+
+def _domain_label(node: Node, platform: Platform) -> str | None:
+    labels = node.metadata.labels
+    return next((labels[k] for k in platform.domain_label_keys if labels.get(k)), None)
+
+
+def validate(nodes: Iterable[Node], catalog: Catalog) -> Report:
+    """The findings of every GPU node's domain, domains in name order."""
+    resources = sorted(catalog.device_resources)
+    members: dict[str, list[tuple[str, Platform]]] = defaultdict(list)
+    findings: list[Finding] = []
+    for node in sorted(nodes, key=lambda n: n.metadata.name):
+        name = node.metadata.name
+        devices = {r: n for r in resources if (n := _gpus(node, r)) is not None}
+        try:
+            platform = catalog.match(node.metadata.labels, devices)
+        except UnknownPlatform as exc:
+            findings.append(Finding(name, "", "unknown-platform", "error", (name,), str(exc)))
+            continue
+        if platform is None:
+            continue
+        gpus = devices.get(platform.device_resource, 0)
+        domain = _domain_label(node, platform) if platform.is_multi_node else name
+        if domain is None:
+            findings.append(
+                Finding(
+                    name,
+                    platform.name,
+                    "domain-label-missing",
+                    "error",
+                    (name,),
+                    f"node {name} has no domain label ({', '.join(platform.domain_label_keys[:2])}, ...): it is no "
+                    f"part of any {platform.name} domain (GPU Feature Discovery drops the clique label when the "
+                    "fabric is down)",
+                )
+            )
+            continue
+        members[domain].append((name, platform))
+        if gpus < platform.gpus_per_node:
+            findings.append(
+                Finding(
+                    domain,
+                    platform.name,
+                    "gpus-short",
+                    "error",
+                    (name,),
+                    f"node {name} offers {gpus} {platform.device_resource}, a {platform.name} node has "
+                    f"{platform.gpus_per_node}",
+                )
+            )
+    counted: dict[str, int] = defaultdict(int)
+    for domain, held in sorted(members.items()):
+        names = tuple(n for n, _ in held)
+        kinds = sorted({p.name for _, p in held})
+        platform = held[0][1]
+        counted[platform.name] += 1
+        if len(kinds) > 1:
+            findings.append(
+                Finding(
+                    domain,
+                    "/".join(kinds),
+                    "mixed-platforms",
+                    "error",
+                    names,
+                    f"domain {domain} holds nodes of {', '.join(kinds)}: one scale-up domain is one product",
+                )
+            )
+            continue
+        expected = platform.nodes_per_domain
+        if len(held) > expected:
+            findings.append(
+                Finding(
+                    domain,
+                    platform.name,
+                    "too-many-nodes",
+                    "error",
+                    names,
+                    f"domain {domain} has {len(held)} nodes, a {platform.name} domain holds {expected}: its label "
+                    "is shared by more than one rack",
+                )
+            )
+        elif len(held) < expected:
+            findings.append(
+                Finding(
+                    domain,
+                    platform.name,
+                    "trays-missing",
+                    "warning",
+                    names,
+                    f"domain {domain} has {len(held)} of its {expected} nodes",
+                )
+            )
+    order = {"error": 0, "warning": 1}
+    findings.sort(key=lambda f: (f.domain, order[f.severity], f.kind, f.nodes))
+    return Report(tuple(findings), dict(sorted(counted.items())))
