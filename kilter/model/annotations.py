@@ -25,6 +25,8 @@ __all__ = [
     "GANG",
     "GANG_SIZE",
     "HYPERNODE_TIER_PREFIX",
+    "LIFECYCLE",
+    "LIFECYCLE_STATES",
     "MAX_GANG_SIZE",
     "MIN_RUNTIME",
     "PLAN",
@@ -38,6 +40,7 @@ __all__ = [
     "SPARE_NODES_PER_DOMAIN",
     "SPINE",
     "TOPOLOGY",
+    "TOPOLOGY_ACK",
     "TOPOLOGY_POLICY",
     "USAGE_HALF_LIFE",
     "ZONE",
@@ -198,6 +201,17 @@ PLATFORM = "kilter.dev/platform"
 
 PRODUCT = "kilter.dev/product"
 """Node label the fleet generator writes the GPU product under for a platform that has no product label of its own."""
+
+LIFECYCLE = "kilter.dev/lifecycle"
+"""Node label: the node's lifecycle state (``LIFECYCLE_STATES``); only ``ready`` (or no label) takes new plans.
+Pods already running on a node in any other state keep running."""
+
+LIFECYCLE_STATES = ("qualifying", "ready", "degraded", "maintenance", "repairing", "retired")
+
+TOPOLOGY_ACK = "kilter.dev/topology-ack"
+"""Node label: ``"true"`` acknowledges the validation errors of the node's scale-up domain (``kilter fleet
+validate``): until then a domain whose shape is wrong (a label on two racks, a node short of GPUs, mixed
+products) takes single-pod gangs only."""
 
 SCALE_UP_DOMAIN = "kilter.dev/scale-up-domain"
 """Node label: any string naming the node's NVLink/UALink domain; wins over the other domain labels."""

@@ -33,6 +33,7 @@ import numpy.typing as npt
 
 from kilter._native import domains, jsonout, names
 from kilter.model import quantity
+from kilter.model.annotations import TOPOLOGY_ACK
 from kilter.model.core_v1 import Node, Pod, Taint, pod_request
 from kilter.model.errors import InputError, UnknownPlatform
 from kilter.model.kueue import Topology
@@ -42,6 +43,7 @@ from kilter.topology.health import BLOCKING_EFFECTS, DEFAULTS, HEALTH_TAINT_PREF
 from kilter.topology.hypernodes import SOURCE as HYPERNODES
 from kilter.topology.hypernodes import with_hypernode_labels
 from kilter.topology.labels import Levels, choose_levels, group_path
+from kilter.topology.validate import ACK_VALUE, mixed, shape_errors
 
 __all__ = ["Fleet", "build_fleet", "is_node_usable"]
 
@@ -270,6 +272,7 @@ def build_fleet(
             key = (name, plat_index[platform.name], False)
         members.setdefault(key, []).append((name, node, count))
 
+    members = _detach_misshapen(members, platforms, warnings)
     domain_keys = sorted(members)
     seen_names: set[str] = set()
     node_names: list[str] = []
@@ -390,6 +393,41 @@ def build_fleet(
         unreadable_nodes=dict(sorted(unreadable.items())),
         unusable=dict(sorted(unusable.items())),
     )
+
+
+Members = dict[tuple[str, int, bool], list[tuple[str, Node, int]]]
+
+
+def _detach_misshapen(members: Members, platforms: Sequence[Platform], warnings: list[str]) -> Members:
+    """Each multi-node domain whose shape ``validate`` calls an error (more nodes than the platform's domain, a
+    node short of GPUs, products mixed under one label) split into detached one-node domains, which take
+    single-pod gangs only: a gang planned across it would not get the fabric it was planned for. A node of the
+    domain labelled ``kilter.dev/topology-ack=true`` keeps it whole (a person looked and accepts it)."""
+    sharing: dict[str, int] = {}
+    for dom_id, _, detached in members:
+        if not detached:
+            sharing[dom_id] = sharing.get(dom_id, 0) + 1
+    out: Members = {}
+    for key, held in members.items():
+        dom_id, p_index, detached = key
+        platform = platforms[p_index]
+        if detached or not platform.is_multi_node:
+            out.setdefault(key, []).extend(held)
+            continue
+        errors = [f for f in shape_errors(dom_id, platform, [(n, c) for n, _, c in held]) if f.severity == "error"]
+        if sharing[dom_id] > 1:
+            errors.append(mixed(dom_id, [platform.name, "another platform"], tuple(n for n, _, _ in held)))
+        if not errors or any(node.metadata.labels.get(TOPOLOGY_ACK) == ACK_VALUE for _, node, _ in held):
+            out.setdefault(key, []).extend(held)
+            continue
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        warnings.append(
+            f"domain {dom_id}: {errors[0].message}{more}; its nodes take single-pod gangs only until it is fixed or "
+            f"a node of it is labelled {TOPOLOGY_ACK}={ACK_VALUE}"
+        )
+        for name, node, count in held:
+            out[(name, p_index, True)] = [(name, node, count)]
+    return out
 
 
 def _device_counts(node: Node, resources: Sequence[str]) -> dict[str, int]:

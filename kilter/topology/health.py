@@ -8,7 +8,9 @@ bad. Some of those marks are Kubernetes' own and always apply (the
 * the ``Ready`` condition not ``True``;
 * a ``node.kubernetes.io/*`` taint with effect ``NoSchedule`` or ``NoExecute``
   (the node lifecycle controller's ``not-ready``, ``unreachable`` ...);
-* ``amd.com/gpu-mesh-validation=failed`` (AMD GPU Operator's xGMI mesh check).
+* ``amd.com/gpu-mesh-validation=failed`` (AMD GPU Operator's xGMI mesh check);
+* ``kilter.dev/lifecycle`` set to anything but ``ready`` (qualifying, degraded, in maintenance, repairing,
+  retired, or a value that is no state at all: a typo must not send gangs to a node being qualified).
 
 (A tray that lost ``nvidia.com/gpu.clique`` is not unusable: ``fleet.py``
 makes it a detached one-node domain.) The rest come from GPU health tools,
@@ -67,6 +69,7 @@ from typing import Any, Literal
 
 import pydantic
 
+from kilter.model.annotations import LIFECYCLE, LIFECYCLE_STATES
 from kilter.model.core_v1 import Node
 from kilter.model.errors import InputError
 from kilter.topology.config_file import read_yaml
@@ -261,6 +264,11 @@ class HealthSignals:
         labels = node.metadata.labels
         if AMD_MESH_LABEL in labels and labels[AMD_MESH_LABEL] == "failed":
             return f"label {AMD_MESH_LABEL}=failed (AMD GPU Operator)"
+        state = labels.get(LIFECYCLE)
+        if state is not None and state != "ready":
+            if state in LIFECYCLE_STATES:
+                return f"lifecycle {state}"
+            return f"label {LIFECYCLE}={state[:40]!r} is no lifecycle state ({', '.join(LIFECYCLE_STATES)})"
         if hit is not None:
             return next(c for c in self._conditions[hit.type] if hit.status in c.status).reason(hit.status)
         if taint_hit is not None:

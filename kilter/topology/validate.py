@@ -23,7 +23,7 @@ shape, which should not.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -32,7 +32,10 @@ from kilter.model.core_v1 import Node
 from kilter.model.errors import InputError, UnknownPlatform
 from kilter.topology.catalog import Catalog, Platform
 
-__all__ = ["Finding", "Report", "validate"]
+__all__ = ["ACK_VALUE", "Finding", "Report", "mixed", "shape_errors", "validate"]
+
+ACK_VALUE = "true"
+"""The value of ``kilter.dev/topology-ack`` on a node that acknowledges its domain's findings."""
 
 Severity = Literal["error", "warning"]
 
@@ -80,10 +83,65 @@ def _domain_label(node: Node, platform: Platform) -> str | None:
     return next((labels[k] for k in platform.domain_label_keys if labels.get(k)), None)
 
 
+def shape_errors(domain: str, platform: Platform, members: Sequence[tuple[str, int]]) -> list[Finding]:
+    """The findings of one domain of ``platform`` from its nodes' (name, GPUs): what the fleet model and
+    ``validate`` both judge a domain by."""
+    names = tuple(n for n, _ in members)
+    out = [
+        Finding(
+            domain,
+            platform.name,
+            "gpus-short",
+            "error",
+            (name,),
+            f"node {name} offers {gpus} {platform.device_resource}, a {platform.name} node has "
+            f"{platform.gpus_per_node}",
+        )
+        for name, gpus in members
+        if gpus < platform.gpus_per_node
+    ]
+    expected = platform.nodes_per_domain
+    if len(members) > expected:
+        out.append(
+            Finding(
+                domain,
+                platform.name,
+                "too-many-nodes",
+                "error",
+                names,
+                f"domain {domain} has {len(members)} nodes, a {platform.name} domain holds {expected}: its label is "
+                "shared by more than one rack",
+            )
+        )
+    elif len(members) < expected:
+        out.append(
+            Finding(
+                domain,
+                platform.name,
+                "trays-missing",
+                "warning",
+                names,
+                f"domain {domain} has {len(members)} of its {expected} nodes",
+            )
+        )
+    return out
+
+
+def mixed(domain: str, kinds: Sequence[str], names: tuple[str, ...]) -> Finding:
+    return Finding(
+        domain,
+        "/".join(kinds),
+        "mixed-platforms",
+        "error",
+        names,
+        f"domain {domain} holds nodes of {', '.join(kinds)}: one scale-up domain is one product",
+    )
+
+
 def validate(nodes: Iterable[Node], catalog: Catalog) -> Report:
     """The findings of every GPU node's domain, domains in name order."""
     resources = sorted(catalog.device_resources)
-    members: dict[str, list[tuple[str, Platform]]] = defaultdict(list)
+    members: dict[str, list[tuple[str, Platform, int]]] = defaultdict(list)
     findings: list[Finding] = []
     for node in sorted(nodes, key=lambda n: n.metadata.name):
         name = node.metadata.name
@@ -111,61 +169,16 @@ def validate(nodes: Iterable[Node], catalog: Catalog) -> Report:
                 )
             )
             continue
-        members[domain].append((name, platform))
-        if gpus < platform.gpus_per_node:
-            findings.append(
-                Finding(
-                    domain,
-                    platform.name,
-                    "gpus-short",
-                    "error",
-                    (name,),
-                    f"node {name} offers {gpus} {platform.device_resource}, a {platform.name} node has "
-                    f"{platform.gpus_per_node}",
-                )
-            )
+        members[domain].append((name, platform, gpus))
     counted: dict[str, int] = defaultdict(int)
     for domain, held in sorted(members.items()):
-        names = tuple(n for n, _ in held)
-        kinds = sorted({p.name for _, p in held})
+        kinds = sorted({p.name for _, p, _ in held})
         platform = held[0][1]
         counted[platform.name] += 1
         if len(kinds) > 1:
-            findings.append(
-                Finding(
-                    domain,
-                    "/".join(kinds),
-                    "mixed-platforms",
-                    "error",
-                    names,
-                    f"domain {domain} holds nodes of {', '.join(kinds)}: one scale-up domain is one product",
-                )
-            )
+            findings.append(mixed(domain, kinds, tuple(n for n, _, _ in held)))
             continue
-        expected = platform.nodes_per_domain
-        if len(held) > expected:
-            findings.append(
-                Finding(
-                    domain,
-                    platform.name,
-                    "too-many-nodes",
-                    "error",
-                    names,
-                    f"domain {domain} has {len(held)} nodes, a {platform.name} domain holds {expected}: its label "
-                    "is shared by more than one rack",
-                )
-            )
-        elif len(held) < expected:
-            findings.append(
-                Finding(
-                    domain,
-                    platform.name,
-                    "trays-missing",
-                    "warning",
-                    names,
-                    f"domain {domain} has {len(held)} of its {expected} nodes",
-                )
-            )
+        findings.extend(shape_errors(domain, platform, [(n, g) for n, _, g in held]))
     order = {"error": 0, "warning": 1}
     findings.sort(key=lambda f: (f.domain, order[f.severity], f.kind, f.nodes))
     return Report(tuple(findings), dict(sorted(counted.items())))
