@@ -125,6 +125,7 @@ import http.client
 import json
 import posixpath
 import queue
+import random
 import re
 import select
 import socket
@@ -1915,6 +1916,9 @@ class ListWatchServer:
         obj = _written_object(resource, namespace, body)
         meta = obj["metadata"]
         name = meta.get("name")
+        prefix = meta.get("generateName")
+        if not name and isinstance(prefix, str) and prefix:  # names.SimpleNameGenerator: 5 random characters
+            name = meta["name"] = prefix[:58] + "".join(random.choices("bcdfghjklmnpqrstvwxz2456789", k=5))
         if not isinstance(name, str) or not name:
             raise ApiError(
                 422,

@@ -22,6 +22,7 @@ PACKAGES = [
     "kilter.webhooks",
     "kilter.api",
     "kilter.pool",
+    "kilter.lifecycle",
     "kilter.sim",
     "kilter.cli",
     "kilter._native",

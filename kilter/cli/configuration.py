@@ -217,6 +217,18 @@ class Spares(_Section):
     )
 
 
+class LifecycleSection(_Section):
+    """The lifecycle controller: nodes moved through kilter.dev/lifecycle states (docs/lifecycle.md)."""
+
+    enabled: bool = _setting("lifecycle", "Run it (the leader writes node labels and Events).")
+    failures: int = _setting("lifecycle_failures", "Health failures within window that make a ready node degraded.")
+    window: str = _setting("lifecycle_window_s", "The window those failures are counted in.", duration=True)
+    sustained: str = _setting(
+        "lifecycle_sustained_s", "How long one failure may last before the node is degraded anyway.", duration=True
+    )
+    suite: str = _setting("lifecycle_suite", "The qualification suite whose passed makes a node ready; empty: any.")
+
+
 class RuntimeEstimates(_Section):
     """What a gang without a declared runtime is expected to take: learned from finished Kueue Workloads."""
 
@@ -259,6 +271,7 @@ class Configuration(pydantic.BaseModel):
     runtime_estimates: RuntimeEstimates = RuntimeEstimates()
     explain: Explain = Explain()
     logging: Logging = Logging()
+    lifecycle: LifecycleSection = LifecycleSection()
     pool: PoolSection | None = None
 
     SECTIONS: ClassVar[tuple[str, ...]] = (
@@ -272,6 +285,7 @@ class Configuration(pydantic.BaseModel):
         "runtime_estimates",
         "explain",
         "logging",
+        "lifecycle",
     )
 
 

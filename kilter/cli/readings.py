@@ -18,10 +18,11 @@ from pathlib import Path
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
+from kilter.lifecycle.controller import LifecycleController
 from kilter.state.live import LiveFeed
 from kilter.webhooks.admissioncheck import Controller
 
-__all__ = ["AdmissionCheckReading", "CertificateReading", "LeaderReading", "StateReading"]
+__all__ = ["AdmissionCheckReading", "CertificateReading", "LeaderReading", "LifecycleReading", "StateReading"]
 
 
 class StateReading(Collector):
@@ -121,5 +122,25 @@ class AdmissionCheckReading(Collector):
         yield CounterMetricFamily(
             "kilter_admission_check_write_errors",
             "Status writes the API server refused or could not take (retried next round)",
+            value=self.controller.errors,
+        )
+
+
+class LifecycleReading(Collector):
+    """The lifecycle controller's transitions written, by the state moved to, and its refused writes."""
+
+    def __init__(self, controller: LifecycleController) -> None:
+        self.controller = controller
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        family = CounterMetricFamily(
+            "kilter_lifecycle_transitions", "Node lifecycle transitions written, by the state moved to", labels=["to"]
+        )
+        for state in ("degraded", "repairing", "qualifying", "ready"):
+            family.add_metric([state], self.controller.moved[state])
+        yield family
+        yield CounterMetricFamily(
+            "kilter_lifecycle_write_errors",
+            "Node label writes the API server refused (a node changed meanwhile: read again next round)",
             value=self.controller.errors,
         )

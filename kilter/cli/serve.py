@@ -41,6 +41,7 @@ from kilter.kube.api import ApiServer, connect
 from kilter.kube.events import EventRecorder
 from kilter.kube.follower import LeaseFollower
 from kilter.kube.leader import LeaderElector
+from kilter.lifecycle import LifecycleController
 from kilter.model.errors import InputError
 from kilter.model.kueue import KUEUE_GROUP, ClusterQueue, Cohort, ResourceFlavor
 from kilter.quota.tree import build_tree
@@ -49,6 +50,7 @@ from kilter.state.feed import SnapshotFeed, settle
 from kilter.state.live import LiveFeed, default_resources
 from kilter.state.snapshot import load_documents
 from kilter.state.store import ClusterStore
+from kilter.topology.lifecycle import LifecyclePolicy
 from kilter.webhooks.admissioncheck import CONTROLLER_NAME, CheckDecision, Controller
 from kilter.webhooks.mutate import Mutator
 from kilter.webhooks.server import WebhookApp
@@ -219,6 +221,13 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     serve_grpc.add_grpc_arguments(p)
     add_split_wait_arguments(p)
     add_spare_argument(p, lend=True)
+    p.add_argument(
+        "--lifecycle",
+        action="store_true",
+        help="run the lifecycle controller: GPU nodes moved through kilter.dev/lifecycle states (ready, degraded, "
+        "repairing, qualifying) by health over time and qualification results; its policy is the Configuration's "
+        "lifecycle section (docs/lifecycle.md)",
+    )
     p.add_argument(
         "--reload-interval",
         default=f"{d.reload_interval_s:g}s",
@@ -521,6 +530,20 @@ def run(args: argparse.Namespace) -> int:
         app.metrics.registry.register(readings.AdmissionCheckReading(controller))
         log.info("AdmissionCheck controller %s running", CONTROLLER_NAME)
     services, loops = [], []
+    if config.lifecycle and isinstance(app.binder, ApiBinder):
+        policy = LifecyclePolicy(
+            config.lifecycle_failures, config.lifecycle_window_s, config.lifecycle_sustained_s, config.lifecycle_suite
+        )
+        mover = LifecycleController(
+            store,
+            app.binder.api,
+            policy=policy,
+            events=EventRecorder(app.binder.api, is_writer=app.is_writer),
+            is_writer=app.is_writer,
+        )
+        loops.append(mover.run)
+        app.metrics.registry.register(readings.LifecycleReading(mover))
+        log.info("lifecycle controller running")
     if config.pool is not None:
         api = app.binder.api if isinstance(app.binder, ApiBinder) else None
         parts = serve_pool.pool_parts(config, config.pool, store, api, app.is_writer)

@@ -171,6 +171,17 @@ class ServeConfig:
     """Logging threshold of every kilter and uvicorn logger."""
     log_format: LogFormat = "text"
     """``text`` for people, ``json`` (one object per line, with the gang/pod/workload keys) for a log pipeline."""
+    lifecycle: bool = False
+    """Run the lifecycle controller (``--lifecycle``): nodes moved through ``kilter.dev/lifecycle`` states by
+    health over time and qualification results (needs an API server; the leader writes)."""
+    lifecycle_failures: int = 3
+    """Health failures within ``lifecycle_window_s`` that make a ready node degraded."""
+    lifecycle_window_s: float = 600.0
+    """The window those failures are counted in."""
+    lifecycle_sustained_s: float = 300.0
+    """How long one failure may last before the node is degraded without flapping."""
+    lifecycle_suite: str = ""
+    """The qualification suite whose ``passed`` makes a qualifying node ready; "" for any."""
     pool: PoolSettings | None = None
     """The global pool (the Configuration's ``pool`` section only): this region, its peers, dispatch."""
 
@@ -250,6 +261,16 @@ class ServeConfig:
             raise InputError("--max-namespace-gang-plans must be at least 1")
         if self.spare_nodes_per_domain < 0:
             raise InputError("--spare-nodes-per-domain must be at least 0")
+        if self.lifecycle_failures < 1:
+            raise InputError("--lifecycle-failures must be at least 1")
+        for flag, seconds in (
+            ("--lifecycle-window", self.lifecycle_window_s),
+            ("--lifecycle-sustained", self.lifecycle_sustained_s),
+        ):
+            if not 0 < seconds < float("inf"):
+                raise InputError(f"{flag} must be above zero and finite, got {seconds:g}s")
+        if self.lifecycle and self.kubeconfig is None and not self.in_cluster:
+            raise InputError("--lifecycle writes node labels, so it needs --kubeconfig or --in-cluster")
         for flag, count in (
             ("--runtime-window", self.runtime_window),
             ("--explain-records", self.explain_records),
@@ -366,6 +387,7 @@ class ServeConfig:
             split_slowdown=split_wait["split_slowdown"],
             spare_nodes_per_domain=read_spare_nodes(args.spare_nodes_per_domain),
             spares_for_preemptible=args.spares_for_preemptible,
+            lifecycle=args.lifecycle,
             reload_interval_s=parse_duration(args.reload_interval, path="--reload-interval"),
             log_level=cast(LogLevel, args.log_level),
             log_format=cast(LogFormat, args.log_format),

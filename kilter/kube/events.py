@@ -75,13 +75,16 @@ class EventRecorder:
 
     def _write(self, obj: Involved, reason: str, message: str, warning: bool) -> None:
         now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        involved = {"apiVersion": obj.api_version, "kind": obj.kind, "namespace": obj.namespace, "name": obj.name}
+        involved = {"apiVersion": obj.api_version, "kind": obj.kind, "name": obj.name}
+        if obj.namespace:  # a cluster-scoped object (a Node) has none; its Events live in "default"
+            involved["namespace"] = obj.namespace
+        namespace = obj.namespace or "default"
         if obj.uid:
             involved["uid"] = obj.uid
         event = {
             "apiVersion": "v1",
             "kind": "Event",
-            "metadata": {"generateName": f"{obj.name}.", "namespace": obj.namespace},
+            "metadata": {"generateName": f"{obj.name}.", "namespace": namespace},
             "involvedObject": involved,
             "reason": reason,
             "message": message[:1024],
@@ -94,7 +97,7 @@ class EventRecorder:
             "count": 1,
         }
         try:
-            self.api.call("POST", object_path("/api/v1", "events", namespace=obj.namespace), event)
+            self.api.call("POST", object_path("/api/v1", "events", namespace=namespace), event)
         except KilterError as exc:
             self.failed += 1
             log.warning("event %s on %s %s/%s not written: %s", reason, obj.kind, obj.namespace, obj.name, exc)
