@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import copy
 import dataclasses
-import math
 import re
 import textwrap
 from collections.abc import Iterator, Sequence
@@ -33,7 +32,7 @@ import yaml
 from pydantic.alias_generators import to_camel
 from pydantic.config import JsonDict
 
-from kilter.cli.configuration_pool import POOL_EXAMPLE, PoolSection
+from kilter.cli.configuration_pool import POOL_EXAMPLE, PoolSection, check_duration
 from kilter.cli.serve_config import DEFAULTS, ServeConfig
 from kilter.model.durations import parse_duration
 from kilter.model.errors import InputError
@@ -87,12 +86,7 @@ class _Section(pydantic.BaseModel):
         field = cls.model_fields[info.field_name] if info.field_name else None
         extra = field.json_schema_extra if field is not None else None
         if isinstance(extra, dict) and extra.get("duration"):
-            try:
-                seconds = parse_duration(str(value), path=str(info.field_name))
-            except InputError as e:
-                raise ValueError(e.message) from None
-            if not math.isfinite(seconds):
-                raise ValueError(f"{value!r} is not a finite duration")
+            check_duration(value, str(info.field_name))
         return value
 
 

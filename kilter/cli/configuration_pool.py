@@ -15,7 +15,17 @@ from kilter.model.durations import parse_duration
 from kilter.model.errors import InputError
 from kilter.pool.settings import PeerSettings, PoolSettings
 
-__all__ = ["POOL_EXAMPLE", "PoolDispatch", "PoolPeer", "PoolSection"]
+__all__ = ["POOL_EXAMPLE", "PoolDispatch", "PoolPeer", "PoolSection", "check_duration"]
+
+
+def check_duration(value: object, field: str) -> None:
+    """ValueError (pydantic reports it under the field's path) unless ``value`` reads as a finite duration."""
+    try:
+        seconds = parse_duration(str(value), path=field)
+    except InputError as e:
+        raise ValueError(e.message) from None
+    if not math.isfinite(seconds):
+        raise ValueError(f"{value!r} is not a finite duration")
 
 
 DURATIONS = frozenset({"interval", "admit_deadline", "exchange_interval", "ttl", "call_timeout"})
@@ -29,12 +39,7 @@ class _PoolPart(pydantic.BaseModel):
     def _durations_parse(cls, value: object, info: pydantic.ValidationInfo) -> object:
         """A duration that does not read is refused here, so its error carries the field's path."""
         if info.field_name in DURATIONS:
-            try:
-                seconds = parse_duration(str(value), path=str(info.field_name))
-            except InputError as e:
-                raise ValueError(e.message) from None
-            if not math.isfinite(seconds):
-                raise ValueError(f"{value!r} is not a finite duration")
+            check_duration(value, str(info.field_name))
         return value
 
 
