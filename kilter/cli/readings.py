@@ -140,7 +140,12 @@ class LifecycleReading(Collector):
             family.add_metric([state], self.controller.moved[state])
         yield family
         yield CounterMetricFamily(
+            "kilter_lifecycle_write_conflicts",
+            "Node label writes refused because the node changed since the decision (judged again next round)",
+            value=self.controller.conflicts,
+        )
+        yield CounterMetricFamily(
             "kilter_lifecycle_write_errors",
-            "Node label writes the API server refused (a node changed meanwhile: read again next round)",
+            "Node label writes refused otherwise (403: the ServiceAccount lacks the lifecycle component's role)",
             value=self.controller.errors,
         )

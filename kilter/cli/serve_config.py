@@ -269,8 +269,11 @@ class ServeConfig:
         ):
             if not 0 < seconds < float("inf"):
                 raise InputError(f"{flag} must be above zero and finite, got {seconds:g}s")
-        if self.lifecycle and self.kubeconfig is None and not self.in_cluster:
-            raise InputError("--lifecycle writes node labels, so it needs --kubeconfig or --in-cluster")
+        if self.lifecycle and ((self.kubeconfig is None and not self.in_cluster) or self.snapshot is not None):
+            raise InputError(
+                "--lifecycle writes node labels from the nodes it watches, so it needs --kubeconfig or --in-cluster "
+                "as the state, not --snapshot"
+            )
         for flag, count in (
             ("--runtime-window", self.runtime_window),
             ("--explain-records", self.explain_records),

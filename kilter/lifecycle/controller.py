@@ -12,6 +12,7 @@ cordon, a person's, stays as it is.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections import Counter
@@ -74,7 +75,8 @@ class LifecycleController:
         self.is_writer = is_writer
         self.memory = FlapMemory()
         self.moved: Counter[str] = Counter()  # to-state -> transitions written
-        self.errors = 0
+        self.conflicts = 0  # writes refused because the node changed since the decision (409)
+        self.errors = 0  # writes refused otherwise (RBAC: 403) or not made
 
     def _busy(self) -> Callable[[str], bool]:
         devices = sorted(self.store.catalog.device_resources)
@@ -91,38 +93,48 @@ class LifecycleController:
         return used.__contains__
 
     def decide(self) -> list[Transition]:
-        """This round's transitions (observing each GPU node's health first)."""
+        """This round's transitions (observing each GPU node's health first), each carrying the resourceVersion
+        of the node it was decided on."""
         now = self.wall()
-        state = self.store.state()
-        gpu_nodes = set(state.fleet().node_names)
-        busy = self._busy()
+        gpu_nodes = set(self.store.fleet().node_names)  # rebuilt only when nodes change, not with every pod
+        busy: Callable[[str], bool] | None = None
         out = []
-        for node in state.nodes:
-            name = node.metadata.name
-            if name not in gpu_nodes:
+        for name in sorted(gpu_nodes):
+            node = self.store.node_named(name)
+            if node is None:
                 continue
             problem = health_problem(node, self.signals)
-            self.memory.observe(name, problem, now, self.policy.window_s)
-            move = next_state(node, problem, self.memory, self.policy, now, busy)
+            self.memory.observe(name, node.metadata.labels.get(LIFECYCLE, ""), problem, now, self.policy.window_s)
+            if busy is None and node.metadata.labels.get(LIFECYCLE) == "degraded":
+                busy = self._busy()  # the pods are looked at only when a degraded node waits on them
+            move = next_state(node, problem, self.memory, self.policy, now, busy or (lambda _: True))
             if move is not None:
-                out.append(move)
+                out.append(dataclasses.replace(move, resource_version=node.metadata.resource_version))
         self.memory.forget(gpu_nodes)
         return out
 
     def write(self, move: Transition) -> bool:
+        """The label (and Event) of one move, under the resourceVersion it was decided on: a node changed since,
+        by a person or anyone, is a conflict, judged again next round; never overwritten."""
+        if not move.resource_version:
+            self.errors += 1
+            log.warning("lifecycle of %s not written: the node as decided on has no resourceVersion", move.node)
+            return False
         path = object_path("/api/v1", "nodes", move.node)
         node = self.store.node_named(move.node)
         labels: dict[str, str | None] = {LIFECYCLE: move.to_state}
         if move.clear_qualification:
             labels.update({QUALIFICATION: None, QUALIFICATION_SUITE: None})
-        meta: dict[str, object] = {"labels": labels}
-        if node is not None and node.metadata.resource_version:
-            meta["resourceVersion"] = node.metadata.resource_version
+        meta = {"labels": labels, "resourceVersion": move.resource_version}
         try:
             self.api.call("PATCH", f"{path}?fieldManager={FIELD_MANAGER}", {"metadata": meta}, content_type=MERGE_PATCH)
         except ApiError as exc:
-            self.errors += 1
-            log.info("lifecycle of %s not written: %s", move.node, exc)
+            if exc.code == 409:
+                self.conflicts += 1
+                log.info("lifecycle of %s not written: it changed meanwhile (%s)", move.node, exc)
+            else:
+                self.errors += 1
+                log.warning("lifecycle of %s not written: %s", move.node, exc)
             return False
         self.moved[move.to_state] += 1
         log.info("node %s: %s -> %s (%s)", move.node, move.from_state, move.to_state, move.reason)
@@ -141,13 +153,17 @@ class LifecycleController:
         loop = asyncio.get_running_loop()
         written = []
         for move in self.decide():
+            if not self.is_writer():  # leadership lost within the round: the new leader decides afresh
+                break
             if await loop.run_in_executor(None, partial(self.write, move)):
                 written.append(move)
         return written
 
     async def run(self) -> None:
         while True:
-            if self.is_writer():
+            if not self.is_writer():
+                self.memory.forget()  # a leader again later starts from what it sees then, not from hours ago
+            else:
                 try:
                     await self.run_once()
                 except KilterError as exc:

@@ -399,10 +399,12 @@ Members = dict[tuple[str, int, bool], list[tuple[str, Node, int]]]
 
 
 def _detach_misshapen(members: Members, platforms: Sequence[Platform], warnings: list[str]) -> Members:
-    """Each multi-node domain whose shape ``validate`` calls an error (more nodes than the platform's domain, a
-    node short of GPUs, products mixed under one label) split into detached one-node domains, which take
-    single-pod gangs only: a gang planned across it would not get the fabric it was planned for. A node of the
-    domain labelled ``kilter.dev/topology-ack=true`` keeps it whole (a person looked and accepts it)."""
+    """Each multi-node domain whose shape ``validate`` calls an error (more nodes than the platform's domain,
+    products mixed under one label) split into detached one-node domains, which take single-pod gangs only: a
+    gang planned across it would not get the fabric it was planned for. A node short of GPUs is detached alone
+    (its rack's fabric is whole; the device plugin also lowers a node's count when a GPU turns unhealthy). A
+    node of the domain labelled ``kilter.dev/topology-ack=true`` keeps it whole (a person looked and accepts
+    it)."""
     sharing: dict[str, int] = {}
     for dom_id, _, detached in members:
         if not detached:
@@ -414,19 +416,28 @@ def _detach_misshapen(members: Members, platforms: Sequence[Platform], warnings:
         if detached or not platform.is_multi_node:
             out.setdefault(key, []).extend(held)
             continue
-        errors = [f for f in shape_errors(dom_id, platform, [(n, c) for n, _, c in held]) if f.severity == "error"]
-        if sharing[dom_id] > 1:
-            errors.append(mixed(dom_id, [platform.name, "another platform"], tuple(n for n, _, _ in held)))
-        if not errors or any(node.metadata.labels.get(TOPOLOGY_ACK) == ACK_VALUE for _, node, _ in held):
+        if any(node.metadata.labels.get(TOPOLOGY_ACK) == ACK_VALUE for _, node, _ in held):
             out.setdefault(key, []).extend(held)
             continue
-        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-        warnings.append(
-            f"domain {dom_id}: {errors[0].message}{more}; its nodes take single-pod gangs only until it is fixed or "
-            f"a node of it is labelled {TOPOLOGY_ACK}={ACK_VALUE}"
-        )
+        findings = [f for f in shape_errors(dom_id, platform, [(n, c) for n, _, c in held]) if f.severity == "error"]
+        short = {n for f in findings if f.kind == "gpus-short" for n in f.nodes}
+        errors = [f for f in findings if f.kind != "gpus-short"]
+        if sharing[dom_id] > 1:
+            errors.append(mixed(dom_id, [platform.name, "another platform"], tuple(n for n, _, _ in held)))
+        ack = f"until it is fixed or a node of it is labelled {TOPOLOGY_ACK}={ACK_VALUE}"
+        if errors:
+            more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+            warnings.append(f"domain {dom_id}: {errors[0].message}{more}; its nodes take single-pod gangs only {ack}")
+            short = {n for n, _, _ in held}
+        elif short:
+            warnings.append(
+                f"domain {dom_id}: {', '.join(sorted(short))} short of GPUs; taking single-pod gangs only {ack}"
+            )
         for name, node, count in held:
-            out[(name, p_index, True)] = [(name, node, count)]
+            if name in short:
+                out[(name, p_index, True)] = [(name, node, count)]
+            else:
+                out.setdefault(key, []).append((name, node, count))
     return out
 
 

@@ -11,9 +11,11 @@ kilter makes, each for a reason a person would accept:
   recovers keeps its gangs' trust.
 * ``degraded`` → ``repairing``: nothing runs on it any more (its gangs
   ended or moved), so repair can start without killing work.
-* ``repairing`` → ``qualifying``: its health signals are clear again (the
-  repair tooling is done); its last qualification result is cleared, so
-  only a new burn-in can pass it.
+* ``repairing`` → ``qualifying``: its health signals have stayed clear for
+  ``sustained_s`` (the repair is done, not a flap between failures) and no
+  ``failed`` qualification stands (the repair tooling clears it when it has
+  repaired what failed); the last result is cleared, so only a new burn-in
+  can pass it.
 * ``qualifying`` → ``ready``: the burn-in tooling labelled it
   ``kilter.dev/qualification=passed`` (with the suite, when one is
   required, in ``kilter.dev/qualification-suite``) and it is healthy;
@@ -22,7 +24,10 @@ kilter makes, each for a reason a person would accept:
 ``maintenance`` and ``retired`` are a person's (or a maintenance plan's)
 to set and to end: kilter never moves a node out of them. Nor does it touch
 a cordon: a node a person cordoned stays cordoned whatever its state, and a
-cordon is no health failure.
+cordon (``spec.unschedulable`` and the ``node.kubernetes.io/unschedulable``
+taint Kubernetes adds with it) is no health failure. Failures are counted
+only while a node is ``ready``: what it went through in repair or
+maintenance is not held against it once it is back.
 """
 
 from __future__ import annotations
@@ -50,6 +55,8 @@ __all__ = [
 QUALIFICATION = "kilter.dev/qualification"
 """Node label the burn-in tooling sets: ``passed`` or ``failed``."""
 QUALIFICATION_SUITE = "kilter.dev/qualification-suite"
+CORDON_TAINT = "node.kubernetes.io/unschedulable"
+"""The taint the node controller adds to a cordoned node: a decision, like the cordon."""
 """Node label the burn-in tooling sets beside it: the name of the suite that ran."""
 
 
@@ -68,41 +75,57 @@ class Transition:
     to_state: str
     reason: str
     clear_qualification: bool = False
+    resource_version: str = ""  # of the node the decision was made on: the write's precondition
 
 
 def health_problem(node: Node, signals: HealthSignals = DEFAULTS) -> str | None:
     """What is wrong with the node's health, apart from a cordon or its lifecycle label (a person's decision and
     kilter's own, neither of them a failure of the node)."""
     labels = {k: v for k, v in node.metadata.labels.items() if k != LIFECYCLE}
+    taints = [t for t in node.spec.taints if t.key != CORDON_TAINT]
     bare = msgspec.structs.replace(
         node,
         metadata=msgspec.structs.replace(node.metadata, labels=labels),
-        spec=msgspec.structs.replace(node.spec, unschedulable=False),
+        spec=msgspec.structs.replace(node.spec, unschedulable=False, taints=taints),
     )
     return signals.unusable_reason(bare)
 
 
 @dataclass
 class FlapMemory:
-    """Per node, when its failure episodes began (within the window) and whether it is failing now."""
+    """Per node, when its failure episodes began (within the window), whether it is failing now, and since when
+    it has been healthy; all of it forgotten when the node's state changes."""
 
     episodes: dict[str, deque[float]] = field(default_factory=dict)
     failing_since: dict[str, float] = field(default_factory=dict)
+    healthy_since: dict[str, float] = field(default_factory=dict)
+    state: dict[str, str] = field(default_factory=dict)
 
-    def observe(self, node: str, problem: str | None, now: float, window_s: float) -> None:
-        starts = self.episodes.setdefault(node, deque())
-        if problem is not None and node not in self.failing_since:
-            self.failing_since[node] = now
-            starts.append(now)
-        elif problem is None:
+    def observe(self, node: str, state: str, problem: str | None, now: float, window_s: float) -> None:
+        if self.state.get(node) != state:
+            self.drop(node)
+            self.state[node] = state
+        if problem is None:
             self.failing_since.pop(node, None)
-        while starts and now - starts[0] > window_s:
-            starts.popleft()
+            self.healthy_since.setdefault(node, now)
+        else:
+            self.healthy_since.pop(node, None)
+        if state in ("", "ready"):  # failures count against a node that is in service, nowhere else
+            starts = self.episodes.setdefault(node, deque())
+            if problem is not None and node not in self.failing_since:
+                self.failing_since[node] = now
+                starts.append(now)
+            while starts and now - starts[0] > window_s:
+                starts.popleft()
 
-    def forget(self, keep: set[str]) -> None:
-        for node in set(self.episodes) - keep:
-            del self.episodes[node]
-            self.failing_since.pop(node, None)
+    def drop(self, node: str) -> None:
+        for memo in (self.episodes, self.failing_since, self.healthy_since, self.state):
+            memo.pop(node, None)
+
+    def forget(self, keep: set[str] | None = None) -> None:
+        """Everything of the nodes not in ``keep`` (None: of every node, as when this replica stops leading)."""
+        for node in set(self.state) - (keep or set()):
+            self.drop(node)
 
 
 def next_state(
@@ -130,8 +153,11 @@ def next_state(
         return None
     if state == "degraded" and not busy(name):
         return Transition(name, state, "repairing", "nothing runs on it: repair can start")
-    if state == "repairing" and problem is None:
-        return Transition(name, state, "qualifying", "its health signals are clear", clear_qualification=True)
+    if state == "repairing" and problem is None and labels.get(QUALIFICATION) != "failed":
+        healthy = now - memory.healthy_since.get(name, now)
+        if healthy >= policy.sustained_s:
+            why = f"its health signals have been clear for {healthy:.0f}s"
+            return Transition(name, state, "qualifying", why, clear_qualification=True)
     if state == "qualifying":
         result = labels.get(QUALIFICATION, "")
         suite = labels.get(QUALIFICATION_SUITE, "")

@@ -22,12 +22,14 @@ shape, which should not.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
 from kilter.model import quantity
+from kilter.model.annotations import TOPOLOGY_ACK
 from kilter.model.core_v1 import Node
 from kilter.model.errors import InputError, UnknownPlatform
 from kilter.topology.catalog import Catalog, Platform
@@ -142,10 +144,19 @@ def validate(nodes: Iterable[Node], catalog: Catalog) -> Report:
     """The findings of every GPU node's domain, domains in name order."""
     resources = sorted(catalog.device_resources)
     members: dict[str, list[tuple[str, Platform, int]]] = defaultdict(list)
+    acked: set[str] = set()
     findings: list[Finding] = []
     for node in sorted(nodes, key=lambda n: n.metadata.name):
         name = node.metadata.name
         devices = {r: n for r in resources if (n := _gpus(node, r)) is not None}
+        alloc = node.status.allocatable or node.status.capacity
+        unread = [r for r in resources if r in alloc and r not in devices]
+        if unread:
+            message = (
+                f"node {name}: {unread[0]} {str(alloc[unread[0]])[:40]!r} is no count of GPUs: the fleet leaves it out"
+            )
+            findings.append(Finding(name, "", "gpus-unreadable", "error", (name,), message))
+            continue
         try:
             platform = catalog.match(node.metadata.labels, devices)
         except UnknownPlatform as exc:
@@ -170,15 +181,24 @@ def validate(nodes: Iterable[Node], catalog: Catalog) -> Report:
             )
             continue
         members[domain].append((name, platform, gpus))
+        if node.metadata.labels.get(TOPOLOGY_ACK) == ACK_VALUE:
+            acked.add(domain)
     counted: dict[str, int] = defaultdict(int)
     for domain, held in sorted(members.items()):
         kinds = sorted({p.name for _, p, _ in held})
         platform = held[0][1]
         counted[platform.name] += 1
-        if len(kinds) > 1:
-            findings.append(mixed(domain, kinds, tuple(n for n, _, _ in held)))
-            continue
-        findings.extend(shape_errors(domain, platform, [(n, g) for n, _, g in held]))
+        found = (
+            [mixed(domain, kinds, tuple(n for n, _, _ in held))]
+            if len(kinds) > 1
+            else shape_errors(domain, platform, [(n, g) for n, _, g in held])
+        )
+        if domain in acked:  # shown, no longer failing the check: what the fleet model does with it too
+            found = [
+                dataclasses.replace(f, severity="warning", message=f"{f.message} (acknowledged: {TOPOLOGY_ACK})")
+                for f in found
+            ]
+        findings.extend(found)
     order = {"error": 0, "warning": 1}
     findings.sort(key=lambda f: (f.domain, order[f.severity], f.kind, f.nodes))
     return Report(tuple(findings), dict(sorted(counted.items())))

@@ -64,6 +64,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
+from kilter._native.domains import DETACHED
 from kilter.gangs import records
 from kilter.gangs.decisions import Decision, DecisionFeed
 from kilter.gangs.identity import GangKey
@@ -281,7 +282,8 @@ def _one_domain(fleet: Fleet, nodes: Sequence[str]) -> tuple[str, str] | None:
     if len({int(fleet.node_domain[i]) for i in index}) != 1:
         return None
     platform = fleet.platform_of_node(index[0])
-    if not platform.is_multi_node:
+    detached = bool(fleet.bitmap.domain_flags[int(fleet.node_domain[index[0]])] & DETACHED)
+    if not platform.is_multi_node or detached:  # a detached domain is its node alone, whatever labels it carries
         return (HOSTNAME_LABEL, nodes[0]) if len(set(nodes)) == 1 else None
     labels = fleet.node_labels[index[0]]
     key = next((k for k in fleet.levels.domain_keys(platform) if labels.get(k)), None)

@@ -16,18 +16,19 @@ def fits(fleet: Fleet, pods: int) -> bool:
     return plan_gang(fleet, gang_request("g", [pod_set("w", pods, 4)], CATALOG)).feasible
 
 
-def test_a_rack_with_a_node_short_of_gpus_takes_only_single_pod_gangs() -> None:
+def test_a_node_short_of_gpus_is_detached_alone_and_its_rack_stays_a_domain() -> None:
     fleet = build_fleet([*rack("r1", trays=17), node("r1-t17", gpus=3, labels={CLIQUE: "r1"})])
-    assert "r1" not in fleet.domain_ids and len(fleet.domain_ids) == 18, "every node its own detached domain"
-    assert any("domain r1: node r1-t17 offers 3 nvidia.com/gpu" in w and TOPOLOGY_ACK in w for w in fleet.warnings)
-    assert fits(fleet, 1) and not fits(fleet, 2), "two pods would need the rack's fabric"
+    assert sorted(fleet.domain_ids) == ["r1", "r1-t17"]
+    assert fleet.bitmap.domain_flags.tolist()[fleet.domain_ids.index("r1-t17")] & 1, "the short node: detached"
+    assert any("domain r1: r1-t17 short of GPUs" in w and TOPOLOGY_ACK in w for w in fleet.warnings)
+    assert fits(fleet, 17) and not fits(fleet, 18), "the 17 whole trays still take a gang together"
 
 
 def test_an_acknowledged_domain_is_offered_whole() -> None:
     acked = node("r1-t17", gpus=3, labels={CLIQUE: "r1", TOPOLOGY_ACK: "true"})
     fleet = build_fleet([*rack("r1", trays=17), acked])
     assert fleet.domain_ids == ["r1"] and not fleet.warnings
-    assert fits(fleet, 17)
+    assert fits(fleet, 17) and set(fleet.bitmap.domain_flags.tolist()) == {0}, "nothing detached"
 
 
 def test_one_label_on_two_racks_is_split_and_a_sound_fleet_is_not() -> None:
@@ -40,7 +41,8 @@ def test_one_label_on_two_racks_is_split_and_a_sound_fleet_is_not() -> None:
 
 def test_products_mixed_under_one_label_are_split() -> None:
     fleet = build_fleet([*rack("r1", trays=17), node("r1-t17", product="NVIDIA-GB300", labels={CLIQUE: "r1"})])
-    assert "r1" not in fleet.domain_ids and not fits(fleet, 2)
+    assert len(fleet.domain_ids) == 18 and set(fleet.bitmap.domain_flags.tolist()) == {1}, "all detached"
+    assert not fits(fleet, 2)
 
 
 def test_only_a_ready_node_or_one_without_a_lifecycle_takes_new_plans() -> None:

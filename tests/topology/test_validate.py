@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from kilter.cli.main import main
@@ -86,3 +87,18 @@ def test_the_report_names_the_domains_with_errors() -> None:
         [*rack("r1", trays=17), node("r1-t17", gpus=2, labels={CLIQUE: "r1"}), *rack("r2")], CATALOG
     )
     assert report.domains_with_errors() == frozenset({"r1"})
+
+
+def test_an_acknowledged_domain_is_shown_but_no_longer_fails_and_an_unreadable_count_does() -> None:
+    from kilter.model.annotations import TOPOLOGY_ACK
+
+    acked = [*rack("r1"), node("r1-t18", labels={CLIQUE: "r1", TOPOLOGY_ACK: "true"})]
+    report = validate(acked, CATALOG)
+    assert [(f.kind, f.severity) for f in report.findings] == [("too-many-nodes", "warning")]
+    assert "acknowledged" in report.findings[0].message and not report.errors
+    broken = node("r2-t00", labels={CLIQUE: "r2"})
+    broken_dict = msgspec.to_builtins(broken)
+    broken_dict["status"]["allocatable"]["nvidia.com/gpu"] = "abc"
+    odd = msgspec.convert(broken_dict, Node)
+    (found,) = validate([odd], CATALOG).findings
+    assert (found.kind, found.severity, found.nodes) == ("gpus-unreadable", "error", ("r2-t00",))
