@@ -142,7 +142,9 @@ def test_a_repair_takes_a_lent_spare_back_through_the_schedulers_preemption(mode
             "r1-t16": {"Pods": [{"UID": "uid-scavenge-r1-t16"}], "NumPDBViolations": 0}
         }
         assert served.app.extender.gangs.plans["ml/gang/train"].origin == "repair"
-        assert not served.store.reservation("ml/gang/train")  # the victim holds the GPUs until it is evicted
+        held = served.store.reservation("ml/gang/train")  # the victim holds the GPUs until it is evicted: live,
+        victim_gone = served.store.pod("uid-scavenge-r1-t16") is None  # kilter's own eviction may land first
+        assert not held or (mode == "live" and victim_gone and [h.node for h in held] == ["r1-t16"]), held
         assert filtered(served, replacement)["NodeNames"] == ["r1-t16"]  # the plan's node, whatever is offered
         assert "lent spare taken back" in explained(served, "train-3-r")
         if mode == "live":  # the victim is evicted (kilter evicts it too); the replacement binds where the repair said
