@@ -62,14 +62,15 @@ def _plural(api_version: str, kind: str) -> tuple[str, str]:
     raise KeyError(f"{api_version} {kind} is not served by the live-mode cluster")
 
 
-def kubeconfig(path: Path, port: int, token: str) -> Path:
-    """A kubeconfig for the test server: plain HTTP on 127.0.0.1, a bearer token."""
+def kubeconfig(path: Path, port: int, token: str, host: str = "127.0.0.1") -> Path:
+    """A kubeconfig for the test server: plain HTTP on ``host`` (127.0.0.1; a bridge's address for a network
+    namespace), a bearer token."""
     path.write_text(
         json.dumps(
             {
                 "apiVersion": "v1",
                 "kind": "Config",
-                "clusters": [{"name": "test", "cluster": {"server": f"http://127.0.0.1:{port}"}}],
+                "clusters": [{"name": "test", "cluster": {"server": f"http://{host}:{port}"}}],
                 "users": [{"name": "kilter", "user": {"token": token}}],
                 "contexts": [{"name": "test", "context": {"cluster": "test", "user": "kilter"}}],
                 "current-context": "test",

@@ -27,7 +27,7 @@ from typing import Any
 from kilter.model import codec
 from kilter.model.core_v1 import pod_request
 from kilter.model.errors import InputError
-from kilter.model.kueue import KUEUE_GROUP, Workload
+from kilter.model.kueue import KUEUE_GROUP, Workload, true_condition
 from kilter.model.quantity import to_count
 from kilter.quota.policy import parse_time
 from kilter.quota.runtimes import WINDOW, RuntimeLearner
@@ -124,8 +124,4 @@ class LearnedRuntimes:
 
 def _finished(obj: Mapping[str, Any]) -> bool:
     """The raw Workload has ``Finished`` True (read without converting it: most changes are not finishes)."""
-    status = obj.get("status")
-    conditions = status.get("conditions") if isinstance(status, Mapping) else None
-    if not isinstance(conditions, list):
-        return False
-    return any(isinstance(c, Mapping) and c.get("type") == "Finished" and c.get("status") == "True" for c in conditions)
+    return true_condition(obj.get("status"), "Finished") is not None

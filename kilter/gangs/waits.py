@@ -63,7 +63,7 @@ from kilter.gangs.learned import LearnedRuntimes, learner_of
 from kilter.gangs.wait_settings import WaitSettings
 from kilter.model.core_v1 import Pod, PodTemplateSpec
 from kilter.model.errors import InputError
-from kilter.model.kueue import KUEUE_GROUP, ClusterQueue, Cohort, ResourceFlavor
+from kilter.model.kueue import KUEUE_GROUP, ClusterQueue, Cohort, ResourceFlavor, true_condition
 from kilter.quota.policy import parse_time
 from kilter.quota.runtimes import MAX_EXEC_TIME, WINDOW, declared_runtime
 from kilter.state.cluster import ClusterState
@@ -350,11 +350,8 @@ def _reserved_at(status: Mapping[str, Any]) -> float | None:
     """When Kueue reserved a Workload's quota: its ``QuotaReserved`` condition's ``lastTransitionTime`` while the
     condition is ``True`` (stamped each time it turns True: Kueue's ``workload.SetQuotaReservation`` through
     ``apimeta.SetStatusCondition``); else None."""
-    conditions = status.get("conditions")
-    for cond in conditions if isinstance(conditions, list) else ():
-        if isinstance(cond, Mapping) and cond.get("type") == "QuotaReserved" and cond.get("status") == "True":
-            return _time(cond.get("lastTransitionTime"))
-    return None
+    cond = true_condition(status, "QuotaReserved")
+    return None if cond is None else _time(cond.get("lastTransitionTime"))
 
 
 def _time(value: Any) -> float | None:

@@ -10,6 +10,7 @@ both spellings are read.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import msgspec
@@ -43,9 +44,22 @@ __all__ = [
     "WorkloadPriorityClass",
     "WorkloadSpec",
     "WorkloadStatus",
+    "true_condition",
 ]
 
 KUEUE_GROUP = "kueue.x-k8s.io"
+
+
+def true_condition(status: Any, kind: str) -> Mapping[str, Any] | None:
+    """The condition ``kind`` of a raw object's ``status`` when it is ``True``, else None: read without converting
+    the object (a Workload's, a MultiKueueCluster's), whatever shape a bad object's status has."""
+    conditions = status.get("conditions") if isinstance(status, Mapping) else None
+    for cond in conditions if isinstance(conditions, list) else ():
+        if isinstance(cond, Mapping) and cond.get("type") == kind and cond.get("status") == "True":
+            return cond
+    return None
+
+
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 
 

@@ -46,7 +46,7 @@ from kilter.kube.owned import manager_fields, owned
 from kilter.model.annotations import AVOID_REGIONS, DATA_REGION, REGIONS, parse_regions
 from kilter.model.errors import InputError, KilterError
 from kilter.model.jobs import read_job
-from kilter.model.kueue import KUEUE_GROUP
+from kilter.model.kueue import KUEUE_GROUP, true_condition
 from kilter.pool.inventory import RegionInventory
 from kilter.pool.peers import PeerTable
 from kilter.pool.settings import DEFAULT_DEADLINE_S, MAX_NOMINATIONS
@@ -106,10 +106,7 @@ class Nomination:
 
 
 def _condition(obj: Mapping[str, Any], kind: str) -> bool:
-    for c in (obj.get("status") or {}).get("conditions") or []:
-        if isinstance(c, Mapping) and c.get("type") == kind:
-            return c.get("status") == "True"
-    return False
+    return true_condition(obj.get("status"), kind) is not None
 
 
 def multikueue_checks(state: ClusterState) -> dict[str, str]:

@@ -29,6 +29,7 @@ from kilter.api import placement_pb2 as pb
 from kilter.api import placement_pb2_grpc as pb_grpc
 from tests.extenders.conftest import pod_json
 from tests.listwatch import NODES, PODS, ListWatchServer
+from tests.live_mode import kubeconfig
 from tests.local_http import free_port, get_text
 from tests.pool.multikueue import POOL_RESOURCES, WORKLOADS, MultiKueue, manager_objects, reserve, workload
 from tests.topology.builders import CLIQUE, node_dict
@@ -81,7 +82,9 @@ class Region:
         config = {
             "apiVersion": "config.kilter.dev/v1alpha1",
             "kind": "Configuration",
-            "state": {"kubeconfig": str(self._kubeconfig())},
+            "state": {
+                "kubeconfig": str(kubeconfig(self.directory / "kubeconfig", self.server.port, TOKEN, self.server.host))
+            },
             "listeners": {
                 "address": self.address,
                 "httpPort": self.http,
@@ -107,23 +110,6 @@ class Region:
         env = {**os.environ, "MPLCONFIGDIR": str(self.directory / "mpl")}
         with (self.directory / "kilter.log").open("a", encoding="utf-8") as log:
             self.process = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, text=True)
-
-    def _kubeconfig(self) -> Path:
-        """Its list/watch server, at the address that server listens on (a bridge's, for a namespace)."""
-        path = self.directory / "kubeconfig"
-        path.write_text(
-            json.dumps(
-                {
-                    "apiVersion": "v1",
-                    "kind": "Config",
-                    "clusters": [{"name": "c", "cluster": {"server": f"http://{self.server.host}:{self.server.port}"}}],
-                    "users": [{"name": "u", "user": {"token": TOKEN}}],
-                    "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
-                    "current-context": "c",
-                }
-            )
-        )
-        return path
 
     def ready(self) -> bool:
         try:
