@@ -26,6 +26,7 @@ __all__ = [
     "listeners",
     "logs",
     "main",
+    "maintenance",
     "plan",
     "queues",
     "readings",

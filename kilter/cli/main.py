@@ -11,7 +11,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from kilter import __version__
-from kilter.cli import admissioncheck, certs, config, demo, fleet, plan, queues, serve, simulate
+from kilter.cli import admissioncheck, certs, config, demo, fleet, maintenance, plan, queues, serve, simulate
 from kilter.cli.exits import guarded
 
 __all__ = ["build_parser", "main"]
@@ -33,6 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     config.add_parser(sub)
     certs.add_parser(sub)
     fleet.add_parser(sub)
+    maintenance.add_parser(sub)
     return parser
 
 

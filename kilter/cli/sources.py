@@ -12,9 +12,10 @@ from typing import Any
 from kilter.kube.api import CLI_AGENT, connect
 from kilter.model.errors import InputError
 from kilter.quota.policy import parse_time
-from kilter.state import cluster, snapshot
-from kilter.state.cluster import ClusterState
+from kilter.state import cluster, snapshot, snapshot_file
+from kilter.state.cluster import KNOWN_KINDS, ClusterState
 from kilter.state.live import default_resources, list_cluster
+from kilter.state.store import ClusterStore
 from kilter.topology import fleetgen, health
 from kilter.topology.catalog import BUILTIN, Catalog, load_overrides
 from kilter.topology.health import HealthSignals
@@ -30,6 +31,7 @@ __all__ = [
     "health_of",
     "load_catalog",
     "load_state",
+    "load_store",
     "now_of",
     "print_warnings",
 ]
@@ -116,6 +118,31 @@ def load_state(args: argparse.Namespace, *, skip: frozenset[tuple[str, str]] = f
     state = cluster.load(args.snapshot, catalog=catalog, skip=skip, health=signals)
     gc.freeze()  # a command reads the state it loaded until it exits: no collection need walk it again
     return state
+
+
+def load_store(args: argparse.Namespace) -> ClusterStore:
+    """The cluster the command's arguments name, read once into a ``ClusterStore`` (the servers' own store), for
+    commands that read what the servers read of it: bookings per pod, Workloads as received."""
+    catalog = load_catalog(args)
+    store = ClusterStore(catalog=catalog, health=health_of(getattr(args, "health_signals", None)))
+    objects: list[Any]
+    if getattr(args, "demo", False):
+        objects = demo_objects(catalog)
+    elif getattr(args, "kubeconfig", None) is not None or getattr(args, "in_cluster", False):
+        api = connect(args.kubeconfig, context=getattr(args, "context", None), user_agent=CLI_AGENT)
+        objects = list(list_cluster(api, default_resources(catalog)))
+    elif args.snapshot is None:
+        raise InputError(
+            "no cluster to read: pass --snapshot FILE, --kubeconfig FILE or --in-cluster "
+            "(or --demo for the embedded demo fleet)"
+        )
+    else:
+        typed, raw = snapshot_file.read(args.snapshot, KNOWN_KINDS)
+        objects = [*typed, *(obj for objs in raw.by_kind.values() for obj in objs)]
+    with snapshot_file.no_collection():
+        store.replace(objects)
+        store.fleet()
+    return store
 
 
 def print_warnings(state: ClusterState) -> None:

@@ -1,10 +1,14 @@
-"""Fleet lifecycle (issue #23): the controller that moves GPU nodes through ``kilter.dev/lifecycle`` states.
+"""Fleet lifecycle (issue #23): node states, and maintenance planned and run without killing work needlessly.
 
-``topology.lifecycle`` decides (health over time, qualification results);
-``controller`` watches, writes the labels and the Events, as the leader.
+``topology.lifecycle`` decides a node's next state (health over time,
+qualification results); ``controller`` watches, writes the labels and the
+Events, as the leader. ``topology.maintenance`` plans a drain; ``works``
+reads what runs on the fleet for it, ``plan_doc`` is the plan as a document,
+and ``drain`` runs one step at a time, resumable from the nodes.
 """
 
-from kilter.lifecycle import controller
+from kilter.lifecycle import controller, drain, plan_doc, works
 from kilter.lifecycle.controller import LifecycleController
+from kilter.lifecycle.drain import Drain
 
-__all__ = ["LifecycleController", "controller"]
+__all__ = ["Drain", "LifecycleController", "controller", "drain", "plan_doc", "works"]

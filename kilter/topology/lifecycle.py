@@ -55,9 +55,9 @@ __all__ = [
 QUALIFICATION = "kilter.dev/qualification"
 """Node label the burn-in tooling sets: ``passed`` or ``failed``."""
 QUALIFICATION_SUITE = "kilter.dev/qualification-suite"
+"""Node label the burn-in tooling sets beside it: the name of the suite that ran."""
 CORDON_TAINT = "node.kubernetes.io/unschedulable"
 """The taint the node controller adds to a cordoned node: a decision, like the cordon."""
-"""Node label the burn-in tooling sets beside it: the name of the suite that ran."""
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,408 @@
+"""Running a maintenance plan: cordon, wait, evict, hand over to the maintenance tooling, re-qualify, a step at a time.
+
+The drain is a reconciler: every round it reads the plan's nodes and the
+pods on them from the API server and takes the next action each node's
+progress allows. Progress lives on the nodes themselves, in the annotation
+``kilter.dev/maintenance`` (``{"plan": ID, "step": N, "phase": P,
+"cordoned": B}``), so a drain killed at any point and started again (on any
+machine) resumes where it stood. A node's phases:
+
+``draining``
+    cordoned (``cordoned``: by kilter; a node a person had cordoned is never
+    uncordoned by it); its domain waits until its planned drain moment, or
+    less when the jobs it waits for end first, then evicts every pod through
+    the Eviction API (PodDisruptionBudgets honoured: a refused eviction is
+    retried every round, for at most ``eviction_timeout_s``). DaemonSet and
+    mirror pods stay, as ``kubectl drain`` leaves them.
+``maintenance``
+    no pod left: ``kilter.dev/lifecycle=maintenance``, for the maintenance
+    tooling, which says it is done with ``kilter.dev/maintenance-done=true``.
+``qualifying``
+    ``kilter.dev/lifecycle=qualifying``, the last qualification result
+    cleared: the burn-in tooling runs and sets ``kilter.dev/qualification``.
+``done``
+    passed and healthy: ``ready``, uncordoned if kilter cordoned it.
+
+**Health gate.** A step begins only when every node of the steps before it
+is done and healthy; the drain stops (and says why) when a node fails
+qualification, comes back unhealthy, when a domain would evict a job the
+plan did not list for it (a job that outlived its expected end, or one
+that came since), when a budget refuses evictions for too long, or when the
+plan's window has ended before a step began. Stopped is not failed: nothing
+is undone, and running the drain again resumes once the cause is dealt
+with (or with a new plan for what is left: a node's unfinished progress is
+adopted by any plan that lists it).
+
+Every write is a merge patch under the node's ``resourceVersion``: a node
+changed since it was read (by a person, the lifecycle controller) is read
+again next round, never overwritten. A dry run reads and says what the
+next round would do, writing nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import quote
+
+from kilter.gangs.identity import key_of
+from kilter.kube.api import ApiError, ApiServer, object_path
+from kilter.kube.evict import GONE, evict
+from kilter.lifecycle.plan_doc import DomainDoc, PlanDoc, StepDoc
+from kilter.model.annotations import LIFECYCLE
+from kilter.model.codec import convert
+from kilter.model.core_v1 import Node, Pod, pod_request
+from kilter.model.errors import InputError
+from kilter.quota.policy import parse_time
+from kilter.topology.health import DEFAULTS, HealthSignals
+from kilter.topology.lifecycle import QUALIFICATION, QUALIFICATION_SUITE, health_problem
+
+__all__ = [
+    "MAINTENANCE",
+    "MAINTENANCE_DONE",
+    "Drain",
+    "DrainOutcome",
+    "DrainSettings",
+    "Progress",
+    "progress_of",
+]
+
+MAINTENANCE = "kilter.dev/maintenance"
+"""Node annotation, written by the drain only: the node's progress through a plan (JSON)."""
+MAINTENANCE_DONE = "kilter.dev/maintenance-done"
+"""Node label the maintenance tooling sets to ``"true"`` when its work on the node is done."""
+MERGE_PATCH = "application/merge-patch+json"
+FIELD_MANAGER = "kilter-maintenance"
+PHASES = ("draining", "maintenance", "qualifying", "done")
+MIRROR = "kubernetes.io/config.mirror"
+
+
+@dataclass(frozen=True)
+class Progress:
+    plan: str
+    step: int
+    phase: str
+    cordoned: bool  # kilter cordoned the node (it was schedulable): kilter uncordons it when done
+
+
+def progress_of(node: dict[str, Any]) -> Progress | None:
+    """The node's progress annotation, or None when it has none (or one no drain wrote: a person's edit is
+    treated as none, so the node starts over rather than being trusted half-way)."""
+    raw = ((node.get("metadata") or {}).get("annotations") or {}).get(MAINTENANCE)
+    if not isinstance(raw, str):
+        return None
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(data, dict):
+        return None
+    plan, step, phase, cordoned = (data.get(k) for k in ("plan", "step", "phase", "cordoned"))
+    if not isinstance(plan, str) or not isinstance(step, int) or phase not in PHASES or not isinstance(cordoned, bool):
+        return None
+    return Progress(plan, step, phase, cordoned)
+
+
+@dataclass(frozen=True)
+class DrainSettings:
+    poll_s: float = 10.0
+    eviction_timeout_s: float = 600.0
+    suite: str = ""  # the qualification suite that must have passed ("" for any)
+    dry_run: bool = False
+
+
+@dataclass
+class DrainOutcome:
+    done: bool
+    step: int | None = None  # the step it stopped at
+    reason: str = ""
+    actions: list[str] = field(default_factory=list)
+
+
+class _Stop(Exception):
+    def __init__(self, step: int, reason: str) -> None:
+        super().__init__(reason)
+        self.step = step
+        self.reason = reason
+
+
+class Drain:
+    """One plan's drain over ``api``; ``run`` until done or stopped, ``round`` one pass (tests step it)."""
+
+    def __init__(
+        self,
+        api: ApiServer,
+        plan: PlanDoc,
+        *,
+        device_resources: Collection[str],
+        settings: DrainSettings | None = None,
+        signals: HealthSignals = DEFAULTS,
+        clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], None] = time.sleep,
+        say: Callable[[str], None] = print,
+    ) -> None:
+        self.api = api
+        self.plan = plan
+        self.devices = sorted(device_resources)
+        self.settings = settings or DrainSettings()
+        self.signals = signals
+        self.clock = clock
+        self.sleep = sleep
+        self.say = say
+        self.actions: list[str] = []
+        self.refused_since: dict[str, float] = {}  # pod uid -> first refused eviction
+        self.window_end = parse_time(plan.window_end, path="windowEnd") if plan.window_end else None
+        self.evicted_by: dict[int, set[str]] = {}  # step -> the jobs its step and those before evict (anywhere)
+        evicted: set[str] = set()
+        for step in plan.steps:
+            evicted |= {e.job for d in step.domains for e in d.evicts}
+            self.evicted_by[step.step] = set(evicted)
+        self.said: set[str] = set()
+
+    def run(self) -> DrainOutcome:
+        while True:
+            outcome = self.round()
+            if outcome is not None:
+                return outcome
+            self.sleep(self.settings.poll_s)
+
+    def round(self) -> DrainOutcome | None:
+        """One pass: the next actions, written (or, in a dry run, only said); an outcome when done or stopped."""
+        try:
+            nodes = {n: self._node(n) for n in self.plan.all_nodes()}
+            for step in self.plan.steps:
+                if self._finished(step, nodes):
+                    continue
+                self._step(step, nodes)
+                if self.settings.dry_run:
+                    return DrainOutcome(False, step.step, "dry run: nothing written", self.actions)
+                return None
+        except _Stop as stop:
+            self.say(f"stopped at step {stop.step}: {stop.reason}")
+            return DrainOutcome(False, stop.step, stop.reason, self.actions)
+        return DrainOutcome(True, None, "every step done", self.actions)
+
+    # the reads
+
+    def _node(self, name: str) -> dict[str, Any]:
+        try:
+            node = self.api.call("GET", object_path("/api/v1", "nodes", name))
+        except ApiError as exc:
+            step = next(s.step for s in self.plan.steps for d in s.domains if name in d.nodes)
+            raise _Stop(step, f"node {name}: {exc}") from exc
+        if not isinstance(node, dict):
+            raise InputError(f"node {name}: the API server answered no object")
+        return node
+
+    def _pods(self, node: str) -> list[dict[str, Any]]:
+        """The pods a drain moves off ``node``: not finished, not a DaemonSet's, not mirror pods."""
+        listing = self.api.call("GET", f"/api/v1/pods?fieldSelector={quote('spec.nodeName=' + node)}")
+        out = []
+        for pod in (listing or {}).get("items") or []:
+            meta = pod.get("metadata") or {}
+            owners = meta.get("ownerReferences") or []
+            if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+                continue
+            if any(o.get("kind") == "DaemonSet" and o.get("controller") for o in owners):
+                continue
+            if MIRROR in (meta.get("annotations") or {}):
+                continue
+            out.append(pod)
+        return out
+
+    def _job(self, raw: dict[str, Any]) -> str | None:
+        """The job a GPU pod belongs to, named as the plan names it; None for a pod that holds no GPU."""
+        pod = convert(raw, Pod, path="pod")
+        try:
+            if not any(pod_request(pod.spec, r) for r in self.devices):
+                return None
+        except InputError:
+            pass  # what it holds cannot be read: counted as a job, so the drain stops rather than guesses
+        gang = key_of(pod)
+        return gang.format() if gang is not None else f"{pod.metadata.namespace}/pod/{pod.metadata.name}"
+
+    def _finished(self, step: StepDoc, nodes: dict[str, dict[str, Any]]) -> bool:
+        """Whether every node of ``step`` is done under this plan; raises ``_Stop`` when one is, but is no longer
+        healthy (the health gate before the next step)."""
+        for d in step.domains:
+            for name in d.nodes:
+                p = progress_of(nodes[name])
+                if p is None or p.phase != "done" or p.plan != self.plan.id:
+                    return False
+        for d in step.domains:
+            for name in d.nodes:
+                problem = self._problem(nodes[name])
+                if problem is not None:
+                    raise _Stop(step.step, f"node {name} was maintained but is unhealthy now: {problem}")
+        return True
+
+    def _problem(self, node: dict[str, Any]) -> str | None:
+        typed = convert(node, Node, path=f"node {(node.get('metadata') or {}).get('name')}")
+        problem = health_problem(typed, self.signals)
+        state = typed.metadata.labels.get(LIFECYCLE, "")
+        return problem or (f"its lifecycle is {state}" if state not in ("", "ready") else None)
+
+    # the step
+
+    def _step(self, step: StepDoc, nodes: dict[str, dict[str, Any]]) -> None:
+        now = self.clock()
+        begun = [n for d in step.domains for n in d.nodes if self._mine(nodes[n]) is not None]
+        if not begun and self.window_end is not None and now > self.window_end:
+            raise _Stop(step.step, f"the plan's window ended at {self.plan.window_end}: plan again for the next one")
+        for d in step.domains:
+            for name in d.nodes:
+                if self._mine(nodes[name]) is None:
+                    self._begin(step, name, nodes[name])
+            draining = [n for n in d.nodes if self._phase(nodes[n]) == "draining"]
+            if draining:
+                self._drain(step, d, draining, nodes, now)
+            for name in d.nodes:
+                p = self._mine(nodes[name])
+                if p is not None and p.phase == "maintenance":
+                    self._maintained(step, name, nodes[name], p)
+                elif p is not None and p.phase == "qualifying":
+                    self._qualified(step, name, nodes[name], p)
+
+    def _phase(self, node: dict[str, Any]) -> str:
+        """The node's phase under this plan; a dry run takes a node it would have cordoned as draining."""
+        p = self._mine(node)
+        return p.phase if p is not None else ("draining" if self.settings.dry_run else "")
+
+    def _mine(self, node: dict[str, Any]) -> Progress | None:
+        """The node's progress this plan goes on from: its own, or another plan's unfinished (adopted)."""
+        p = progress_of(node)
+        if p is None or (p.phase == "done" and p.plan != self.plan.id):
+            return None
+        return p
+
+    def _begin(self, step: StepDoc, name: str, node: dict[str, Any]) -> None:
+        already = bool((node.get("spec") or {}).get("unschedulable"))
+        progress = Progress(self.plan.id, step.step, "draining", cordoned=not already)
+        self._patch(node, f"cordon {name} (step {step.step})", progress, spec={"unschedulable": True})
+
+    def _drain(
+        self, step: StepDoc, d: DomainDoc, draining: list[str], nodes: dict[str, dict[str, Any]], now: float
+    ) -> None:
+        pods = {name: self._pods(name) for name in draining}
+        jobs = {job for ps in pods.values() for p in ps if (job := self._job(p)) is not None}
+        drain_at = parse_time(d.drain, path=f"steps[{step.step}].{d.domain}.drain")
+        waiting = sorted(jobs & set(d.waits_for))
+        if waiting and now < drain_at:
+            self._act(f"wait for {', '.join(waiting)} on {d.domain} until {d.drain}", write=False)
+            return
+        unplanned = sorted(jobs - self.evicted_by[step.step] - {e.job for e in d.evicts})
+        if unplanned:
+            raise _Stop(
+                step.step,
+                f"domain {d.domain} would evict {', '.join(unplanned)}, which the plan did not list for it "
+                "(it outlived its expected end, or came since): plan again, or end it first",
+            )
+        for name in draining:
+            if pods[name]:
+                for pod in pods[name]:
+                    self._evict(step, pod, now)
+            elif (p := self._mine(nodes[name])) is not None:
+                progress = dataclasses.replace(p, phase="maintenance")
+                self._patch(nodes[name], f"hand {name} to maintenance", progress, labels={LIFECYCLE: "maintenance"})
+
+    def _evict(self, step: StepDoc, pod: dict[str, Any], now: float) -> None:
+        meta = pod.get("metadata") or {}
+        ns, name, uid = meta.get("namespace") or "", meta.get("name") or "", meta.get("uid") or ""
+        if meta.get("deletionTimestamp"):
+            return  # on its way out: wait for it
+        if not self._act(f"evict pod {ns}/{name}"):
+            return
+        answer = evict(self.api, ns, name, uid)
+        if answer in ("", GONE):
+            self.refused_since.pop(uid, None)
+            return
+        since = self.refused_since.setdefault(uid, now)
+        self.say(f"eviction of {ns}/{name} refused: {answer}")
+        if now - since >= self.settings.eviction_timeout_s:
+            raise _Stop(step.step, f"pod {ns}/{name} could not be evicted for {now - since:.0f}s: {answer}")
+
+    def _maintained(self, step: StepDoc, name: str, node: dict[str, Any], p: Progress) -> None:
+        labels = (node.get("metadata") or {}).get("labels") or {}
+        if labels.get(MAINTENANCE_DONE) != "true":
+            return
+        cleared: dict[str, str | None] = {
+            LIFECYCLE: "qualifying",
+            MAINTENANCE_DONE: None,
+            QUALIFICATION: None,
+            QUALIFICATION_SUITE: None,
+        }
+        self._patch(node, f"re-qualify {name}", dataclasses.replace(p, phase="qualifying"), labels=cleared)
+
+    def _qualified(self, step: StepDoc, name: str, node: dict[str, Any], p: Progress) -> None:
+        labels = (node.get("metadata") or {}).get("labels") or {}
+        state, result, suite = labels.get(LIFECYCLE, ""), labels.get(QUALIFICATION), labels.get(QUALIFICATION_SUITE)
+        if self.settings.suite and suite != self.settings.suite and state != "ready":
+            return
+        if result == "failed" or state == "repairing":
+            raise _Stop(step.step, f"node {name} failed qualification ({suite or 'no suite named'})")
+        if result != "passed" and state != "ready":
+            return
+        problem = health_problem(convert(node, Node, path=f"node {name}"), self.signals)
+        if problem is not None:
+            raise _Stop(step.step, f"node {name} passed qualification but is unhealthy: {problem}")
+        spec = {"unschedulable": False} if p.cordoned else None
+        self._patch(
+            node,
+            f"return {name} to service",
+            dataclasses.replace(p, phase="done"),
+            labels={LIFECYCLE: "ready"},
+            spec=spec,
+        )
+
+    # the writes
+
+    def _act(self, action: str, *, write: bool = True) -> bool:
+        """Say an action; whether to carry it out (not in a dry run)."""
+        if action not in self.said:  # a wait or a refused eviction is said once, not every round
+            self.said.add(action)
+            self.actions.append(action)
+            self.say(f"would {action}" if self.settings.dry_run else action)
+        return write and not self.settings.dry_run
+
+    def _patch(
+        self,
+        node: dict[str, Any],
+        action: str,
+        progress: Progress,
+        *,
+        labels: dict[str, str | None] | None = None,
+        spec: dict[str, Any] | None = None,
+    ) -> None:
+        """One merge patch of the node under the resourceVersion it was read at; the copy in hand is updated
+        from the answer, so the round goes on from what was written. A conflict waits for the next round."""
+        if not self._act(action):
+            return
+        meta = node.get("metadata") or {}
+        note = json.dumps(
+            {"plan": progress.plan, "step": progress.step, "phase": progress.phase, "cordoned": progress.cordoned},
+            separators=(",", ":"),
+        )
+        body: dict[str, Any] = {
+            "metadata": {
+                "resourceVersion": meta.get("resourceVersion"),
+                "annotations": {MAINTENANCE: note},
+                **({"labels": labels} if labels else {}),
+            }
+        }
+        if spec is not None:
+            body["spec"] = spec
+        path = object_path("/api/v1", "nodes", meta.get("name") or "")
+        try:
+            answer = self.api.call("PATCH", f"{path}?fieldManager={FIELD_MANAGER}", body, content_type=MERGE_PATCH)
+        except ApiError as exc:
+            if exc.code == 409:
+                self.say(f"{meta.get('name')} changed meanwhile: read again next round")
+                return
+            raise _Stop(progress.step, f"node {meta.get('name')} not written: {exc}") from exc
+        if isinstance(answer, dict):
+            node.clear()
+            node.update(answer)
