@@ -221,6 +221,23 @@ class LifecycleSection(_Section):
         "lifecycle_sustained_s", "How long one failure may last before the node is degraded anyway.", duration=True
     )
     suite: str = _setting("lifecycle_suite", "The qualification suite whose passed makes a node ready; empty: any.")
+    max_unavailable_domains: int = _setting(
+        "maintenance_max_unavailable",
+        "Domains a maintenance request (kilter.dev/maintenance on nodes) takes out at once.",
+    )
+    step_duration: str = _setting(
+        "maintenance_step_s",
+        "How long a requested domain is out once drained, re-qualification included.",
+        duration=True,
+    )
+    max_wait: str = _setting(
+        "maintenance_max_wait_s", "The longest a request's step waits for jobs to end.", duration=True
+    )
+    eviction_timeout: str = _setting(
+        "maintenance_eviction_timeout_s",
+        "How long a refused eviction is retried before the request stops.",
+        duration=True,
+    )
 
 
 class RuntimeEstimates(_Section):

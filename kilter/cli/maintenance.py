@@ -25,6 +25,7 @@ from kilter.cli import render, sources
 from kilter.kube.api import CLI_AGENT, connect
 from kilter.lifecycle.drain import Drain, DrainSettings
 from kilter.lifecycle.plan_doc import PlanDoc, plan_document, read_plan
+from kilter.lifecycle.replan import live_replanner
 from kilter.lifecycle.works import fleet_work
 from kilter.model.durations import parse_duration
 from kilter.model.errors import InputError
@@ -75,8 +76,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="run a plan step by step: cordon, wait, evict (PodDisruptionBudgets honoured), maintain, re-qualify",
         description=(
             "Runs the plan 'kilter maintenance plan -o json' wrote, against the cluster. Progress is kept on the "
-            "nodes (annotation kilter.dev/maintenance): run it again to resume. The maintenance tooling labels a "
-            "node kilter.dev/maintenance-done=true when done; the burn-in tooling kilter.dev/qualification=passed. "
+            "nodes (annotation kilter.dev/maintenance-progress): run it again to resume. The maintenance tooling "
+            "labels a node kilter.dev/maintenance-done=true when done; the burn-in tooling "
+            "kilter.dev/qualification=passed. "
             "Exit 1 when it stops (the reason is printed), 0 when every step is done."
         ),
     )
@@ -91,6 +93,11 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     dr.add_argument("--eviction-timeout", default="10m", help="how long a refused eviction is retried (10m)")
     dr.add_argument("--suite", default="", help="the qualification suite that must pass (default: any)")
     dr.add_argument("--dry-run", action="store_true", help="say what the next round would do; write nothing")
+    dr.add_argument(
+        "--replan",
+        action="store_true",
+        help="before each step, plan the domains left again from the cluster as it is now (for long rollouts)",
+    )
     dr.set_defaults(func=run_drain)
 
 
@@ -170,7 +177,7 @@ def run_plan(args: argparse.Namespace) -> int:
     work = fleet_work(store, now_s=now_s, nodes=_chosen_nodes(args, store), preemptible_below=args.preemptible_below)
     ask = MaintenanceAsk(work.domain_gpus, start_s, step_s, args.max_unavailable_domains, max_wait, window_end)
     plan = plan_maintenance(ask, work.works)
-    doc = plan_document(plan, ask, work, created_s=now_s)
+    doc = plan_document(plan, ask, work, created_s=now_s, preemptible_below=args.preemptible_below)
     for problem in doc.problems:
         print(f"warning: {problem}", file=sys.stderr)
     if args.output != "table":
@@ -231,14 +238,16 @@ def run_drain(args: argparse.Namespace) -> int:
         dry_run=args.dry_run,
     )
     catalog = sources.catalog_of(args.platforms)
+    signals = sources.health_of(args.health_signals)
     api = connect(args.kubeconfig, context=args.context, user_agent=CLI_AGENT)
     drain = Drain(
         api,
         plan,
         device_resources=catalog.device_resources,
         settings=settings,
-        signals=sources.health_of(args.health_signals),
+        signals=signals,
         say=lambda line: print(line, flush=True),
+        replan=live_replanner(api, plan, catalog, signals) if args.replan else None,
     )
     outcome = drain.run()
     if outcome.done:

@@ -132,7 +132,7 @@ class LifecycleReading(Collector):
     def __init__(self, controller: LifecycleController) -> None:
         self.controller = controller
 
-    def collect(self) -> Iterator[CounterMetricFamily]:
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
         family = CounterMetricFamily(
             "kilter_lifecycle_transitions", "Node lifecycle transitions written, by the state moved to", labels=["to"]
         )
@@ -149,3 +149,14 @@ class LifecycleReading(Collector):
             "Node label writes refused otherwise (403: the ServiceAccount lacks the lifecycle component's role)",
             value=self.controller.errors,
         )
+        requests = self.controller.requests
+        if requests is not None:
+            states = GaugeMetricFamily(
+                "kilter_maintenance_requests",
+                "Maintenance requests (kilter.dev/maintenance on nodes), by where they stand",
+                labels=["state"],
+            )
+            counts = requests.counts()
+            for state in ("running", "stopped", "done"):
+                states.add_metric([state], counts[state])
+            yield states

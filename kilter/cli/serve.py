@@ -42,6 +42,7 @@ from kilter.kube.events import EventRecorder
 from kilter.kube.follower import LeaseFollower
 from kilter.kube.leader import LeaderElector
 from kilter.lifecycle import LifecycleController
+from kilter.lifecycle.requests import MaintenanceRequests, RequestSettings
 from kilter.model.errors import InputError
 from kilter.model.kueue import KUEUE_GROUP, ClusterQueue, Cohort, ResourceFlavor
 from kilter.quota.tree import build_tree
@@ -534,12 +535,21 @@ def run(args: argparse.Namespace) -> int:
         policy = LifecyclePolicy(
             config.lifecycle_failures, config.lifecycle_window_s, config.lifecycle_sustained_s, config.lifecycle_suite
         )
-        mover = LifecycleController(
+        recorder = EventRecorder(app.binder.api, is_writer=app.is_writer)
+        requests = MaintenanceRequests(
             store,
             app.binder.api,
-            policy=policy,
-            events=EventRecorder(app.binder.api, is_writer=app.is_writer),
-            is_writer=app.is_writer,
+            RequestSettings(
+                config.maintenance_max_unavailable,
+                config.maintenance_step_s,
+                config.maintenance_max_wait_s,
+                config.maintenance_eviction_timeout_s,
+                config.lifecycle_suite,
+            ),
+            events=recorder,
+        )
+        mover = LifecycleController(
+            store, app.binder.api, policy=policy, events=recorder, is_writer=app.is_writer, requests=requests
         )
         loops.append(mover.run)
         app.metrics.registry.register(readings.LifecycleReading(mover))

@@ -182,6 +182,14 @@ class ServeConfig:
     """How long one failure may last before the node is degraded without flapping."""
     lifecycle_suite: str = ""
     """The qualification suite whose ``passed`` makes a qualifying node ready; "" for any."""
+    maintenance_max_unavailable: int = 1
+    """Scale-up domains a maintenance request (``kilter.dev/maintenance`` on nodes) takes out at once."""
+    maintenance_step_s: float = 7200.0
+    """How long a requested domain is out once drained, re-qualification included (for its plan)."""
+    maintenance_max_wait_s: float = 21600.0
+    """The longest a request's step waits for jobs to end before it evicts them."""
+    maintenance_eviction_timeout_s: float = 600.0
+    """How long a refused eviction (a PodDisruptionBudget) is retried before the request stops and says why."""
     pool: PoolSettings | None = None
     """The global pool (the Configuration's ``pool`` section only): this region, its peers, dispatch."""
 
@@ -263,9 +271,14 @@ class ServeConfig:
             raise InputError("--spare-nodes-per-domain must be at least 0")
         if self.lifecycle_failures < 1:
             raise InputError("--lifecycle-failures must be at least 1")
+        if self.maintenance_max_unavailable < 1:
+            raise InputError("lifecycle.maxUnavailableDomains must be at least 1")
         for flag, seconds in (
             ("--lifecycle-window", self.lifecycle_window_s),
             ("--lifecycle-sustained", self.lifecycle_sustained_s),
+            ("lifecycle.stepDuration", self.maintenance_step_s),
+            ("lifecycle.maxWait", self.maintenance_max_wait_s),
+            ("lifecycle.evictionTimeout", self.maintenance_eviction_timeout_s),
         ):
             if not 0 < seconds < float("inf"):
                 raise InputError(f"{flag} must be above zero and finite, got {seconds:g}s")

@@ -6,7 +6,8 @@ the rounds and its qualification labels, and writes each change as a merge
 patch of the node's labels (under the node's ``resourceVersion``: a node
 changed meanwhile is read again next round, never overwritten) and an
 Event on the node. Only the leader writes. It touches labels only: a
-cordon, a person's, stays as it is.
+cordon, a person's, stays as it is. With ``requests``, each round also
+drains the maintenance asked for on the nodes (``lifecycle.requests``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from functools import partial
 
 from kilter.kube.api import ApiError, ApiServer, object_path
 from kilter.kube.events import EventRecorder, Involved
+from kilter.lifecycle.requests import MaintenanceRequests
 from kilter.model.annotations import LIFECYCLE
 from kilter.model.core_v1 import pod_request
 from kilter.model.errors import InputError, KilterError
@@ -64,6 +66,7 @@ class LifecycleController:
         interval_s: float = 10.0,
         wall: Callable[[], float] = time.time,
         is_writer: Callable[[], bool] = lambda: True,
+        requests: MaintenanceRequests | None = None,
     ) -> None:
         self.store = store
         self.api = api
@@ -74,6 +77,7 @@ class LifecycleController:
         self.wall = wall
         self.is_writer = is_writer
         self.memory = FlapMemory()
+        self.requests = requests  # maintenance asked for on the nodes, drained a round at a time
         self.moved: Counter[str] = Counter()  # to-state -> transitions written
         self.conflicts = 0  # writes refused because the node changed since the decision (409)
         self.errors = 0  # writes refused otherwise (RBAC: 403) or not made
@@ -157,6 +161,8 @@ class LifecycleController:
                 break
             if await loop.run_in_executor(None, partial(self.write, move)):
                 written.append(move)
+        if self.requests is not None and self.is_writer():
+            await loop.run_in_executor(None, self.requests.round)
         return written
 
     async def run(self) -> None:

@@ -3,7 +3,7 @@
 The drain is a reconciler: every round it reads the plan's nodes and the
 pods on them from the API server and takes the next action each node's
 progress allows. Progress lives on the nodes themselves, in the annotation
-``kilter.dev/maintenance`` (``{"plan": ID, "step": N, "phase": P,
+``kilter.dev/maintenance-progress`` (``{"plan": ID, "step": N, "phase": P,
 "cordoned": B}``), so a drain killed at any point and started again (on any
 machine) resumes where it stood. A node's phases:
 
@@ -49,6 +49,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
 
+import msgspec
+
 from kilter.gangs.identity import key_of
 from kilter.kube.api import ApiError, ApiServer, object_path
 from kilter.kube.evict import GONE, evict
@@ -64,14 +66,18 @@ from kilter.topology.lifecycle import QUALIFICATION, QUALIFICATION_SUITE, health
 __all__ = [
     "MAINTENANCE",
     "MAINTENANCE_DONE",
+    "MAINTENANCE_PROGRESS",
     "Drain",
     "DrainOutcome",
     "DrainSettings",
     "Progress",
+    "Replan",
     "progress_of",
 ]
 
 MAINTENANCE = "kilter.dev/maintenance"
+"""Node annotation a person or tooling sets to ask for maintenance (a request's name; ``lifecycle.requests``)."""
+MAINTENANCE_PROGRESS = "kilter.dev/maintenance-progress"
 """Node annotation, written by the drain only: the node's progress through a plan (JSON)."""
 MAINTENANCE_DONE = "kilter.dev/maintenance-done"
 """Node label the maintenance tooling sets to ``"true"`` when its work on the node is done."""
@@ -92,7 +98,7 @@ class Progress:
 def progress_of(node: dict[str, Any]) -> Progress | None:
     """The node's progress annotation, or None when it has none (or one no drain wrote: a person's edit is
     treated as none, so the node starts over rather than being trusted half-way)."""
-    raw = ((node.get("metadata") or {}).get("annotations") or {}).get(MAINTENANCE)
+    raw = ((node.get("metadata") or {}).get("annotations") or {}).get(MAINTENANCE_PROGRESS)
     if not isinstance(raw, str):
         return None
     try:
@@ -123,6 +129,10 @@ class DrainOutcome:
     actions: list[str] = field(default_factory=list)
 
 
+Replan = Callable[[list[str], float], StepDoc]
+"""(domains left, now) -> the first step of a plan made now for them (``drain --replan``)."""
+
+
 class _Stop(Exception):
     def __init__(self, step: int, reason: str) -> None:
         super().__init__(reason)
@@ -144,6 +154,7 @@ class Drain:
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], None] = time.sleep,
         say: Callable[[str], None] = print,
+        replan: Replan | None = None,
     ) -> None:
         self.api = api
         self.plan = plan
@@ -162,6 +173,9 @@ class Drain:
             evicted |= {e.job for d in step.domains for e in d.evicts}
             self.evicted_by[step.step] = set(evicted)
         self.said: set[str] = set()
+        self.replan = replan
+        self.current: dict[str, tuple[int, DomainDoc]] = {}  # domain -> (step, its drain) as begun in this process
+        self.evicted: set[str] = set()  # the jobs the steps begun in this process evict
 
     def run(self) -> DrainOutcome:
         while True:
@@ -171,20 +185,67 @@ class Drain:
             self.sleep(self.settings.poll_s)
 
     def round(self) -> DrainOutcome | None:
-        """One pass: the next actions, written (or, in a dry run, only said); an outcome when done or stopped."""
+        """One pass: the next actions, written (or, in a dry run, only said); an outcome when done or stopped.
+
+        Domains already begun go on first (after a restart too: the nodes say which); only when none is in
+        flight and every finished domain is healthy does the next step begin."""
         try:
             nodes = {n: self._node(n) for n in self.plan.all_nodes()}
-            for step in self.plan.steps:
-                if self._finished(step, nodes):
-                    continue
-                self._step(step, nodes)
-                if self.settings.dry_run:
-                    return DrainOutcome(False, step.step, "dry run: nothing written", self.actions)
-                return None
+            order = [d for s in self.plan.steps for d in s.domains]
+            done = [d for d in order if all(self._done(nodes[n]) for n in d.nodes)]
+            for d in done:
+                self._healthy(d, nodes)
+            flying = [d.domain for d in order if d not in done and any(self._mine(nodes[n]) for n in d.nodes)]
+            step = None
+            if not flying:
+                left = [d for d in order if d not in done]
+                if not left:
+                    return DrainOutcome(True, None, "every step done", self.actions)
+                step = self._next_step(left, nodes)
+                flying = [d.domain for d in step.domains]
+            for domain in flying:
+                self._advance(self._doc(domain), nodes)
+            if self.settings.dry_run:
+                return DrainOutcome(False, step.step if step else None, "dry run: nothing written", self.actions)
+            return None
         except _Stop as stop:
             self.say(f"stopped at step {stop.step}: {stop.reason}")
             return DrainOutcome(False, stop.step, stop.reason, self.actions)
-        return DrainOutcome(True, None, "every step done", self.actions)
+
+    def _next_step(self, left: list[DomainDoc], nodes: dict[str, dict[str, Any]]) -> StepDoc:
+        """The step to begin now: the plan's next (its domains not yet done), or, re-planning, the first step of
+        a plan made now for the domains left; refused once the window has ended."""
+        now = self.clock()
+        index = 1 + max((p.step for n in nodes.values() if (p := self._mine(n, done_too=True))), default=-1)
+        if self.window_end is not None and now > self.window_end:
+            raise _Stop(index, f"the plan's window ended at {self.plan.window_end}: plan again for the next one")
+        if self.replan is not None:
+            step = self.replan([d.domain for d in left], now)
+            step = msgspec.structs.replace(step, step=index)
+        else:
+            names = {d.domain for d in left}
+            first = next(s for s in self.plan.steps if any(d.domain in names for d in s.domains))
+            step = msgspec.structs.replace(first, domains=[d for d in first.domains if d.domain in names])
+        for d in step.domains:
+            self.current[d.domain] = (step.step, d)
+            self.evicted |= {e.job for e in d.evicts}
+        return step
+
+    def _doc(self, domain: str) -> DomainDoc:
+        """What the drain of ``domain`` waits for and evicts: as begun in this process, else (after a restart)
+        as the plan says, or as a plan made now says, re-planning."""
+        if domain not in self.current:
+            if self.replan is not None:
+                step = self.replan([domain], self.clock())
+                (doc,) = step.domains
+                self.evicted |= {e.job for e in doc.evicts}
+            else:
+                doc = next(d for s in self.plan.steps for d in s.domains if d.domain == domain)
+            self.current[domain] = (self._step_of(domain), doc)
+        return self.current[domain][1]
+
+    def _step_of(self, domain: str) -> int:
+        return next(s.step for s in self.plan.steps for d in s.domains if d.domain == domain)
 
     # the reads
 
@@ -225,20 +286,17 @@ class Drain:
         gang = key_of(pod)
         return gang.format() if gang is not None else f"{pod.metadata.namespace}/pod/{pod.metadata.name}"
 
-    def _finished(self, step: StepDoc, nodes: dict[str, dict[str, Any]]) -> bool:
-        """Whether every node of ``step`` is done under this plan; raises ``_Stop`` when one is, but is no longer
-        healthy (the health gate before the next step)."""
-        for d in step.domains:
-            for name in d.nodes:
-                p = progress_of(nodes[name])
-                if p is None or p.phase != "done" or p.plan != self.plan.id:
-                    return False
-        for d in step.domains:
-            for name in d.nodes:
-                problem = self._problem(nodes[name])
-                if problem is not None:
-                    raise _Stop(step.step, f"node {name} was maintained but is unhealthy now: {problem}")
-        return True
+    def _done(self, node: dict[str, Any]) -> bool:
+        p = progress_of(node)
+        return p is not None and p.phase == "done" and p.plan == self.plan.id
+
+    def _healthy(self, d: DomainDoc, nodes: dict[str, dict[str, Any]]) -> None:
+        """The health gate: a maintained node must still be healthy before anything else begins."""
+        for name in d.nodes:
+            problem = self._problem(nodes[name])
+            if problem is not None:
+                step = (progress_of(nodes[name]) or Progress("", -1, "", False)).step
+                raise _Stop(step, f"node {name} was maintained but is unhealthy now: {problem}")
 
     def _problem(self, node: dict[str, Any]) -> str | None:
         typed = convert(node, Node, path=f"node {(node.get('metadata') or {}).get('name')}")
@@ -248,56 +306,56 @@ class Drain:
 
     # the step
 
-    def _step(self, step: StepDoc, nodes: dict[str, dict[str, Any]]) -> None:
+    def _advance(self, d: DomainDoc, nodes: dict[str, dict[str, Any]]) -> None:
+        """The next action for each node of domain ``d``, by its phase."""
         now = self.clock()
-        begun = [n for d in step.domains for n in d.nodes if self._mine(nodes[n]) is not None]
-        if not begun and self.window_end is not None and now > self.window_end:
-            raise _Stop(step.step, f"the plan's window ended at {self.plan.window_end}: plan again for the next one")
-        for d in step.domains:
-            for name in d.nodes:
-                if self._mine(nodes[name]) is None:
-                    self._begin(step, name, nodes[name])
-            draining = [n for n in d.nodes if self._phase(nodes[n]) == "draining"]
-            if draining:
-                self._drain(step, d, draining, nodes, now)
-            for name in d.nodes:
-                p = self._mine(nodes[name])
-                if p is not None and p.phase == "maintenance":
-                    self._maintained(step, name, nodes[name], p)
-                elif p is not None and p.phase == "qualifying":
-                    self._qualified(step, name, nodes[name], p)
+        step = self.current[d.domain][0] if d.domain in self.current else self._step_of(d.domain)
+        for name in d.nodes:
+            if self._mine(nodes[name]) is None:
+                self._begin(step, name, nodes[name])
+        draining = [n for n in d.nodes if self._phase(nodes[n]) == "draining"]
+        if draining:
+            self._drain(step, d, draining, nodes, now)
+        for name in d.nodes:
+            p = self._mine(nodes[name])
+            if p is not None and p.phase == "maintenance":
+                self._maintained(step, name, nodes[name], p)
+            elif p is not None and p.phase == "qualifying":
+                self._qualified(step, name, nodes[name], p)
 
     def _phase(self, node: dict[str, Any]) -> str:
         """The node's phase under this plan; a dry run takes a node it would have cordoned as draining."""
         p = self._mine(node)
         return p.phase if p is not None else ("draining" if self.settings.dry_run else "")
 
-    def _mine(self, node: dict[str, Any]) -> Progress | None:
-        """The node's progress this plan goes on from: its own, or another plan's unfinished (adopted)."""
+    def _mine(self, node: dict[str, Any], *, done_too: bool = False) -> Progress | None:
+        """The node's unfinished progress this plan goes on from, its own or another plan's (adopted); with
+        ``done_too``, this plan's finished progress as well."""
         p = progress_of(node)
-        if p is None or (p.phase == "done" and p.plan != self.plan.id):
+        if p is None or (p.phase == "done" and not (done_too and p.plan == self.plan.id)):
             return None
         return p
 
-    def _begin(self, step: StepDoc, name: str, node: dict[str, Any]) -> None:
+    def _begin(self, step: int, name: str, node: dict[str, Any]) -> None:
         already = bool((node.get("spec") or {}).get("unschedulable"))
-        progress = Progress(self.plan.id, step.step, "draining", cordoned=not already)
-        self._patch(node, f"cordon {name} (step {step.step})", progress, spec={"unschedulable": True})
+        progress = Progress(self.plan.id, step, "draining", cordoned=not already)
+        self._patch(node, f"cordon {name} (step {step})", progress, spec={"unschedulable": True})
 
     def _drain(
-        self, step: StepDoc, d: DomainDoc, draining: list[str], nodes: dict[str, dict[str, Any]], now: float
+        self, step: int, d: DomainDoc, draining: list[str], nodes: dict[str, dict[str, Any]], now: float
     ) -> None:
         pods = {name: self._pods(name) for name in draining}
         jobs = {job for ps in pods.values() for p in ps if (job := self._job(p)) is not None}
-        drain_at = parse_time(d.drain, path=f"steps[{step.step}].{d.domain}.drain")
+        drain_at = parse_time(d.drain, path=f"steps[{step}].{d.domain}.drain")
         waiting = sorted(jobs & set(d.waits_for))
         if waiting and now < drain_at:
             self._act(f"wait for {', '.join(waiting)} on {d.domain} until {d.drain}", write=False)
             return
-        unplanned = sorted(jobs - self.evicted_by[step.step] - {e.job for e in d.evicts})
+        unplanned = sorted(jobs - self.evicted_by.get(self._step_of(d.domain), set()) - self.evicted)
+        unplanned = [j for j in unplanned if j not in {e.job for e in d.evicts}]
         if unplanned:
             raise _Stop(
-                step.step,
+                step,
                 f"domain {d.domain} would evict {', '.join(unplanned)}, which the plan did not list for it "
                 "(it outlived its expected end, or came since): plan again, or end it first",
             )
@@ -309,7 +367,7 @@ class Drain:
                 progress = dataclasses.replace(p, phase="maintenance")
                 self._patch(nodes[name], f"hand {name} to maintenance", progress, labels={LIFECYCLE: "maintenance"})
 
-    def _evict(self, step: StepDoc, pod: dict[str, Any], now: float) -> None:
+    def _evict(self, step: int, pod: dict[str, Any], now: float) -> None:
         meta = pod.get("metadata") or {}
         ns, name, uid = meta.get("namespace") or "", meta.get("name") or "", meta.get("uid") or ""
         if meta.get("deletionTimestamp"):
@@ -323,9 +381,9 @@ class Drain:
         since = self.refused_since.setdefault(uid, now)
         self.say(f"eviction of {ns}/{name} refused: {answer}")
         if now - since >= self.settings.eviction_timeout_s:
-            raise _Stop(step.step, f"pod {ns}/{name} could not be evicted for {now - since:.0f}s: {answer}")
+            raise _Stop(step, f"pod {ns}/{name} could not be evicted for {now - since:.0f}s: {answer}")
 
-    def _maintained(self, step: StepDoc, name: str, node: dict[str, Any], p: Progress) -> None:
+    def _maintained(self, step: int, name: str, node: dict[str, Any], p: Progress) -> None:
         labels = (node.get("metadata") or {}).get("labels") or {}
         if labels.get(MAINTENANCE_DONE) != "true":
             return
@@ -337,18 +395,18 @@ class Drain:
         }
         self._patch(node, f"re-qualify {name}", dataclasses.replace(p, phase="qualifying"), labels=cleared)
 
-    def _qualified(self, step: StepDoc, name: str, node: dict[str, Any], p: Progress) -> None:
+    def _qualified(self, step: int, name: str, node: dict[str, Any], p: Progress) -> None:
         labels = (node.get("metadata") or {}).get("labels") or {}
         state, result, suite = labels.get(LIFECYCLE, ""), labels.get(QUALIFICATION), labels.get(QUALIFICATION_SUITE)
         if self.settings.suite and suite != self.settings.suite and state != "ready":
             return
         if result == "failed" or state == "repairing":
-            raise _Stop(step.step, f"node {name} failed qualification ({suite or 'no suite named'})")
+            raise _Stop(step, f"node {name} failed qualification ({suite or 'no suite named'})")
         if result != "passed" and state != "ready":
             return
         problem = health_problem(convert(node, Node, path=f"node {name}"), self.signals)
         if problem is not None:
-            raise _Stop(step.step, f"node {name} passed qualification but is unhealthy: {problem}")
+            raise _Stop(step, f"node {name} passed qualification but is unhealthy: {problem}")
         spec = {"unschedulable": False} if p.cordoned else None
         self._patch(
             node,
@@ -389,7 +447,7 @@ class Drain:
         body: dict[str, Any] = {
             "metadata": {
                 "resourceVersion": meta.get("resourceVersion"),
-                "annotations": {MAINTENANCE: note},
+                "annotations": {MAINTENANCE_PROGRESS: note},
                 **({"labels": labels} if labels else {}),
             }
         }

@@ -91,6 +91,7 @@ class PlanDoc(msgspec.Struct, rename="camel", frozen=True):
     naive: NaiveDoc
     steps: list[StepDoc]
     window_end: str | None = None
+    preemptible_below: int = 0
     beyond_window: list[int] = []
     problems: list[str] = []
 
@@ -107,7 +108,9 @@ def _eviction(w: Work, at_s: float) -> EvictionDoc:
     return EvictionDoc(w.key, w.pods, w.gpus, round(w.at_risk_gpu_h(at_s), 1), w.preemptible)
 
 
-def plan_document(plan: MaintenancePlan, ask: MaintenanceAsk, work: FleetWork, *, created_s: float) -> PlanDoc:
+def plan_document(
+    plan: MaintenancePlan, ask: MaintenanceAsk, work: FleetWork, *, created_s: float, preemptible_below: int = 0
+) -> PlanDoc:
     """The document of ``plan`` (made from ``ask`` over ``work``), its id a digest of what it would do."""
     steps = [
         StepDoc(
@@ -151,6 +154,7 @@ def plan_document(plan: MaintenancePlan, ask: MaintenanceAsk, work: FleetWork, *
         NaiveDoc(round(plan.naive_lost_gpu_h, 1), plan.naive_killed, rfc3339(plan.naive_end_s or ask.start_s)),
         steps,
         rfc3339(ask.window_end_s) if ask.window_end_s is not None else None,
+        preemptible_below,
         beyond,
         list(work.problems),
     )

@@ -13,9 +13,12 @@ import pytest
 from kilter.kube.api import ApiServer
 from kilter.lifecycle.drain import MAINTENANCE_DONE, Drain, DrainOutcome, DrainSettings, progress_of
 from kilter.lifecycle.plan_doc import PlanDoc, plan_document, read_plan
+from kilter.lifecycle.replan import live_replanner
 from kilter.lifecycle.works import fleet_work
 from kilter.model.annotations import LIFECYCLE
 from kilter.state.store import ClusterStore
+from kilter.topology.catalog import BUILTIN, Catalog
+from kilter.topology.health import DEFAULTS
 from kilter.topology.lifecycle import QUALIFICATION, QUALIFICATION_SUITE
 from kilter.topology.maintenance import MaintenanceAsk, plan_maintenance
 from tests.extenders.conftest import pod_json
@@ -366,3 +369,30 @@ def cluster_free_plan() -> PlanDoc:
     work = FleetWork([Work("ml/gang/a", 4, {"d1": 4}, NOW - H)], {"d1": ["n1"], "d2": ["n2"]}, {"d1": 4, "d2": 4})
     ask = MaintenanceAsk(work.domain_gpus, NOW, H)
     return plan_document(plan_maintenance(ask, work.works), ask, work, created_s=NOW)
+
+
+@pytest.mark.parametrize("replan", [False, True])
+def test_a_job_come_since_on_a_later_domain_stops_the_plan_as_written_but_not_a_replanning_drain(
+    cluster: Cluster, replan: bool
+) -> None:
+    plan = cluster.plan(k=1)
+    first, second = ([n for d in s.domains for n in d.nodes] for s in plan.steps)
+    cluster.server.add(gpu_pod("newcomer", second[0], gang="newcomer", size=1))  # lands after the plan was made
+    drain = cluster.drain(plan)
+    if replan:
+        drain.replan = live_replanner(cluster.api, plan, Catalog(BUILTIN), DEFAULTS)
+    finish_step(cluster, drain, first)
+    outcome = cluster.rounds(drain, 3)
+    if not replan:
+        assert outcome is not None and not outcome.done and "ml/gang/newcomer" in outcome.reason
+        assert "newcomer" in cluster.pods()
+        return
+    assert outcome is None and "newcomer" not in cluster.pods(), "planned again at the step: evicted as planned"
+    assert all(cluster.label(n, LIFECYCLE) == "maintenance" for n in second)
+    again = cluster.drain(plan)  # a restart mid-step re-plans the domain in flight
+    again.replan = live_replanner(cluster.api, plan, Catalog(BUILTIN), DEFAULTS)
+    finish_step(cluster, again, second)
+    outcome = cluster.rounds(again, 2)
+    assert outcome is not None and outcome.done
+    steps = {progress.step for n in first + second if (progress := progress_of(cluster.node(n)))}
+    assert steps == {0, 1}
