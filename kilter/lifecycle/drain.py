@@ -202,6 +202,12 @@ class Drain:
                 if not left:
                     return DrainOutcome(True, None, "every step done", self.actions)
                 step = self._next_step(left, nodes)
+                if step is None:
+                    return (
+                        DrainOutcome(False, None, "dry run: nothing written", self.actions)
+                        if self.settings.dry_run
+                        else None
+                    )
                 flying = [d.domain for d in step.domains]
             for domain in flying:
                 self._advance(self._doc(domain), nodes)
@@ -212,9 +218,10 @@ class Drain:
             self.say(f"stopped at step {stop.step}: {stop.reason}")
             return DrainOutcome(False, stop.step, stop.reason, self.actions)
 
-    def _next_step(self, left: list[DomainDoc], nodes: dict[str, dict[str, Any]]) -> StepDoc:
-        """The step to begin now: the plan's next (its domains not yet done), or, re-planning, the first step of
-        a plan made now for the domains left; refused once the window has ended."""
+    def _next_step(self, left: list[DomainDoc], nodes: dict[str, dict[str, Any]]) -> StepDoc | None:
+        """The step to begin now: the plan's next (its domains not yet done) once its planned beginning has come
+        (None before: the plan's timing is what it weighed, jobs it expected to have ended by then included), or,
+        re-planning, the first step of a plan made now for the domains left; refused once the window has ended."""
         now = self.clock()
         index = 1 + max((p.step for n in nodes.values() if (p := self._mine(n, done_too=True))), default=-1)
         if self.window_end is not None and now > self.window_end:
@@ -225,6 +232,9 @@ class Drain:
         else:
             names = {d.domain for d in left}
             first = next(s for s in self.plan.steps if any(d.domain in names for d in s.domains))
+            if now < parse_time(first.begin, path=f"steps[{first.step}].begin"):
+                self._act(f"wait until {first.begin} to begin step {first.step}, as planned", write=False)
+                return None
             step = msgspec.structs.replace(first, domains=[d for d in first.domains if d.domain in names])
         for d in step.domains:
             self.current[d.domain] = (step.step, d)
@@ -337,6 +347,8 @@ class Drain:
         return p
 
     def _begin(self, step: int, name: str, node: dict[str, Any]) -> None:
+        if ((node.get("metadata") or {}).get("labels") or {}).get(LIFECYCLE) == "retired":
+            raise _Stop(step, f"node {name} was retired since the plan was made: plan again without it")
         already = bool((node.get("spec") or {}).get("unschedulable"))
         progress = Progress(self.plan.id, step, "draining", cordoned=not already)
         self._patch(node, f"cordon {name} (step {step})", progress, spec={"unschedulable": True})

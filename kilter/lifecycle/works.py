@@ -24,7 +24,7 @@ from kilter.gangs.identity import key_of
 from kilter.gangs.learned import learner_of
 from kilter.gangs.wait_settings import WaitSettings
 from kilter.gangs.waits import facts_of
-from kilter.model.annotations import MIN_RUNTIME
+from kilter.model.annotations import LIFECYCLE, MIN_RUNTIME
 from kilter.model.core_v1 import Pod
 from kilter.model.durations import parse_duration
 from kilter.model.errors import InputError
@@ -55,11 +55,12 @@ class FleetWork:
 def fleet_work(
     store: ClusterStore, *, now_s: float, nodes: Collection[str] | None = None, preemptible_below: int = 0
 ) -> FleetWork:
-    """Every job holding GPUs on ``nodes`` (None: the whole fleet), as ``Work`` placed on those nodes' domains
-    (a kill still loses its work on all its GPUs), with its expected end where one is known."""
+    """Every job holding GPUs on ``nodes`` (None: the whole fleet; retired nodes never), as ``Work`` placed on
+    those nodes' domains (a kill still loses its work on all its GPUs), with its expected end where one is known."""
     fleet = store.fleet()
     state = store.state()
     chosen = set(fleet.node_names) if nodes is None else set(nodes) & set(fleet.node_names)
+    chosen -= {n for i, n in enumerate(fleet.node_names) if fleet.node_labels[i].get(LIFECYCLE) == "retired"}
     settings = WaitSettings.build(state, SplitWait())
     learner = learner_of(state.workloads, state.catalog.device_resources)
     guards = _min_runtimes(state.cluster_queues, state.cohorts)

@@ -16,6 +16,7 @@ from kilter.lifecycle.plan_doc import PlanDoc, plan_document, read_plan
 from kilter.lifecycle.replan import live_replanner
 from kilter.lifecycle.works import fleet_work
 from kilter.model.annotations import LIFECYCLE
+from kilter.quota.policy import parse_time
 from kilter.state.store import ClusterStore
 from kilter.topology.catalog import BUILTIN, Catalog
 from kilter.topology.health import DEFAULTS
@@ -110,6 +111,10 @@ class Cluster:
             sleep=lambda _: None,
             say=self.said.append,
         )
+
+    def until(self, stamp: str) -> None:
+        """The clock moved on to ``stamp`` (RFC 3339), if it is not there yet."""
+        self.now = max(self.now, parse_time(stamp, path="test"))
 
     def rounds(self, drain: Drain, n: int = 1, *, advance_s: float = 10.0) -> DrainOutcome | None:
         outcome = None
@@ -231,6 +236,10 @@ def test_steps_go_in_order_behind_a_health_gate(cluster: Cluster) -> None:
     assert cluster.rounds(drain) is None
     assert all(cluster.label(n, LIFECYCLE) == "ready" for n in first)
     assert not any(cluster.cordoned(n) for n in second), "the next step waits for this one to be back"
+    assert cluster.rounds(drain) is None
+    assert not any(cluster.cordoned(n) for n in second), "and for its planned beginning"
+    assert any(line.startswith("wait until") and "to begin step 1" in line for line in cluster.said)
+    cluster.until(plan.steps[1].begin)
     assert cluster.rounds(drain) is None
     assert all(cluster.cordoned(n) for n in second), "step 1 began once step 0 was back"
 
@@ -382,6 +391,7 @@ def test_a_job_come_since_on_a_later_domain_stops_the_plan_as_written_but_not_a_
     if replan:
         drain.replan = live_replanner(cluster.api, plan, Catalog(BUILTIN), DEFAULTS)
     finish_step(cluster, drain, first)
+    cluster.until(plan.steps[1].begin)  # re-planning begins the next step at once; as written, when planned
     outcome = cluster.rounds(drain, 3)
     if not replan:
         assert outcome is not None and not outcome.done and "ml/gang/newcomer" in outcome.reason
@@ -396,3 +406,27 @@ def test_a_job_come_since_on_a_later_domain_stops_the_plan_as_written_but_not_a_
     assert outcome is not None and outcome.done
     steps = {progress.step for n in first + second if (progress := progress_of(cluster.node(n)))}
     assert steps == {0, 1}
+
+
+def test_the_drain_takes_first_the_domain_the_plan_says_loses_least(cluster: Cluster) -> None:
+    for name in ("train-0", "train-1", "logger", "dcgm-r1-t0"):
+        cluster.server.delete("", "pods", "ml", name)
+    for t in range(2):  # r1 is full of a gang that ends in 90 minutes; r2 runs a job with no known end
+        notes = {"kilter.dev/expected-runtime": "9h30m"}
+        cluster.server.add(gpu_pod(f"ending-{t}", f"r1-t{t}", gang="ending", notes=notes))
+    cluster.server.add(gpu_pod("long", "r2-t0", gang="long", size=1))
+    plan = cluster.plan(k=1)
+    assert [s.domains[0].domain for s in plan.steps] == ["r2", "r1"], "name order would kill 8 h of 8 GPUs"
+    assert plan.lost_gpu_hours == pytest.approx(4 * 8, abs=0.1) and plan.naive.lost_gpu_hours == pytest.approx(
+        8 * 8 + 4 * 10, abs=0.1
+    )
+    drain = cluster.drain(plan)
+    finish_step(cluster, drain, ["r2-t0", "r2-t1"])
+    assert cluster.rounds(drain, 2) is None
+    assert not any(cluster.cordoned(n) for n in ("r1-t0", "r1-t1")), "r1 waits its turn, planned at 2 h"
+    cluster.server.delete("", "pods", "ml", "ending-0")  # the gang ends as expected, at 1.5 h
+    cluster.server.delete("", "pods", "ml", "ending-1")
+    cluster.until(plan.steps[1].begin)
+    assert cluster.rounds(drain, 2) is None
+    assert all(cluster.label(n, LIFECYCLE) == "maintenance" for n in ("r1-t0", "r1-t1"))
+    assert not any("evict pod ml/ending" in line for line in cluster.said), "nothing of the gang was evicted"

@@ -40,9 +40,14 @@ def queues() -> list[dict[str, Any]]:
     ]
 
 
-def store_of(*pods: dict[str, Any]) -> ClusterStore:
+def store_of(*pods: dict[str, Any], retired: tuple[str, ...] = ()) -> ClusterStore:
     store = ClusterStore()
-    nodes = [node_dict(f"r{r}-t{t}", labels={CLIQUE: f"r{r}"}) for r in (1, 2) for t in range(2)]
+    nodes = [
+        node_dict(name, labels={CLIQUE: f"r{r}", **({"kilter.dev/lifecycle": "retired"} if name in retired else {})})
+        for r in (1, 2)
+        for t in range(2)
+        if (name := f"r{r}-t{t}")
+    ]
     store.replace([*nodes, *pods, *queues()])
     return store
 
@@ -97,3 +102,10 @@ def test_preemptible_by_priority_and_placement_only_on_the_chosen_nodes() -> Non
 def test_the_whole_fleet_and_all_its_nodes_read_the_same(selection: list[str] | None) -> None:
     found = fleet_work(store_of(pod("a", "r1-t0", "a")), now_s=NOW, nodes=selection)
     assert found.domain_gpus == {"r1": 8, "r2": 8} and [w.key for w in found.works] == ["ml/gang/a"]
+
+
+def test_a_retired_node_is_never_planned_for() -> None:
+    store = store_of(pod("a", "r1-t0", "a"), retired=("r1-t1",))
+    found = fleet_work(store, now_s=NOW)
+    assert found.domain_nodes == {"r1": ["r1-t0"], "r2": ["r2-t0", "r2-t1"]}
+    assert fleet_work(store, now_s=NOW, nodes=["r1-t1"]).domain_nodes == {}
