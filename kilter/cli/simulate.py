@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import sys
 import time
 from collections.abc import Callable
@@ -22,6 +23,7 @@ from kilter.model.errors import InputError
 from kilter.sim import fleetspec, region_split, synthetic
 from kilter.sim.engine import Progress, SimConfig
 from kilter.sim.failure_model import DEFAULT_RESTART_S, FAILURE_POLICIES, FailureSettings
+from kilter.sim.maintenance_spec import ORDERS, MaintenanceSettings, parse_maintenance
 from kilter.sim.plot import plot_runs
 from kilter.sim.policies import POLICIES
 from kilter.sim.regions import DISPATCHERS, Region, RegionRun, simulate_regions
@@ -191,6 +193,16 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "tenant's jobs in one region) or split=arrival (jobs dealt out in turn), and delay=30s (default: what a "
         "job pays to start away from home), e.g. --regions eu,us,ap,split=arrival,delay=1m",
     )
+    p.add_argument(
+        "--maintenance",
+        metavar="SPEC",
+        help="a firmware rollout over every scale-up domain while the trace runs: compare kilter's planned drain "
+        "(kilter maintenance plan's planner, re-planned at every step) with a rolling drain in name order, and with "
+        "no maintenance, under --policy's placement: at=3d (start, from the trace's start; default 0s), step=4h "
+        "(each domain out once drained; default 4h), k=2 (most domains cordoned or out at once; default 1), wait=6h "
+        "(the longest a step waits for jobs to end; default 6h), window=7d (report whether the rollout fits), e.g. "
+        "--maintenance at=3d,step=4h,k=2; a kill loses the work since the last checkpoint (--checkpoint-minutes)",
+    )
     add_spare_argument(p)
     p.add_argument("-o", "--output", choices=("table", "json", "yaml"), default="table")
     p.set_defaults(func=run)
@@ -313,14 +325,18 @@ def failure_settings(args: argparse.Namespace) -> FailureSettings | None:
         "--restart-minutes": args.restart_minutes,
         "--failure-policy": args.failure_policy,
     }
+    rollout = getattr(args, "maintenance", None) is not None  # its kills lose the work since the last checkpoint
     if args.node_mtbf is None:
-        stray = next((flag for flag, value in given.items() if value is not None), None)
+        kept = ("--checkpoint-minutes", "--restart-minutes") if rollout else ()
+        stray = next((flag for flag, value in given.items() if value is not None and flag not in kept), None)
         if stray is not None:
             raise InputError(f"{stray} needs --node-mtbf (nodes never fail without it)")
-        return None
-    if not 0 < args.node_mtbf < 1e9:
+        if not rollout:
+            return None
+    elif not 0 < args.node_mtbf < 1e9:
         raise InputError("--node-mtbf must be a number of hours above 0")
-    defaults = FailureSettings(args.node_mtbf)
+    mtbf_h = math.inf if args.node_mtbf is None else args.node_mtbf  # inf: checkpoints only, no node fails
+    defaults = FailureSettings(mtbf_h)
     repair_h = defaults.repair_h if args.repair_hours is None else args.repair_hours
     checkpoint_min = defaults.checkpoint_s / 60 if args.checkpoint_minutes is None else args.checkpoint_minutes
     restart_min = defaults.restart_s / 60 if args.restart_minutes is None else args.restart_minutes
@@ -332,12 +348,16 @@ def failure_settings(args: argparse.Namespace) -> FailureSettings | None:
         if not 0 <= value < 1e9:
             raise InputError(f"{flag} must be 0 or more")
     policy = None if args.failure_policy in (None, "auto") else args.failure_policy
-    return FailureSettings(args.node_mtbf, repair_h, checkpoint_min * 60, restart_min * 60, policy, args.seed)
+    return FailureSettings(mtbf_h, repair_h, checkpoint_min * 60, restart_min * 60, policy, args.seed)
 
 
 def run(args: argparse.Namespace) -> int:
     if args.regions is not None:
+        if args.maintenance is not None:
+            raise InputError("--maintenance cannot be combined with --regions")
         return run_regions(args)
+    if args.maintenance is not None:
+        return run_maintenance(args)
     names = policies(args.policy)
     sweep = sweep_values(args.sweep)
     config = sim_config(args)
@@ -488,12 +508,106 @@ def run_regions(args: argparse.Namespace) -> int:
     return 0
 
 
+MAINTENANCE_COLUMNS = (
+    ("domainsMaintained", "DOMAINS"),
+    ("steps", "STEPS"),
+    ("jobsKilled", "KILLED"),
+    ("gpuHoursLostToMaintenance", "LOST GPU-h"),
+    ("gpuHoursIdleCordoned", "IDLE GPU-h"),
+    ("rolloutHours", "ROLLOUT h"),
+    ("mostDomainsOut", "MOST OUT"),
+)
+TRACE_COLUMNS = (
+    ("completed", "DONE"),
+    ("meanWaitSeconds", "MEAN WAIT s"),
+    ("p95WaitSeconds", "P95 WAIT s"),
+    ("meanJctSeconds", "MEAN JCT s"),
+    ("utilization", "UTIL"),
+)
+
+
+def run_maintenance(args: argparse.Namespace) -> int:
+    """``--maintenance``: the trace with no rollout, then with kilter's and the naive one (``kilter.sim.maintenance``),
+    under one placement policy, on fresh fleets of the same seed."""
+    spec = parse_maintenance(args.maintenance)
+    names = policies(args.policy)
+    if len(names) != 1:
+        raise InputError("--maintenance compares rollouts under one placement policy: give one --policy")
+    for flag, value in (("--sweep", args.sweep), ("--plot", args.plot)):
+        if value is not None:
+            raise InputError(f"{flag} cannot be combined with --maintenance")
+    if args.quota == "volcano":
+        raise InputError("--maintenance runs Kueue's admission (--quota fifo or fair)")
+    config = sim_config(args)
+    jobs = load_jobs(args.trace, gpu_scale=args.gpu_scale, time_scale=args.time_scale, limit=args.limit, seed=args.seed)
+    if not jobs:
+        raise InputError("the trace has no jobs")
+    spare_nodes = read_spare_nodes(args.spare_nodes_per_domain)
+    queue_objects = snapshot.load_documents(args.queues) if args.queues else []
+    health = sources.health_of(args.health_signals)
+    make_fleet = with_spares(load_fleet(args.fleet, seed=args.seed, health=health), queue_objects, spare_nodes)
+    rollouts: list[tuple[str, Run]] = []
+    assert config.failures is not None
+    failures = config.failures if math.isfinite(config.failures.node_mtbf_h) else None
+    baseline = dataclasses.replace(config, failures=failures)  # no rollout: nothing is killed, no checkpoint matters
+    for order in (None, *ORDERS):
+        label: str = order or "none"
+        started = time.perf_counter()
+        r = simulate(
+            make_fleet, jobs, names[0], queue_objects=queue_objects,
+            config=dataclasses.replace(config, maintenance=spec.ordered_by(order)) if order else baseline,
+            seed=args.seed, progress=progress_bar(f"maintenance {label}"),
+        )  # fmt: skip
+        r.metrics["wallSeconds"] = round(time.perf_counter() - started, 2)
+        rollouts.append((label, r))
+    if args.output != "table":
+        data = {
+            **report([r for _, r in rollouts], args),
+            "placement": names[0],
+            "maintenance": maintenance_report(spec, config.failures),
+            "rollouts": {label: r.metrics for label, r in rollouts},
+        }
+        del data["policies"]
+        print(render.dump(data, args.output), end="")
+        return 0
+    rows = [
+        (label, *(r.metrics.get(k, "-") for k, _ in MAINTENANCE_COLUMNS), *(r.metrics[k] for k, _ in TRACE_COLUMNS))
+        for label, r in rollouts
+    ]
+    headers = ("MAINTENANCE", *(h for _, h in MAINTENANCE_COLUMNS), *(h for _, h in TRACE_COLUMNS))
+    print(render.table(headers, rows), end="")
+    f = config.failures
+    window = f", window {split_wait.format_duration(spec.window_s)}" if spec.window_s is not None else ""
+    print(
+        f"\nrollout from {split_wait.format_duration(spec.at_s)}, {split_wait.format_duration(spec.step_s)} per "
+        f"domain, k={spec.k}, waits at most {split_wait.format_duration(spec.max_wait_s)}{window}; checkpoints every "
+        f"{f.checkpoint_s / 60:g} min; runtime estimates {config.split_wait.runtime_estimate}; placement {names[0]}"
+    )
+    for label, r in rollouts:
+        if "withinWindow" in r.metrics:
+            print(f"{label}: {'within' if r.metrics['withinWindow'] else 'NOT within'} the window")
+    return 0
+
+
+def maintenance_report(spec: MaintenanceSettings, failures: FailureSettings) -> dict[str, Any]:
+    """The rollout's settings as a report carries them (the runtime estimate is the split wait's, reported there)."""
+    return {
+        "atSeconds": spec.at_s,
+        "stepSeconds": spec.step_s,
+        "k": spec.k,
+        "maxWaitSeconds": spec.max_wait_s,
+        "windowSeconds": spec.window_s,
+        "checkpointMinutes": failures.checkpoint_s / 60,
+        "restartMinutes": failures.restart_s / 60,
+    }
+
+
 def failure_report(config: SimConfig, args: argparse.Namespace) -> dict[str, Any]:
     """The failure and spare settings a report ran with (nothing when nodes never failed and no spares were held)."""
     spares = read_spare_nodes(args.spare_nodes_per_domain)
     out: dict[str, Any] = {"spareNodesPerDomain": spares} if spares else {}
     f = config.failures
-    if f is not None:
+    if f is not None and math.isfinite(f.node_mtbf_h):
         out["failures"] = {
             "nodeMtbfHours": f.node_mtbf_h,
             "repairHours": f.repair_h,

@@ -7,6 +7,8 @@ from kilter.sim import (
     fleetspec,
     gangs,
     kueue_tas,
+    maintenance,
+    maintenance_spec,
     metrics,
     placement,
     plot,
@@ -27,6 +29,8 @@ from kilter.sim.engine import Outcome, SimConfig, Simulation, Timeline
 from kilter.sim.failing import FailingSimulation
 from kilter.sim.failure_model import FailureSettings
 from kilter.sim.gangs import Gang, gang_for
+from kilter.sim.maintenance import MaintenanceSimulation
+from kilter.sim.maintenance_spec import MaintenanceSettings
 from kilter.sim.placement import Policy, Releasing
 from kilter.sim.policies import POLICIES, make_policy
 from kilter.sim.regions import Region, simulate_regions
@@ -39,6 +43,8 @@ __all__ = [
     "FailingSimulation",
     "FailureSettings",
     "Gang",
+    "MaintenanceSettings",
+    "MaintenanceSimulation",
     "Outcome",
     "Policy",
     "Region",
@@ -56,6 +62,8 @@ __all__ = [
     "gang_for",
     "gangs",
     "kueue_tas",
+    "maintenance",
+    "maintenance_spec",
     "make_policy",
     "metrics",
     "placement",

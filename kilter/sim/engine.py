@@ -44,7 +44,9 @@ fitted, so it bounds nothing; it is parked, and the jobs behind it go on.
 Time then also moves to the moment a parked gang's budget runs out.
 
 ``failing.FailingSimulation`` adds node failures through three hooks
-(``_next_event_s``, ``_on_events``, ``_holding``) that do nothing here. The
+(``_next_event_s``, ``_on_events``, ``_holding``) that do nothing here;
+``maintenance.MaintenanceSimulation`` adds a rollout through the same ones
+and ``_ran_to_end``. The
 module runs past 500 lines because the run loop, the queues and the
 accounting share one class's state; the hooks keep what failures add out.
 """
@@ -69,6 +71,7 @@ from kilter.quota.shares import Shares
 from kilter.quota.usage import WorkloadInfo
 from kilter.sim.failure_model import FailureSettings
 from kilter.sim.gangs import Gang, TopologyMode, domains_per_block, gang_for, min_domains
+from kilter.sim.maintenance_spec import MaintenanceSettings
 from kilter.sim.placement import Nodes, Policy, Releasing
 from kilter.sim.queues import QueueSetup
 from kilter.sim.split_hold import WaitSettings, make_hold
@@ -93,6 +96,7 @@ class SimConfig:
     quota: QuotaMode = "kueue"
     split_wait: WaitSettings = field(default_factory=WaitSettings)  # the rent-or-buy rule for kilter (split_hold)
     failures: FailureSettings | None = None  # node failures and how gangs recover (failing); None: nodes never fail
+    maintenance: MaintenanceSettings | None = None  # a rollout over every domain (sim.maintenance); None: none
 
 
 @dataclass
@@ -203,6 +207,7 @@ class Simulation:
                 if j not in self._booked or self.outcome.end[j] != end:
                     continue  # evicted before this end; it ends again later, or never
                 self._finish(j)
+                self._ran_to_end(j)
                 if hold is not None:
                     hold.finished(j, float(self.outcome.run[j]))
                 done += 1
@@ -228,6 +233,9 @@ class Simulation:
     def _holding(self) -> bool:
         """A subclass still has gangs that hold nodes or wait for them outside the queue and the running heap."""
         return False
+
+    def _ran_to_end(self, j: int) -> None:
+        """Job ``j`` ran to its end (an eviction is no end); ``maintenance`` learns its runtime estimates here."""
 
     # ------------------------------------------------------------------ queues
 

@@ -119,6 +119,7 @@ class FailingSimulation(Simulation):
         self.settings: FailureSettings = config.failures
         self.recovery = self.settings.policy_for(policy.name)
         self.clock = clock or NodeClock(fleet.bitmap.node_usable_flags != 0, self.settings)
+        self.injects_failures = math.isfinite(self.settings.node_mtbf_h)  # else: checkpoints for maintenance only
         self.stats = FailureStats()
         self._progress: dict[int, _Progress] = {}
         self._resumes: list[tuple[float, int, int]] = []  # (time, job, token)
@@ -237,26 +238,37 @@ class FailingSimulation(Simulation):
 
     def _stop(self, j: int, gang: Gang, p: _Progress, now: float) -> None:
         """The gang stops computing: the run time since its last checkpoint is lost, on all its GPUs."""
+        self.stats.lost_gpu_s += self._halt(j, gang, p, now)
+        if p.hit_s is None:
+            p.hit_s = now
+            self.stats.gangs_hit += 1
+
+    def _halt(self, j: int, gang: Gang, p: _Progress, now: float) -> float:
+        """The gang stops computing, rolled back to its last checkpoint; the GPU-seconds of work that loses (what
+        a failure or a maintenance kill costs, counted by the caller)."""
+        lost = 0.0
         if p.computing_from <= now:
             ran = now - p.computing_from
             every = self.settings.checkpoint_s
             kept = ran // every * every if every > 0 else 0.0
             p.work_left_s = p.work_left_s - kept / p.factor if every > 0 else self.jobs[j].duration_s
-            self.stats.lost_gpu_s += gang.gpus * (ran - kept)
-            self.timeline.useful_gpu_s -= gang.gpus * (ran - kept) / p.factor
+            lost = gang.gpus * (ran - kept)
+            self.timeline.useful_gpu_s -= lost / p.factor
             self._useful -= self._weight[j]
             self._weight[j] = 0.0
-        if p.hit_s is None:
-            p.hit_s = now
-            self.stats.gangs_hit += 1
         p.computing_from = math.inf
         p.token = next(self._tokens)
         self._drop_end(j)
         self.outcome.end[j] = math.inf  # it ends nowhere until it computes again
+        return lost
 
     def _evict(self, j: int) -> None:
-        """Back to the queue, keeping its checkpoint (``_start`` resumes from it)."""
+        """Back to the queue after a failure, keeping its checkpoint (``_start`` resumes from it)."""
         self.stats.evictions += 1
+        self._requeue(j)
+
+    def _requeue(self, j: int) -> None:
+        """Back to the queue, keeping its checkpoint (``_start`` resumes from it)."""
         self._requeued.add(j)
         self._finish(j)
         o = self.outcome

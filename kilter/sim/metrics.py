@@ -41,6 +41,11 @@ With node failures (``failing``; these keys appear only then):
   failures, gangs stopped by one, and gangs requeued because of one;
   ``evictedOnSecondFailure`` the Kueue TAS evictions for a second failure
   while a replacement was pending (the rest found no room in the domain).
+
+With a maintenance rollout (``maintenance``; these keys appear only then):
+``jobsKilled``, ``gpuHoursLostToMaintenance``, ``gpuHoursIdleCordoned``,
+``rolloutHours``, ``mostDomainsOut`` and the rest of
+``maintenance.rollout_metrics``.
 """
 
 from __future__ import annotations
@@ -51,6 +56,7 @@ import numpy as np
 
 from kilter.sim.engine import Outcome, Simulation, Timeline
 from kilter.sim.failing import FailingSimulation
+from kilter.sim.maintenance import MaintenanceSimulation, rollout_metrics
 
 __all__ = ["metrics"]
 
@@ -145,6 +151,7 @@ def metrics(sim: Simulation) -> dict[str, Any]:
         "preemptions": sim.preemptions,
         "crossedBlockFraction": round(float(o.crossed_block[ran].mean()), 4) if ran.any() else 0.0,
         **split_waits(sim),
-        **(failure_metrics(sim) if isinstance(sim, FailingSimulation) else {}),
+        **(failure_metrics(sim) if isinstance(sim, FailingSimulation) and sim.injects_failures else {}),
+        **(rollout_metrics(sim) if isinstance(sim, MaintenanceSimulation) else {}),
         "queues": per_queue,
     }

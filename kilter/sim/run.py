@@ -15,6 +15,7 @@ from typing import Any
 from kilter.model.errors import InputError
 from kilter.sim.engine import Progress, SimConfig, Simulation
 from kilter.sim.failing import FailingSimulation
+from kilter.sim.maintenance import MaintenanceSimulation
 from kilter.sim.metrics import metrics
 from kilter.sim.placement import Policy
 from kilter.sim.policies import make_policy
@@ -48,10 +49,12 @@ def simulate(
     config = config or SimConfig()
     chosen = make_policy(policy, seed=seed) if isinstance(policy, str) else policy
     kind: type[Simulation] = VolcanoSimulation if config.quota == "volcano" else Simulation
-    if config.failures is not None:
+    if config.failures is not None or config.maintenance is not None:
         if config.quota == "volcano":
-            raise InputError("node failures are simulated with Kueue's admission only (--quota fifo or fair)")
-        kind = FailingSimulation
+            raise InputError(
+                "node failures and maintenance are simulated with Kueue's admission only (--quota fifo or fair)"
+            )
+        kind = MaintenanceSimulation if config.maintenance is not None else FailingSimulation
     sim = kind(fleet, jobs, chosen, queues, config)
     sim.run(progress)
     return Run(chosen.name, metrics(sim), sim)

@@ -314,12 +314,22 @@ def naive_order(domains: Iterable[str]) -> list[str]:
 
 def evaluate(ask: MaintenanceAsk, works: Sequence[Work], order: Sequence[str], method: str) -> MaintenancePlan:
     """The plan that takes the domains in ``order`` (each drained at its cheapest moment in its step)."""
-    steps, _ = _steps_in_order(ask, works, order)
+    steps, _ = _steps_in_order(ask, _running(ask, works), order)
     return MaintenancePlan(tuple(steps), method)
+
+
+def _running(ask: MaintenanceAsk, works: Sequence[Work]) -> list[Work]:
+    """The works as planned: one expected to have ended by the start but still running has no known end (it
+    runs on, and a drain kills it), never none at all."""
+    return [
+        replace(w, expected_end_s=None) if w.expected_end_s is not None and w.expected_end_s <= ask.start_s else w
+        for w in works
+    ]
 
 
 def plan_maintenance(ask: MaintenanceAsk, works: Sequence[Work]) -> MaintenancePlan:
     """The order and timing that lose the fewest GPU-hours (module docstring), with the naive drain's figures."""
+    works = _running(ask, works)
     domains = naive_order(ask.domains)
     naive = evaluate(_naive(ask), [replace(w, guarded_until_s=None) for w in works], domains, "name order")
     orders: Iterable[Sequence[str]]

@@ -180,3 +180,9 @@ def test_never_more_than_k_domains_are_out_at_once(k: int) -> None:
     for at in {a for a, _ in cordons} | {b - 1e-6 for _, b in cordons}:
         assert sum(1 for a, b in cordons if a <= at < b) <= k
     assert len(outages) == len(ask.domains)
+
+
+def test_a_job_past_its_expected_end_still_running_is_planned_as_running_on() -> None:
+    late = Work("ml/gang/late", 8, {"a": 8}, started_s=-10 * H, expected_end_s=-1 * H)
+    plan = plan_maintenance(MaintenanceAsk({"a": 72}, 0.0, 1 * H), [late])
+    assert [w.key for w in plan.killed] == ["ml/gang/late"] and plan.lost_gpu_h == pytest.approx(80)
