@@ -7,8 +7,9 @@ name order. Its ``-o json|yaml`` output is the plan document ``drain`` runs
 (``lifecycle.plan_doc``); ``drain`` carries it out step by step against the
 API server (``lifecycle.drain``), resumable after a restart.
 
-Exit codes: 0 done (``plan``: always, when it could plan), 1 a drain stopped
-(its reason printed; run it again to resume), 2 bad input.
+Exit codes: 0 done (``plan``: always, when it could plan; ``drain --dry-run``:
+when the next round would go on), 1 a drain stopped (its reason printed; run
+it again to resume), 2 bad input.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import msgspec
 from kilter.cli import render, sources
 from kilter.kube.api import CLI_AGENT, connect
 from kilter.lifecycle.drain import Drain, DrainSettings
-from kilter.lifecycle.plan_doc import PlanDoc, plan_document, read_plan
+from kilter.lifecycle.plan_doc import MAX_SECONDS, PlanDoc, plan_document, read_plan
 from kilter.lifecycle.replan import live_replanner
 from kilter.lifecycle.works import fleet_work
 from kilter.model.durations import parse_duration
@@ -156,14 +157,21 @@ def _window(args: argparse.Namespace, now_s: float) -> tuple[float, float | None
     if not sep:
         raise InputError(f"--window {args.window!r}: START/DURATION, e.g. now/12h or 2026-12-06T22:00:00Z/8h")
     begin = now_s if start.strip() == "now" else parse_time(start.strip(), path="--window")
-    return begin, begin + parse_duration(length, path="--window")
+    return begin, begin + _positive(length, "--window")
+
+
+def _seconds(text: str, flag: str, *, least: float = 0.0) -> float:
+    """A duration flag, within what a maintenance can be (over ``least``, at most a year)."""
+    seconds = parse_duration(text, path=flag)
+    if seconds < least or (least > 0 and seconds == 0):
+        raise InputError(f"{flag} must be longer than 0s")
+    if seconds > MAX_SECONDS:
+        raise InputError(f"{flag} {text!r} is longer than a year")
+    return seconds
 
 
 def _positive(text: str, flag: str) -> float:
-    seconds = parse_duration(text, path=flag)
-    if seconds <= 0:
-        raise InputError(f"{flag} must be longer than 0s")
-    return seconds
+    return _seconds(text, flag, least=1e-9)
 
 
 def run_plan(args: argparse.Namespace) -> int:
@@ -172,7 +180,7 @@ def run_plan(args: argparse.Namespace) -> int:
     now_s = parse_time(args.now, path="--now") if args.now else sources.now_of(args)
     start_s, window_end = _window(args, now_s)
     step_s = _positive(args.step_duration, "--step-duration")
-    max_wait = parse_duration(args.max_wait, path="--max-wait")
+    max_wait = _seconds(args.max_wait, "--max-wait")
     store = sources.load_store(args)
     work = fleet_work(store, now_s=now_s, nodes=_chosen_nodes(args, store), preemptible_below=args.preemptible_below)
     ask = MaintenanceAsk(work.domain_gpus, start_s, step_s, args.max_unavailable_domains, max_wait, window_end)
@@ -195,7 +203,9 @@ def _plan_table(doc: PlanDoc, start_s: float) -> str:
     rows = []
     for step in doc.steps:
         for d in step.domains:
-            evicts = ", ".join(f"{e.job} ({e.gpus} GPUs)" for e in d.evicts) or "-"
+            gpus = sum(e.gpus for e in d.evicts)
+            evicts = f"{len(d.evicts)} jobs, {gpus} GPUs" if d.evicts else "-"
+            waits = f"{len(d.waits_for)} jobs" if d.waits_for else "-"
             rows.append(
                 (
                     step.step,
@@ -203,12 +213,12 @@ def _plan_table(doc: PlanDoc, start_s: float) -> str:
                     len(d.nodes),
                     d.drain,
                     d.back,
-                    ", ".join(d.waits_for) or "-",
+                    waits,
                     evicts,
                     f"{d.lost_gpu_hours:.1f}",
                 )
             )
-    headers = ("STEP", "DOMAIN", "NODES", "DRAIN", "BACK", "WAITS FOR", "EVICTS", "GPU-H LOST")
+    headers = ("STEP", "DOMAIN", "NODES", "DRAIN", "BACK", "WAITS FOR", "EVICTS", "GPU-H LOST")  # -o yaml: the jobs
     took = parse_time(doc.end, path="end") - start_s
     naive_took = parse_time(doc.naive.end, path="naive.end") - start_s
     lines = [
@@ -233,7 +243,7 @@ def run_drain(args: argparse.Namespace) -> int:
     plan = read_plan(docs[0], where=str(args.plan))
     settings = DrainSettings(
         poll_s=_positive(args.poll, "--poll"),
-        eviction_timeout_s=parse_duration(args.eviction_timeout, path="--eviction-timeout"),
+        eviction_timeout_s=_seconds(args.eviction_timeout, "--eviction-timeout"),
         suite=args.suite,
         dry_run=args.dry_run,
     )
@@ -253,4 +263,4 @@ def run_drain(args: argparse.Namespace) -> int:
     if outcome.done:
         print(f"plan {plan.id}: every step done")
         return 0
-    return 0 if args.dry_run else 1
+    return 0 if args.dry_run and outcome.reason.startswith("dry run") else 1

@@ -273,12 +273,16 @@ class ServeConfig:
             raise InputError("--lifecycle-failures must be at least 1")
         if self.maintenance_max_unavailable < 1:
             raise InputError("lifecycle.maxUnavailableDomains must be at least 1")
+        for key, seconds in (
+            ("lifecycle.maxWait", self.maintenance_max_wait_s),
+            ("lifecycle.evictionTimeout", self.maintenance_eviction_timeout_s),
+        ):
+            if not 0 <= seconds < float("inf"):
+                raise InputError(f"{key} must be zero or more and finite, got {seconds:g}s")
         for flag, seconds in (
             ("--lifecycle-window", self.lifecycle_window_s),
             ("--lifecycle-sustained", self.lifecycle_sustained_s),
             ("lifecycle.stepDuration", self.maintenance_step_s),
-            ("lifecycle.maxWait", self.maintenance_max_wait_s),
-            ("lifecycle.evictionTimeout", self.maintenance_eviction_timeout_s),
         ):
             if not 0 < seconds < float("inf"):
                 raise InputError(f"{flag} must be above zero and finite, got {seconds:g}s")

@@ -42,7 +42,6 @@ next round would do, writing nothing.
 from __future__ import annotations
 
 import dataclasses
-import json
 import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
@@ -53,8 +52,10 @@ import msgspec
 
 from kilter.gangs.identity import key_of
 from kilter.kube.api import ApiError, ApiServer, object_path
-from kilter.kube.evict import GONE, evict
+from kilter.kube.evict import evict_status
 from kilter.lifecycle.plan_doc import DomainDoc, PlanDoc, StepDoc
+from kilter.lifecycle.progress import MAINTENANCE_DONE, MAINTENANCE_PROGRESS, Progress, progress_of
+from kilter.lifecycle.works import MIRROR
 from kilter.model.annotations import LIFECYCLE
 from kilter.model.codec import convert
 from kilter.model.core_v1 import Node, Pod, pod_request
@@ -64,53 +65,17 @@ from kilter.topology.health import DEFAULTS, HealthSignals
 from kilter.topology.lifecycle import QUALIFICATION, QUALIFICATION_SUITE, health_problem
 
 __all__ = [
-    "MAINTENANCE",
-    "MAINTENANCE_DONE",
-    "MAINTENANCE_PROGRESS",
+    "REQUEST_PLAN",
     "Drain",
     "DrainOutcome",
     "DrainSettings",
-    "Progress",
     "Replan",
-    "progress_of",
 ]
 
-MAINTENANCE = "kilter.dev/maintenance"
-"""Node annotation a person or tooling sets to ask for maintenance (a request's name; ``lifecycle.requests``)."""
-MAINTENANCE_PROGRESS = "kilter.dev/maintenance-progress"
-"""Node annotation, written by the drain only: the node's progress through a plan (JSON)."""
-MAINTENANCE_DONE = "kilter.dev/maintenance-done"
-"""Node label the maintenance tooling sets to ``"true"`` when its work on the node is done."""
+REQUEST_PLAN = "request:"
+"""The id prefix of a plan carrying out a maintenance request (``lifecycle.requests``)."""
 MERGE_PATCH = "application/merge-patch+json"
 FIELD_MANAGER = "kilter-maintenance"
-PHASES = ("draining", "maintenance", "qualifying", "done")
-MIRROR = "kubernetes.io/config.mirror"
-
-
-@dataclass(frozen=True)
-class Progress:
-    plan: str
-    step: int
-    phase: str
-    cordoned: bool  # kilter cordoned the node (it was schedulable): kilter uncordons it when done
-
-
-def progress_of(node: dict[str, Any]) -> Progress | None:
-    """The node's progress annotation, or None when it has none (or one no drain wrote: a person's edit is
-    treated as none, so the node starts over rather than being trusted half-way)."""
-    raw = ((node.get("metadata") or {}).get("annotations") or {}).get(MAINTENANCE_PROGRESS)
-    if not isinstance(raw, str):
-        return None
-    try:
-        data = json.loads(raw)
-    except ValueError:
-        return None
-    if not isinstance(data, dict):
-        return None
-    plan, step, phase, cordoned = (data.get(k) for k in ("plan", "step", "phase", "cordoned"))
-    if not isinstance(plan, str) or not isinstance(step, int) or phase not in PHASES or not isinstance(cordoned, bool):
-        return None
-    return Progress(plan, step, phase, cordoned)
 
 
 @dataclass(frozen=True)
@@ -127,6 +92,7 @@ class DrainOutcome:
     step: int | None = None  # the step it stopped at
     reason: str = ""
     actions: list[str] = field(default_factory=list)
+    node: str | None = None  # the node it stopped at, when one is to blame
 
 
 Replan = Callable[[list[str], float], StepDoc]
@@ -134,10 +100,11 @@ Replan = Callable[[list[str], float], StepDoc]
 
 
 class _Stop(Exception):
-    def __init__(self, step: int, reason: str) -> None:
+    def __init__(self, step: int, reason: str, node: str | None = None) -> None:
         super().__init__(reason)
         self.step = step
         self.reason = reason
+        self.node = node
 
 
 class Drain:
@@ -176,6 +143,8 @@ class Drain:
         self.replan = replan
         self.current: dict[str, tuple[int, DomainDoc]] = {}  # domain -> (step, its drain) as begun in this process
         self.evicted: set[str] = set()  # the jobs the steps begun in this process evict
+        self.stopped = ""  # the last stop said (a stop that stands is said once, not every round)
+        self.failed_read = ""
 
     def run(self) -> DrainOutcome:
         while True:
@@ -210,13 +179,20 @@ class Drain:
                     )
                 flying = [d.domain for d in step.domains]
             for domain in flying:
-                self._advance(self._doc(domain), nodes)
+                self._advance(self._doc(domain, nodes), nodes)
             if self.settings.dry_run:
                 return DrainOutcome(False, step.step if step else None, "dry run: nothing written", self.actions)
             return None
         except _Stop as stop:
-            self.say(f"stopped at step {stop.step}: {stop.reason}")
-            return DrainOutcome(False, stop.step, stop.reason, self.actions)
+            if stop.reason != self.stopped:
+                self.stopped = stop.reason
+                self.say(f"stopped at step {stop.step}: {stop.reason}")
+            return DrainOutcome(False, stop.step, stop.reason, self.actions, stop.node)
+        except ApiError as exc:  # a read failed (the server restarting, the network): the next round reads again
+            if str(exc) != self.failed_read:
+                self.failed_read = str(exc)
+                self.say(f"a read failed, trying again: {exc}")
+            return DrainOutcome(False, None, f"not read: {exc}", self.actions) if self.settings.dry_run else None
 
     def _next_step(self, left: list[DomainDoc], nodes: dict[str, dict[str, Any]]) -> StepDoc | None:
         """The step to begin now: the plan's next (its domains not yet done) once its planned beginning has come
@@ -232,7 +208,7 @@ class Drain:
         else:
             names = {d.domain for d in left}
             first = next(s for s in self.plan.steps if any(d.domain in names for d in s.domains))
-            if now < parse_time(first.begin, path=f"steps[{first.step}].begin"):
+            if now < parse_time(first.begin, path=f"steps[{first.step}].begin") - 1:  # times are whole seconds
                 self._act(f"wait until {first.begin} to begin step {first.step}, as planned", write=False)
                 return None
             step = msgspec.structs.replace(first, domains=[d for d in first.domains if d.domain in names])
@@ -241,17 +217,19 @@ class Drain:
             self.evicted |= {e.job for e in d.evicts}
         return step
 
-    def _doc(self, domain: str) -> DomainDoc:
+    def _doc(self, domain: str, nodes: dict[str, dict[str, Any]]) -> DomainDoc:
         """What the drain of ``domain`` waits for and evicts: as begun in this process, else (after a restart)
-        as the plan says, or as a plan made now says, re-planning."""
+        as the plan says, or as a plan made now says, re-planning (at the step its nodes record)."""
         if domain not in self.current:
             if self.replan is not None:
                 step = self.replan([domain], self.clock())
                 (doc,) = step.domains
                 self.evicted |= {e.job for e in doc.evicts}
+                recorded = [p.step for n in doc.nodes if (p := self._mine(nodes[n])) is not None]
+                self.current[domain] = (max(recorded, default=self._step_of(domain)), doc)
             else:
                 doc = next(d for s in self.plan.steps for d in s.domains if d.domain == domain)
-            self.current[domain] = (self._step_of(domain), doc)
+                self.current[domain] = (self._step_of(domain), doc)
         return self.current[domain][1]
 
     def _step_of(self, domain: str) -> int:
@@ -263,8 +241,10 @@ class Drain:
         try:
             node = self.api.call("GET", object_path("/api/v1", "nodes", name))
         except ApiError as exc:
+            if exc.code not in (403, 404):
+                raise  # read again next round
             step = next(s.step for s in self.plan.steps for d in s.domains if name in d.nodes)
-            raise _Stop(step, f"node {name}: {exc}") from exc
+            raise _Stop(step, f"node {name}: {exc}", name) from exc
         if not isinstance(node, dict):
             raise InputError(f"node {name}: the API server answered no object")
         return node
@@ -306,7 +286,7 @@ class Drain:
             problem = self._problem(nodes[name])
             if problem is not None:
                 step = (progress_of(nodes[name]) or Progress("", -1, "", False)).step
-                raise _Stop(step, f"node {name} was maintained but is unhealthy now: {problem}")
+                raise _Stop(step, f"node {name} was maintained but is unhealthy now: {problem}", name)
 
     def _problem(self, node: dict[str, Any]) -> str | None:
         typed = convert(node, Node, path=f"node {(node.get('metadata') or {}).get('name')}")
@@ -323,6 +303,8 @@ class Drain:
         for name in d.nodes:
             if self._mine(nodes[name]) is None:
                 self._begin(step, name, nodes[name])
+        if any(self._phase(nodes[n]) == "" for n in d.nodes):
+            return  # a cordon not written yet (changed meanwhile): nothing is evicted until the whole domain is
         draining = [n for n in d.nodes if self._phase(nodes[n]) == "draining"]
         if draining:
             self._drain(step, d, draining, nodes, now)
@@ -348,7 +330,7 @@ class Drain:
 
     def _begin(self, step: int, name: str, node: dict[str, Any]) -> None:
         if ((node.get("metadata") or {}).get("labels") or {}).get(LIFECYCLE) == "retired":
-            raise _Stop(step, f"node {name} was retired since the plan was made: plan again without it")
+            raise _Stop(step, f"node {name} was retired since the plan was made: plan again without it", name)
         already = bool((node.get("spec") or {}).get("unschedulable"))
         progress = Progress(self.plan.id, step, "draining", cordoned=not already)
         self._patch(node, f"cordon {name} (step {step})", progress, spec={"unschedulable": True})
@@ -363,8 +345,16 @@ class Drain:
         if waiting and now < drain_at:
             self._act(f"wait for {', '.join(waiting)} on {d.domain} until {d.drain}", write=False)
             return
-        unplanned = sorted(jobs - self.evicted_by.get(self._step_of(d.domain), set()) - self.evicted)
-        unplanned = [j for j in unplanned if j not in {e.job for e in d.evicts}]
+        guarded = [(e.job, e.not_before) for e in d.evicts if e.job in jobs and e.not_before]
+        held = [(job, t) for job, t in guarded if t and now < parse_time(t, path=f"{d.domain}.evicts.notBefore")]
+        if held:
+            until = max(t for _, t in held)
+            self._act(f"wait for the min-runtime of {', '.join(j for j, _ in held)} until {until}", write=False)
+            return
+        allowed = {e.job for e in d.evicts} | self.evicted
+        if self.replan is None:
+            allowed |= self.evicted_by.get(self._step_of(d.domain), set())
+        unplanned = sorted(jobs - allowed)
         if unplanned:
             raise _Stop(
                 step,
@@ -380,20 +370,36 @@ class Drain:
                 self._patch(nodes[name], f"hand {name} to maintenance", progress, labels={LIFECYCLE: "maintenance"})
 
     def _evict(self, step: int, pod: dict[str, Any], now: float) -> None:
+        """Evict ``pod``; a budget's 429 is retried every round, for at most the eviction timeout, as is a pod
+        that stays terminating (its node may be down); any other refusal stops the drain at once."""
         meta = pod.get("metadata") or {}
         ns, name, uid = meta.get("namespace") or "", meta.get("name") or "", meta.get("uid") or ""
-        if meta.get("deletionTimestamp"):
-            return  # on its way out: wait for it
+        node = (pod.get("spec") or {}).get("nodeName")
+        limit = self.settings.eviction_timeout_s
+        if meta.get("deletionTimestamp"):  # on its way out: waited for, within the timeout
+            since = self.refused_since.setdefault(uid, now)
+            if now - since >= limit:
+                raise _Stop(
+                    step,
+                    f"pod {ns}/{name} is still terminating after the eviction timeout ({limit:g}s): if its node "
+                    "is down, delete the pod with --force once you are sure it no longer runs",
+                    node,
+                )
+            return
         if not self._act(f"evict pod {ns}/{name}"):
             return
-        answer = evict(self.api, ns, name, uid)
-        if answer in ("", GONE):
+        code, answer = evict_status(self.api, ns, name, uid)
+        if code in (201, 404):
             self.refused_since.pop(uid, None)
             return
+        if code not in (0, 429):
+            raise _Stop(step, f"pod {ns}/{name} cannot be evicted: {answer}", node)
         since = self.refused_since.setdefault(uid, now)
-        self.say(f"eviction of {ns}/{name} refused: {answer}")
-        if now - since >= self.settings.eviction_timeout_s:
-            raise _Stop(step, f"pod {ns}/{name} could not be evicted for {now - since:.0f}s: {answer}")
+        self._act(f"eviction of {ns}/{name} refused, retried: {answer}", write=False)
+        if now - since >= limit:
+            raise _Stop(
+                step, f"pod {ns}/{name} could not be evicted within the eviction timeout ({limit:g}s): {answer}", node
+            )
 
     def _maintained(self, step: int, name: str, node: dict[str, Any], p: Progress) -> None:
         labels = (node.get("metadata") or {}).get("labels") or {}
@@ -413,12 +419,12 @@ class Drain:
         if self.settings.suite and suite != self.settings.suite and state != "ready":
             return
         if result == "failed" or state == "repairing":
-            raise _Stop(step, f"node {name} failed qualification ({suite or 'no suite named'})")
+            raise _Stop(step, f"node {name} failed qualification ({suite or 'no suite named'})", name)
         if result != "passed" and state != "ready":
             return
         problem = health_problem(convert(node, Node, path=f"node {name}"), self.signals)
         if problem is not None:
-            raise _Stop(step, f"node {name} passed qualification but is unhealthy: {problem}")
+            raise _Stop(step, f"node {name} passed qualification but is unhealthy: {problem}", name)
         spec = {"unschedulable": False} if p.cordoned else None
         self._patch(
             node,
@@ -452,14 +458,15 @@ class Drain:
         if not self._act(action):
             return
         meta = node.get("metadata") or {}
-        note = json.dumps(
-            {"plan": progress.plan, "step": progress.step, "phase": progress.phase, "cordoned": progress.cordoned},
-            separators=(",", ":"),
-        )
+        served = (progress_of(node) or progress).served  # every request the node completed, kept by every plan
+        request = self.plan.id.removeprefix(REQUEST_PLAN) if self.plan.id.startswith(REQUEST_PLAN) else None
+        if progress.phase == "done" and request is not None and request not in served:
+            served = (*served, request)
+        progress = dataclasses.replace(progress, plan=self.plan.id, served=served)  # adopted progress is this plan's
         body: dict[str, Any] = {
             "metadata": {
                 "resourceVersion": meta.get("resourceVersion"),
-                "annotations": {MAINTENANCE_PROGRESS: note},
+                "annotations": {MAINTENANCE_PROGRESS: progress.encode()},
                 **({"labels": labels} if labels else {}),
             }
         }
@@ -472,7 +479,7 @@ class Drain:
             if exc.code == 409:
                 self.say(f"{meta.get('name')} changed meanwhile: read again next round")
                 return
-            raise _Stop(progress.step, f"node {meta.get('name')} not written: {exc}") from exc
+            raise _Stop(progress.step, f"node {meta.get('name')} not written: {exc}", meta.get("name")) from exc
         if isinstance(answer, dict):
             node.clear()
             node.update(answer)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
-import json
 from typing import Any
 
 import msgspec
@@ -29,6 +28,7 @@ from kilter.topology.maintenance import MaintenanceAsk, MaintenancePlan, Work
 __all__ = [
     "API_VERSION",
     "KIND",
+    "MAX_SECONDS",
     "DomainDoc",
     "EvictionDoc",
     "PlanDoc",
@@ -40,6 +40,8 @@ __all__ = [
 
 API_VERSION = "kilter.dev/v1alpha1"
 KIND = "MaintenancePlan"
+MAX_SECONDS = 366 * 86400.0
+"""The longest step, wait or window a plan takes: a year (what a maintenance is; also keeps times printable)."""
 
 
 class EvictionDoc(msgspec.Struct, rename="camel", frozen=True):
@@ -48,6 +50,7 @@ class EvictionDoc(msgspec.Struct, rename="camel", frozen=True):
     gpus: int
     at_risk_gpu_hours: float
     preemptible: bool = False
+    not_before: str | None = None  # its min-runtime guard: never evicted before this
 
 
 class DomainDoc(msgspec.Struct, rename="camel", frozen=True):
@@ -105,7 +108,8 @@ def rfc3339(unix_s: float) -> str:
 
 
 def _eviction(w: Work, at_s: float) -> EvictionDoc:
-    return EvictionDoc(w.key, w.pods, w.gpus, round(w.at_risk_gpu_h(at_s), 1), w.preemptible)
+    guard = rfc3339(w.guarded_until_s) if w.guarded_until_s is not None else None
+    return EvictionDoc(w.key, w.pods, w.gpus, round(w.at_risk_gpu_h(at_s), 1), w.preemptible, guard)
 
 
 def plan_document(
@@ -134,13 +138,10 @@ def plan_document(
         for s in plan.steps
     ]
     beyond = [s.index for s in plan.steps if ask.window_end_s is not None and s.end_s > ask.window_end_s]
-    digest = hashlib.sha256(
-        json.dumps([rfc3339(created_s), [[d.domain, d.nodes] for s in steps for d in s.domains]]).encode()
-    ).hexdigest()[:12]
-    return PlanDoc(
+    doc = PlanDoc(
         API_VERSION,
         KIND,
-        digest,
+        "",
         rfc3339(created_s),
         rfc3339(ask.start_s),
         float(round(ask.step_s)),
@@ -158,6 +159,8 @@ def plan_document(
         beyond,
         list(work.problems),
     )
+    digest = hashlib.sha256(msgspec.json.encode(doc)).hexdigest()[:12]  # every setting and step: two plans, two ids
+    return msgspec.structs.replace(doc, id=digest)
 
 
 def read_plan(data: Any, *, where: str) -> PlanDoc:
@@ -169,7 +172,11 @@ def read_plan(data: Any, *, where: str) -> PlanDoc:
         raise InputError("a plan needs an id and at least one step", path=where)
     if doc.max_unavailable_domains < 1:
         raise InputError("maxUnavailableDomains must be at least 1", path=f"{where}.maxUnavailableDomains")
+    for key, value, least in (("stepSeconds", doc.step_seconds, 1.0), ("maxWaitSeconds", doc.max_wait_seconds, 0.0)):
+        if not least <= value <= MAX_SECONDS:
+            raise InputError(f"{value:g} is not from {least:g} to {MAX_SECONDS:g} seconds", path=f"{where}.{key}")
     seen: set[str] = set()
+    domains: set[str] = set()
     for i, step in enumerate(doc.steps):
         at = f"{where}.steps[{i}]"
         if step.step != i:
@@ -181,6 +188,9 @@ def read_plan(data: Any, *, where: str) -> PlanDoc:
         for t in (step.begin, step.end):
             parse_time(t, path=at)
         for j, d in enumerate(step.domains):
+            if d.domain in domains:
+                raise InputError(f"domain {d.domain!r} is in two steps", path=f"{at}.domains[{j}].domain")
+            domains.add(d.domain)
             for t in (d.drain, d.back):
                 parse_time(t, path=f"{at}.domains[{j}]")
             for node in d.nodes:

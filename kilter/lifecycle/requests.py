@@ -10,12 +10,17 @@ then, so work started since the request is weighed too. The settings (K,
 step length, longest wait, eviction timeout, the qualification suite) are the
 Configuration's ``lifecycle`` section.
 
-Progress is the drain's own, on the nodes, under the plan id
-``request:NAME``: a restart or a new leader resumes. A stopped request is
-tried again every round (the cause may pass: a budget allows the eviction,
-the burn-in is re-run) and says why once, in the log and an Event on the
-node it stopped at. A finished request leaves its annotation as a record;
-maintenance again takes a new name.
+Requests are carried out one at a time, in name order, so that no more than
+K domains are ever out for them. Progress is the drain's own, on the nodes,
+under the plan id ``request:NAME``: a restart or a new leader resumes. A
+stopped request is tried again every round (the cause may pass: a budget
+allows the eviction, the burn-in is re-run) and says why once, in the log
+and an Event on the node it stopped at. A node that completed a request
+remembers it (``served`` in its progress, kept by every later drain), so a
+finished request is never carried out again and costs no reads; its
+annotation stays as a record, and maintenance again takes a new name.
+Removing the annotation of a request under way stops it where it stands:
+its nodes stay cordoned (or in ``maintenance``) for a person to finish.
 """
 
 from __future__ import annotations
@@ -30,8 +35,9 @@ import msgspec
 
 from kilter.kube.api import ApiServer
 from kilter.kube.events import EventRecorder, Involved
-from kilter.lifecycle.drain import MAINTENANCE, Drain, DrainOutcome, DrainSettings
+from kilter.lifecycle.drain import REQUEST_PLAN, Drain, DrainOutcome, DrainSettings
 from kilter.lifecycle.plan_doc import PlanDoc, StepDoc, plan_document
+from kilter.lifecycle.progress import MAINTENANCE, progress_in
 from kilter.lifecycle.replan import replan_step
 from kilter.lifecycle.works import fleet_work
 from kilter.model.errors import KilterError
@@ -95,19 +101,35 @@ class MaintenanceRequests:
         return out
 
     def round(self) -> dict[str, DrainOutcome | None]:
-        """One drain round of every request; the outcomes (None: it goes on)."""
+        """One drain round of the first request (by name) not finished yet; its outcome (None: it goes on)."""
         out: dict[str, DrainOutcome | None] = {}
         asked = self.requests()
         for name in set(self.drains) - set(asked):
             del self.drains[name]
-            self.state.pop(name, None)
+        for name in set(self.state) - set(asked):
+            del self.state[name]
         for name, nodes in sorted(asked.items()):
+            if self._served(name, nodes):
+                self.drains.pop(name, None)
+                self._record(name, DrainOutcome(True))
+                continue
             try:
                 outcome = out[name] = self._drain(name, nodes).round()
-            except KilterError as exc:  # the API server failed a read: tried again next round
-                outcome = out[name] = DrainOutcome(False, None, f"not read: {exc}")
+            except KilterError as exc:  # the state cannot be planned from (a bad annotation, a kind unread)
+                outcome = out[name] = DrainOutcome(False, None, f"not planned: {exc}")
             self._record(name, outcome)
+            if outcome is None or not outcome.done:
+                break  # one request at a time: the next waits until this one is done
         return out
+
+    def _served(self, name: str, nodes: list[str]) -> bool:
+        """Whether every node of the request has completed it (read from the watched state: no API call)."""
+        for node in nodes:
+            stored = self.store.node_named(node)
+            progress = progress_in(stored.metadata.annotations) if stored is not None else None
+            if progress is None or name not in progress.served:
+                return False
+        return True
 
     def counts(self) -> Counter[str]:
         return Counter(s.split(":", 1)[0] for s in self.state.values())
@@ -144,7 +166,7 @@ class MaintenanceRequests:
         s = self.settings
         ask = MaintenanceAsk(work.domain_gpus, now, s.step_s, s.max_unavailable, s.max_wait_s)
         doc = plan_document(plan_maintenance(ask, work.works), ask, work, created_s=now)
-        return msgspec.structs.replace(doc, id=f"request:{name}")
+        return msgspec.structs.replace(doc, id=f"{REQUEST_PLAN}{name}")
 
     def _record(self, name: str, outcome: DrainOutcome | None) -> None:
         state = "running" if outcome is None else ("done" if outcome.done else f"stopped: {outcome.reason}")
@@ -157,8 +179,7 @@ class MaintenanceRequests:
             log.info("maintenance %s: every step done", name)
             return
         log.warning("maintenance %s stopped at step %s: %s", name, outcome.step, outcome.reason)
-        node = next((n for n in self.drains[name][0] if n in outcome.reason), None)
-        stored = self.store.node_named(node) if node else None
+        stored = self.store.node_named(outcome.node) if outcome.node else None
         if self.events is not None and stored is not None:
             involved = Involved("v1", "Node", "", stored.metadata.name, stored.metadata.uid)
             self.events.record(involved, "KilterMaintenanceStopped", f"{name}: {outcome.reason}", warning=True)

@@ -24,8 +24,9 @@ from kilter.gangs.identity import key_of
 from kilter.gangs.learned import learner_of
 from kilter.gangs.wait_settings import WaitSettings
 from kilter.gangs.waits import facts_of
+from kilter.lifecycle.progress import progress_in
 from kilter.model.annotations import LIFECYCLE, MIN_RUNTIME
-from kilter.model.core_v1 import Pod
+from kilter.model.core_v1 import Pod, pod_request
 from kilter.model.durations import parse_duration
 from kilter.model.errors import InputError
 from kilter.model.kueue import ClusterQueue, Cohort
@@ -34,11 +35,13 @@ from kilter.state.store import ClusterStore
 from kilter.topology.maintenance import Work
 from kilter.topology.split_wait import SplitWait
 
-__all__ = ["CHECKPOINT_INTERVAL", "FleetWork", "fleet_work"]
+__all__ = ["CHECKPOINT_INTERVAL", "MIRROR", "FleetWork", "fleet_work"]
 
 CHECKPOINT_INTERVAL = "kilter.dev/checkpoint-interval"
 """Annotation on a job or its pods: it checkpoints at least this often (a duration), so a kill loses at most that."""
 
+MIRROR = "kubernetes.io/config.mirror"
+"""Annotation of a mirror pod (a static pod's shadow): no drain can move it."""
 _OWNERS = {"workload": ("kueue.x-k8s.io", "Workload"), "podgroup": ("scheduling.volcano.sh", "PodGroup")}
 
 
@@ -64,22 +67,30 @@ def fleet_work(
     settings = WaitSettings.build(state, SplitWait())
     learner = learner_of(state.workloads, state.catalog.device_resources)
     guards = _min_runtimes(state.cluster_queues, state.cohorts)
+    out_problems: list[str] = []
+    devices = sorted(state.catalog.device_resources)
     members: dict[str, list[tuple[Pod, str, int]]] = {}
-    for uid, booking in store.bookings():
-        pod = store.pod(uid)
-        if pod is None or booking.gpus <= 0:
+    for pod in store.pods():  # not the fleet's bookings: a cordoned or degraded node books nothing, yet runs pods
+        node = pod.spec.node_name
+        if not node or node not in fleet.node_index or not _moves(pod):
             continue
-        gang = key_of(pod)
-        key = gang.format() if gang is not None else f"{pod.metadata.namespace}/pod/{pod.metadata.name}"
-        node = fleet.node_names[booking.node]
-        members.setdefault(key, []).append((pod, node, booking.gpus))
-    counts, usable = fleet.bitmap.node_gpu_counts, fleet.bitmap.node_usable_flags
-    out = FleetWork([], {}, {})
+        try:
+            gpus = sum(pod_request(pod.spec, r) for r in devices)
+        except InputError as exc:
+            out_problems.append(f"pod {pod.metadata.namespace}/{pod.metadata.name}: {exc}; left out")
+            continue
+        if gpus > 0:
+            gang = key_of(pod)
+            key = gang.format() if gang is not None else f"{pod.metadata.namespace}/pod/{pod.metadata.name}"
+            members.setdefault(key, []).append((pod, node, gpus))
+    out = FleetWork([], {}, {}, out_problems)
+    counts = fleet.bitmap.node_gpu_counts
     for i, name in enumerate(fleet.node_names):
         if name in chosen:
             domain = fleet.domain_of_node(i)
             out.domain_nodes.setdefault(domain, []).append(name)
-            out.domain_gpus[domain] = out.domain_gpus.get(domain, 0) + (int(counts[i]) if usable[i] else 0)
+            takes = fleet.unusable.get(name) is None or _cordoned_by_kilter(store, name)
+            out.domain_gpus[domain] = out.domain_gpus.get(domain, 0) + (int(counts[i]) if takes else 0)
     for key, held in sorted(members.items()):
         placement: dict[str, int] = {}
         for _, node, gpus in held:
@@ -145,6 +156,23 @@ def _work(
         guarded_until_s=started + guard if guard else None,
         pods=len(pods),
     )
+
+
+def _moves(pod: Pod) -> bool:
+    """Whether a drain moves the pod off its node (what ``kubectl drain`` evicts): running or about to, and
+    neither a DaemonSet's nor a mirror pod."""
+    if pod.status.phase in ("Succeeded", "Failed"):
+        return False
+    controller = pod.metadata.controller
+    return not (controller is not None and controller.kind == "DaemonSet") and MIRROR not in pod.metadata.annotations
+
+
+def _cordoned_by_kilter(store: ClusterStore, name: str) -> bool:
+    """A node out of service only by a drain's own cordon: its free GPUs idle because of the drain, so they are
+    charged while its domain waits (a person's cordon or a failure idles them whatever the plan does)."""
+    node = store.node_named(name)
+    progress = progress_in(node.metadata.annotations) if node is not None else None
+    return progress is not None and progress.cordoned and progress.phase == "draining"
 
 
 def _min_runtimes(cluster_queues: list[ClusterQueue], cohorts: list[Cohort]) -> dict[str, float]:

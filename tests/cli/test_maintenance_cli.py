@@ -17,8 +17,8 @@ import pytest
 import yaml
 
 from kilter.cli.main import main
-from kilter.lifecycle.drain import MAINTENANCE_DONE, progress_of
 from kilter.lifecycle.plan_doc import read_plan
+from kilter.lifecycle.progress import MAINTENANCE_DONE, progress_of
 from kilter.model.annotations import LIFECYCLE
 from kilter.topology.lifecycle import QUALIFICATION
 from tests.extenders.conftest import pod_json
@@ -209,3 +209,33 @@ def test_a_drain_process_killed_mid_way_resumes_and_finishes(
         progress = progress_of(node)
         assert progress is not None and progress.phase == "done"
     assert not server.get_object(NODES, None, "r2-t0").get("spec", {}).get("unschedulable")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--step-duration", "99999999999d"], "longer than a year"),
+        (["--window", "now/400d"], "longer than a year"),
+        (["--max-wait", "9999d"], "longer than a year"),
+    ],
+)
+def test_plan_refuses_durations_no_maintenance_has(
+    snapshot: Path, capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
+    code, _, err = run(capsys, "maintenance", "plan", "--snapshot", str(snapshot), "--domains", "r1", *args)
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_dry_run_that_would_stop_exits_1(
+    server: ListWatchServer, snapshot: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = run(capsys, "maintenance", "plan", "--snapshot", str(snapshot), "--domains", "r1", "-o", "json")
+    plan = tmp_path / "plan.json"
+    plan.write_text(out)
+    config = kubeconfig(tmp_path / "kubeconfig", server.port, TOKEN)
+    args = ["maintenance", "drain", str(plan), "--kubeconfig", str(config), "--dry-run"]
+    code, out, _ = run(capsys, *args)
+    assert code == 0 and "would cordon r1-t0" in out and "would evict pod ml/long-0" in out
+    server.delete("", "nodes", None, "r1-t1")
+    code, out, _ = run(capsys, *args)
+    assert code == 1 and "r1-t1" in out

@@ -11,17 +11,18 @@ import msgspec
 import pytest
 
 from kilter.kube.api import ApiServer
-from kilter.lifecycle.drain import MAINTENANCE_DONE, Drain, DrainOutcome, DrainSettings, progress_of
+from kilter.lifecycle.drain import Drain, DrainOutcome, DrainSettings
 from kilter.lifecycle.plan_doc import PlanDoc, plan_document, read_plan
+from kilter.lifecycle.progress import MAINTENANCE_DONE, progress_of
 from kilter.lifecycle.replan import live_replanner
-from kilter.lifecycle.works import fleet_work
+from kilter.lifecycle.works import FleetWork, fleet_work
 from kilter.model.annotations import LIFECYCLE
 from kilter.quota.policy import parse_time
 from kilter.state.store import ClusterStore
 from kilter.topology.catalog import BUILTIN, Catalog
 from kilter.topology.health import DEFAULTS
 from kilter.topology.lifecycle import QUALIFICATION, QUALIFICATION_SUITE
-from kilter.topology.maintenance import MaintenanceAsk, plan_maintenance
+from kilter.topology.maintenance import MaintenanceAsk, Work, plan_maintenance
 from tests.extenders.conftest import pod_json
 from tests.listwatch import NODES, PDBS, PODS, ListWatchServer
 from tests.topology.builders import CLIQUE, node_dict
@@ -430,3 +431,74 @@ def test_the_drain_takes_first_the_domain_the_plan_says_loses_least(cluster: Clu
     assert cluster.rounds(drain, 2) is None
     assert all(cluster.label(n, LIFECYCLE) == "maintenance" for n in ("r1-t0", "r1-t1"))
     assert not any("evict pod ml/ending" in line for line in cluster.said), "nothing of the gang was evicted"
+
+
+def test_progress_another_plan_left_is_finished_once_under_the_new_plan(cluster: Cluster) -> None:
+    abandoned = cluster.plan(nodes=["r1-t0", "r1-t1"])
+    assert cluster.rounds(cluster.drain(abandoned)) is None  # cordoned and evicted, then given up
+    cluster.now += H
+    plan = cluster.plan(k=1)
+    assert plan.id != abandoned.id
+    before = len(cluster.said)
+    drain = cluster.drain(plan)
+    finish_step(cluster, drain, ["r1-t0", "r1-t1"])
+    assert cluster.rounds(drain) is None
+    for n in ("r1-t0", "r1-t1"):
+        progress = progress_of(cluster.node(n))
+        assert progress is not None and progress.plan == plan.id and progress.phase == "done"
+    cluster.until(plan.steps[-1].begin)
+    assert cluster.rounds(drain) is None
+    cordons = [line for line in cluster.said[before:] if line.startswith("cordon r1")]
+    assert cordons == [], "adopted, r1 is not cordoned and maintained a second time"
+    assert cluster.cordoned("r2-t0")
+
+
+def test_a_min_runtime_guard_holds_the_eviction_even_when_nothing_is_waited_for(cluster: Cluster) -> None:
+    work = FleetWork(
+        [Work("ml/gang/train", 8, {"r1": 8}, NOW - 8 * H, guarded_until_s=NOW + 3 * H, pods=2)],
+        {"r1": ["r1-t0", "r1-t1"]},
+        {"r1": 8},
+    )
+    ask = MaintenanceAsk(work.domain_gpus, NOW, 2 * H, 1, 6 * H)
+    doc = plan_document(plan_maintenance(ask, work.works), ask, work, created_s=NOW)
+    plan = read_plan(msgspec.to_builtins(doc), where="plan")
+    (domain,) = plan.steps[0].domains
+    assert domain.waits_for == [] and [e.not_before for e in domain.evicts] == ["2027-01-15T11:00:00Z"]
+    drain = cluster.drain(plan)
+    assert cluster.rounds(drain) is None
+    assert cluster.cordoned("r1-t0") and "train-0" in cluster.pods(), "not evicted before its guard"
+    assert any("min-runtime" in line for line in cluster.said)
+    cluster.until("2027-01-15T11:00:00Z")
+    assert cluster.rounds(drain) is None
+    assert "train-0" not in cluster.pods()
+
+
+def test_nothing_is_evicted_until_every_node_of_the_domain_is_cordoned(cluster: Cluster) -> None:
+    plan = cluster.plan(nodes=["r1-t0", "r1-t1"])
+    Meddling.server = cluster.server
+    cluster.api = Meddling("http", cluster.server.host, cluster.server.port)  # r1-t0's cordon meets a 409
+    drain = cluster.drain(plan)
+    assert cluster.rounds(drain) is None
+    assert not cluster.cordoned("r1-t0") and cluster.cordoned("r1-t1")
+    assert {"train-0", "train-1"} <= set(cluster.pods()), "half a gang is never evicted"
+    assert cluster.rounds(drain) is None
+    assert cluster.cordoned("r1-t0") and "train-1" not in cluster.pods()
+
+
+def test_a_refusal_that_retrying_cannot_change_stops_at_once(cluster: Cluster) -> None:
+    cluster.server.add({**budget("train", 2), "metadata": {"name": "second", "namespace": "ml", "generation": 1}})
+    outcome = cluster.rounds(cluster.drain(cluster.plan(nodes=["r1-t0", "r1-t1"])))
+    assert outcome is not None and not outcome.done and "cannot be evicted" in outcome.reason
+    assert outcome.node in ("r1-t0", "r1-t1")
+
+
+def test_a_pod_that_stays_terminating_stops_the_drain_after_the_timeout(cluster: Cluster) -> None:
+    pod = cluster.server.get_object(PODS, "ml", "train-0")
+    pod["metadata"]["deletionTimestamp"] = "2027-01-15T07:59:00Z"  # its kubelet is gone with its node
+    cluster.server.update(pod)
+    drain = cluster.drain(cluster.plan(nodes=["r1-t0", "r1-t1"]), eviction_timeout_s=300)
+    assert cluster.rounds(drain, 5, advance_s=30) is None
+    outcome = cluster.rounds(drain, 20, advance_s=30)
+    assert outcome is not None and "still terminating" in outcome.reason and outcome.node == "r1-t0"
+    said = [line for line in cluster.said if line.startswith("stopped")]
+    assert cluster.rounds(drain) is not None and len(said) == 1, "a stop that stands is said once"

@@ -12,11 +12,15 @@ import pytest
 from kilter.kube.api import ApiServer
 from kilter.kube.events import EventRecorder
 from kilter.lifecycle.controller import LifecycleController
-from kilter.lifecycle.drain import MAINTENANCE, MAINTENANCE_DONE, progress_of
+from kilter.lifecycle.drain import Drain
+from kilter.lifecycle.plan_doc import plan_document
+from kilter.lifecycle.progress import MAINTENANCE, MAINTENANCE_DONE, progress_of
 from kilter.lifecycle.requests import MaintenanceRequests, RequestSettings
+from kilter.lifecycle.works import fleet_work
 from kilter.model.annotations import LIFECYCLE
 from kilter.state.store import ClusterStore
 from kilter.topology.lifecycle import QUALIFICATION, QUALIFICATION_SUITE, LifecyclePolicy
+from kilter.topology.maintenance import MaintenanceAsk, plan_maintenance
 from tests.extenders.conftest import pod_json
 from tests.listwatch import NODES, PDBS, PODS, ListWatchServer, Resource
 from tests.topology.builders import CLIQUE, node_dict
@@ -144,3 +148,95 @@ def test_a_request_name_no_request_may_have_is_ignored(cluster: Cluster) -> None
     cluster.round()
     assert cluster.requests.state == {} and not cluster.node("r2-t1").get("spec", {}).get("unschedulable")
     assert cluster.requests.refused and "r2-t1" in cluster.requests.refused[0]
+
+
+def finish(cluster: Cluster, nodes: list[str]) -> None:
+    for n in nodes:
+        cluster.edit(n, labels={MAINTENANCE_DONE: "true"})
+    cluster.round()
+    for n in nodes:
+        cluster.edit(n, labels={QUALIFICATION: "passed", QUALIFICATION_SUITE: "nccl"})
+    cluster.round()
+    cluster.round()
+
+
+def test_a_finished_request_is_never_carried_out_again_whatever_comes_after(cluster: Cluster) -> None:
+    for t in range(2):
+        cluster.edit(f"r1-t{t}", notes={MAINTENANCE: "fw"})
+    cluster.round()
+    cluster.round()
+    finish(cluster, ["r1-t0", "r1-t1"])
+    assert cluster.requests.state == {"fw": "done"}
+    plan = plan_by_hand(cluster, ["r1-t0", "r1-t1"])  # months later, a drain by hand of the same rack
+    drain = Drain(
+        cluster.api, plan, device_resources=("nvidia.com/gpu",), clock=lambda: cluster.now, say=lambda _: None
+    )
+    for _ in range(3):
+        drain.round()
+    for t in range(2):
+        cluster.edit(f"r1-t{t}", labels={MAINTENANCE_DONE: "true"})
+    drain.round()
+    for t in range(2):
+        cluster.edit(f"r1-t{t}", labels={QUALIFICATION: "passed", QUALIFICATION_SUITE: "nccl"})
+    outcome = None
+    for _ in range(3):
+        outcome = drain.round() or outcome
+    assert outcome is not None and outcome.done
+    progress = progress_of(cluster.node("r1-t0"))
+    assert progress is not None and progress.plan == plan.id and progress.served == ("fw",)
+    pod = pod_json("new-0", 4, node="r1-t0", labels={"kilter.dev/gang": "new", "kilter.dev/gang-size": "1"})
+    cluster.server.add(pod)  # new work on the rack
+    cluster.edit("r1-t1", labels={LIFECYCLE: "degraded"})  # and a node failing since
+    for _ in range(3):
+        cluster.round()
+    assert cluster.requests.state == {"fw": "done"}
+    assert not cluster.node("r1-t0")["spec"].get("unschedulable") and "new-0" in [
+        p["metadata"]["name"] for p in cluster.server.list_objects(PODS)
+    ]
+
+
+def plan_by_hand(cluster: Cluster, nodes: list[str]) -> Any:
+    store = ClusterStore()
+    store.replace([*cluster.server.list_objects(NODES), *cluster.server.list_objects(PODS)])
+    work = fleet_work(store, now_s=cluster.now, nodes=nodes)
+    ask = MaintenanceAsk(work.domain_gpus, cluster.now, 7200, 1, 0)
+    return plan_document(plan_maintenance(ask, work.works), ask, work, created_s=cluster.now)
+
+
+def test_a_request_restarted_while_a_budget_holds_its_gang_goes_on_when_the_budget_allows(cluster: Cluster) -> None:
+    budget = {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": "train", "namespace": "ml", "generation": 1},
+        "spec": {"minAvailable": 2, "selector": {"matchLabels": {"kilter.dev/gang": "train"}}},
+        "status": {"observedGeneration": 1, "disruptionsAllowed": 0, "currentHealthy": 2, "desiredHealthy": 2},
+    }
+    cluster.server.add(budget)
+    for t in range(2):
+        pod = cluster.server.get_object(PODS, "ml", f"train-{t}")
+        pod["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
+        cluster.server.update(pod)
+        cluster.edit(f"r1-t{t}", notes={MAINTENANCE: "fw"})
+    cluster.round()
+    cluster.round()
+    assert cluster.node("r1-t0")["spec"].get("unschedulable") and cluster.requests.state == {"fw": "running"}
+    cluster.controller = cluster.fresh()  # a new leader, the rack cordoned, the gang still on it
+    cluster.round()
+    assert cluster.requests.state == {"fw": "running"}, "the gang on the cordoned rack is seen and planned"
+    held = cluster.server.get_object(PDBS, "ml", "train")
+    held["status"]["disruptionsAllowed"] = 2
+    cluster.server.update(held)
+    cluster.round()
+    cluster.round()
+    assert cluster.label("r1-t0", LIFECYCLE) == "maintenance"
+
+
+def test_requests_are_carried_out_one_at_a_time(cluster: Cluster) -> None:
+    cluster.edit("r1-t0", notes={MAINTENANCE: "b-second"})
+    cluster.edit("r2-t0", notes={MAINTENANCE: "a-first"})
+    cluster.round()
+    cluster.round()
+    assert cluster.node("r2-t0")["spec"].get("unschedulable") and not cluster.node("r1-t0")["spec"].get("unschedulable")
+    finish(cluster, ["r2-t0"])
+    cluster.round()
+    assert cluster.requests.state["a-first"] == "done" and cluster.node("r1-t0")["spec"].get("unschedulable")
