@@ -240,6 +240,18 @@ def load_fleet(
     )
 
 
+def _one_fleet_inputs(args: argparse.Namespace) -> tuple[list[TraceJob], list[Any], Callable[[], Fleet]]:
+    """The trace's jobs, the queue file's objects and the fleet maker (spares kept) of a run on one fleet."""
+    jobs = load_jobs(args.trace, gpu_scale=args.gpu_scale, time_scale=args.time_scale, limit=args.limit, seed=args.seed)
+    if not jobs:
+        raise InputError("the trace has no jobs")
+    spare_nodes = read_spare_nodes(args.spare_nodes_per_domain)
+    queue_objects = snapshot.load_documents(args.queues) if args.queues else []
+    health = sources.health_of(args.health_signals)
+    make_fleet = with_spares(load_fleet(args.fleet, seed=args.seed, health=health), queue_objects, spare_nodes)
+    return jobs, queue_objects, make_fleet
+
+
 def with_spares(make_fleet: Callable[[], Fleet], queue_objects: list[Any], default: int) -> Callable[[], Fleet]:
     """``make_fleet`` whose fleets keep the spare nodes ``--spare-nodes-per-domain`` and the queue file's
     ``kilter.dev/spare-nodes-per-domain`` annotations ask for (``topology.spare_settings``; kilter's placement
@@ -361,13 +373,7 @@ def run(args: argparse.Namespace) -> int:
     names = policies(args.policy)
     sweep = sweep_values(args.sweep)
     config = sim_config(args)
-    jobs = load_jobs(args.trace, gpu_scale=args.gpu_scale, time_scale=args.time_scale, limit=args.limit, seed=args.seed)
-    if not jobs:
-        raise InputError("the trace has no jobs")
-    spare_nodes = read_spare_nodes(args.spare_nodes_per_domain)
-    queue_objects = snapshot.load_documents(args.queues) if args.queues else []
-    health = sources.health_of(args.health_signals)
-    make_fleet = with_spares(load_fleet(args.fleet, seed=args.seed, health=health), queue_objects, spare_nodes)
+    jobs, queue_objects, make_fleet = _one_fleet_inputs(args)
     runs: list[Run] = []
     for name in names:
         started = time.perf_counter()
@@ -539,13 +545,7 @@ def run_maintenance(args: argparse.Namespace) -> int:
     if args.quota == "volcano":
         raise InputError("--maintenance runs Kueue's admission (--quota fifo or fair)")
     config = sim_config(args)
-    jobs = load_jobs(args.trace, gpu_scale=args.gpu_scale, time_scale=args.time_scale, limit=args.limit, seed=args.seed)
-    if not jobs:
-        raise InputError("the trace has no jobs")
-    spare_nodes = read_spare_nodes(args.spare_nodes_per_domain)
-    queue_objects = snapshot.load_documents(args.queues) if args.queues else []
-    health = sources.health_of(args.health_signals)
-    make_fleet = with_spares(load_fleet(args.fleet, seed=args.seed, health=health), queue_objects, spare_nodes)
+    jobs, queue_objects, make_fleet = _one_fleet_inputs(args)
     rollouts: list[tuple[str, Run]] = []
     assert config.failures is not None
     failures = config.failures if math.isfinite(config.failures.node_mtbf_h) else None
