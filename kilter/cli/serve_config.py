@@ -23,6 +23,7 @@ from kilter.cli.spare_flag import read_spare_nodes
 from kilter.extenders.server import DEFAULT_MAX_BODY_BYTES, DEFAULT_VOLCANO_BODY_BYTES
 from kilter.gangs import trust
 from kilter.gangs.key_secret import DEFAULT_ROTATION_S, REREAD_INTERVAL_S
+from kilter.lifecycle.plan_doc import MAX_SECONDS
 from kilter.model.errors import InputError
 from kilter.pool.settings import PoolSettings
 from kilter.quota.policy import parse_duration
@@ -273,16 +274,16 @@ class ServeConfig:
             raise InputError("--lifecycle-failures must be at least 1")
         if self.maintenance_max_unavailable < 1:
             raise InputError("lifecycle.maxUnavailableDomains must be at least 1")
-        for key, seconds in (
-            ("lifecycle.maxWait", self.maintenance_max_wait_s),
-            ("lifecycle.evictionTimeout", self.maintenance_eviction_timeout_s),
+        for key, seconds, least in (
+            ("lifecycle.stepDuration", self.maintenance_step_s, 1.0),
+            ("lifecycle.maxWait", self.maintenance_max_wait_s, 0.0),
+            ("lifecycle.evictionTimeout", self.maintenance_eviction_timeout_s, 0.0),
         ):
-            if not 0 <= seconds < float("inf"):
-                raise InputError(f"{key} must be zero or more and finite, got {seconds:g}s")
+            if not least <= seconds <= MAX_SECONDS:
+                raise InputError(f"{key} must be from {least:g}s to a year, got {seconds:g}s")
         for flag, seconds in (
             ("--lifecycle-window", self.lifecycle_window_s),
             ("--lifecycle-sustained", self.lifecycle_sustained_s),
-            ("lifecycle.stepDuration", self.maintenance_step_s),
         ):
             if not 0 < seconds < float("inf"):
                 raise InputError(f"{flag} must be above zero and finite, got {seconds:g}s")

@@ -99,6 +99,12 @@ Replan = Callable[[list[str], float], StepDoc]
 """(domains left, now) -> the first step of a plan made now for them (``drain --replan``)."""
 
 
+def _transient(code: int) -> bool:
+    """An answer worth trying again: the server not reached, asking to retry (a budget's 429), a conflict, or
+    failing itself (5xx, as while it restarts)."""
+    return code in (0, 409, 429) or code >= 500
+
+
 class _Stop(Exception):
     def __init__(self, step: int, reason: str, node: str | None = None) -> None:
         super().__init__(reason)
@@ -144,6 +150,7 @@ class Drain:
         self.current: dict[str, tuple[int, DomainDoc]] = {}  # domain -> (step, its drain) as begun in this process
         self.evicted: set[str] = set()  # the jobs the steps begun in this process evict
         self.stopped = ""  # the last stop said (a stop that stands is said once, not every round)
+        self.request = plan.id.removeprefix(REQUEST_PLAN) if plan.id.startswith(REQUEST_PLAN) else None
         self.failed_read = ""
 
     def run(self) -> DrainOutcome:
@@ -162,11 +169,11 @@ class Drain:
             nodes = {n: self._node(n) for n in self.plan.all_nodes()}
             order = [d for s in self.plan.steps for d in s.domains]
             done = [d for d in order if all(self._done(nodes[n]) for n in d.nodes)]
-            for d in done:
-                self._healthy(d, nodes)
-            flying = [d.domain for d in order if d not in done and any(self._mine(nodes[n]) for n in d.nodes)]
+            flying = self._flying(order, done, nodes)
             step = None
             if not flying:
+                for d in done:  # the health gate: what is back must still be healthy before anything else begins
+                    self._healthy(d, nodes)
                 left = [d for d in order if d not in done]
                 if not left:
                     return DrainOutcome(True, None, "every step done", self.actions)
@@ -193,6 +200,16 @@ class Drain:
                 self.failed_read = str(exc)
                 self.say(f"a read failed, trying again: {exc}")
             return DrainOutcome(False, None, f"not read: {exc}", self.actions) if self.settings.dry_run else None
+
+    def _flying(self, order: list[DomainDoc], done: list[DomainDoc], nodes: dict[str, dict[str, Any]]) -> list[str]:
+        """The domains begun and not done (after a restart, as the nodes say); following the plan as written, the
+        rest of their steps too, so that a crash between two domains of a step does not split it."""
+        begun = {d.domain for d in order if d not in done and any(self._mine(nodes[n]) for n in d.nodes)}
+        if self.replan is None:
+            for step in self.plan.steps:
+                if any(d.domain in begun for d in step.domains):
+                    begun |= {d.domain for d in step.domains if d not in done}
+        return [d.domain for d in order if d.domain in begun]
 
     def _next_step(self, left: list[DomainDoc], nodes: dict[str, dict[str, Any]]) -> StepDoc | None:
         """The step to begin now: the plan's next (its domains not yet done) once its planned beginning has come
@@ -277,8 +294,9 @@ class Drain:
         return gang.format() if gang is not None else f"{pod.metadata.namespace}/pod/{pod.metadata.name}"
 
     def _done(self, node: dict[str, Any]) -> bool:
+        """Finished under this plan, or (a request's drain) having completed the request under any plan."""
         p = progress_of(node)
-        return p is not None and p.phase == "done" and p.plan == self.plan.id
+        return p is not None and p.phase == "done" and (p.plan == self.plan.id or self.request in p.served)
 
     def _healthy(self, d: DomainDoc, nodes: dict[str, dict[str, Any]]) -> None:
         """The health gate: a maintained node must still be healthy before anything else begins."""
@@ -301,7 +319,7 @@ class Drain:
         now = self.clock()
         step = self.current[d.domain][0] if d.domain in self.current else self._step_of(d.domain)
         for name in d.nodes:
-            if self._mine(nodes[name]) is None:
+            if self._mine(nodes[name]) is None and not self._done(nodes[name]):
                 self._begin(step, name, nodes[name])
         if any(self._phase(nodes[n]) == "" for n in d.nodes):
             return  # a cordon not written yet (changed meanwhile): nothing is evicted until the whole domain is
@@ -316,7 +334,10 @@ class Drain:
                 self._qualified(step, name, nodes[name], p)
 
     def _phase(self, node: dict[str, Any]) -> str:
-        """The node's phase under this plan; a dry run takes a node it would have cordoned as draining."""
+        """The node's phase under this plan ("done" once finished); a dry run takes a node it would have cordoned
+        as draining."""
+        if self._done(node):
+            return "done"
         p = self._mine(node)
         return p.phase if p is not None else ("draining" if self.settings.dry_run else "")
 
@@ -376,13 +397,13 @@ class Drain:
         ns, name, uid = meta.get("namespace") or "", meta.get("name") or "", meta.get("uid") or ""
         node = (pod.get("spec") or {}).get("nodeName")
         limit = self.settings.eviction_timeout_s
-        if meta.get("deletionTimestamp"):  # on its way out: waited for, within the timeout
-            since = self.refused_since.setdefault(uid, now)
-            if now - since >= limit:
+        deadline = meta.get("deletionTimestamp")  # when its grace period ends: it is on its way out, waited for
+        if deadline:
+            if now >= parse_time(deadline, path=f"pod {ns}/{name}.deletionTimestamp") + limit:
                 raise _Stop(
                     step,
-                    f"pod {ns}/{name} is still terminating after the eviction timeout ({limit:g}s): if its node "
-                    "is down, delete the pod with --force once you are sure it no longer runs",
+                    f"pod {ns}/{name} is still terminating {limit:g}s past the end of its grace period "
+                    f"({deadline}): its node may be down",
                     node,
                 )
             return
@@ -392,7 +413,7 @@ class Drain:
         if code in (201, 404):
             self.refused_since.pop(uid, None)
             return
-        if code not in (0, 429):
+        if not _transient(code):
             raise _Stop(step, f"pod {ns}/{name} cannot be evicted: {answer}", node)
         since = self.refused_since.setdefault(uid, now)
         self._act(f"eviction of {ns}/{name} refused, retried: {answer}", write=False)
@@ -416,8 +437,8 @@ class Drain:
     def _qualified(self, step: int, name: str, node: dict[str, Any], p: Progress) -> None:
         labels = (node.get("metadata") or {}).get("labels") or {}
         state, result, suite = labels.get(LIFECYCLE, ""), labels.get(QUALIFICATION), labels.get(QUALIFICATION_SUITE)
-        if self.settings.suite and suite != self.settings.suite and state != "ready":
-            return
+        if self.settings.suite and suite != self.settings.suite:
+            return  # only the suite asked for passes a node, even one the lifecycle controller made ready
         if result == "failed" or state == "repairing":
             raise _Stop(step, f"node {name} failed qualification ({suite or 'no suite named'})", name)
         if result != "passed" and state != "ready":
@@ -459,7 +480,7 @@ class Drain:
             return
         meta = node.get("metadata") or {}
         served = (progress_of(node) or progress).served  # every request the node completed, kept by every plan
-        request = self.plan.id.removeprefix(REQUEST_PLAN) if self.plan.id.startswith(REQUEST_PLAN) else None
+        request = self.request
         if progress.phase == "done" and request is not None and request not in served:
             served = (*served, request)
         progress = dataclasses.replace(progress, plan=self.plan.id, served=served)  # adopted progress is this plan's
@@ -478,6 +499,9 @@ class Drain:
         except ApiError as exc:
             if exc.code == 409:
                 self.say(f"{meta.get('name')} changed meanwhile: read again next round")
+                return
+            if _transient(exc.code):
+                self.say(f"{meta.get('name')} not written, trying again: {exc}")
                 return
             raise _Stop(progress.step, f"node {meta.get('name')} not written: {exc}", meta.get("name")) from exc
         if isinstance(answer, dict):

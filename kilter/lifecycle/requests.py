@@ -10,8 +10,9 @@ then, so work started since the request is weighed too. The settings (K,
 step length, longest wait, eviction timeout, the qualification suite) are the
 Configuration's ``lifecycle`` section.
 
-Requests are carried out one at a time, in name order, so that no more than
-K domains are ever out for them. Progress is the drain's own, on the nodes,
+Requests are carried out one at a time (one under way first, then in name
+order), so that no more than K domains are ever out for them; a retired node
+is left out of its request, which is then planned again without it. Progress is the drain's own, on the nodes,
 under the plan id ``request:NAME``: a restart or a new leader resumes. A
 stopped request is tried again every round (the cause may pass: a budget
 allows the eviction, the burn-in is re-run) and says why once, in the log
@@ -40,6 +41,7 @@ from kilter.lifecycle.plan_doc import PlanDoc, StepDoc, plan_document
 from kilter.lifecycle.progress import MAINTENANCE, progress_in
 from kilter.lifecycle.replan import replan_step
 from kilter.lifecycle.works import fleet_work
+from kilter.model.annotations import LIFECYCLE
 from kilter.model.errors import KilterError
 from kilter.state.store import ClusterStore
 from kilter.topology.maintenance import MaintenanceAsk, plan_maintenance
@@ -83,13 +85,14 @@ class MaintenanceRequests:
         self.refused: list[str] = []  # requests ignored: a name no request may have
 
     def requests(self) -> dict[str, list[str]]:
-        """Request name -> its GPU nodes, by name."""
+        """Request name -> its GPU nodes still to serve it, by name (a retired node serves none: it is left out,
+        and a request it was part of is planned again without it)."""
         out: dict[str, list[str]] = {}
         refused = []
         for name in self.store.fleet().node_names:
             node = self.store.node_named(name)
             request = node.metadata.annotations.get(MAINTENANCE, "").strip() if node is not None else ""
-            if not request:
+            if not request or node is None or node.metadata.labels.get(LIFECYCLE) == "retired":
                 continue
             if len(request) > MAX_NAME or not request.isprintable():
                 refused.append(f"{name}: {MAINTENANCE} must be a name of at most {MAX_NAME} printable characters")
@@ -101,18 +104,23 @@ class MaintenanceRequests:
         return out
 
     def round(self) -> dict[str, DrainOutcome | None]:
-        """One drain round of the first request (by name) not finished yet; its outcome (None: it goes on)."""
+        """One drain round of the first request not finished yet (one under way first, else by name); its outcome
+        (None: it goes on)."""
         out: dict[str, DrainOutcome | None] = {}
         asked = self.requests()
         for name in set(self.drains) - set(asked):
             del self.drains[name]
         for name in set(self.state) - set(asked):
             del self.state[name]
-        for name, nodes in sorted(asked.items()):
+        pending = []
+        for name, nodes in asked.items():
             if self._served(name, nodes):
                 self.drains.pop(name, None)
                 self._record(name, DrainOutcome(True))
-                continue
+            else:
+                pending.append((name, nodes))
+        in_flight = self._in_flight()
+        for name, nodes in sorted(pending, key=lambda item: (item[0] not in in_flight, item[0])):
             try:
                 outcome = out[name] = self._drain(name, nodes).round()
             except KilterError as exc:  # the state cannot be planned from (a bad annotation, a kind unread)
@@ -120,6 +128,16 @@ class MaintenanceRequests:
             self._record(name, outcome)
             if outcome is None or not outcome.done:
                 break  # one request at a time: the next waits until this one is done
+        return out
+
+    def _in_flight(self) -> set[str]:
+        """The requests some node is part-way through (unfinished progress under ``request:NAME``)."""
+        out = set()
+        for name in self.store.fleet().node_names:
+            stored = self.store.node_named(name)
+            progress = progress_in(stored.metadata.annotations) if stored is not None else None
+            if progress is not None and progress.phase != "done" and progress.plan.startswith(REQUEST_PLAN):
+                out.add(progress.plan.removeprefix(REQUEST_PLAN))
         return out
 
     def _served(self, name: str, nodes: list[str]) -> bool:
@@ -161,8 +179,15 @@ class MaintenanceRequests:
         return drain
 
     def _plan(self, name: str, nodes: list[str]) -> PlanDoc:
+        """The plan of the request's nodes that have not served it yet."""
         now = self.wall()
-        work = fleet_work(self.store, now_s=now, nodes=nodes)
+        left = []
+        for node in nodes:
+            stored = self.store.node_named(node)
+            progress = progress_in(stored.metadata.annotations) if stored is not None else None
+            if progress is None or name not in progress.served:
+                left.append(node)
+        work = fleet_work(self.store, now_s=now, nodes=left)
         s = self.settings
         ask = MaintenanceAsk(work.domain_gpus, now, s.step_s, s.max_unavailable, s.max_wait_s)
         doc = plan_document(plan_maintenance(ask, work.works), ask, work, created_s=now)

@@ -254,7 +254,7 @@ def _steps_in_order(ask: MaintenanceAsk, works: Sequence[Work], order: Sequence[
             step = _take(board, ask, domain, begin)
             assert step is not None
             taken.append(step)
-        taken = _killed_once(board, taken)
+        taken = _recounted(board, ask, begin, _killed_once(board, taken))
         steps.append(Step(len(steps), begin, tuple(taken)))
         cost += sum(
             d.idle_gpu_h + sum(w.at_risk_gpu_h(d.drain_s) for w in d.evicts if not w.preemptible) for d in taken
@@ -278,6 +278,17 @@ def _killed_once(board: _Board, taken: list[DomainStep]) -> list[DomainStep]:
         if mine != d.evicts:
             d = replace(d, evicts=mine, lost_gpu_h=sum(w.at_risk_gpu_h(d.drain_s) for w in mine))
         out.append(d)
+    return out
+
+
+def _recounted(board: _Board, ask: MaintenanceAsk, begin_s: float, taken: list[DomainStep]) -> list[DomainStep]:
+    """Each domain's idle GPU-hours counted again once the step's kills are settled: a job another domain of the
+    step killed earlier leaves its GPUs here idle from then on."""
+    out = []
+    for d in taken:
+        here = board.running(d.domain, begin_s)
+        idle = _idle_gpu_h(board, d.domain, ask.domains[d.domain], here, begin_s, d.drain_s)
+        out.append(replace(d, idle_gpu_h=idle) if idle != d.idle_gpu_h else d)
     return out
 
 

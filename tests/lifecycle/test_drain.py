@@ -10,7 +10,7 @@ from typing import Any, ClassVar
 import msgspec
 import pytest
 
-from kilter.kube.api import ApiServer
+from kilter.kube.api import ApiError, ApiServer
 from kilter.lifecycle.drain import Drain, DrainOutcome, DrainSettings
 from kilter.lifecycle.plan_doc import PlanDoc, plan_document, read_plan
 from kilter.lifecycle.progress import MAINTENANCE_DONE, progress_of
@@ -240,16 +240,21 @@ def test_steps_go_in_order_behind_a_health_gate(cluster: Cluster) -> None:
     assert cluster.rounds(drain) is None
     assert not any(cluster.cordoned(n) for n in second), "and for its planned beginning"
     assert any(line.startswith("wait until") and "to begin step 1" in line for line in cluster.said)
-    cluster.until(plan.steps[1].begin)
-    assert cluster.rounds(drain) is None
-    assert all(cluster.cordoned(n) for n in second), "step 1 began once step 0 was back"
 
     node = cluster.node(first[0])
     node["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
     cluster.server.update(node)
+    cluster.until(plan.steps[1].begin)
     outcome = cluster.rounds(drain)
     assert outcome is not None and not outcome.done and outcome.step == 0
     assert "unhealthy" in outcome.reason and first[0] in outcome.reason
+    assert not any(cluster.cordoned(n) for n in second), "the gate holds the next step"
+
+    node = cluster.node(first[0])
+    node["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
+    cluster.server.update(node)
+    assert cluster.rounds(drain) is None
+    assert all(cluster.cordoned(n) for n in second), "step 1 began once step 0 was back and healthy"
 
 
 def test_a_failed_qualification_stops_the_drain_before_the_next_step(cluster: Cluster) -> None:
@@ -486,19 +491,95 @@ def test_nothing_is_evicted_until_every_node_of_the_domain_is_cordoned(cluster: 
 
 
 def test_a_refusal_that_retrying_cannot_change_stops_at_once(cluster: Cluster) -> None:
-    cluster.server.add({**budget("train", 2), "metadata": {"name": "second", "namespace": "ml", "generation": 1}})
+    broken = cluster.server.list_objects(PDBS)[0]
+    broken["status"]["disruptionsAllowed"] = -1  # the apiserver's 403: a budget's count gone negative
+    cluster.server.update(broken)
     outcome = cluster.rounds(cluster.drain(cluster.plan(nodes=["r1-t0", "r1-t1"])))
     assert outcome is not None and not outcome.done and "cannot be evicted" in outcome.reason
     assert outcome.node in ("r1-t0", "r1-t1")
 
 
-def test_a_pod_that_stays_terminating_stops_the_drain_after_the_timeout(cluster: Cluster) -> None:
+def test_a_terminating_pod_gets_its_grace_period_and_the_timeout_after_it(cluster: Cluster) -> None:
     pod = cluster.server.get_object(PODS, "ml", "train-0")
-    pod["metadata"]["deletionTimestamp"] = "2027-01-15T07:59:00Z"  # its kubelet is gone with its node
+    pod["metadata"]["deletionTimestamp"] = "2027-01-15T08:30:00Z"  # 30 minutes to write its checkpoint
     cluster.server.update(pod)
     drain = cluster.drain(cluster.plan(nodes=["r1-t0", "r1-t1"]), eviction_timeout_s=300)
-    assert cluster.rounds(drain, 5, advance_s=30) is None
+    assert cluster.rounds(drain, 60, advance_s=30) is None, "35 minutes: within its grace and the timeout"
     outcome = cluster.rounds(drain, 20, advance_s=30)
     assert outcome is not None and "still terminating" in outcome.reason and outcome.node == "r1-t0"
-    said = [line for line in cluster.said if line.startswith("stopped")]
-    assert cluster.rounds(drain) is not None and len(said) == 1, "a stop that stands is said once"
+    assert cluster.rounds(drain) is not None
+    assert len([line for line in cluster.said if line.startswith("stopped")]) == 1, "a stop that stands is said once"
+
+
+def test_a_node_back_before_the_rest_of_its_domain_is_never_drained_again(cluster: Cluster) -> None:
+    drain = cluster.drain(cluster.plan(nodes=["r1-t0", "r1-t1"]))
+    assert cluster.rounds(drain, 2) is None
+    cluster.set_labels("r1-t0", done="true")  # one tray's work is quick
+    assert cluster.rounds(drain) is None
+    cluster.set_labels("r1-t0", qualification="passed", suite="nccl-burn")
+    assert cluster.rounds(drain) is None
+    assert cluster.label("r1-t0", LIFECYCLE) == "ready" and not cluster.cordoned("r1-t0")
+    cluster.server.add(gpu_pod("back-0", "r1-t0", gang="back", size=1))  # work lands on it again
+    assert cluster.rounds(drain, 3) is None
+    assert not cluster.cordoned("r1-t0") and "back-0" in cluster.pods()
+    finish_step(cluster, drain, ["r1-t1"])
+    outcome = cluster.rounds(drain, 2)
+    assert outcome is not None and outcome.done and "back-0" in cluster.pods()
+
+
+def test_only_the_suite_asked_for_passes_a_node_even_one_made_ready_by_another(cluster: Cluster) -> None:
+    drain = cluster.drain(cluster.plan(nodes=["r1-t0", "r1-t1"]), suite="nccl-burn")
+    assert cluster.rounds(drain, 2) is None
+    for n in ("r1-t0", "r1-t1"):
+        cluster.set_labels(n, done="true")
+    assert cluster.rounds(drain) is None
+    for n in ("r1-t0", "r1-t1"):  # a quick smoke test passed, and a lifecycle controller took it as enough
+        cluster.set_labels(n, qualification="passed", suite="smoke")
+        node = cluster.node(n)
+        node["metadata"]["labels"][LIFECYCLE] = "ready"
+        cluster.server.update(node)
+    assert cluster.rounds(drain, 2) is None
+    assert cluster.cordoned("r1-t0"), "not returned: nccl-burn has not passed"
+    for n in ("r1-t0", "r1-t1"):
+        cluster.set_labels(n, suite="nccl-burn")
+    outcome = cluster.rounds(drain, 2)
+    assert outcome is not None and outcome.done
+
+
+class Flaky(ApiServer):
+    """The API server failing its first answer to each kind of call it is told to (503, as while it restarts)."""
+
+    failing: ClassVar[set[str]] = set()
+
+    def call(self, method: str, path: str, body: Any = None, *, content_type: str = "application/json") -> Any:
+        kind = f"{method} {path.split('?')[0].rsplit('/', 1)[0]}"
+        if kind in Flaky.failing:
+            Flaky.failing.discard(kind)
+            raise ApiError(503, "the server is shutting down")
+        return super().call(method, path, body, content_type=content_type)
+
+
+@pytest.mark.parametrize(
+    "failing", ["GET /api/v1/nodes", "PATCH /api/v1/nodes", "POST /api/v1/namespaces/ml/pods/train-0"]
+)
+def test_an_api_server_failing_for_a_moment_is_tried_again(cluster: Cluster, failing: str) -> None:
+    Flaky.failing = {failing}
+    cluster.api = Flaky("http", cluster.server.host, cluster.server.port)
+    drain = cluster.drain(cluster.plan(nodes=["r1-t0", "r1-t1"]))
+    assert cluster.rounds(drain) is None
+    assert not Flaky.failing, "the failure happened"
+    assert cluster.rounds(drain, 2) is None
+    assert cluster.label("r1-t0", LIFECYCLE) == "maintenance" and cluster.label("r1-t1", LIFECYCLE) == "maintenance"
+
+
+def test_a_crash_between_two_domains_of_a_step_does_not_split_the_step(cluster: Cluster) -> None:
+    cluster.server.add(gpu_pod("solo", "r2-t0", gang="solo", size=1))
+    plan = cluster.plan(k=2)
+    assert len(plan.steps) == 1 and len(plan.steps[0].domains) == 2
+    drain = cluster.drain(plan)
+    first = plan.steps[0].domains[0]
+    for name in first.nodes:  # the process dies having cordoned the first domain only
+        drain._begin(0, name, cluster.node(name))
+    again = cluster.drain(plan)
+    assert cluster.rounds(again) is None
+    assert all(cluster.cordoned(n) for d in plan.steps[0].domains for n in d.nodes), "both domains of the step"

@@ -240,3 +240,30 @@ def test_requests_are_carried_out_one_at_a_time(cluster: Cluster) -> None:
     finish(cluster, ["r2-t0"])
     cluster.round()
     assert cluster.requests.state["a-first"] == "done" and cluster.node("r1-t0")["spec"].get("unschedulable")
+
+
+def test_a_request_under_way_goes_first_whatever_its_name(cluster: Cluster) -> None:
+    cluster.edit("r2-t0", notes={MAINTENANCE: "m-second"})
+    cluster.round()
+    assert cluster.node("r2-t0")["spec"].get("unschedulable")
+    cluster.edit("r1-t0", notes={MAINTENANCE: "a-urgent"})  # asked later, named earlier
+    for _ in range(3):
+        cluster.round()
+    assert not cluster.node("r1-t0")["spec"].get("unschedulable"), "it waits for the one under way"
+    finish(cluster, ["r2-t0"])
+    cluster.round()
+    assert cluster.requests.state["m-second"] == "done" and cluster.node("r1-t0")["spec"].get("unschedulable")
+
+
+def test_a_node_retired_out_of_a_request_is_left_out_and_the_request_finishes(cluster: Cluster) -> None:
+    for name in ("r2-t0", "r2-t1"):
+        cluster.edit(name, notes={MAINTENANCE: "fw"})
+    cluster.round()
+    cluster.edit("r2-t1", labels={LIFECYCLE: "retired"})  # taken out of the fleet meanwhile
+    cluster.round()
+    cluster.round()
+    assert cluster.label("r2-t0", LIFECYCLE) == "maintenance"
+    finish(cluster, ["r2-t0"])
+    cluster.round()
+    assert cluster.requests.state == {"fw": "done"}
+    assert cluster.label("r2-t1", LIFECYCLE) == "retired", "a retired node is never returned to service"

@@ -109,3 +109,25 @@ def test_a_retired_node_is_never_planned_for() -> None:
     found = fleet_work(store, now_s=NOW)
     assert found.domain_nodes == {"r1": ["r1-t0"], "r2": ["r2-t0", "r2-t1"]}
     assert fleet_work(store, now_s=NOW, nodes=["r1-t1"]).domain_nodes == {}
+
+
+def test_jobs_on_nodes_out_of_service_are_seen_and_only_kilters_own_cordon_idles_gpus() -> None:
+    daemon = pod("dcgm", "r2-t0", "dcgm")
+    daemon["metadata"]["ownerReferences"] = [
+        {"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "d", "controller": True}
+    ]
+    store = store_of(pod("a", "r1-t0", "a"), pod("b", "r2-t1", "b"), daemon)
+    cordoned = {"r1-t0": "kilter", "r1-t1": "person"}
+    nodes = []
+    for r in (1, 2):
+        for t in range(2):
+            name = f"r{r}-t{t}"
+            obj = node_dict(name, labels={CLIQUE: f"r{r}"}, cordoned=name in cordoned)
+            if cordoned.get(name) == "kilter":
+                note = '{"plan":"p","step":0,"phase":"draining","cordoned":true}'
+                obj["metadata"]["annotations"] = {"kilter.dev/maintenance-progress": note}
+            nodes.append(obj)
+    store.replace([*nodes, pod("a", "r1-t0", "a"), pod("b", "r2-t1", "b"), daemon, *queues()])
+    found = fleet_work(store, now_s=NOW)
+    assert [w.key for w in found.works] == ["ml/gang/a", "ml/gang/b"], "the cordoned node's job seen, no DaemonSet"
+    assert found.domain_gpus == {"r1": 4, "r2": 8}, "a person's cordon idles its GPUs whatever the plan does"
