@@ -46,19 +46,16 @@ import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import quote
 
 import msgspec
 
-from kilter.gangs.identity import key_of
 from kilter.kube.api import ApiError, ApiServer, object_path
-from kilter.kube.evict import evict_status
+from kilter.lifecycle.evictions import Evictions, Refused, job_of, pods_to_move, transient
 from kilter.lifecycle.plan_doc import DomainDoc, PlanDoc, StepDoc
 from kilter.lifecycle.progress import MAINTENANCE_DONE, MAINTENANCE_PROGRESS, Progress, progress_of
-from kilter.lifecycle.works import MIRROR
 from kilter.model.annotations import LIFECYCLE
 from kilter.model.codec import convert
-from kilter.model.core_v1 import Node, Pod, pod_request
+from kilter.model.core_v1 import Node
 from kilter.model.errors import InputError
 from kilter.quota.policy import parse_time
 from kilter.topology.health import DEFAULTS, HealthSignals
@@ -99,12 +96,6 @@ Replan = Callable[[list[str], float], StepDoc]
 """(domains left, now) -> the first step of a plan made now for them (``drain --replan``)."""
 
 
-def _transient(code: int) -> bool:
-    """An answer worth trying again: the server not reached, asking to retry (a budget's 429), a conflict, or
-    failing itself (5xx, as while it restarts)."""
-    return code in (0, 409, 429) or code >= 500
-
-
 class _Stop(Exception):
     def __init__(self, step: int, reason: str, node: str | None = None) -> None:
         super().__init__(reason)
@@ -138,7 +129,7 @@ class Drain:
         self.sleep = sleep
         self.say = say
         self.actions: list[str] = []
-        self.refused_since: dict[str, float] = {}  # pod uid -> first refused eviction
+        self.evictions = Evictions(api, self.settings.eviction_timeout_s)
         self.window_end = parse_time(plan.window_end, path="windowEnd") if plan.window_end else None
         self.evicted_by: dict[int, set[str]] = {}  # step -> the jobs its step and those before evict (anywhere)
         evicted: set[str] = set()
@@ -266,33 +257,6 @@ class Drain:
             raise InputError(f"node {name}: the API server answered no object")
         return node
 
-    def _pods(self, node: str) -> list[dict[str, Any]]:
-        """The pods a drain moves off ``node``: not finished, not a DaemonSet's, not mirror pods."""
-        listing = self.api.call("GET", f"/api/v1/pods?fieldSelector={quote('spec.nodeName=' + node)}")
-        out = []
-        for pod in (listing or {}).get("items") or []:
-            meta = pod.get("metadata") or {}
-            owners = meta.get("ownerReferences") or []
-            if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
-                continue
-            if any(o.get("kind") == "DaemonSet" and o.get("controller") for o in owners):
-                continue
-            if MIRROR in (meta.get("annotations") or {}):
-                continue
-            out.append(pod)
-        return out
-
-    def _job(self, raw: dict[str, Any]) -> str | None:
-        """The job a GPU pod belongs to, named as the plan names it; None for a pod that holds no GPU."""
-        pod = convert(raw, Pod, path="pod")
-        try:
-            if not any(pod_request(pod.spec, r) for r in self.devices):
-                return None
-        except InputError:
-            pass  # what it holds cannot be read: counted as a job, so the drain stops rather than guesses
-        gang = key_of(pod)
-        return gang.format() if gang is not None else f"{pod.metadata.namespace}/pod/{pod.metadata.name}"
-
     def _done(self, node: dict[str, Any]) -> bool:
         """Finished under this plan, or (a request's drain) having completed the request under any plan."""
         p = progress_of(node)
@@ -359,8 +323,8 @@ class Drain:
     def _drain(
         self, step: int, d: DomainDoc, draining: list[str], nodes: dict[str, dict[str, Any]], now: float
     ) -> None:
-        pods = {name: self._pods(name) for name in draining}
-        jobs = {job for ps in pods.values() for p in ps if (job := self._job(p)) is not None}
+        pods = {name: pods_to_move(self.api, name) for name in draining}
+        jobs = {job for ps in pods.values() for p in ps if (job := job_of(p, self.devices)) is not None}
         drain_at = parse_time(d.drain, path=f"steps[{step}].{d.domain}.drain")
         waiting = sorted(jobs & set(d.waits_for))
         if waiting and now < drain_at:
@@ -391,36 +355,17 @@ class Drain:
                 self._patch(nodes[name], f"hand {name} to maintenance", progress, labels={LIFECYCLE: "maintenance"})
 
     def _evict(self, step: int, pod: dict[str, Any], now: float) -> None:
-        """Evict ``pod``; a budget's 429 is retried every round, for at most the eviction timeout, as is a pod
-        that stays terminating (its node may be down); any other refusal stops the drain at once."""
         meta = pod.get("metadata") or {}
-        ns, name, uid = meta.get("namespace") or "", meta.get("name") or "", meta.get("uid") or ""
-        node = (pod.get("spec") or {}).get("nodeName")
-        limit = self.settings.eviction_timeout_s
-        deadline = meta.get("deletionTimestamp")  # when its grace period ends: it is on its way out, waited for
-        if deadline:
-            if now >= parse_time(deadline, path=f"pod {ns}/{name}.deletionTimestamp") + limit:
-                raise _Stop(
-                    step,
-                    f"pod {ns}/{name} is still terminating {limit:g}s past the end of its grace period "
-                    f"({deadline}): its node may be down",
-                    node,
-                )
-            return
-        if not self._act(f"evict pod {ns}/{name}"):
-            return
-        code, answer = evict_status(self.api, ns, name, uid)
-        if code in (201, 404):
-            self.refused_since.pop(uid, None)
-            return
-        if not _transient(code):
-            raise _Stop(step, f"pod {ns}/{name} cannot be evicted: {answer}", node)
-        since = self.refused_since.setdefault(uid, now)
-        self._act(f"eviction of {ns}/{name} refused, retried: {answer}", write=False)
-        if now - since >= limit:
-            raise _Stop(
-                step, f"pod {ns}/{name} could not be evicted within the eviction timeout ({limit:g}s): {answer}", node
-            )
+        try:
+            if self.evictions.terminating(pod, now):
+                return
+            if not self._act(f"evict pod {meta.get('namespace')}/{meta.get('name')}"):
+                return
+            answer = self.evictions.evict(pod, now)
+        except Refused as refused:
+            raise _Stop(step, refused.reason, refused.node) from refused
+        if answer:
+            self._act(f"eviction of {meta.get('namespace')}/{meta.get('name')} refused, retried: {answer}", write=False)
 
     def _maintained(self, step: int, name: str, node: dict[str, Any], p: Progress) -> None:
         labels = (node.get("metadata") or {}).get("labels") or {}
@@ -500,7 +445,7 @@ class Drain:
             if exc.code == 409:
                 self.say(f"{meta.get('name')} changed meanwhile: read again next round")
                 return
-            if _transient(exc.code):
+            if transient(exc.code):
                 self.say(f"{meta.get('name')} not written, trying again: {exc}")
                 return
             raise _Stop(progress.step, f"node {meta.get('name')} not written: {exc}", meta.get("name")) from exc
