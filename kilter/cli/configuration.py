@@ -221,6 +221,9 @@ class LifecycleSection(_Section):
         "lifecycle_sustained_s", "How long one failure may last before the node is degraded anyway.", duration=True
     )
     suite: str = _setting("lifecycle_suite", "The qualification suite whose passed makes a node ready; empty: any.")
+    interval: str = _setting(
+        "lifecycle_interval_s", "Time between two rounds (node moves, maintenance requests' drains).", duration=True
+    )
     max_unavailable_domains: int = _setting(
         "maintenance_max_unavailable",
         "Domains a maintenance request (kilter.dev/maintenance on nodes) takes out at once.",

@@ -549,7 +549,13 @@ def run(args: argparse.Namespace) -> int:
             events=recorder,
         )
         mover = LifecycleController(
-            store, app.binder.api, policy=policy, events=recorder, is_writer=app.is_writer, requests=requests
+            store,
+            app.binder.api,
+            policy=policy,
+            events=recorder,
+            interval_s=config.lifecycle_interval_s,
+            is_writer=app.is_writer,
+            requests=requests,
         )
         loops.append(mover.run)
         app.metrics.registry.register(readings.LifecycleReading(mover))

@@ -183,6 +183,8 @@ class ServeConfig:
     """How long one failure may last before the node is degraded without flapping."""
     lifecycle_suite: str = ""
     """The qualification suite whose ``passed`` makes a qualifying node ready; "" for any."""
+    lifecycle_interval_s: float = 10.0
+    """Time between two rounds of the lifecycle controller (and of the maintenance requests' drains)."""
     maintenance_max_unavailable: int = 1
     """Scale-up domains a maintenance request (``kilter.dev/maintenance`` on nodes) takes out at once."""
     maintenance_step_s: float = 7200.0
@@ -284,6 +286,7 @@ class ServeConfig:
         for flag, seconds in (
             ("--lifecycle-window", self.lifecycle_window_s),
             ("--lifecycle-sustained", self.lifecycle_sustained_s),
+            ("lifecycle.interval", self.lifecycle_interval_s),
         ):
             if not 0 < seconds < float("inf"):
                 raise InputError(f"{flag} must be above zero and finite, got {seconds:g}s")
