@@ -25,12 +25,12 @@ from kilter.gangs.learned import learner_of
 from kilter.gangs.wait_settings import WaitSettings
 from kilter.gangs.waits import facts_of
 from kilter.lifecycle.progress import progress_in
-from kilter.model.annotations import LIFECYCLE, MIN_RUNTIME
+from kilter.model.annotations import LIFECYCLE
 from kilter.model.core_v1 import Pod, pod_request
 from kilter.model.durations import parse_duration
 from kilter.model.errors import InputError
-from kilter.model.kueue import ClusterQueue, Cohort
 from kilter.quota.runtimes import declared_runtime
+from kilter.quota.tree import build_tree
 from kilter.state.store import ClusterStore
 from kilter.topology.maintenance import Work
 from kilter.topology.split_wait import SplitWait
@@ -66,7 +66,8 @@ def fleet_work(
     chosen -= {n for i, n in enumerate(fleet.node_names) if fleet.node_labels[i].get(LIFECYCLE) == "retired"}
     settings = WaitSettings.build(state, SplitWait())
     learner = learner_of(state.workloads, state.catalog.device_resources)
-    guards = _min_runtimes(state.cluster_queues, state.cohorts)
+    tree = build_tree(state.cluster_queues, state.cohorts)
+    guards = {name: limit for name, node in tree.cluster_queues.items() if (limit := node.min_runtime()) is not None}
     out_problems: list[str] = []
     devices = sorted(state.catalog.device_resources)
     members: dict[str, list[tuple[Pod, str, int]]] = {}
@@ -173,23 +174,3 @@ def _cordoned_by_kilter(store: ClusterStore, name: str) -> bool:
     node = store.node_named(name)
     progress = progress_in(node.metadata.annotations) if node is not None else None
     return progress is not None and progress.cordoned and progress.phase == "draining"
-
-
-def _min_runtimes(cluster_queues: list[ClusterQueue], cohorts: list[Cohort]) -> dict[str, float]:
-    """Per ClusterQueue, the min-runtime guard that reaches it: its own, else its nearest Cohort's."""
-    parent = {c.metadata.name: c.spec.parent_cohort for c in cohorts}
-    notes = {c.metadata.name: c.metadata.annotations for c in cohorts}
-    out: dict[str, float] = {}
-    for cq in cluster_queues:
-        raw = cq.metadata.annotations.get(MIN_RUNTIME)
-        cohort, seen = cq.spec.parent, set()
-        while raw is None and cohort and cohort not in seen:
-            seen.add(cohort)
-            raw = notes.get(cohort, {}).get(MIN_RUNTIME)
-            cohort = parent.get(cohort, "")
-        if raw is not None:
-            try:
-                out[cq.metadata.name] = parse_duration(raw, path=f"ClusterQueue {cq.metadata.name}")
-            except InputError:
-                continue
-    return out

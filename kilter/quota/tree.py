@@ -101,6 +101,13 @@ class Node:
             yield node
             node = node.parent
 
+    def min_runtime(self) -> float | None:
+        """The ``kilter.dev/min-runtime`` guard that reaches this node: its own, else its nearest ancestor's."""
+        for n in (self, *self.ancestors()):
+            if n.policy.min_runtime_s is not None:
+                return n.policy.min_runtime_s
+        return None
+
     def root(self) -> Node:
         node = self
         while node.parent is not None:

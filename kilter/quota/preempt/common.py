@@ -88,13 +88,6 @@ def candidates_order(
     return cmp
 
 
-def _min_runtime(node: Node) -> float | None:
-    for n in (node, *node.ancestors()):
-        if n.policy.min_runtime_s is not None:
-            return n.policy.min_runtime_s
-    return None
-
-
 def _within_policy(policy: str, w: WorkloadInfo, preemptor: WorkloadInfo) -> bool:
     if policy == "Any":
         return True
@@ -134,7 +127,7 @@ def reclaim_candidates(
     reclaim = cq.preemption.reclaim_within_cohort if cq.preemption else "Never"
     if reclaim == "Never" or other is cq or is_within_nominal(other, frs):
         return []
-    limit = _min_runtime(other)
+    limit = other.min_runtime()
     return [
         w
         for w in admitted.get(other.name, ())
