@@ -31,16 +31,15 @@ from kilter.gangs.book import GangPlan, Victim
 from kilter.gangs.identity import GangId, GangKey
 from kilter.gangs.keys import PlanKeys
 from kilter.gangs.records import KUEUE, MAX_BYTES, PLAN_ANNOTATION, VOLCANO, PlanRecord, encode, owner_of
-from kilter.kube.api import ApiServer, object_path
+from kilter.kube.api import MERGE_PATCH, ApiServer, object_path
 from kilter.kube.events import EventRecorder, Involved
 from kilter.kube.evict import GONE, evict
 from kilter.model.errors import InputError, KilterError
 
-__all__ = ["MERGE_PATCH", "PlanRecorder", "repaired_slots"]
+__all__ = ["PlanRecorder", "repaired_slots"]
 
 log = logging.getLogger("kilter.plans")
 
-MERGE_PATCH = "application/merge-patch+json"
 KUEUE_DEFAULT_VERSION = "v1beta2"
 
 

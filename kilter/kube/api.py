@@ -36,6 +36,7 @@ from kilter.model.errors import InputError, KilterError
 __all__ = [
     "CERTS_AGENT",
     "CLI_AGENT",
+    "MERGE_PATCH",
     "PLUGIN_AGENT",
     "SERVER_AGENT",
     "ApiError",
@@ -54,6 +55,9 @@ CERTS_AGENT = f"kilter-certs/{__version__}"
 """The User-Agent of ``kilter certs``, which runs as an account of its own (config/components/self-signed)."""
 PLUGIN_AGENT = f"kubectl-kilter/{__version__}"
 """The User-Agent of ``kubectl kilter``, which calls as the user of the kubeconfig."""
+
+MERGE_PATCH = "application/merge-patch+json"
+"""The content type of a JSON merge patch (RFC 7386), what kilter's metadata and label patches are."""
 
 
 class ApiError(KilterError):

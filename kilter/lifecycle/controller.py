@@ -20,7 +20,7 @@ from collections import Counter
 from collections.abc import Callable
 from functools import partial
 
-from kilter.kube.api import ApiError, ApiServer, object_path
+from kilter.kube.api import MERGE_PATCH, ApiError, ApiServer, object_path
 from kilter.kube.events import EventRecorder, Involved
 from kilter.lifecycle.requests import MaintenanceRequests
 from kilter.model.annotations import LIFECYCLE
@@ -43,7 +43,6 @@ __all__ = ["FIELD_MANAGER", "LifecycleController"]
 log = logging.getLogger("kilter.lifecycle")
 
 FIELD_MANAGER = "kilter.dev/lifecycle"
-MERGE_PATCH = "application/merge-patch+json"
 REASONS = {
     "degraded": "KilterNodeDegraded",
     "repairing": "KilterNodeRepairing",

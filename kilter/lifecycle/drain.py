@@ -49,7 +49,7 @@ from typing import Any
 
 import msgspec
 
-from kilter.kube.api import ApiError, ApiServer, object_path
+from kilter.kube.api import MERGE_PATCH, ApiError, ApiServer, object_path
 from kilter.lifecycle.evictions import Evictions, Refused, job_of, pods_to_move, transient
 from kilter.lifecycle.plan_doc import DomainDoc, PlanDoc, StepDoc
 from kilter.lifecycle.progress import MAINTENANCE_DONE, MAINTENANCE_PROGRESS, Progress, progress_of
@@ -71,7 +71,6 @@ __all__ = [
 
 REQUEST_PLAN = "request:"
 """The id prefix of a plan carrying out a maintenance request (``lifecycle.requests``)."""
-MERGE_PATCH = "application/merge-patch+json"
 FIELD_MANAGER = "kilter-maintenance"
 
 

@@ -35,14 +35,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kilter.kube.api import ApiError, ApiServer, object_path
+from kilter.kube.api import MERGE_PATCH, ApiError, ApiServer, object_path
 from kilter.webhooks import certs
 
 __all__ = ["WEBHOOK_APIS", "CertController", "Round"]
 
 log = logging.getLogger("kilter.webhooks")
 
-MERGE_PATCH = "application/merge-patch+json"
 WEBHOOK_APIS = {
     "mutating": ("/apis/admissionregistration.k8s.io/v1", "mutatingwebhookconfigurations"),
     "validating": ("/apis/admissionregistration.k8s.io/v1", "validatingwebhookconfigurations"),

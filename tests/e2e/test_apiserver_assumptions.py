@@ -16,9 +16,9 @@ import pytest
 
 from kilter.extenders.scheduler import ApiBinder
 from kilter.gangs import PlanKeys, records
-from kilter.gangs.recorder import MERGE_PATCH, PlanRecorder
+from kilter.gangs.recorder import PlanRecorder
 from kilter.kube import protobuf
-from kilter.kube.api import ApiError, ApiServer
+from kilter.kube.api import MERGE_PATCH, ApiError, ApiServer
 from kilter.kube.events import EventRecorder, Involved
 from kilter.kube.leader import LeaderElector
 from kilter.model.core_v1 import Node, Pod
