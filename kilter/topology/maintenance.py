@@ -45,6 +45,7 @@ same code.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
@@ -117,6 +118,11 @@ class DomainStep:
     lost_gpu_h: float  # their at-risk GPU-hours at the drain
     idle_gpu_h: float  # free GPUs of the cordoned domain while it waits
 
+    @property
+    def weighted_gpu_h(self) -> float:
+        """What the plan minimises: idle GPU-hours plus the loss of the jobs that are not preemptible."""
+        return self.idle_gpu_h + sum(w.at_risk_gpu_h(self.drain_s) for w in self.evicts if not w.preemptible)
+
 
 @dataclass(frozen=True)
 class Step:
@@ -180,11 +186,15 @@ def _end(board: _Board, w: Work) -> float | None:
     return w.expected_end_s
 
 
-def _guard(board: _Board, w: Work) -> float:
-    """How long ``w``'s min-runtime guard holds its domain: until the guard, or its expected end if sooner."""
-    assert w.guarded_until_s is not None
-    end = _end(board, w)
-    return w.guarded_until_s if end is None else min(w.guarded_until_s, end)
+def _guarded_until(board: _Board, domain: str, at_s: float) -> float:
+    """Until when min-runtime guards hold ``domain`` (its jobs running at ``at_s``), each until its guard or its
+    job's expected end if sooner; -inf when none does."""
+    out = -math.inf
+    for w in board.running(domain, at_s):
+        if w.guarded_until_s is not None:
+            end = _end(board, w)
+            out = max(out, w.guarded_until_s if end is None else min(w.guarded_until_s, end))
+    return out
 
 
 def _domain_choice(
@@ -193,7 +203,7 @@ def _domain_choice(
     """The cheapest drain of ``domain`` in a step that begins at ``begin_s``: (weighted cost, drain moment, idle
     GPU-hours, jobs waited for, jobs killed), or None when a guard keeps it past the longest wait."""
     here = board.running(domain, begin_s)
-    floor = max([begin_s] + [_guard(board, w) for w in here if w.guarded_until_s is not None])
+    floor = max(begin_s, _guarded_until(board, domain, begin_s))
     if floor > begin_s + ask.max_wait_s:
         return None
     ends = sorted({e for w in here if (e := _end(board, w)) is not None and floor < e <= begin_s + ask.max_wait_s})
@@ -202,7 +212,7 @@ def _domain_choice(
         idle = _idle_gpu_h(board, domain, capacity, here, begin_s, drain)
         killed = [w for w in here if board.alive(w, drain)]
         lost = sum(w.at_risk_gpu_h(drain) for w in killed if not w.preemptible)
-        cost = idle + lost
+        cost = idle + lost  # DomainStep.weighted_gpu_h
         if best is None or cost < best[0] - 1e-9:
             waited = [w for w in here if not board.alive(w, drain)]
             best = (cost, drain, idle, waited, killed)
@@ -247,8 +257,7 @@ def _steps_in_order(ask: MaintenanceAsk, works: Sequence[Work], order: Sequence[
     for i in range(0, len(order), k):
         batch = order[i : i + k]
         for domain in batch:  # a min-runtime guard beyond the longest wait: the step begins when it allows
-            guards = [_guard(board, w) for w in board.running(domain, begin) if w.guarded_until_s is not None]
-            begin = max([begin] + [g - ask.max_wait_s for g in guards])
+            begin = max(begin, _guarded_until(board, domain, begin) - ask.max_wait_s)
         taken = []
         for domain in batch:
             step = _take(board, ask, domain, begin)
@@ -256,9 +265,7 @@ def _steps_in_order(ask: MaintenanceAsk, works: Sequence[Work], order: Sequence[
             taken.append(step)
         taken = _recounted(board, ask, begin, _killed_once(board, taken))
         steps.append(Step(len(steps), begin, tuple(taken)))
-        cost += sum(
-            d.idle_gpu_h + sum(w.at_risk_gpu_h(d.drain_s) for w in d.evicts if not w.preemptible) for d in taken
-        )
+        cost += sum(d.weighted_gpu_h for d in taken)
         begin = steps[-1].end_s
     return steps, cost
 
@@ -319,11 +326,8 @@ def _regret_order(ask: MaintenanceAsk, works: Sequence[Work], domains: Sequence[
             left.remove(pick)
             order.append(pick)
             backs.append(step.back_s)
-        if backs:
-            begin = max(backs)
-        else:  # every domain left is guarded beyond the longest wait: begin when the first guard allows
-            floors = [max(w.guarded_until_s or 0.0 for w in board.running(d, begin)) - ask.max_wait_s for d in left]
-            begin = min(floors)
+        # with none taken, every domain left is guarded beyond the longest wait: begin when the first guard allows
+        begin = max(backs) if backs else min(_guarded_until(board, d, begin) for d in left) - ask.max_wait_s
     return order
 
 
@@ -378,10 +382,11 @@ def plan_maintenance(ask: MaintenanceAsk, works: Sequence[Work]) -> MaintenanceP
     else:
         method, orders = "regret", [_swapped(ask, works, _regret_order(ask, works, domains))]
     best: tuple[float, float, str, list[Step]] | None = None
-    at_once = _naive(ask)  # evicting at once, guards kept: per domain the cheapest moment is no global optimum
-    for order in [*orders, domains]:
+    # evicting at once, guards kept: per domain the cheapest moment is no global optimum
+    timings = (ask, _naive(ask)) if ask.max_wait_s > 0 else (ask,)
+    for order in [*orders, *(() if method == "exact" else (domains,))]:  # exact: name order is among the orders
         label = method if list(order) != domains or method == "exact" else "name order, timed"
-        for timing in (ask, at_once):
+        for timing in timings:
             steps, cost = _steps_in_order(timing, works, order)
             end = max((s.end_s for s in steps), default=ask.start_s)
             if best is None or (round(cost, 9), end) < (round(best[0], 9), best[1]):

@@ -209,3 +209,16 @@ def test_with_k_domains_at_once_it_never_costs_more_than_evicting_everything_at_
     plan = plan_maintenance(ask, works)
     at_once = evaluate(MaintenanceAsk(ask.domains, 0.0, ask.step_s, 3, 0.0), works, naive_order(ask.domains), "n")
     assert weighted(plan) <= weighted(at_once) + 1e-6
+
+
+def test_a_large_fleet_held_by_guards_beyond_the_longest_wait_breaks_none() -> None:
+    names = [f"r{i}" for i in range(EXACT_LIMIT + 1)]
+    works = [
+        Work(f"ml/gang/{n}", 8, {n: 8}, started_s=0.0, guarded_until_s=(10 + i) * H, expected_end_s=(11 + i) * H)
+        for i, n in enumerate(names)
+    ]
+    plan = plan_maintenance(MaintenanceAsk(dict.fromkeys(names, 72), 0.0, 1 * H, 2, 2 * H), works)
+    assert plan.method in ("regret", "name order, timed")
+    drains = {d.domain: d.drain_s for s in plan.steps for d in s.domains}
+    assert all(drains[n] >= (10 + i) * H for i, n in enumerate(names)), "no guard broken"
+    assert all(d.drain_s - s.begin_s <= 2 * H for s in plan.steps for d in s.domains), "no wait past the longest"
