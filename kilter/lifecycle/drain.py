@@ -280,7 +280,7 @@ class Drain:
     def _advance(self, d: DomainDoc, nodes: dict[str, dict[str, Any]]) -> None:
         """The next action for each node of domain ``d``, by its phase."""
         now = self.clock()
-        step = self.current[d.domain][0] if d.domain in self.current else self._step_of(d.domain)
+        step = self.current[d.domain][0]  # ``_doc`` put it there
         for name in d.nodes:
             if self._mine(nodes[name]) is None and not self._done(nodes[name]):
                 self._begin(step, name, nodes[name])

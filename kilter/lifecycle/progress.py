@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from kilter.state.store import ClusterStore
+
 __all__ = [
     "MAINTENANCE",
     "MAINTENANCE_DONE",
@@ -23,6 +25,7 @@ __all__ = [
     "Progress",
     "progress_in",
     "progress_of",
+    "stored_progress",
 ]
 
 MAINTENANCE = "kilter.dev/maintenance"
@@ -73,3 +76,9 @@ def progress_of(node: Mapping[str, Any]) -> Progress | None:
     """``progress_in`` of a node object as the API server sends it."""
     notes = (node.get("metadata") or {}).get("annotations") or {}
     return progress_in(notes) if isinstance(notes, Mapping) else None
+
+
+def stored_progress(store: ClusterStore, name: str) -> Progress | None:
+    """``progress_in`` of the node named ``name`` as the watched state holds it (None without it)."""
+    node = store.node_named(name)
+    return progress_in(node.metadata.annotations) if node is not None else None

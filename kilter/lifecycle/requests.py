@@ -38,7 +38,7 @@ from kilter.kube.api import ApiServer
 from kilter.kube.events import EventRecorder, Involved
 from kilter.lifecycle.drain import REQUEST_PLAN, Drain, DrainOutcome, DrainSettings
 from kilter.lifecycle.plan_doc import PlanDoc, StepDoc, plan_document
-from kilter.lifecycle.progress import MAINTENANCE, progress_in
+from kilter.lifecycle.progress import MAINTENANCE, stored_progress
 from kilter.lifecycle.replan import replan_step
 from kilter.lifecycle.works import fleet_work
 from kilter.model.annotations import LIFECYCLE
@@ -114,7 +114,7 @@ class MaintenanceRequests:
             del self.state[name]
         pending = []
         for name, nodes in asked.items():
-            if self._served(name, nodes):
+            if not self._unserved(name, nodes):
                 self.drains.pop(name, None)
                 self._record(name, DrainOutcome(True))
             else:
@@ -134,20 +134,14 @@ class MaintenanceRequests:
         """The requests some node is part-way through (unfinished progress under ``request:NAME``)."""
         out = set()
         for name in self.store.fleet().node_names:
-            stored = self.store.node_named(name)
-            progress = progress_in(stored.metadata.annotations) if stored is not None else None
+            progress = stored_progress(self.store, name)
             if progress is not None and progress.phase != "done" and progress.plan.startswith(REQUEST_PLAN):
                 out.add(progress.plan.removeprefix(REQUEST_PLAN))
         return out
 
-    def _served(self, name: str, nodes: list[str]) -> bool:
-        """Whether every node of the request has completed it (read from the watched state: no API call)."""
-        for node in nodes:
-            stored = self.store.node_named(node)
-            progress = progress_in(stored.metadata.annotations) if stored is not None else None
-            if progress is None or name not in progress.served:
-                return False
-        return True
+    def _unserved(self, name: str, nodes: list[str]) -> list[str]:
+        """The request's nodes that have not completed it yet (read from the watched state: no API call)."""
+        return [n for n in nodes if (p := stored_progress(self.store, n)) is None or name not in p.served]
 
     def counts(self) -> Counter[str]:
         return Counter(s.split(":", 1)[0] for s in self.state.values())
@@ -181,13 +175,7 @@ class MaintenanceRequests:
     def _plan(self, name: str, nodes: list[str]) -> PlanDoc:
         """The plan of the request's nodes that have not served it yet."""
         now = self.wall()
-        left = []
-        for node in nodes:
-            stored = self.store.node_named(node)
-            progress = progress_in(stored.metadata.annotations) if stored is not None else None
-            if progress is None or name not in progress.served:
-                left.append(node)
-        work = fleet_work(self.store, now_s=now, nodes=left)
+        work = fleet_work(self.store, now_s=now, nodes=self._unserved(name, nodes))
         s = self.settings
         ask = MaintenanceAsk(work.domain_gpus, now, s.step_s, s.max_unavailable, s.max_wait_s)
         doc = plan_document(plan_maintenance(ask, work.works), ask, work, created_s=now)

@@ -24,7 +24,7 @@ from kilter.gangs.identity import key_of
 from kilter.gangs.learned import learner_of
 from kilter.gangs.wait_settings import WaitSettings
 from kilter.gangs.waits import facts_of
-from kilter.lifecycle.progress import progress_in
+from kilter.lifecycle.progress import stored_progress
 from kilter.model.annotations import LIFECYCLE
 from kilter.model.core_v1 import Pod, pod_request
 from kilter.model.durations import parse_duration
@@ -171,6 +171,5 @@ def _moves(pod: Pod) -> bool:
 def _cordoned_by_kilter(store: ClusterStore, name: str) -> bool:
     """A node out of service only by a drain's own cordon: its free GPUs idle because of the drain, so they are
     charged while its domain waits (a person's cordon or a failure idles them whatever the plan does)."""
-    node = store.node_named(name)
-    progress = progress_in(node.metadata.annotations) if node is not None else None
+    progress = stored_progress(store, name)
     return progress is not None and progress.cordoned and progress.phase == "draining"
