@@ -32,7 +32,6 @@ import numpy as np
 import numpy.typing as npt
 
 from kilter._native import domains, jsonout, names
-from kilter.model import quantity
 from kilter.model.annotations import TOPOLOGY_ACK
 from kilter.model.core_v1 import Node, Pod, Taint, pod_request
 from kilter.model.errors import InputError, UnknownPlatform
@@ -43,7 +42,7 @@ from kilter.topology.health import BLOCKING_EFFECTS, DEFAULTS, HEALTH_TAINT_PREF
 from kilter.topology.hypernodes import SOURCE as HYPERNODES
 from kilter.topology.hypernodes import with_hypernode_labels
 from kilter.topology.labels import Levels, choose_levels, group_path
-from kilter.topology.validate import ACK_VALUE, mixed, shape_errors
+from kilter.topology.validate import ACK_VALUE, READ_ERRORS, device_counts, mixed, shape_errors
 
 __all__ = ["Fleet", "build_fleet", "is_node_usable"]
 
@@ -225,8 +224,8 @@ def build_fleet(
     resources = sorted(catalog.device_resources)
     for node in nodes:
         try:
-            devices = _device_counts(node, resources)
-        except (InputError, ArithmeticError, ValueError) as exc:  # "1e10000000": decimal.Overflow, not InputError
+            devices = device_counts(node, resources)
+        except READ_ERRORS as exc:
             why = str(exc) if isinstance(exc, InputError) else "a device count beyond any number kilter holds"
             unreadable[node.metadata.name] = f"node {node.metadata.name}: {why}; node ignored"
             warnings.append(unreadable[node.metadata.name])
@@ -439,15 +438,3 @@ def _detach_misshapen(members: Members, platforms: Sequence[Platform], warnings:
             else:
                 out.setdefault(key, []).append((name, node, count))
     return out
-
-
-def _device_counts(node: Node, resources: Sequence[str]) -> dict[str, int]:
-    """The node's count of each device resource it offers (allocatable, else capacity); InputError if one is no
-    whole number >= 0."""
-    alloc = node.status.allocatable or node.status.capacity
-    devices: dict[str, int] = {}
-    for r in resources:
-        raw = alloc.get(r)
-        if raw is not None:
-            devices[r] = quantity.to_count(raw, path=f"status.allocatable[{r}]")
-    return devices

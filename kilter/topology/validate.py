@@ -34,7 +34,7 @@ from kilter.model.core_v1 import Node
 from kilter.model.errors import InputError, UnknownPlatform
 from kilter.topology.catalog import Catalog, Platform
 
-__all__ = ["ACK_VALUE", "Finding", "Report", "mixed", "shape_errors", "validate"]
+__all__ = ["ACK_VALUE", "READ_ERRORS", "Finding", "Report", "device_counts", "mixed", "shape_errors", "validate"]
 
 ACK_VALUE = "true"
 """The value of ``kilter.dev/topology-ack`` on a node that acknowledges its domain's findings."""
@@ -69,14 +69,26 @@ class Report:
         return frozenset(f.domain for f in self.errors)
 
 
-def _gpus(node: Node, resource: str) -> int | None:
+READ_ERRORS = (InputError, ArithmeticError, ValueError)
+"""What reading a device count can raise: "1e10000000" is a ``decimal.Overflow``, not an ``InputError``."""
+
+
+def device_counts(node: Node, resources: Sequence[str]) -> dict[str, int]:
+    """The node's count of each device resource it offers (allocatable, else capacity); one of ``READ_ERRORS``
+    if one is no whole number >= 0. The fleet and ``validate`` read a node's GPUs alike."""
     alloc = node.status.allocatable or node.status.capacity
-    raw = alloc.get(resource)
-    if raw is None:
-        return None
+    devices: dict[str, int] = {}
+    for r in resources:
+        raw = alloc.get(r)
+        if raw is not None:
+            devices[r] = quantity.to_count(raw, path=f"status.allocatable[{r}]")
+    return devices
+
+
+def _gpus(node: Node, resource: str) -> int | None:
     try:
-        return quantity.to_count(raw, path=f"status.allocatable[{resource}]")
-    except InputError:
+        return device_counts(node, (resource,)).get(resource)
+    except READ_ERRORS:
         return None
 
 
