@@ -1,12 +1,13 @@
 """``kilter demo``: what kilter buys on the embedded demo fleet (what ``make run`` shows).
 
 By default, a Philly-like workload replayed under kilter (through a real
-``kilter serve`` over HTTP) and under Kueue TAS and kube-scheduler's
-spreading, side by side (``demo_compare``). With ``--plans``: the demo fleet
-(32 GB200 NVL72 racks in 4 leaves, some trays down or without their clique
-label, 45 % busy; 16 MI355X nodes), the plan each example job in
-``examples/jobs`` would get right now, and the Kueue queues of
-``examples/queues`` with their shares and pending decisions.
+``kilter serve`` over HTTP) and under Kueue TAS and Slurm's backfill, each
+set up as recommended for rack-scale NVLink, side by side
+(``demo_compare``). With ``--plans``: the demo fleet (32 GB200 NVL72 racks
+in 4 leaves, some trays down or without their clique label, 45 % busy; 16
+MI355X nodes), the plan each example job in ``examples/jobs`` would get
+right now, and the Kueue queues of ``examples/queues`` with their shares
+and pending decisions.
 """
 
 from __future__ import annotations
@@ -33,9 +34,10 @@ DEMO_NOW = 1_796_122_800.0  # 2026-12-01T11:00:00Z: the demo's clock, so its out
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "demo",
-        help="kilter against Kueue TAS and spreading on the embedded demo fleet",
+        help="kilter against Kueue TAS and Slurm on the embedded demo fleet",
         description="Replay a Philly-like workload on the embedded demo fleet under kilter (over HTTP, as "
-        "kube-scheduler asks it), Kueue TAS and kube-scheduler's spreading; no cluster needed. "
+        "kube-scheduler asks it), Kueue TAS and Slurm's backfill, each set up as recommended for NVL72 racks; "
+        "no cluster needed. "
         "--plans shows the fleet, example plans and queues instead.",
     )
     p.add_argument("--plans", action="store_true", help="show the demo fleet, example plans and queues instead")

@@ -179,6 +179,7 @@ class ExtenderPlacement:
     """The ``kilter`` policy, every decision made by the extender over HTTP."""
 
     name = "kilter"
+    waits_for_fewer_domains = True  # kilter's split-wait rule judges its previews, as in the simulator's kilter
 
     def __init__(self, server: ExtenderServer, on_call: Callable[[], None] | None = None) -> None:
         self.server = server

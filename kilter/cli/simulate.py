@@ -21,9 +21,11 @@ from kilter.model.annotations import SPARE_NODES_PER_DOMAIN
 from kilter.model.durations import parse_duration
 from kilter.model.errors import InputError
 from kilter.sim import fleetspec, region_split, synthetic
-from kilter.sim.engine import Progress, SimConfig
+from kilter.sim.engine import SPLIT_MODELS, Progress, SimConfig
 from kilter.sim.failure_model import DEFAULT_RESTART_S, FAILURE_POLICIES, FailureSettings
 from kilter.sim.maintenance_spec import ORDERS, MaintenanceSettings, parse_maintenance
+from kilter.sim.metrics import versus_best
+from kilter.sim.placement import waits_for_fewer_domains
 from kilter.sim.plot import plot_runs
 from kilter.sim.policies import POLICIES
 from kilter.sim.regions import DISPATCHERS, Region, RegionRun, simulate_regions
@@ -46,7 +48,9 @@ COLUMNS = (
     ("neverFit", "NEVER FIT"),
     ("meanWaitSeconds", "MEAN WAIT s"),
     ("p95WaitSeconds", "P95 WAIT s"),
+    ("maxWaitSeconds", "MAX WAIT s"),
     ("meanJctSeconds", "MEAN JCT s"),
+    ("p95BoundedSlowdown", "P95 BSLD"),
     ("utilization", "UTIL"),
     ("usefulUtilization", "USEFUL"),
     ("singleDomainFraction", "1-DOMAIN"),
@@ -57,6 +61,13 @@ COLUMNS = (
     ("splitWaited", "SPLIT WAITS"),
     ("splitWaitMeanSeconds", "MEAN SPLIT WAIT s"),
 )
+CLASS_COLUMNS = (
+    ("jobs", "JOBS"),
+    ("meanWaitSeconds", "MEAN WAIT s"),
+    ("p95WaitSeconds", "P95 WAIT s"),
+    ("meanJctSeconds", "MEAN JCT s"),
+)
+CLASSES = (("oneDomain", "1-DOMAIN"), ("multiDomain", "MULTI-DOMAIN"))
 FAILURE_COLUMNS = (
     ("failurePolicy", "ON FAILURE"),
     ("failuresInjected", "FAILURES"),
@@ -102,12 +113,27 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     p.add_argument(
         "--topology-request",
-        choices=("required", "preferred", "unconstrained"),
-        default="preferred",
-        help="what every job asks of the scale-up domain (default: preferred)",
+        choices=("auto", "required", "preferred", "unconstrained"),
+        default="auto",
+        help="what jobs ask of the scale-up domain: auto (default) asks as each policy's operators would configure "
+        "a job of its shape (Kueue TAS: required rack, else rack slices; Volcano: hard mode at the tier that holds "
+        "it; Slurm: --segment; kilter: preferred); the others force one request on every job of every policy",
     )
-    p.add_argument("--split-slowdown", type=float, default=0.2, help="run-time cost per extra scale-up domain")
+    p.add_argument(
+        "--split-slowdown",
+        type=float,
+        default=0.2,
+        help="run-time cost of a split: per extra scale-up domain (per-domain model) or once (step)",
+    )
     p.add_argument("--block-slowdown", type=float, default=0.1, help="run-time cost of an avoidable block crossing")
+    p.add_argument(
+        "--split-model",
+        choices=SPLIT_MODELS,
+        default="per-domain",
+        help="how a split slows a gang: per-domain (default: 1 + split slowdown x extra domains, plus the block "
+        "slowdown), step (1 + split slowdown once it uses more domains than its fewest, plus the block slowdown) "
+        "or none (placement never slows a gang)",
+    )
     p.add_argument(
         "--split-wait",
         type=float,
@@ -123,6 +149,14 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         metavar="DURATION",
         help=f"the longest such wait (default {split_wait.format_duration(split_wait.DEFAULT_MAX_S)}); "
         f"a ClusterQueue's or Cohort's {split_wait.SPLIT_WAIT_MAX} wins",
+    )
+    p.add_argument(
+        "--split-wait-slowdown",
+        default=f"{split_wait.DEFAULT_SPLIT_SLOWDOWN:g}",
+        metavar="SLOWDOWN|true",
+        help="the split slowdown kilter's wait rule is told, as kilter serve's --split-slowdown (default "
+        f"{split_wait.DEFAULT_SPLIT_SLOWDOWN:g}, its default); true hands it the simulation's own --split-slowdown, "
+        "which no real cluster knows",
     )
     p.add_argument(
         "--runtime-estimate",
@@ -326,7 +360,21 @@ def wait_settings(args: argparse.Namespace) -> WaitSettings:
         args.seed,
         holds=args.split_wait_holds,
         clock=args.split_wait_clock,
+        split_slowdown=told_slowdown(args.split_wait_slowdown),
     )
+
+
+def told_slowdown(text: str) -> float | None:
+    """``--split-wait-slowdown``: a number from 0 to 100, or ``true`` (None: the simulation's own)."""
+    if text.strip().lower() == "true":
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 <= value <= 100:
+        raise InputError(f"--split-wait-slowdown: expected a number from 0 to 100 or 'true', got {text!r}")
+    return value
 
 
 def failure_settings(args: argparse.Namespace) -> FailureSettings | None:
@@ -389,12 +437,15 @@ def run(args: argparse.Namespace) -> int:
         r.metrics["wallSeconds"] = round(time.perf_counter() - started, 2)
         runs.append(r)
     ranking = rank_by_slowdown(make_fleet, jobs, names, queue_objects, config, sweep, seed=args.seed)
+    versus = versus_kilter(runs)
     if args.plot:
         trace_name = args.trace if args.trace.startswith("synthetic:") else Path(args.trace).name
         title = f"{len(jobs)} jobs of {trace_name} (GPUs x{args.gpu_scale}) on {args.fleet.name}"
         plot_runs([(r.policy, r.simulation) for r in runs], args.plot, title=title)
     if args.output != "table":
         data = report(runs, args)
+        if versus:
+            data["versusBest"] = versus
         if ranking:
             data["rankingBySlowdown"] = ranking
         if args.plot:
@@ -408,6 +459,10 @@ def run(args: argparse.Namespace) -> int:
         ),
         end="",
     )
+    print("\nBy job class (1-DOMAIN: jobs one scale-up domain can hold; MULTI-DOMAIN: the rest):")
+    print(class_table(runs), end="")
+    if versus:
+        print(f"\n{versus['summary']}")
     never = runs[0].simulation.outcome.never
     if never:
         j, why = next(iter(never.items()))
@@ -418,6 +473,19 @@ def run(args: argparse.Namespace) -> int:
     if args.plot:
         print(f"\nplot: {args.plot}")
     return 0
+
+
+def class_table(runs: list[Run]) -> str:
+    """Each policy's wait and JCT apart for one-domain and multi-domain jobs."""
+    headers = ("POLICY", *(f"{c} {h}" for _, c in CLASSES for _, h in CLASS_COLUMNS))
+    rows = [(r.policy, *(r.metrics["classes"][key][k] for key, _ in CLASSES for k, _ in CLASS_COLUMNS)) for r in runs]
+    return render.table(headers, rows)
+
+
+def versus_kilter(runs: list[Run]) -> dict[str, Any]:
+    """kilter against the best of the policies that run without kilter's rule (``metrics.versus_best``)."""
+    others = [r.policy for r in runs if not waits_for_fewer_domains(r.simulation.policy)]
+    return versus_best({r.policy: r.metrics for r in runs}, ours="kilter", others=others)
 
 
 def sim_config(args: argparse.Namespace) -> SimConfig:
@@ -431,6 +499,7 @@ def sim_config(args: argparse.Namespace) -> SimConfig:
         quota="volcano" if args.quota == "volcano" else "kueue",
         split_slowdown=args.split_slowdown,
         block_slowdown=args.block_slowdown,
+        split_model=args.split_model,
         split_wait=wait_settings(args),
         failures=failure_settings(args),
     )
@@ -660,13 +729,15 @@ def report(runs: list[Run], args: argparse.Namespace) -> dict[str, Any]:
         "topologyRequest": args.topology_request,
         "splitSlowdown": args.split_slowdown,
         "blockSlowdown": args.block_slowdown,
+        "splitModel": args.split_model,
         "splitWait": {
             "factor": args.split_wait,
             "maxSeconds": parse_duration(args.split_wait_max, path="--split-wait-max"),
             "runtimeEstimate": args.runtime_estimate,
             "holds": args.split_wait_holds,
             "clock": args.split_wait_clock,
-            "policies": ["kilter"],
+            "splitSlowdown": first.config.split_wait.split_slowdown,
+            "policies": [r.policy for r in runs if r.simulation.hold is not None],
         },
         **failure_report(first.config, args),
         "queueOf": first.queues.queue_of,

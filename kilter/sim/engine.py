@@ -34,12 +34,19 @@ are still below their queue's bound, never the whole backlog.
 ``volcano_engine.VolcanoSimulation`` swaps this admission step for Volcano's
 (``SimConfig.quota = "volcano"``; ``run.simulate`` picks the class).
 
-Placement has a price: a gang spread over more scale-up domains than it
-needs runs ``1 + split_slowdown × extra domains`` times longer, plus
-``block_slowdown`` when it crosses a block boundary it could have avoided.
+Placement has a price (``SimConfig.split_model``): a gang spread over more
+scale-up domains than it needs runs ``1 + split_slowdown × extra domains``
+times longer (``per-domain``), or ``1 + split_slowdown`` however many extra
+domains it uses (``step``), plus ``block_slowdown`` when it crosses a block
+boundary it could have avoided; under ``none`` placement never slows a gang.
 
-Under the ``kilter`` policy a *preferred* gang may instead wait for fewer
-domains (``split_hold``, the servers' ``topology.split_wait`` rule): it
+What each gang asks for is the run's ``topology`` request, or with ``auto``
+what the policy's operators would configure for a job of its shape
+(``placement.Asking``; ``_gang``).
+
+Under a policy behind kilter's rule (``placement.Waiting``: kilter, and Kueue
+TAS behind kilter's AdmissionCheck) a *preferred* gang may instead wait for
+fewer domains (``split_hold``, the servers' ``topology.split_wait`` rule): it
 fitted, so it bounds nothing; it is parked, and the jobs behind it go on.
 Time then also moves to the moment a parked gang's budget runs out.
 
@@ -53,6 +60,7 @@ accounting share one class's state; the hooks keep what failures add out.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import math
 from collections import deque
@@ -70,27 +78,30 @@ from kilter.quota.preempt import find_targets
 from kilter.quota.shares import Shares
 from kilter.quota.usage import WorkloadInfo
 from kilter.sim.failure_model import FailureSettings
-from kilter.sim.gangs import Gang, TopologyMode, domains_per_block, gang_for, min_domains
+from kilter.sim.gangs import Gang, RequestMode, domains_per_block, gang_for, min_domains, resolved_mode
 from kilter.sim.maintenance_spec import MaintenanceSettings
-from kilter.sim.placement import Nodes, Policy, Releasing
+from kilter.sim.placement import Asking, Nodes, Policy, Releasing
 from kilter.sim.queues import QueueSetup
 from kilter.sim.split_hold import WaitSettings, make_hold
 from kilter.sim.trace import TraceJob
 from kilter.topology.fleet import Fleet
 
-__all__ = ["Outcome", "SimConfig", "Simulation", "Timeline"]
+__all__ = ["SPLIT_MODELS", "Outcome", "SimConfig", "Simulation", "SplitModel", "Timeline", "slowdown_factor"]
 
 Progress = Callable[[int, int], None]
 UNBOUNDED = 1 << 62  # no job has failed yet: every size may be tried
 QuotaMode = Literal["kueue", "volcano"]
+SplitModel = Literal["per-domain", "step", "none"]
+SPLIT_MODELS: tuple[SplitModel, ...] = ("per-domain", "step", "none")
 
 
 @dataclass(frozen=True)
 class SimConfig:
-    topology: TopologyMode = "preferred"
+    topology: RequestMode = "auto"
     fair: bool = False
     split_slowdown: float = 0.2
     block_slowdown: float = 0.1
+    split_model: SplitModel = "per-domain"  # how a split's price grows with its extra domains (module docstring)
     # Kueue's cycles, or the Volcano verbs' bound-queue rules (VolcanoSimulation; ``fair`` then selects Kueue's
     # fair-sharing preemption rules, which ``kilter serve``'s verbs run)
     quota: QuotaMode = "kueue"
@@ -126,6 +137,15 @@ class Timeline:
     queue_used: list[list[int]] = field(default_factory=list)
 
 
+def slowdown_factor(config: SimConfig, *, extra: int, crossed: bool) -> float:
+    """How many times longer a gang runs with ``extra`` domains over its fewest, ``crossed`` a block it could have
+    stayed under, under the run's split model (module docstring)."""
+    if config.split_model == "none":
+        return 1.0
+    split = config.split_slowdown * (max(extra, 0) if config.split_model == "per-domain" else float(extra > 0))
+    return 1.0 + split + (config.block_slowdown if crossed else 0.0)
+
+
 class Simulation:
     def __init__(
         self,
@@ -154,8 +174,10 @@ class Simulation:
         )
         self.timeline = Timeline()
         self.cq_of = [queues.queue_of[j.queue] for j in jobs]
+        self._asks = policy.ask if isinstance(policy, Asking) and config.topology == "auto" else None
+        self._asked: dict[tuple[int, int], Gang] = {}
         self.hold = make_hold(
-            policy.name, fleet, jobs, self.cq_of, settings=config.split_wait, overrides=queues.split_wait,
+            policy, fleet, jobs, self.cq_of, settings=config.split_wait, overrides=queues.split_wait,
             cluster_queues=queues.cluster_queues, split_slowdown=config.split_slowdown,
         )  # fmt: skip
         self._parked: set[int] = self.hold.parked if self.hold is not None else set()  # held: skipped, not failed
@@ -316,7 +338,7 @@ class Simulation:
                 continue
             p = self.fleet.platforms[platform]
             fr = (flavor, p.device_resource)
-            gang = gang_for(j, job.gpus, p, platform, self.config.topology)
+            gang = self._gang(j, platform)
             if available(cq, fr) < job.gpus:
                 nodes = self._preempt(j, gang, cq.name, fr, now) if cq.preemption is not None else None
             else:
@@ -405,6 +427,40 @@ class Simulation:
             self.preemptions += 1
         return nodes
 
+    def _gang(self, j: int, platform: int) -> Gang:
+        """Job ``j`` as pods of ``platform``, asking what the run says: its one request, or under ``auto`` what the
+        policy's operators configure for a job of this shape (asked once per shape, on the fleet as built)."""
+        job = self.jobs[j]
+        if self._asks is None:
+            return gang_for(j, job.gpus, self.fleet.platforms[platform], platform, resolved_mode(self.config.topology))
+        key = (job.gpus, platform)
+        asked = self._asked.get(key)
+        if asked is None:
+            bare = gang_for(-1, job.gpus, self.fleet.platforms[platform], platform, "preferred")
+            asked = self._asked[key] = self._asks(self.fleet, bare)
+        return dataclasses.replace(asked, job=j)
+
+    def job_min_domains(self) -> npt.NDArray[np.int32]:
+        """Per job, the fewest scale-up domains it could run in on any platform its ClusterQueue may use (0 when it
+        may use none): what sorts it into a job class, the same for every policy of a comparison."""
+        out = np.zeros(len(self.jobs), dtype=np.int32)
+        seen: dict[tuple[str, int], int] = {}
+        for j, job in enumerate(self.jobs):
+            key = (self.cq_of[j], job.gpus)
+            least = seen.get(key)
+            if least is None:
+                least = seen[key] = min(
+                    (
+                        min_domains(
+                            gang_for(j, job.gpus, self.fleet.platforms[p], p, "preferred"), self.fleet.platforms[p]
+                        )
+                        for p, _ in self.queues.flavors[self.cq_of[j]]
+                    ),
+                    default=0,
+                )
+            out[j] = least
+        return out
+
     def _free_on(self, platform: int) -> int:
         """Free usable GPUs of a platform: no gang of more GPUs can start, whatever the policy."""
         bm = self.fleet.bitmap
@@ -447,9 +503,7 @@ class Simulation:
         if self._blocks and len(doms) > 1:
             blocks = len(np.unique(self.fleet.domain_group[0, doms]))
             crossed = blocks > -(-least // self._blocks[gang.platform])
-        extra = max(0, len(doms) - least)
-        factor = 1.0 + self.config.split_slowdown * extra + (self.config.block_slowdown if crossed else 0.0)
-        return factor, len(doms), least, crossed
+        return slowdown_factor(self.config, extra=len(doms) - least, crossed=crossed), len(doms), least, crossed
 
     def _capacity_grew(self) -> None:
         """What did not fit may fit now: the bounds on placements and queues are reset."""
@@ -499,7 +553,7 @@ class Simulation:
             if most < job.gpus:
                 reasons.append(f"{flavor}: ClusterQueue {cq.name} can never hold {job.gpus} GPUs ({most})")
                 continue
-            placed = self.policy.place(self.fleet, gang_for(j, job.gpus, p, platform, self.config.topology))
+            placed = self.policy.place(self.fleet, self._gang(j, platform))
             if placed is None:
                 reasons.append(f"{p.name}: {job.gpus} GPUs do not fit the idle fleet as {self.policy.name} places")
                 continue

@@ -51,7 +51,9 @@ class FailureSettings:
     def policy_for(self, placement: str) -> FailurePolicy:
         if self.policy is not None:
             return self.policy
-        return "kilter" if placement == "kilter" else "kueue-tas" if placement == "kueue-tas" else "requeue"
+        if placement == "kilter":
+            return "kilter"
+        return "kueue-tas" if placement.startswith("kueue-tas") else "requeue"
 
 
 class FailureClock(Protocol):

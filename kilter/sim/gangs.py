@@ -17,19 +17,45 @@ import numpy as np
 from kilter.topology.catalog import Platform
 from kilter.topology.fleet import Fleet
 
-__all__ = ["Gang", "TopologyMode", "domains_per_block", "gang_for", "min_domains"]
+__all__ = [
+    "Gang",
+    "RequestMode",
+    "Slices",
+    "TopologyMode",
+    "domains_per_block",
+    "gang_for",
+    "min_domains",
+    "resolved_mode",
+]
 
 TopologyMode = Literal["required", "preferred", "unconstrained"]
+RequestMode = Literal["auto", "required", "preferred", "unconstrained"]
+"""What a run asks of every gang: ``auto`` lets each policy ask as its operators would configure it (``placement.
+Asking``); the other three force one request on every gang of every policy."""
+
+Slices = tuple[tuple[int, int], ...]
+"""Required slices of a gang's whole-node pod set, outermost first: (level, pods per slice), level as ``Gang.level``
+numbers them; every slice's pods share one domain of that level (Kueue's ``podset-slice-required-topology`` with
+``podset-slice-size``, or its multi-layer constraints; Slurm's ``--segment``)."""
 
 
 @dataclass(frozen=True, slots=True)
 class Gang:
-    """Pods that start together on one platform of the fleet: pod sets of (count, GPUs per pod)."""
+    """Pods that start together on one platform of the fleet: pod sets of (count, GPUs per pod), and what they ask.
+
+    ``topology`` applies at ``level``: 0 is the scale-up domain, k >= 1 the
+    fleet's k-th group level above it (1 the block, 2 the spine), so
+    ``required`` at level 1 is "any one block" (Volcano's
+    ``highestTierAllowed: 2``). ``slices`` split the first pod set, the
+    gang's whole-node pods; a pod set of one pod needs none.
+    """
 
     job: int
     platform: int  # index into Fleet.platforms
     pod_sets: tuple[tuple[int, int], ...]
     topology: TopologyMode
+    level: int = 0
+    slices: Slices = ()
 
     @property
     def pods(self) -> int:
@@ -51,6 +77,11 @@ def gang_for(job: int, gpus: int, platform: Platform, platform_index: int, topol
     if rest:
         sets.append((1, rest))
     return Gang(job, platform_index, tuple(sets), topology)
+
+
+def resolved_mode(mode: RequestMode) -> TopologyMode:
+    """The request a gang carries before its policy configures it: ``auto`` starts as ``preferred``."""
+    return "preferred" if mode == "auto" else mode
 
 
 def min_domains(gang: Gang, platform: Platform) -> int:

@@ -1,7 +1,19 @@
 """What a simulation is judged on: the numbers ``kilter simulate`` prints and writes as JSON.
 
-- ``meanWaitSeconds``/``p95WaitSeconds``: start minus submit, over jobs that ran.
+- ``meanWaitSeconds``/``p95WaitSeconds``/``maxWaitSeconds``: start minus
+  submit, over jobs that ran.
 - ``meanJctSeconds``: finish minus submit, over jobs that ran.
+- ``classes``: the same (``jobs``, ``meanWaitSeconds``, ``p95WaitSeconds``,
+  ``meanJctSeconds``) apart for ``oneDomain`` jobs, whose fewest scale-up
+  domains is one on some platform their ClusterQueue may use, and
+  ``multiDomain`` jobs, the rest (a property of the job, not of where a
+  policy put it): a mean over all jobs hides a policy that makes one class
+  pay for the other.
+- ``p95BoundedSlowdown``: the 95th percentile over jobs that ran of JCT over
+  max(duration, 10 min), the duration being the job's own (unslowed), so
+  time lost to a split counts against the placement that caused it and a
+  short job's few seconds of wait do not dominate.
+- ``makespanSeconds``: from the first submission to the last finish.
 - ``utilization``: busy GPU-seconds over usable GPU-seconds, counted only
   while some job was waiting or running (an idle night does not dilute it).
 - ``usefulUtilization``: the same with each gang's GPU-seconds cut to what
@@ -58,7 +70,7 @@ from kilter.sim.engine import Outcome, Simulation, Timeline
 from kilter.sim.failing import FailingSimulation
 from kilter.sim.maintenance import MaintenanceSimulation, rollout_metrics
 
-__all__ = ["metrics"]
+__all__ = ["BOUNDED_SLOWDOWN_FLOOR_S", "job_classes", "metrics", "versus_best"]
 
 
 def _mean(values: np.ndarray[Any, Any]) -> float:
@@ -111,6 +123,29 @@ def failure_metrics(sim: FailingSimulation) -> dict[str, Any]:
     }
 
 
+BOUNDED_SLOWDOWN_FLOOR_S = 600.0  # the 10-minute floor the literature on bounded slowdown uses for batch jobs
+
+
+def _p95(values: np.ndarray[Any, Any]) -> float:
+    return float(np.percentile(values, 95)) if len(values) else 0.0
+
+
+def job_classes(
+    least: np.ndarray[Any, Any], wait: np.ndarray[Any, Any], jct: np.ndarray[Any, Any]
+) -> dict[str, dict[str, float | int]]:
+    """Wait and JCT apart for jobs whose fewest domains is one and for the rest; ``least`` is each job's fewest
+    (``Simulation.job_min_domains``, the same for every policy), all three over the jobs that ran."""
+    out: dict[str, dict[str, float | int]] = {}
+    for name, mine in (("oneDomain", least == 1), ("multiDomain", least > 1)):
+        out[name] = {
+            "jobs": int(mine.sum()),
+            "meanWaitSeconds": round(_mean(wait[mine]), 1),
+            "p95WaitSeconds": round(_p95(wait[mine]), 1),
+            "meanJctSeconds": round(_mean(jct[mine]), 1),
+        }
+    return out
+
+
 def metrics(sim: Simulation) -> dict[str, Any]:
     o: Outcome = sim.outcome
     tl: Timeline = sim.timeline
@@ -118,6 +153,8 @@ def metrics(sim: Simulation) -> dict[str, Any]:
     ran = ~np.isnan(o.end)
     wait = (o.start - submit)[ran]
     jct = (o.end - submit)[ran]
+    duration = np.fromiter((j.duration_s for j in sim.jobs), dtype=np.float64, count=len(sim.jobs))[ran]
+    bounded = jct / np.maximum(duration, BOUNDED_SLOWDOWN_FLOOR_S)
     single = ran & (o.min_domains == 1)
     multi = ran & (o.min_domains > 1)
     ratios = []
@@ -140,8 +177,12 @@ def metrics(sim: Simulation) -> dict[str, Any]:
         "completed": int(ran.sum()),
         "neverFit": len(o.never),
         "meanWaitSeconds": round(_mean(wait), 1),
-        "p95WaitSeconds": round(float(np.percentile(wait, 95)) if len(wait) else 0.0, 1),
+        "p95WaitSeconds": round(_p95(wait), 1),
+        "maxWaitSeconds": round(float(wait.max()) if len(wait) else 0.0, 1),
         "meanJctSeconds": round(_mean(jct), 1),
+        "classes": job_classes(sim.job_min_domains()[ran], wait, jct),
+        "p95BoundedSlowdown": round(_p95(bounded), 3),
+        "makespanSeconds": round(float(o.end[ran].max() - submit.min()) if ran.any() else 0.0, 1),
         "utilization": round(tl.busy_gpu_s / tl.available_gpu_s, 4) if tl.available_gpu_s else 0.0,
         "usefulUtilization": round(tl.useful_gpu_s / tl.available_gpu_s, 4) if tl.available_gpu_s else 0.0,
         "singleDomainFraction": round(float((o.domains[single] == 1).mean()), 4) if single.any() else 1.0,
@@ -155,3 +196,44 @@ def metrics(sim: Simulation) -> dict[str, Any]:
         **(rollout_metrics(sim) if isinstance(sim, MaintenanceSimulation) else {}),
         "queues": per_queue,
     }
+
+
+VERSUS = (
+    ("meanJctSeconds", "mean JCT", ()),
+    ("oneDomainWait", "one-domain jobs' mean wait", ("classes", "oneDomain", "meanWaitSeconds")),
+    ("multiDomainWait", "multi-domain jobs' mean wait", ("classes", "multiDomain", "meanWaitSeconds")),
+)
+
+
+def _read(m: dict[str, Any], key: str, path: tuple[str, ...]) -> float:
+    value: Any = m
+    for part in path or (key,):
+        value = value[part]
+    return float(value)
+
+
+def versus_best(policies: dict[str, dict[str, Any]], *, ours: str, others: list[str]) -> dict[str, Any]:
+    """``ours`` over the best of ``others`` on mean JCT and on each job class's mean wait (lower is better, so a
+    ratio below 1 is a win), naming that policy per figure; {} when either side is missing.
+
+    A ratio is None where the best other figure is 0 and ours is not (no finite ratio says it).
+    """
+    rivals = [name for name in others if name in policies and name != ours]
+    if ours not in policies or not rivals:
+        return {}
+    out: dict[str, Any] = {"policy": ours}
+    parts, behind = [], []
+    for key, label, path in VERSUS:
+        mine = _read(policies[ours], key, path)
+        best = min(rivals, key=lambda n: (_read(policies[n], key, path), rivals.index(n)))
+        theirs = _read(policies[best], key, path)
+        ratio = round(mine / theirs, 3) if theirs else (1.0 if not mine else None)
+        out[key] = {"ratio": ratio, "best": best, "ours": mine, "theirs": theirs}
+        shown = f"{ratio:g}" if ratio is not None else f"{mine:,.0f} s against 0"
+        parts.append(f"{label} {shown} ({best})")
+        if ratio is None or ratio > 1:
+            behind.append(label)
+    verdict = f"behind on {', '.join(behind)}" if behind else "ahead or level on all three"
+    out["behind"] = behind
+    out["summary"] = f"{ours} / best other policy: " + "; ".join(parts) + f" (below 1: better): {verdict}"
+    return out

@@ -6,6 +6,13 @@ answer) and returns one node index per pod, pod sets in order, or None when
 the gang does not fit as the policy places. The gang's ``topology`` is the
 request every policy sees; a policy that cannot honour a ``required``
 request returns None rather than breaking it.
+
+Two more questions a policy may answer. ``Asking``: how its operators
+configure a job of this shape (Kueue TAS's recommended annotations, Volcano's
+``highestTierAllowed``, Slurm's ``--segment``), asked once per gang when the
+run lets every policy ask for itself (``--topology-request auto``).
+``Waiting``: whether kilter's split-wait rule stands in front of it (kilter
+itself, and Kueue TAS behind kilter's AdmissionCheck).
 """
 
 from __future__ import annotations
@@ -19,7 +26,7 @@ import numpy.typing as npt
 from kilter.sim.gangs import Gang
 from kilter.topology.fleet import Fleet
 
-__all__ = ["Nodes", "PerPlatform", "Policy", "Releasing", "free_gpus"]
+__all__ = ["Asking", "Nodes", "PerPlatform", "Policy", "Releasing", "Waiting", "free_gpus", "waits_for_fewer_domains"]
 
 Nodes = npt.NDArray[np.int32]
 T = TypeVar("T")
@@ -39,6 +46,27 @@ class Releasing(Protocol):
     def release(self, job: int) -> None: ...
 
     def restore(self, job: int) -> None: ...
+
+
+@runtime_checkable
+class Asking(Protocol):
+    """A policy whose operators configure each job's request by its shape: ``ask`` returns the gang as its job would
+    be submitted (same pods, its own ``topology``, ``level`` and ``slices``), judged on the fleet as built (which
+    domains exist and are healthy), never on what is busy now."""
+
+    def ask(self, fleet: Fleet, gang: Gang) -> Gang: ...
+
+
+@runtime_checkable
+class Waiting(Protocol):
+    """A policy behind kilter's split-wait rule (``split_hold``): a *preferred* gang whose plan spans more domains
+    than it needs may be held for fewer."""
+
+    waits_for_fewer_domains: bool
+
+
+def waits_for_fewer_domains(policy: object) -> bool:
+    return isinstance(policy, Waiting) and policy.waits_for_fewer_domains
 
 
 def free_gpus(fleet: Fleet) -> npt.NDArray[np.int32]:

@@ -1,21 +1,27 @@
-"""The picture of a comparison: GPU utilization over time per policy, and each queue's share of the fleet.
+"""The picture of a comparison: each policy's mean wait by job class, GPUs busy over time, each queue's share.
 
 Drawn with matplotlib's Agg backend (no display needed) into a PNG. The
-queue panel shows the first policy of the comparison, normally kilter.
+first panel sets the policies' mean waits side by side for jobs one
+scale-up domain holds and for the rest, the two figures a mean over all jobs
+hides; the queue panel shows the first policy of the comparison, normally
+kilter.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from kilter.sim.engine import Simulation
+from kilter.sim.metrics import metrics
 
 __all__ = ["plot_runs"]
 
 DAY = 86_400.0
+CLASS_LABELS = (("oneDomain", "jobs one scale-up domain holds"), ("multiDomain", "jobs that need several"))
 
 
 def _smooth(values: np.ndarray, width: int) -> np.ndarray:
@@ -31,7 +37,13 @@ def plot_runs(runs: Sequence[tuple[str, Simulation]], path: Path, *, title: str)
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(11, 7), sharex=True, constrained_layout=True)
+    fig = plt.figure(figsize=(11, 10), constrained_layout=True)
+    rows = fig.subfigures(3, 1, height_ratios=[1, 1.2, 1])
+    rows[0].suptitle(title, fontsize=10)
+    _wait_bars(rows[0].subplots(1, 2), runs)
+    top = rows[1].subplots()
+    bottom = rows[2].subplots()
+    bottom.sharex(top)
     span = max((r.timeline.times[-1] if r.timeline.times else 0.0) for _, r in runs) or 1.0
     unit, scale = ("days", DAY) if span > 2 * DAY else ("hours", 3600.0)
     for name, sim in runs:
@@ -45,7 +57,6 @@ def plot_runs(runs: Sequence[tuple[str, Simulation]], path: Path, *, title: str)
     top.set_ylabel("GPUs busy (% of usable)")
     top.set_ylim(0, 105)
     top.legend(loc="lower right", ncols=min(len(runs), 5), fontsize=8)
-    top.set_title(title)
     name, sim = runs[0]
     tl = sim.timeline
     if tl.times:
@@ -59,3 +70,20 @@ def plot_runs(runs: Sequence[tuple[str, Simulation]], path: Path, *, title: str)
     bottom.set_ylim(0, 105)
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def _wait_bars(axes: Any, runs: Sequence[tuple[str, Simulation]]) -> None:
+    """Mean wait per policy, jobs one scale-up domain holds on the left and the rest on the right, each panel on
+    its own scale (one class waits minutes where the other waits days), each bar labelled with its value."""
+    names = [name for name, _ in runs]
+    classes = [metrics(sim)["classes"] for _, sim in runs]
+    colors = [f"C{i}" for i in range(len(names))]
+    for ax, (key, label) in zip(axes, CLASS_LABELS, strict=True):
+        hours = [c[key]["meanWaitSeconds"] / 3600 for c in classes]
+        jobs = classes[0][key]["jobs"] if classes else 0
+        drawn = ax.bar(names, hours, color=colors)
+        ax.bar_label(drawn, labels=[f"{h:.2f} h" for h in hours], fontsize=8, padding=2)
+        ax.set_title(f"{label} ({jobs:,} jobs)", fontsize=9)
+        ax.set_ylabel("mean wait (hours)")
+        ax.tick_params(axis="x", labelsize=8)
+        ax.set_ylim(0, max(max(hours, default=0.0) * 1.2, 0.1))

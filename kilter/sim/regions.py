@@ -56,7 +56,7 @@ import numpy as np
 from kilter.model.errors import InputError
 from kilter.quota.available import available
 from kilter.sim.engine import UNBOUNDED, SimConfig, Simulation
-from kilter.sim.gangs import Gang, gang_for
+from kilter.sim.gangs import Gang, gang_for, resolved_mode
 from kilter.sim.placement import Nodes, Policy, free_gpus
 from kilter.sim.policies import make_policy
 from kilter.sim.queues import QueueSetup, queue_setup
@@ -263,7 +263,7 @@ def kilter_targets(
         cq_name = sim.queues.queue_of.get(tenant)
         for p, _ in sim.queues.flavors[cq_name] if cq_name is not None else []:
             platform = sim.fleet.platforms[p]
-            gang = gang_for(-1, gpus, platform, p, sim.config.topology)
+            gang = gang_for(-1, gpus, platform, p, resolved_mode(sim.config.topology))
             ask = ask_for(gang, sim.fleet, home=names[home], queue=tenant)
             chosen = dispatch.nominate(ask, _views(sims, rooms, tenant, platform.name))
             if chosen:

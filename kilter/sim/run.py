@@ -20,6 +20,8 @@ from kilter.sim.metrics import metrics
 from kilter.sim.placement import Policy
 from kilter.sim.policies import make_policy
 from kilter.sim.queues import queue_setup
+from kilter.sim.slurm_backfill import SlurmSimulation
+from kilter.sim.slurm_block import SlurmBlock
 from kilter.sim.trace import TraceJob
 from kilter.sim.volcano_engine import VolcanoSimulation
 from kilter.topology.fleet import Fleet
@@ -49,6 +51,10 @@ def simulate(
     config = config or SimConfig()
     chosen = make_policy(policy, seed=seed) if isinstance(policy, str) else policy
     kind: type[Simulation] = VolcanoSimulation if config.quota == "volcano" else Simulation
+    if isinstance(chosen, SlurmBlock):
+        if config.failures is not None or config.maintenance is not None or config.quota == "volcano":
+            raise InputError("slurm is simulated without node failures, maintenance or --quota volcano")
+        kind = SlurmSimulation
     if config.failures is not None or config.maintenance is not None:
         if config.quota == "volcano":
             raise InputError(

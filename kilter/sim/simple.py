@@ -31,7 +31,11 @@ def platform_nodes(fleet: Fleet, platform: int) -> npt.NDArray[np.bool_]:
 
 
 class KilterPlacement:
+    """kilter's planner, every job asking its scale-up domain as preferred (what ``kilter.dev/topology: auto`` jobs
+    get before kilter's split-wait rule, which stands in front of it, decides whether a split plan waits)."""
+
     name = "kilter"
+    waits_for_fewer_domains = True
 
     def place(self, fleet: Fleet, gang: Gang) -> Nodes | None:
         if gang.topology == "required":

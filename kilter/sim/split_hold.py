@@ -37,10 +37,17 @@ The budget needs each job's expected runtime (``RUNTIME_ESTIMATES``):
 - ``oracle``: the true duration (for comparison; no cluster knows it).
 - ``none``: no estimate, so no gang ever waits.
 
-The rule's split slowdown is the one the simulation charges (an operator
-sets the platform's); its factor and cap come from the ClusterQueue's
+The rule's split slowdown is what an operator tells ``kilter serve``
+(``--split-slowdown``, default ``split_wait.DEFAULT_SPLIT_SLOWDOWN``), not
+what the simulation charges: a cluster does not know how much slower a split
+gang really runs. ``WaitSettings.split_slowdown`` None hands the rule the
+simulation's own price per extra domain (``--split-wait-slowdown true``, for
+comparison). Its factor and cap come from the ClusterQueue's
 ``kilter.dev/split-wait{,-max}`` annotations, else its nearest Cohort's,
 else ``WaitSettings`` (the ``--split-wait``/``--split-wait-max`` flags).
+
+Which policies the rule stands in front of, each policy says
+(``placement.Waiting``): kilter, and Kueue TAS behind kilter's AdmissionCheck.
 """
 
 from __future__ import annotations
@@ -56,7 +63,7 @@ import numpy as np
 from kilter.model.errors import InputError
 from kilter.quota.runtimes import RuntimeLearner
 from kilter.sim.gangs import Gang
-from kilter.sim.placement import Nodes
+from kilter.sim.placement import Nodes, waits_for_fewer_domains
 from kilter.sim.trace import TraceJob
 from kilter.topology import split_wait
 from kilter.topology.fleet import Fleet
@@ -80,12 +87,12 @@ WaitHolds = Literal["quota", "nothing"]
 WAIT_HOLDS: tuple[WaitHolds, ...] = ("quota", "nothing")
 WaitClock = Literal["reserved", "submit"]
 WAIT_CLOCKS: tuple[WaitClock, ...] = ("reserved", "submit")
-HOLDING_POLICY = "kilter"  # the other policies are what users run today: none of them waits for fewer domains
 
 
 @dataclass(frozen=True)
 class WaitSettings:
-    """The flags: the rule's factor (0 turns it off) and cap, where expected runtimes come from, the noise's seed."""
+    """The flags: the rule's factor (0 turns it off) and cap, where expected runtimes come from, the noise's seed,
+    and the split slowdown the operator told kilter (None: the simulation's true one, module docstring)."""
 
     factor: float = split_wait.DEFAULT_FACTOR
     max_s: float = split_wait.DEFAULT_MAX_S
@@ -93,13 +100,14 @@ class WaitSettings:
     seed: int = 0
     holds: WaitHolds = "quota"
     clock: WaitClock = "reserved"
+    split_slowdown: float | None = split_wait.DEFAULT_SPLIT_SLOWDOWN
 
     def __post_init__(self) -> None:
         if self.runtime_estimate not in RUNTIME_ESTIMATES:
             raise InputError(f"unknown runtime estimate {self.runtime_estimate!r} ({', '.join(RUNTIME_ESTIMATES)})")
         if self.holds not in WAIT_HOLDS or self.clock not in WAIT_CLOCKS:
             raise InputError(f"a held gang holds one of {WAIT_HOLDS}, its clock is one of {WAIT_CLOCKS}")
-        split_wait.SplitWait(self.factor, self.max_s)  # the same checks as the annotations get
+        split_wait.SplitWait(self.factor, self.max_s, self.split_slowdown or 0.0)  # the checks annotations get
 
 
 class RuntimeEstimates:
@@ -243,7 +251,7 @@ class SplitHold:
 
 
 def make_hold(
-    policy_name: str,
+    policy: object,
     fleet: Fleet,
     jobs: Sequence[TraceJob],
     cq_of: Sequence[str],
@@ -253,15 +261,18 @@ def make_hold(
     cluster_queues: Sequence[str],
     split_slowdown: float,
 ) -> SplitHold | None:
-    """The rule for a run of ``policy_name``, or None when no gang of it can ever wait (the run is then exactly
-    what it was before the rule existed).
+    """The rule for a run of ``policy``, or None when no gang of it can ever wait (the run is then exactly what it
+    was before the rule existed).
 
     ``overrides`` are each ClusterQueue's (factor, cap) from its own or its
-    nearest Cohort's annotations, None where neither sets one.
+    nearest Cohort's annotations, None where neither sets one;
+    ``split_slowdown`` is the simulation's own, used only when the settings
+    hand it over.
     """
-    if policy_name != HOLDING_POLICY or settings.runtime_estimate == "none":
+    if not waits_for_fewer_domains(policy) or settings.runtime_estimate == "none":
         return None
-    base = split_wait.SplitWait(settings.factor, settings.max_s, split_slowdown)
+    told = split_slowdown if settings.split_slowdown is None else settings.split_slowdown
+    base = split_wait.SplitWait(settings.factor, settings.max_s, told)
     rules = {cq: split_wait.resolve(base, [overrides.get(cq, (None, None))]) for cq in cluster_queues}
     if not any(rule.enabled for rule in rules.values()):
         return None

@@ -17,10 +17,18 @@ the whole platform) pods go one by one to the node of highest binpack score
 ``(used + pod GPUs) / allocatable``; since a node's score only grows as it
 fills, that is: fill the most allocated node that fits, then the next.
 
-Requests map to: ``required`` = hard mode, ``highestTierAllowed: 1``;
-``preferred`` = the lowest tier with one HyperNode that holds the whole gang,
-else the whole platform; ``unconstrained`` = no network topology, plain
-binpack over the platform's nodes.
+Requests map to: ``required`` at the gang's level = hard mode,
+``highestTierAllowed`` = level + 1; ``preferred`` = the lowest tier with one
+HyperNode that holds the whole gang, else the whole platform;
+``unconstrained`` = no network topology, plain binpack over the platform's
+nodes.
+
+``VolcanoHyperNode`` is the setup an operator of rack-scale NVLink writes
+into each Volcano Job (``spec.networkTopology``): hard mode,
+``highestTierAllowed: 1`` (the scale-up domain) for a gang one healthy domain
+holds, else the lowest tier one of whose HyperNodes holds the gang on the
+fleet as built (tier 2, the block, for every gang a block holds). Hard mode
+never places a gang beyond that tier: it waits instead.
 
 Simplifications: GPUs are the only resource, with equal weights. Ties (Volcano
 picks at random) go to the lowest HyperNode or node index. ``preferred`` is an
@@ -35,6 +43,7 @@ may use it.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -46,7 +55,7 @@ from kilter.sim.kueue_tas import labelled_domains
 from kilter.sim.placement import Nodes, PerPlatform, free_gpus
 from kilter.topology.fleet import Fleet
 
-__all__ = ["VolcanoBinpack"]
+__all__ = ["VolcanoBinpack", "VolcanoHyperNode", "hard_mode_level"]
 
 Ints = npt.NDArray[np.int64]
 
@@ -110,7 +119,10 @@ class VolcanoBinpack:
         allocatable = bm.node_gpu_counts[t.nodes].astype(np.int64)
         used = bm.node_used_gpus[t.nodes].astype(np.int64)  # Volcano counts unusable nodes in a HyperNode too
         pod_sets = [(c, g) for c, g in gang.pod_sets if c > 0]
-        tiers = () if gang.topology == "unconstrained" else t.member[:1] if gang.topology == "required" else t.member
+        if gang.topology == "unconstrained":
+            tiers: Sequence[Ints] = ()
+        else:
+            tiers = t.member[: gang.level + 1] if gang.topology == "required" else t.member
         for member in tiers:
             placed = self._in_best_hypernode(free, allocatable, used, member, pod_sets=pod_sets, gang_gpus=gang.gpus)
             if placed is not None:
@@ -150,3 +162,40 @@ class VolcanoBinpack:
                 return placed
             free[members] = before
         return None
+
+
+def hard_mode_level(fleet: Fleet, gang: Gang) -> int | None:
+    """The level ``VolcanoHyperNode`` asks for: 0 (tier 1) when one healthy domain holds the gang on the fleet as
+    built, else the lowest group level one of whose groups does; None when none does (the gang cannot run there)."""
+    bm = fleet.bitmap
+    mine = (bm.node_usable_flags != 0) & (bm.domain_platforms[fleet.node_domain] == gang.platform)
+    mine &= labelled_domains(fleet)[fleet.node_domain] | (gang.pods == 1)
+    gpus = np.where(mine, bm.node_gpu_counts, 0).astype(np.int64)
+    n_domains = len(bm.domain_platforms)
+    per_pod = [np.bincount(fleet.node_domain, weights=gpus // g, minlength=n_domains) for _, g in gang.pod_sets]
+    total = np.bincount(fleet.node_domain, weights=gpus, minlength=n_domains)
+    members = [np.arange(n_domains), *(np.asarray(g, dtype=np.int64) for g in fleet.domain_group)]
+    for level, member in enumerate(members):
+        inside = member >= 0
+        n = int(member.max(initial=-1)) + 1
+        if not n:
+            continue
+        ok = np.bincount(member[inside], weights=total[inside], minlength=n) >= gang.gpus
+        for (count, _), pods in zip(gang.pod_sets, per_pod, strict=True):
+            ok &= np.bincount(member[inside], weights=pods[inside], minlength=n) >= count
+        if ok.any():
+            return level
+    return None
+
+
+class VolcanoHyperNode(VolcanoBinpack):
+    """Volcano's network-topology-aware scheduling in hard mode, tiered as an operator of NVL72 racks sets it
+    (module docstring), with the HyperNode binpack score."""
+
+    name = "volcano-hypernode"
+
+    def ask(self, fleet: Fleet, gang: Gang) -> Gang:
+        level = hard_mode_level(fleet, gang)
+        if level is None:  # no tier holds it: what it asks cannot matter, it never starts
+            return dataclasses.replace(gang, topology="required", level=0, slices=())
+        return dataclasses.replace(gang, topology="required", level=level, slices=())

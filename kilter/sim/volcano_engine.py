@@ -23,7 +23,7 @@ from collections.abc import Sequence
 
 from kilter.quota.bound_queues import Verdict
 from kilter.sim.engine import UNBOUNDED, SimConfig, Simulation
-from kilter.sim.gangs import Gang, gang_for
+from kilter.sim.gangs import Gang
 from kilter.sim.placement import Nodes, Policy
 from kilter.sim.queues import QueueSetup
 from kilter.sim.trace import TraceJob
@@ -87,7 +87,7 @@ class VolcanoSimulation(Simulation):
         for platform, flavor in platforms:
             if job.gpus >= self._place_bound.get(platform, UNBOUNDED):
                 continue
-            gang = gang_for(j, job.gpus, self.fleet.platforms[platform], platform, self.config.topology)
+            gang = self._gang(j, platform)
             nodes = self.policy.place(self.fleet, gang) if self._free_on(platform) >= gang.gpus else None
             if nodes is None:
                 self._place_bound[platform] = min(self._place_bound.get(platform, UNBOUNDED), job.gpus)
@@ -101,7 +101,7 @@ class VolcanoSimulation(Simulation):
             return False
         victims = [v for v in self._bound.victims(j, now) if v in self._booked]
         for platform, flavor in platforms if victims else ():
-            gang = gang_for(j, job.gpus, self.fleet.platforms[platform], platform, self.config.topology)
+            gang = self._gang(j, platform)
             nodes = self._evict_and_place(gang, victims, now=now)
             if nodes is not None:
                 return self._volcano_start(

@@ -18,6 +18,7 @@ from kilter.topology import (
     spare_settings,
     spares,
     split_wait,
+    tas_recipe,
     validate,
     verdicts,
 )
@@ -69,6 +70,7 @@ __all__ = [
     "spare_settings",
     "spares",
     "split_wait",
+    "tas_recipe",
     "validate",
     "verdicts",
 ]

@@ -19,51 +19,38 @@ from kilter.sim.simple import KilterPlacement
 from kilter.state import snapshot
 
 
-def test_demo_compares_kilter_over_http_with_kueue_tas_and_spread(
+def test_demo_compares_kilter_over_http_with_kueue_tas_and_slurm(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     png = tmp_path / "demo.png"
     assert main(["demo", "--jobs", "150", "--plot", str(png), "-o", "json"]) == 0
     report = json.loads(capsys.readouterr().out)
-    assert list(report["policies"]) == ["kilter", "kueue-tas", "spread"]
+    assert list(report["policies"]) == ["kilter", "kueue-tas", "slurm"]
     assert all(m["jobs"] == 150 for m in report["policies"].values())
     assert report["policies"]["kilter"]["extenderCalls"] >= 3 * 150  # filter, prioritize and bind per pod
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert report["plot"] == str(png)
     assert len(set(report["queueOf"].values())) >= 3  # the tenants are dealt to the demo's ClusterQueues
-    ours, theirs = report["policies"]["kilter"], report["policies"]["kueue-tas"]
     versus = report["versus"]
-    assert versus["domainsOverMinimum"] == {
-        "kilter": ours["meanDomainsPerGang"],
-        "kueue-tas": theirs["meanDomainsPerGang"],
-    }
-    assert versus["summary"].startswith("kilter vs kueue-tas: mean JCT ")
+    jct = {name: m["meanJctSeconds"] for name, m in report["policies"].items()}
+    best = min(("kueue-tas", "slurm"), key=lambda n: jct[n])
+    assert versus["meanJctSeconds"]["best"] == best
+    assert versus["meanJctSeconds"]["ratio"] == pytest.approx(jct["kilter"] / jct[best], abs=1e-3)
+    assert versus["summary"].startswith("kilter / best other policy: mean JCT ")
 
 
-def test_versus_says_by_how_much_kilter_leads_or_trails() -> None:
-    def row(jct: float, wait: float, domains: float) -> dict[str, float]:
-        return {"meanJctSeconds": jct, "meanWaitSeconds": wait, "meanDomainsPerGang": domains}
-
-    ahead = demo_compare.versus({"kilter": row(90.0, 30.0, 1.0), "kueue-tas": row(100.0, 40.0, 1.125)})
-    assert ahead["meanJctLowerPercent"] == 10.0 and ahead["meanWaitLowerPercent"] == 25.0
-    assert ahead["summary"] == (
-        "kilter vs kueue-tas: mean JCT 10.0 % shorter, mean wait 25.0 % lower, domains / minimum 1.000 vs 1.125"
-    )
-    behind = demo_compare.versus({"kilter": row(110.0, 40.0, 1.0), "kueue-tas": row(100.0, 40.0, 1.0)})
-    assert behind["meanJctLowerPercent"] == -10.0 and "mean JCT 10.0 % LONGER" in behind["summary"]
-    assert demo_compare.versus({"kilter": row(1.0, 1.0, 1.0)}) == {}
-
-
-def test_demo_table_names_the_policies(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_demo_table_names_the_policies_and_says_where_kilter_trails(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(["demo", "--jobs", "60", "--plot", str(tmp_path / "d.png")]) == 0
     out = capsys.readouterr().out
-    rows = [
-        line.split()[0]
-        for line in out.splitlines()
-        if line.split() and line.split()[0] in demo_compare.DEMO_POLICIES and " vs " not in line
-    ]
-    assert rows == list(demo_compare.DEMO_POLICIES)
-    assert "kilter vs kueue-tas: mean JCT" in out
+    lines = out.splitlines()
+    first = [line.split()[0] for line in lines[3:6]]
+    assert first == list(demo_compare.DEMO_POLICIES)
+    at = lines.index("By job class (1-DOMAIN: jobs one scale-up domain can hold; MULTI-DOMAIN: the rest):")
+    assert [line.split()[0] for line in lines[at + 2 : at + 5]] == list(demo_compare.DEMO_POLICIES)
+    verdict = next(line for line in lines if line.startswith("kilter / best other policy: "))
+    assert verdict.endswith("ahead or level on all three") or ": behind on " in verdict
 
 
 def test_kilter_over_http_places_every_gang_as_the_planner_does_in_process(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from kilter.cli.main import main
+from kilter.sim.policies import POLICIES
 from tests.conftest import SHARED_DATA
 
 METRICS = {
@@ -17,7 +18,11 @@ METRICS = {
     "completed",
     "meanWaitSeconds",
     "p95WaitSeconds",
+    "maxWaitSeconds",
     "meanJctSeconds",
+    "classes",
+    "p95BoundedSlowdown",
+    "makespanSeconds",
     "utilization",
     "singleDomainFraction",
     "meanDomainsPerGang",
@@ -66,12 +71,19 @@ def test_simulate_json_carries_every_promised_metric_for_each_policy(
     )
     assert code == 0
     data = json.loads(out)
-    assert list(data["policies"]) == ["kilter", "kueue-tas", "volcano-binpack", "spread", "first-fit"]
+    assert list(data["policies"]) == list(POLICIES)
+    assert {"kueue-tas", "kueue-tas-preferred", "kueue-tas-kilter-wait", "volcano-hypernode"} <= set(POLICIES)
     for name, m in data["policies"].items():
         assert set(m) >= METRICS, name
         assert m["jobs"] == 60 and m["completed"] == 60, name
         assert 0 < m["utilization"] <= 1, name
+        classes = m["classes"]
+        assert classes["oneDomain"]["jobs"] + classes["multiDomain"]["jobs"] == 60, name
     assert data["queueOf"] == {"a": "default", "b": "default"}
+    assert (data["topologyRequest"], data["splitModel"]) == ("auto", "per-domain")
+    versus = data["versusBest"]
+    others = {n for n in POLICIES if n not in ("kilter", "kueue-tas-kilter-wait")}
+    assert {versus[k]["best"] for k in ("meanJctSeconds", "oneDomainWait", "multiDomainWait")} <= others
 
 
 def test_simulate_prints_a_table_with_one_row_per_policy(
@@ -83,6 +95,11 @@ def test_simulate_prints_a_table_with_one_row_per_policy(
     lines = out.splitlines()
     assert lines[0].split()[:3] == ["POLICY", "JOBS", "DONE"]
     assert [line.split()[0] for line in lines[1:3]] == ["kilter", "spread"]
+    at = lines.index("By job class (1-DOMAIN: jobs one scale-up domain can hold; MULTI-DOMAIN: the rest):")
+    assert lines[at + 1].split()[:3] == ["POLICY", "1-DOMAIN", "JOBS"]
+    assert [line.split()[0] for line in lines[at + 2 : at + 4]] == ["kilter", "spread"]
+    assert lines[at + 5].startswith("kilter / best other policy: mean JCT ")
+    assert lines[at + 5].count("(spread)") == 3
 
 
 def test_simulate_reads_a_snapshot_as_the_fleet(
@@ -120,6 +137,8 @@ def test_simulate_runs_the_synthetic_philly_workload_with_fair_quota(
         (["--fleet-text", "nodes: 3"], "'platforms'"),
         (["--split-wait", "-1"], "--split-wait must be between 0 and 100"),
         (["--split-wait-max", "soon"], "'soon' is not a duration"),
+        (["--split-wait-slowdown", "fast"], "--split-wait-slowdown: expected a number from 0 to 100 or 'true'"),
+        (["--split-wait-slowdown", "-0.5"], "--split-wait-slowdown"),
     ],
 )
 def test_simulate_bad_input_exits_2_with_one_line(
@@ -154,6 +173,7 @@ def test_simulate_reports_the_split_wait_settings_and_what_they_did(
         "runtimeEstimate": "oracle",
         "holds": "quota",
         "clock": "reserved",
+        "splitSlowdown": 0.2,
         "policies": ["kilter"],
     }
     assert data["policies"]["first-fit"]["splitWaited"] == 0  # the rule is kilter's alone

@@ -58,13 +58,34 @@ def test_a_gang_waits_for_a_finish_that_frees_one_domain_and_starts_whole() -> N
     assert plain.outcome.start[2] == 1.0 and plain.outcome.domains[2] == 2 and plain.outcome.end[2] == 1201.0
 
 
+TOLD_025 = WaitSettings(runtime_estimate="oracle", split_slowdown=0.25)
+
+
 def test_when_the_budget_runs_out_the_gang_starts_split_at_exactly_submit_plus_budget() -> None:
-    sim = simulate(crowded(10_000, (2, 10, 32)), split_slowdown=0.25)
+    sim = simulate(crowded(10_000, (2, 10, 32)), split_wait=TOLD_025)
     o = sim.outcome
     # budget = 1 x 0.25 x 1 x 1000 s = 250 s from t=1: no finish comes in time, a timer wakes it at t=251.
     # (Job 3, behind it, found no quota while job 2 kept it; that does not stop job 2 itself at t=251.)
     assert o.start[2] == 251.0 and o.domains[2] == 2
     assert metrics(sim)["splitWaitTookSplit"] == 1
+
+
+@pytest.mark.parametrize(
+    ("sim_slowdown", "told", "start"),
+    [
+        pytest.param(0.25, 0.2, 201.0, id="the rule prices a split as kilter was told (0.2 x 1000 s), not as it runs"),
+        pytest.param(0.5, 0.2, 201.0, id="a dearer true split changes nothing the rule sees"),
+        pytest.param(0.5, None, 501.0, id="handed the true price on request: 0.5 x 1000 s"),
+    ],
+)
+def test_the_rule_knows_only_the_split_slowdown_an_operator_set(
+    sim_slowdown: float, told: float | None, start: float
+) -> None:
+    settings = WaitSettings(runtime_estimate="oracle", split_slowdown=told)
+    sim = simulate(crowded(10_000), split_slowdown=sim_slowdown, split_wait=settings)
+    assert sim.outcome.start[2] == start and sim.outcome.domains[2] == 2
+    # It runs as long as the simulation's own price says: 1000 x (1 + slowdown).
+    assert sim.outcome.run[2] == pytest.approx(1000 * (1 + sim_slowdown))
 
 
 def test_the_cap_bounds_every_wait() -> None:
@@ -99,11 +120,11 @@ def test_the_budget_counts_from_the_first_hold_or_from_submission() -> None:
     # Jobs 2 and 3 fill the 8 free trays of each rack until t=50; job 4 first fits, split, at t=50.
     # Its budget (0.25 x 400 = 100 s) runs from t=50 to 150, past job 0's end at t=120: it starts whole there.
     trace = jobs((0, 120, 40), (0, 5000, 40), (0, 50, 32), (0, 50, 32), (1, 400, 64))
-    held = simulate(trace, split_slowdown=0.25)
+    held = simulate(trace, split_wait=TOLD_025)
     assert held.outcome.start[4] == 120.0 and held.outcome.domains[4] == 1
     # Counted from submission at t=1, 49 s are spent by t=50: it takes the split plan at t=101.
-    settings = WaitSettings(runtime_estimate="oracle", clock="submit")
-    submitted = simulate(trace, split_slowdown=0.25, split_wait=settings)
+    settings = WaitSettings(runtime_estimate="oracle", clock="submit", split_slowdown=0.25)
+    submitted = simulate(trace, split_wait=settings)
     assert submitted.outcome.start[4] == 101.0 and submitted.outcome.domains[4] == 2
 
 
