@@ -38,11 +38,11 @@ def plot_runs(runs: Sequence[tuple[str, Simulation]], path: Path, *, title: str)
     import matplotlib.pyplot as plt
 
     fig = plt.figure(figsize=(11, 10), constrained_layout=True)
-    rows = fig.subfigures(3, 1, height_ratios=[1, 1.2, 1])
-    rows[0].suptitle(title, fontsize=10)
-    _wait_bars(rows[0].subplots(1, 2), runs)
-    top = rows[1].subplots()
-    bottom = rows[2].subplots()
+    panels = fig.subplot_mosaic([["one", "multi"], ["busy", "busy"], ["shares", "shares"]], height_ratios=[1, 1.2, 1])
+    fig.suptitle(title, fontsize=10)
+    _wait_bars((panels["one"], panels["multi"]), runs)
+    top = panels["busy"]
+    bottom = panels["shares"]
     bottom.sharex(top)
     span = max((r.timeline.times[-1] if r.timeline.times else 0.0) for _, r in runs) or 1.0
     unit, scale = ("days", DAY) if span > 2 * DAY else ("hours", 3600.0)
