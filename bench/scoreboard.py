@@ -23,6 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "docs" / "sim" / "scoreboard"
 PHILLY = ROOT.parent / "shared" / "data" / "traces" / "philly" / "philly.csv"
 FLEETS = {"48": ROOT / "docs" / "sim" / "gb200-48.yaml", "40": ROOT / "docs" / "sim" / "gb200-40.yaml"}
+SYNTHETIC_FLEET = ROOT / "docs" / "sim" / "gb200-28.yaml"  # the synthetic profile never queues on 40 racks
 # (split model, split slowdown, block slowdown): none needs no slowdown; per-domain and step at the defaults
 # (0.2 and 0.1) and at 1.0 for both (a split gang runs twice as long), as the page's earlier sweeps set them.
 MODELS = (
@@ -41,7 +42,9 @@ def runs(trace: Path) -> list[tuple[str, list[str]]]:
         for model, split, block in MODELS:
             name = f"philly-{racks}-{model}-{split:g}"
             out.append((name, _args(fleet, str(trace), model, split, block)))
-    out.append(("synthetic-40-per-domain-0.2", _args(FLEETS["40"], "synthetic:philly", "per-domain", 0.2, 0.1)))
+    for model, split, block in MODELS[:3]:
+        name = f"synthetic-28-{model}-{split:g}"
+        out.append((name, _args(SYNTHETIC_FLEET, "synthetic:philly", model, split, block)))
     return out
 
 

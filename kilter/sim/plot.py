@@ -85,5 +85,5 @@ def _wait_bars(axes: Any, runs: Sequence[tuple[str, Simulation]]) -> None:
         ax.bar_label(drawn, labels=[f"{h:.2f} h" for h in hours], fontsize=8, padding=2)
         ax.set_title(f"{label} ({jobs:,} jobs)", fontsize=9)
         ax.set_ylabel("mean wait (hours)")
-        ax.tick_params(axis="x", labelsize=8)
+        ax.tick_params(axis="x", labelsize=8, labelrotation=20 if len(names) > 3 else 0)
         ax.set_ylim(0, max(max(hours, default=0.0) * 1.2, 0.1))
