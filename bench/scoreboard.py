@@ -64,7 +64,11 @@ def _run_one(name: str, args: list[str]) -> str:
     if done.returncode:
         return f"{name}: failed ({done.stderr.strip()[-300:]})"
     report = json.loads(done.stdout)
-    report["command"] = "kilter " + " ".join(args).replace(str(PHILLY), "philly.csv")
+    # Where the trace was read from is this machine's business: the page names the file the reader downloads.
+    trace = args[args.index("--trace") + 1]
+    local = Path(trace).name if Path(trace).is_file() else trace
+    report["trace"] = local
+    report["command"] = "kilter " + " ".join(args).replace(trace, local)
     report["wallSeconds"] = round(time.perf_counter() - started, 1)
     (OUT / f"{name}.json").write_text(json.dumps(report, indent=1) + "\n")
     return f"{name}: {report['wallSeconds']} s"

@@ -46,7 +46,7 @@ event_handlers.go}; pkg/scheduler/framework/{framework.go,session.go,session_plu
 pkg/scheduler/actions/{allocate,reclaim,preempt,enqueue}; pkg/scheduler/util/scheduler_helper.go;
 apis pkg/apis/scheduling/{types.go,v1beta1/types.go,v1beta1/labels.go}, staging/src/volcano.sh/apis (v1.14+).
 
-Where this differs from /work/shared/reference/protocols.md §2.4:
+Where this differs from the commonly documented Volcano extender wire format:
 * the PodGroup/Queue shape on v1.13.x (flattened ObjectMeta, PascalCase Spec/Status), see above;
 * ``NodeInfo.Tasks`` is keyed by ``"namespace/podName"`` (``api.PodKey``), not by task UID
   (``JobInfo.Tasks`` and ``TaskStatusIndex`` are keyed by UID);
