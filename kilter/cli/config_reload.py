@@ -63,8 +63,17 @@ class ConfigReloader:
         self.started = config  # what the process was built from
         self.config = config  # what it runs with now
         self.app = app
-        self._seen = self._read()
+        # Why the file as it is now is not in force, for /readyz: it cannot be read (cleared by the next good read),
+        # or its content was refused (cleared when other content is applied).
+        self.unreadable = ""
+        self.refused = ""
+        self._seen: bytes | None = None
+        try:
+            self._seen = configuration.read(path)
+        except InputError as e:
+            self.unreadable = e.message
         self._task: asyncio.Task[None] | None = None
+        app.problem_sources.append(lambda: [f"config {why}" for why in (self.unreadable, self.refused) if why])
         registry = app.metrics.registry
         self.reloads = Counter(
             "kilter_config_reloads",
@@ -81,30 +90,51 @@ class ConfigReloader:
         pending.set_function(lambda: len(self.pending))
         self.pending: list[str] = []
 
-    def _read(self) -> bytes | None:
-        try:
-            return self.path.read_bytes()
-        except OSError:
-            return None
-
     def reload(self) -> list[str]:
         """Read the file once more; apply the ``LIVE`` settings that changed and return the paths of the changed
-        settings that need a restart. A file that does not validate changes nothing."""
+        settings that need a restart. A file that cannot be read or does not validate changes nothing."""
         try:
-            new = configuration.config_of(self.path, self.flags)
+            new = self._changed(always=True)
         except InputError as e:
-            self.reloads.labels("refused").inc()
-            log.error("config %s not applied, keeping the running settings: %s", self.path, e)
+            self._refuse(e.message)
             return self.pending
+        return self.apply(new) if new is not None else self.pending
+
+    def _changed(self, *, always: bool = False) -> ServeConfig | None:
+        """The file's settings if its bytes changed since the last reading (or ``always``), else None. InputError
+        when it cannot be read (kept as ``unreadable``) or does not validate."""
+        try:
+            data = configuration.read(self.path)
+        except InputError as e:
+            if e.message != self.unreadable:
+                self.reloads.labels("refused").inc()
+                log.error("config %s: keeping the running settings", e.message)
+            self.unreadable = e.message
+            return None
+        self.unreadable = ""
+        if data == self._seen and not always:
+            return None
+        self._seen = data
+        return configuration.config_of(self.path, self.flags, data)
+
+    def _refuse(self, why: str) -> None:
+        """Content refused: counted, logged, and kept for ``/readyz`` until other content is applied."""
+        self.reloads.labels("refused").inc()
+        log.error("config %s not applied, keeping the running settings: %s", self.path, why)
+        self.refused = why
+
+    def apply(self, new: ServeConfig) -> list[str]:
+        """Apply ``new``, the file's settings as just read: the ``LIVE`` ones that changed at once, the rest named;
+        the paths of the changed settings that need a restart."""
         paths = configuration.flag_paths()
         changed = {f.name for f in dataclasses.fields(new) if getattr(new, f.name) != getattr(self.config, f.name)}
         live = changed & LIVE
         try:  # what would run: the live settings new, the rest as started; it must hold together before any applies
             running = dataclasses.replace(self.config, **{f: getattr(new, f) for f in live})
         except InputError as e:
-            self.reloads.labels("refused").inc()
-            log.error("config %s not applied: with the settings that need a restart as they are, %s", self.path, e)
+            self._refuse(f"with the settings that need a restart as they are, {e.message}")
             return self.pending
+        self.refused = ""
         if live:
             self._apply(running)
             self.config = running
@@ -138,21 +168,21 @@ class ConfigReloader:
             logging.getLogger(name).setLevel(new.log_level.upper())
 
     async def watch(self, interval_s: float) -> None:
-        self._guarded()  # the file may have changed between the start's read and now
+        """Poll forever. The file is read and validated on a worker thread (a huge or hostile file must not stall
+        the listeners); only applying valid settings runs on the loop. No failure ends the watch."""
+        always = True  # the file may have changed between the start's read and now
         while True:
+            try:
+                new = await asyncio.to_thread(self._changed, always=always)
+                if new is not None:
+                    self.apply(new)
+            except InputError as e:
+                self._refuse(e.message)
+            except Exception as e:  # a bug, or MemoryError: it costs this reading, never the watch
+                log.exception("config %s not read", self.path)
+                self._refuse(f"{type(e).__name__}: {e}")
+            always = False
             await asyncio.sleep(interval_s)
-            now = self._read()
-            if now is not None and now != self._seen:
-                self._seen = now
-                self._guarded()
-
-    def _guarded(self) -> None:
-        """``reload``, whose failure must not end the watch: a bug is logged and counted as a refusal."""
-        try:
-            self.reload()
-        except Exception:
-            self.reloads.labels("refused").inc()
-            log.exception("config %s not applied", self.path)
 
     async def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(

@@ -34,12 +34,15 @@ from pydantic.config import JsonDict
 
 from kilter.cli.configuration_pool import POOL_EXAMPLE, PoolSection, check_duration
 from kilter.cli.serve_config import DEFAULTS, ServeConfig
+from kilter.model.aliasing import check_aliasing, may_alias
 from kilter.model.durations import parse_duration
 from kilter.model.errors import InputError
+from kilter.model.files import read_bounded
 
 __all__ = [
     "API_VERSION",
     "KIND",
+    "MAX_CONFIG_BYTES",
     "Configuration",
     "config_of",
     "default_text",
@@ -48,12 +51,16 @@ __all__ = [
     "given_fields",
     "load",
     "merged",
+    "read",
     "serve_fields",
     "settings",
 ]
 
 API_VERSION = "config.kilter.dev/v1alpha1"
 KIND = "Configuration"
+MAX_CONFIG_BYTES = 1024 * 1024
+"""The largest Configuration file read: what one ConfigMap can hold (the API server refuses more), so a larger file
+was never the operator's Configuration."""
 
 
 def _duration_text(seconds: float) -> str:
@@ -375,16 +382,25 @@ def _errors(e: pydantic.ValidationError) -> str:
     return "; ".join(lines)
 
 
-def load(path: Path) -> Configuration:
-    """The Configuration in ``path``; InputError naming the file and each bad field's path otherwise."""
+def read(path: Path) -> bytes:
+    """The file's bytes, if it is a regular file of at most ``MAX_CONFIG_BYTES``; InputError otherwise. Never
+    blocks on a FIFO nor reads a device: the file is re-read while kilter serves, from a mount it does not own."""
+    return read_bounded(path, MAX_CONFIG_BYTES)
+
+
+def load(path: Path, data: bytes | None = None) -> Configuration:
+    """The Configuration in ``path`` (or in ``data``, its bytes already read); InputError naming the file and each
+    bad field's path otherwise."""
+    if data is None:
+        data = read(path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as e:
-        raise InputError(f"cannot read {path}: {e.strerror}") from None
+        text = data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise InputError(f"{path}: not UTF-8 text (byte {e.start})") from None
     try:
         docs = [d for d in yaml.load_all(text, Loader=_UniqueKeys) if d is not None]
+        if may_alias(text):
+            check_aliasing(docs, str(path))
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
@@ -401,13 +417,14 @@ def load(path: Path) -> Configuration:
         raise InputError(f"{path}: {_errors(e)}") from None
 
 
-def config_of(path: Path, flags: dict[str, Any] | None = None) -> ServeConfig:
-    """The ``ServeConfig`` of the file at ``path`` with ``flags`` (given on the command line) over it.
+def config_of(path: Path, flags: dict[str, Any] | None = None, data: bytes | None = None) -> ServeConfig:
+    """The ``ServeConfig`` of the file at ``path`` (or of ``data``, its bytes) with ``flags`` (given on the command
+    line) over it.
 
     A contradiction (both key sources, a body limit below 1 KiB) is reported with the file's paths for the
     fields the file set, the flags' names for the ones given as flags."""
     try:
-        file_fields = serve_fields(load(path))
+        file_fields = serve_fields(load(path, data))
     except InputError as e:
         message = e.message if e.message.startswith(f"{path}:") else f"{path}: {e.message}"
         raise InputError(message) from None

@@ -162,6 +162,8 @@ class App:
         self.volcano_max_body_bytes = volcano_max_body_bytes
         self.metrics = Metrics(extender.gangs, volcano=volcano)
         self.startup = startup or []
+        # What else /readyz lists as wrong (a --config file not in force): each a callable giving its lines.
+        self.problem_sources: list[Callable[[], list[str]]] = []
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -227,7 +229,8 @@ class App:
 
         What is wrong with a loaded state (``ClusterStore.problems``: a reload
         that failed, objects left out, inactive ClusterQueues; and
-        ``SplitWaits.problems``: split-wait annotations kilter ignores) is listed in the
+        ``SplitWaits.problems``: split-wait annotations kilter ignores; a ``--config``
+        file that cannot be read or was refused) is listed in the
         body, one line each after "ok" (``problems`` in the live JSON), but
         keeps the answer 200. Readiness decides whether the Service sends
         kube-scheduler and Volcano to this replica at all: a replica holding
@@ -240,6 +243,7 @@ class App:
         code = 200 if ready else 503
         waits = self.extender.gangs.waits
         problems = [*self.store.problems(), *(waits.problems() if waits is not None else ())] if ready else []
+        problems += [line for source in self.problem_sources for line in source()]
         if self.sync_status is None:
             text = "\n".join(["ok", *problems]) if ready else "state not loaded"
             await self._reply(send, path, code, f"{text}\n".encode(), "text/plain")

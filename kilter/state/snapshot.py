@@ -17,7 +17,9 @@ from typing import Any
 import msgspec
 import yaml
 
+from kilter.model.aliasing import MAX_DEPTH, check_aliasing, may_alias
 from kilter.model.errors import InputError
+from kilter.model.files import read_bounded
 
 __all__ = [
     "MAX_SNAPSHOT_BYTES",
@@ -47,23 +49,26 @@ class RawObjects:
 
 
 def _flatten(doc: Any, path: str) -> Iterator[tuple[dict[str, Any], str]]:
-    if doc is None:
-        return
-    if isinstance(doc, list):
-        for i, item in enumerate(doc):
-            yield from _flatten(item, f"{path}[{i}]")
-        return
-    if not isinstance(doc, dict):
-        raise InputError(f"expected a Kubernetes object, got {type(doc).__name__}", path=path)
-    kind = doc.get("kind")
-    if isinstance(kind, str) and kind.endswith("List") and "items" in doc:
-        items = doc["items"]
-        if not isinstance(items, list):
-            raise InputError("items must be a list", path=f"{path}.items")
-        for i, item in enumerate(items):
-            yield from _flatten(item, f"{path}.items[{i}]")
-        return
-    yield doc, path
+    """The objects of ``doc``, lists and ``*List`` items opened, in file order; a loop, not recursion, so that
+    nesting costs no stack."""
+    stack: list[tuple[Any, str]] = [(doc, path)]
+    while stack:
+        doc, path = stack.pop()
+        if doc is None:
+            continue
+        if isinstance(doc, list):
+            stack.extend((item, f"{path}[{i}]") for i, item in reversed(list(enumerate(doc))))
+            continue
+        if not isinstance(doc, dict):
+            raise InputError(f"expected a Kubernetes object, got {type(doc).__name__}", path=path)
+        kind = doc.get("kind")
+        if isinstance(kind, str) and kind.endswith("List") and "items" in doc:
+            items = doc["items"]
+            if not isinstance(items, list):
+                raise InputError("items must be a list", path=f"{path}.items")
+            stack.extend((item, f"{path}.items[{i}]") for i, item in reversed(list(enumerate(items))))
+            continue
+        yield doc, path
 
 
 def parse_documents(text: str, *, source: str = "snapshot") -> list[Any]:
@@ -78,10 +83,17 @@ def parse_documents(text: str, *, source: str = "snapshot") -> list[Any]:
             doc = msgspec.json.decode(text)
         except msgspec.DecodeError:
             pass  # YAML's reading, and its error if it is neither
+        except RecursionError:
+            raise InputError(f"{source} nests deeper than {MAX_DEPTH} levels; it is not read") from None
         else:
             return [doc]
     try:
-        return [d for d in yaml.load_all(text, Loader=_Loader) if d is not None]
+        docs = [d for d in yaml.load_all(text, Loader=_Loader) if d is not None]
+        if may_alias(text):
+            check_aliasing(docs, source)
+        return docs
+    except RecursionError:
+        raise InputError(f"{source} nests deeper than {MAX_DEPTH} levels; it is not read") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
@@ -96,12 +108,7 @@ def load_documents(path: Path) -> list[Any]:
 def read_text(path: Path) -> str:
     """A manifest or snapshot file's UTF-8 text; InputError, in one line, when it is unreadable or too large."""
     try:
-        size = path.stat().st_size
-        if size > MAX_SNAPSHOT_BYTES:
-            raise InputError(f"{path} is {size} bytes; the limit is {MAX_SNAPSHOT_BYTES}")
-        return path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise InputError(f"cannot read {path}: {exc.strerror or exc}") from None
+        return read_bounded(path, MAX_SNAPSHOT_BYTES).decode("utf-8")
     except UnicodeDecodeError:
         raise InputError(f"{path} is not UTF-8 text") from None
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import mmap
+import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from typing import Any
 import msgspec
 
 from kilter.model.errors import InputError
+from kilter.model.files import open_regular
 from kilter.state import snapshot, snapshot_json
 from kilter.state.snapshot_json import Decoded
 
@@ -80,12 +82,13 @@ def no_collection() -> Iterator[None]:
 
 
 def _map(path: Path) -> Any:
-    """The file's bytes, mapped read-only (``b""`` for an empty file, which cannot be mapped)."""
+    """The file's bytes, mapped read-only (``b""`` for an empty file, which cannot be mapped); only a regular file
+    within the size limit is opened (a FIFO would block the reload for good)."""
+    fd = open_regular(path, snapshot.MAX_SNAPSHOT_BYTES)
     try:
-        with path.open("rb") as f:
-            size = f.seek(0, 2)
-            if size > snapshot.MAX_SNAPSHOT_BYTES:
-                raise InputError(f"{path} is {size} bytes; the limit is {snapshot.MAX_SNAPSHOT_BYTES}")
-            return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
+        size = os.fstat(fd).st_size
+        return mmap.mmap(fd, 0, access=mmap.ACCESS_READ) if size else b""
     except OSError as exc:
         raise InputError(f"cannot read {path}: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)

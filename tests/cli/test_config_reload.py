@@ -22,7 +22,7 @@ import yaml
 
 from kilter.cli import serve
 from kilter.cli.config_reload import LIVE, LOGGERS, ConfigReloader
-from kilter.cli.configuration import API_VERSION, KIND, config_of, flag_paths
+from kilter.cli.configuration import API_VERSION, KIND, MAX_CONFIG_BYTES, config_of, flag_paths
 from kilter.extenders.explain import Record
 from kilter.extenders.server import App
 from tests.local_http import free_port, get_text
@@ -194,3 +194,95 @@ def test_a_running_kilter_serve_rereads_its_file(tmp_path: Path) -> None:
         server.terminate()
         output = server.communicate(timeout=30)[0]
     assert "splitWait.factor" in output and "listeners.webhookPort change only after a restart" in output, output
+
+
+# ---------------------------------------------------------------------------- files that are not a Configuration
+
+
+def _hostile(path: Path, kind: str) -> str:
+    """Put ``kind`` where the Configuration was, as a ConfigMap swap does (a rename over it); the refusal's words."""
+    swap = path.with_name("swap")
+    if kind == "fifo":
+        os.mkfifo(swap)
+        words = "is a FIFO"
+    elif kind == "dev-zero":
+        swap.symlink_to("/dev/zero")
+        words = "is a character device"
+    elif kind == "directory":
+        swap.mkdir()
+        words = "is a directory"
+    else:
+        swap.write_bytes(path.read_bytes() + b"#" * (MAX_CONFIG_BYTES + 1) + b"\n")
+        words = f"the limit is {MAX_CONFIG_BYTES}"
+    if kind == "directory":
+        path.unlink()
+    os.replace(swap, path)
+    return words
+
+
+def _swap_in(path: Path, **sections: dict[str, Any]) -> None:
+    """A good Configuration renamed over whatever is at ``path`` (writing into a FIFO would block)."""
+    fresh = _write(path.with_name("fresh.yaml"), **sections)
+    if path.is_dir():
+        path.rmdir()
+    os.replace(fresh, path)
+
+
+def _problems(app: App) -> list[str]:
+    return [line for source in app.problem_sources for line in source()]
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero", "oversized", "directory"])
+def test_a_file_that_is_not_a_configuration_is_refused_once_without_stalling_and_the_next_good_one_applies(
+    tmp_path: Path, kind: str
+) -> None:
+    reloader, app = _reloader(tmp_path)
+
+    async def edits() -> None:
+        watching = asyncio.get_running_loop().create_task(reloader.watch(0.01))
+        words = _hostile(reloader.path, kind)
+        await _until(lambda: _sample(app, "kilter_config_reloads_total", result="refused") == 1)
+        [problem] = _problems(app)
+        assert words in problem and str(reloader.path) in problem, problem
+        await asyncio.sleep(0.2)  # twenty more polls of the same bad file
+        assert _sample(app, "kilter_config_reloads_total", result="refused") == 1, "counted once, not per poll"
+        assert not watching.done()
+        _swap_in(reloader.path, explain={"records": 9})
+        await _until(lambda: app.extender.log.records == 9)
+        assert _problems(app) == []
+        watching.cancel()
+
+    asyncio.run(edits())
+
+
+def test_an_invalid_file_is_shown_on_readiness_until_a_valid_one_applies(tmp_path: Path) -> None:
+    reloader, app = _reloader(tmp_path)
+    reloader.path.write_text("apiVersion: [\n", encoding="utf-8")
+    reloader.reload()
+    [problem] = _problems(app)
+    assert "not YAML" in problem, problem
+    _write(reloader.path, explain={"records": 9})
+    reloader.reload()
+    assert _problems(app) == [] and app.extender.log.records == 9
+
+
+def test_a_running_kilter_serve_keeps_answering_while_its_file_is_a_fifo(tmp_path: Path) -> None:
+    http = free_port()
+    listeners = {"address": "127.0.0.1", "httpPort": http, "grpcPort": 0}
+    state = {"demo": True, "reloadInterval": "100ms"}
+    path = _write(tmp_path / "config.yaml", listeners=listeners, state=state)
+    env = {**os.environ, "MPLCONFIGDIR": str(tmp_path / "mpl")}
+    argv = [sys.executable, "-m", "kilter.cli", "serve", "--config", str(path)]
+    server = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        _wait_for(http, "kilter_config_restart_pending 0.0", server)
+        _hostile(path, "fifo")
+        _wait_for(http, 'kilter_config_reloads_total{result="refused"} 1.0', server)
+        assert get_text(http, "/healthz").startswith("ok"), "the loop still answers"
+        assert "is a FIFO, not a regular file" in get_text(http, "/readyz")
+        _swap_in(path, listeners=listeners, state=state, splitWait={"factor": 0.25})
+        _wait_for(http, 'kilter_config_reloads_total{result="applied"} 1.0', server)
+        assert "FIFO" not in get_text(http, "/readyz")
+    finally:
+        server.terminate()
+        server.communicate(timeout=30)

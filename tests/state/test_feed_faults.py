@@ -8,6 +8,7 @@ still answers 200 and lists what is wrong, and ``/metrics`` counts it.
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 from collections.abc import Callable, Iterator
@@ -124,4 +125,33 @@ def test_a_snapshot_file_that_vanishes_is_reported_and_read_again_when_it_is_bac
     fleet.replace([*cluster_objects(), pod_json("filler", 4, node="r1-t00")])
     until("the file back", lambda: not passes_r1_t00(fleet))
     assert metric(fleet, "kilter_state_reload_ok") == 1 and metric(fleet, "kilter_state_reload_failures_total") >= 1
+    assert readyz(fleet) == (200, ["ok"])
+
+
+def _alias_bomb() -> str:
+    """2 KB of YAML that stands for 10⁹ objects: a top-level list of lists each holding ten of the one before."""
+    lines = ["- &l0 [lol, lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
+    lines += [f"- &l{i} [{', '.join([f'*l{i - 1}'] * 10)}]" for i in range(1, 10)]
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize("hostile", ["alias bomb", "FIFO"])
+def test_a_hostile_snapshot_is_refused_in_one_line_and_the_next_good_file_applies(fleet: Served, hostile: str) -> None:
+    assert fleet.snapshot is not None
+    if hostile == "FIFO":
+        fifo = fleet.snapshot.with_name("fifo")
+        os.mkfifo(fifo)
+        os.replace(fifo, fleet.snapshot)
+        words = "is a FIFO"
+    else:
+        fleet.snapshot.write_text(_alias_bomb())
+        words = "owes too much to YAML aliases"
+    until("the refusal", lambda: metric(fleet, "kilter_state_reload_ok") == 0)
+    status, lines = readyz(fleet)
+    assert status == 200 and len(lines) == 2 and words in lines[1] and str(fleet.snapshot) in lines[1], lines
+    assert passes_r1_t00(fleet)  # the state loaded before still answers
+    fleet.snapshot.unlink()  # a FIFO cannot be written without a reader; a ConfigMap swap renames anyway
+    fleet.replace([*cluster_objects(), pod_json("filler", 4, node="r1-t00")])
+    until("the good file loaded", lambda: not passes_r1_t00(fleet))
+    assert metric(fleet, "kilter_state_reload_ok") == 1
     assert readyz(fleet) == (200, ["ok"])
