@@ -14,7 +14,7 @@ from kilter.model.annotations import SPARE_NODES_PER_DOMAIN
 from kilter.topology import spares
 from kilter.topology.fleet import Fleet
 
-__all__ = ["compress_names", "dump", "rfc3339", "short_domain", "spares_line", "table"]
+__all__ = ["compress_names", "dump", "printable", "rfc3339", "short_domain", "spares_line", "table"]
 
 
 def dump(data: Any, fmt: str) -> str:
@@ -26,9 +26,29 @@ def dump(data: Any, fmt: str) -> str:
     raise ValueError(f"unknown format {fmt}")
 
 
+# C0 and C1 controls but the newline, and the invisible format characters that reorder or hide text (bidi
+# embeddings, overrides and isolates, zero-width characters, the BOM).
+_UNPRINTABLE = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2060-\u2069\ufeff]")
+
+
+def _escaped(found: re.Match[str]) -> str:
+    code = ord(found.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def printable(text: str) -> str:
+    """``text`` safe to write to a terminal: every control or invisible format character shown as its escape
+    (``\\x1b``), newlines kept. What kilter prints comes partly from the cluster (messages, names, annotations),
+    and an escape sequence there must not move the cursor, retitle the window or hide the lines above it."""
+    return _UNPRINTABLE.sub(_escaped, text)
+
+
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    """A plain aligned table, kubectl style."""
-    cells = [[str(h) for h in headers], *[[str(c) for c in row] for row in rows]]
+    """A plain aligned table, kubectl style; a cell's newlines and control characters are shown escaped."""
+    cells = [
+        [printable(str(h)) for h in headers],
+        *[[printable(str(c)).replace("\n", "\\n") for c in row] for row in rows],
+    ]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
     lines = ["   ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells]
     return "\n".join(lines) + "\n"

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import NoReturn, cast
 
 from kilter import __version__
+from kilter.cli import render
 from kilter.cli.exits import guarded
 from kilter.cli.kubectl import completion, domains, explain, pending, plan, queues, remote, source, top
 from kilter.cli.kubectl.output import Answer
@@ -76,9 +77,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             view: Callable[[argparse.Namespace, source.Cluster], Answer] = args.view
             said = view(args, source.load(args))
-        print(said.text, end="")
+        print(render.printable(said.text), end="")  # the cluster's words reach a terminal: no escape sequences
         if said.error:
-            print(said.error, file=sys.stderr)
+            print(render.printable(said.error), file=sys.stderr)
         return said.code
 
     return guarded(f"{PROG} {args.command}", answer)

@@ -238,3 +238,25 @@ def test_explain_tells_what_a_recorded_repair_replaced_by_what(
     code, out, _ = run(capsys, "explain", "-n", "tas", "workload/huge", "--snapshot", str(snap), "--now", scenario.NOW)
     assert code == 0
     assert "repair: slot 1 replaced gb200-r020-t01 by gb200-r020-t16 (same scale-up domain)" in out
+
+
+HOSTILE = "waiting\x1b[2J\x1b]0;owned\x07\rfor room\u202e"
+
+
+@pytest.mark.parametrize("view", [["pending", "-A"], ["pending", "-A", "-o", "wide"]])
+def test_text_from_the_cluster_reaches_the_terminal_escaped(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], view: list[str]
+) -> None:
+    """An admission check's message is written by whoever runs the check: its escape sequences (clear the screen,
+    retitle the window), bells, carriage returns and bidi overrides are printed as escapes, never raw."""
+    objects = scenario.objects()
+    for obj in objects:
+        for check in obj.get("status", {}).get("admissionChecks", []):
+            check["message"] = HOSTILE
+    path = tmp_path / "cluster.json"
+    path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}))
+    code, out, err = run(capsys, *view, "--snapshot", str(path), "--now", scenario.NOW)
+    assert code == 0, err
+    assert "owned" in out, "the message is shown"
+    assert not any(ch in out for ch in "\x1b\x07\r\u202e"), out
+    assert "\\x1b[2J\\x1b]0;owned\\x07\\x0dfor room\\u202e" in out
