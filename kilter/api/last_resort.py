@@ -7,13 +7,24 @@ nobody counts it. ``INTERNAL`` is the code gRPC reserves for a server's
 broken invariant, so a client knows not to retry the same request as if it
 had asked wrongly; the count is the HTTP listener's
 ``kilter_internal_errors_total``, labelled with the RPC's full name.
+
+A request that is not even a message of its method's type (malformed
+protobuf) never reaches a handler: gRPC's own reading would raise, log a
+traceback and answer ``UNKNOWN`` for every such call, trusted or not. The
+interceptor reads it instead: a caller the listener does not trust gets
+``PERMISSION_DENIED`` as for any other request, a trusted one
+``INVALID_ARGUMENT``, and both are counted (``kilter_grpc_refused_total``).
+Log lines are throttled per method, so a flood of bad calls writes one line
+a minute, not one per call.
 """
 
 from __future__ import annotations
 
 import inspect
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import grpc
@@ -23,6 +34,37 @@ __all__ = ["LastResort"]
 log = logging.getLogger("kilter.api")
 
 Count = Callable[[str], None]  # an RPC's full method name -> counted
+Refused = Callable[[str, str], None]  # an RPC's full method name, the status code's name -> counted
+OPEN_SERVICES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
+"""Methods every caller may call (load balancers' health checks, schema browsers): no trust check before them."""
+LOG_EVERY_S = 60.0
+
+
+@dataclass
+class _Malformed:
+    """A request body that is not a message of its method's type, carried to the handler wrapper so that the trust
+    check still comes first."""
+
+    error: str
+
+
+class Throttle:
+    """At most one log line per key every ``every_s``; the next one says how many were left out meanwhile."""
+
+    def __init__(self, every_s: float = LOG_EVERY_S, clock: Callable[[], float] = time.monotonic) -> None:
+        self.every_s = every_s
+        self.clock = clock
+        self._last: dict[str, tuple[float, int]] = {}
+
+    def allow(self, key: str) -> int | None:
+        """None to stay silent; else how many lines for ``key`` were left out since the last one written."""
+        now = self.clock()
+        last, skipped = self._last.get(key, (float("-inf"), 0))
+        if now - last < self.every_s:
+            self._last[key] = (last, skipped + 1)
+            return None
+        self._last[key] = (now, 0)
+        return skipped
 
 
 if TYPE_CHECKING:  # grpc-stubs types the interceptor generic; at run time it is a plain class
@@ -34,8 +76,17 @@ else:
 class LastResort(Interceptor):
     """Wraps every unary and server-streaming handler; health and reflection are covered as well."""
 
-    def __init__(self, count: Count | None = None) -> None:
+    def __init__(
+        self,
+        count: Count | None = None,
+        *,
+        trusted: Callable[[str], bool] = lambda peer: True,
+        refused: Refused | None = None,
+    ) -> None:
         self.count = count or (lambda method: None)
+        self.trusted = trusted
+        self.refused = refused or (lambda method, code: None)
+        self.throttle = Throttle()
         # gRPC asks again on every call; a method's handler is the one registered, so it is wrapped once.
         self._wrapped: dict[tuple[str, grpc.RpcMethodHandler[Any, Any]], grpc.RpcMethodHandler[Any, Any]] = {}
 
@@ -54,10 +105,11 @@ class LastResort(Interceptor):
         return wrapped
 
     def _wrap(self, method: str, handler: grpc.RpcMethodHandler[Any, Any]) -> grpc.RpcMethodHandler[Any, Any]:
+        read = _tolerant(handler.request_deserializer)
         if handler.unary_unary is not None:
             return grpc.unary_unary_rpc_method_handler(
                 self._unary(method, handler.unary_unary),
-                request_deserializer=handler.request_deserializer,
+                request_deserializer=read,
                 response_serializer=handler.response_serializer,
             )
         if handler.unary_stream is not None:
@@ -67,13 +119,15 @@ class LastResort(Interceptor):
             wrapped = self._stream(method, stream) if yields else self._unary(method, stream)
             return grpc.unary_stream_rpc_method_handler(
                 wrapped,
-                request_deserializer=handler.request_deserializer,
+                request_deserializer=read,
                 response_serializer=handler.response_serializer,
             )
         return handler
 
     def _unary(self, method: str, behaviour: Callable[..., Any]) -> Callable[..., Awaitable[Any]]:
         async def call(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+            if isinstance(request, _Malformed):
+                await self._malformed(method, request, context)
             try:
                 return await behaviour(request, context)
             except grpc.aio.AbortError:
@@ -85,6 +139,8 @@ class LastResort(Interceptor):
 
     def _stream(self, method: str, behaviour: Callable[..., Any]) -> Callable[..., AsyncIterator[Any]]:
         async def call(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
+            if isinstance(request, _Malformed):
+                await self._malformed(method, request, context)
             try:
                 async for item in behaviour(request, context):
                     yield item
@@ -95,8 +151,39 @@ class LastResort(Interceptor):
 
         return call
 
+    async def _malformed(self, method: str, request: _Malformed, context: grpc.aio.ServicerContext[Any, Any]) -> None:
+        peer = context.peer()
+        if not method.startswith(OPEN_SERVICES) and not self.trusted(peer):
+            self.refused(method, "PERMISSION_DENIED")
+            await context.abort(grpc.StatusCode.PERMISSION_DENIED, f"caller {peer} is not trusted")
+        self.refused(method, "INVALID_ARGUMENT")
+        skipped = self.throttle.allow(f"malformed {method}")
+        if skipped is not None:
+            more = f" ({skipped} more since the last line)" if skipped else ""
+            log.warning("%s: a request from %s is not a valid message: %s%s", method, peer, request.error, more)
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"the request is not a valid message: {request.error}")
+
     async def _abort(self, method: str, exc: Exception, context: grpc.aio.ServicerContext[Any, Any]) -> None:
-        log.error("%s failed", method, exc_info=exc)
         self.count(method)
+        skipped = self.throttle.allow(f"internal {method}")
+        if skipped is not None:
+            more = f" ({skipped} more since the last line)" if skipped else ""
+            log.error("%s failed%s", method, more, exc_info=exc)
         line = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
         await context.abort(grpc.StatusCode.INTERNAL, f"internal error in kilter (logged): {line}")
+
+
+def _tolerant(read: Callable[[bytes], Any] | None) -> Callable[[bytes], Any] | None:
+    """``read`` (a message type's parser), answering a body it cannot parse with ``_Malformed`` instead of raising
+    inside gRPC, which would log a traceback and answer UNKNOWN before any handler or trust check ran."""
+    if read is None:
+        return None
+    parse = read
+
+    def tolerant(raw: bytes) -> Any:
+        try:
+            return parse(raw)
+        except Exception as exc:
+            return _Malformed(" ".join(f"{type(exc).__name__}: {exc}".split())[:200])
+
+    return tolerant

@@ -25,7 +25,7 @@ from grpc_reflection.v1alpha import reflection
 
 from kilter.api import placement_pb2 as pb
 from kilter.api import placement_pb2_grpc as pb_grpc
-from kilter.api.last_resort import Count, LastResort
+from kilter.api.last_resort import Count, LastResort, Refused
 from kilter.api.servicer import MAX_JOB_BYTES, PlacementServicer, Sources
 from kilter.api.tls import ReloadingCredentials
 
@@ -70,6 +70,7 @@ class PlacementServer:
         credentials: ReloadingCredentials | None = None,
         ready: Callable[[], bool] | None = None,
         internal_error: Count | None = None,
+        refused: Refused | None = None,
         services: Sequence[Service] = (),
     ) -> None:
         self.sources = sources
@@ -79,6 +80,7 @@ class PlacementServer:
         self.credentials = credentials
         self.ready = ready or (lambda: sources.store.ready)
         self.internal_error = internal_error
+        self.refused = refused
         self.health: _Health = health.aio.HealthServicer()  # type: ignore[attr-defined]
         self.loop: asyncio.AbstractEventLoop | None = None  # the loop it serves on, once started
         self._server: grpc.aio.Server | None = None
@@ -88,7 +90,7 @@ class PlacementServer:
         """Bind and start serving (in the running loop); the bound port. InputError-free: a port in use raises
         RuntimeError from gRPC, which ``kilter serve`` reports."""
         server = grpc.aio.server(
-            interceptors=[LastResort(self.internal_error)],
+            interceptors=[LastResort(self.internal_error, trusted=self.sources.trusted, refused=self.refused)],
             options=[
                 ("grpc.max_receive_message_length", MAX_RECEIVE_BYTES),
                 ("grpc.so_reuseport", 0),

@@ -128,7 +128,10 @@ class PlacementServicer(pb_grpc.PlacementServicer):
                 store.catalog.get(platform)
         except UnknownPlatform as exc:
             await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, f"platform: {exc}")
-        now_s = request.now.ToNanoseconds() / 1e9 if request.HasField("now") else time.time()
+        try:  # protobuf checks the Timestamp's range here, and says so with ValueError
+            now_s = request.now.ToNanoseconds() / 1e9 if request.HasField("now") else time.time()
+        except ValueError as exc:
+            await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, f"now: {exc}")
         try:
             fleet = store.fleet()
             plan = planning.plan_object(fleet, obj, job, self._waits(now_s), now_s=now_s, platform=platform, keep=False)

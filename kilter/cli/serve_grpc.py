@@ -91,12 +91,16 @@ def placement_server(
     def internal_error(method: str) -> None:
         app.metrics.internal_errors.labels(method).inc()
 
+    def refused(method: str, code: str) -> None:
+        app.metrics.grpc_refused.labels(method, code).inc()
+
     return PlacementServer(
         sources,
         address=config.address,
         port=bind,
         credentials=credentials,
         internal_error=internal_error,
+        refused=refused,
         services=services,
     )
 

@@ -108,6 +108,13 @@ class Metrics:
             ["path"],
             registry=self.registry,
         )
+        self.grpc_refused = Counter(
+            "kilter_grpc_refused",
+            "gRPC requests refused before any handler ran, by method and status code: not a valid message "
+            "(INVALID_ARGUMENT), or not one from a trusted caller (PERMISSION_DENIED)",
+            ["method", "code"],
+            registry=self.registry,
+        )
         plans = Gauge("kilter_gang_plans_open", "Gang plans holding reserved GPUs", registry=self.registry)
         plans.set_function(lambda: len(gangs.plans))
         self.registry.register(GangReading(gangs))

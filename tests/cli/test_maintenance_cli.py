@@ -118,6 +118,8 @@ def test_plan_refuses_bad_input_with_one_line(
         ("{", "maintenance.json"),
         ('{"apiVersion": "kilter.dev/v1alpha1", "kind": "MaintenancePlan"}', "missing required field"),
         ("[1, 2]", "Expected `object`"),
+        ('{"a":' * 5000 + "1" + "}" * 5000, "nests deeper than"),
+        ("- " * 2000 + "x", "maximum nesting depth"),
     ],
 )
 def test_drain_refuses_a_bad_plan_before_touching_anything(

@@ -223,6 +223,7 @@ def _request(argv: list[str], **more: Any) -> bytes:
         (_request(["plan", "-f", "/etc/passwd"]), "plan needs the manifest"),
         (_request(["plan", "-f", "x"], job="kind: [unclosed"), "not valid YAML"),
         (_request(["plan", "-f", "x"], job="a: 1\n---\nb: 2\n"), "exactly one job object"),
+        (_request(["plan", "-f", "x"], job='{"a":' * 5000 + "1" + "}" * 5000), "nests deeper than"),
         (_request(["queues"], job="kind: Job"), "job is for plan"),
         (_request(["pending"], namespace="Not_A_Namespace"), "Not_A_Namespace"),
         (_request(["pending", "--now", "yesterday"]), "--now"),
