@@ -32,12 +32,19 @@ import numpy.typing as npt
 
 from kilter.gangs.decisions import Decision, DecisionFeed
 
-__all__ = ["MAX_ENTRIES", "MAX_UNKNOWN_NAMES", "DecisionLog", "Record"]
+__all__ = ["MAX_ENTRIES", "MAX_LOG_BYTES", "MAX_UNKNOWN_NAMES", "DecisionLog", "Record"]
 
 Reason = Callable[[int, int, int], str]  # (verdict code, free GPUs, total GPUs) -> sentence
 
 MAX_ENTRIES = 16_384
 """Nodes one record keeps: every node of a 16,384-node fleet (65,536 GPUs at four a node), ~200 KB of arrays."""
+
+RECORD_OVERHEAD = 1_024
+"""Bytes a record costs beyond its arrays, names and texts (the objects holding them), for the byte budget."""
+
+MAX_LOG_BYTES = 256 * 1024**2
+"""The log's default byte budget: the node budget's arrays (~50 MB) and names at their longest (253 bytes, 100 a
+record, 2,000 records: ~50 MB) with room to spare; requests cannot push the process past it, whatever they hold."""
 
 MAX_UNKNOWN_NAMES = 100
 """Names kept per record of nodes kilter does not know (the rest are counted): enough to spot a typo or a
@@ -78,6 +85,15 @@ class Record:
     def size(self) -> int:
         """Nodes this record keeps: its share of the log's ``entries`` budget."""
         return len(self.index) if self.index is not None else len(self.names)
+
+    @property
+    def nbytes(self) -> int:
+        """What this record holds, about, in bytes: its arrays, the names and texts it keeps itself (not the
+        fleet's shared names list). Its share of the log's ``max_bytes``."""
+        arrays = sum(a.nbytes for a in (self.index, self.codes, self.free, self.total, self.scores) if a is not None)
+        names = sum(map(len, self.unknown.values())) + (sum(map(len, self.names)) if self.index is None else 0)
+        texts = len(self.summary) + sum(len(k) + len(v) for k, v in self.extra.items())
+        return RECORD_OVERHEAD + arrays + names + texts + 64 * len(self.unknown)
 
     def bounded(self) -> Record:
         """This record keeping at most ``MAX_UNKNOWN_NAMES`` unknown nodes and ``MAX_ENTRIES`` nodes in all."""
@@ -163,7 +179,8 @@ class Record:
 
 
 class DecisionLog:
-    """The last ``per_pod`` records per pod, at most ``records`` in all and ``entries`` nodes across them.
+    """The last ``per_pod`` records per pod, at most ``records`` in all, ``entries`` nodes and about ``max_bytes``
+    bytes across them.
 
     The least recently decided pods go first. A record holds at most
     ``MAX_ENTRIES`` nodes at ~13 bytes each (index, verdict, free, total,
@@ -173,15 +190,28 @@ class DecisionLog:
     """
 
     def __init__(
-        self, *, records: int = 2_000, per_pod: int = 4, entries: int = 4_000_000, feed: DecisionFeed | None = None
+        self,
+        *,
+        records: int = 2_000,
+        per_pod: int = 4,
+        entries: int = 4_000_000,
+        max_bytes: int = MAX_LOG_BYTES,
+        feed: DecisionFeed | None = None,
     ) -> None:
         self.feed = feed  # told of each record added (``WatchDecisions``), when someone watches
         self.records = records
         self.per_pod = per_pod
         self.entries = entries
+        self.max_bytes = max_bytes
         self._log: OrderedDict[str, deque[Record]] = OrderedDict()
         self._count = 0
         self._size = 0
+        self._bytes = 0
+
+    @property
+    def nbytes(self) -> int:
+        """What the records hold, about, in bytes (what ``max_bytes`` bounds)."""
+        return self._bytes
 
     @property
     def size(self) -> int:
@@ -208,15 +238,23 @@ class DecisionLog:
         else:
             self._log.move_to_end(key)
         while entries and len(entries) >= self.per_pod:  # ``>=``: per_pod may have been lowered (a reload)
-            self._size -= entries.popleft().size
-            self._count -= 1
+            self._forget(entries.popleft(), len(key))
         entries.append(record)
         self._count += 1
         self._size += record.size
-        while (self._count > self.records or self._size > self.entries) and len(self._log) > 1:
-            _, dropped = self._log.popitem(last=False)
-            self._count -= len(dropped)
-            self._size -= sum(r.size for r in dropped)
+        self._bytes += record.nbytes + len(key)
+        while self._over() and len(self._log) > 1:
+            dropped_key, dropped = self._log.popitem(last=False)
+            for r in dropped:
+                self._forget(r, len(dropped_key))
+
+    def _over(self) -> bool:
+        return self._count > self.records or self._size > self.entries or self._bytes > self.max_bytes
+
+    def _forget(self, record: Record, key_bytes: int) -> None:
+        self._count -= 1
+        self._size -= record.size
+        self._bytes -= record.nbytes + key_bytes
 
     def explain(self, namespace: str, name: str) -> list[dict[str, Any]] | None:
         entries = self._log.get(f"{namespace}/{name}")

@@ -17,6 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from kilter.extenders import wire
+from kilter.model.core_v1 import MAX_NAME
 from kilter.topology import verdicts
 from kilter.topology.fleet import Fleet
 
@@ -135,7 +136,7 @@ def fast_name(item: msgspec.Raw) -> str | None:
         return None
     end = head.find(b'"', len(_NAME_FIRST))
     name = head[len(_NAME_FIRST) : end] if end > 0 else b"\\"
-    if b"\\" in name:
+    if b"\\" in name or len(name) > MAX_NAME:  # the decoder refuses a name no Node can have
         return None
     try:
         return name.decode()

@@ -33,7 +33,7 @@ from kilter.extenders.explain import DecisionLog, Record
 from kilter.gangs import GangBook, GangPlan, identify, ranks, seats
 from kilter.kube.api import ApiError, ApiServer, check_name, check_namespace, object_path
 from kilter.model import codec
-from kilter.model.core_v1 import Pod, pod_request
+from kilter.model.core_v1 import Name, Pod, pod_request
 from kilter.model.errors import InputError, KilterError
 from kilter.state.store import MODIFIED, ClusterStore, Event, pod_uid
 from kilter.topology import spares, verdicts
@@ -87,7 +87,7 @@ class SchedulerExtender:
         self._preempt_args = codec.JsonDecoder(wire.PreemptionArgs)
         self._bind_args = codec.JsonDecoder(wire.BindingArgs)
         self._node_name = codec.JsonDecoder(wire.NodeName)
-        self._names = codec.JsonDecoder(list[str])
+        self._names = codec.JsonDecoder(list[Name])  # unknown nodes' names: none longer than a name can be
         self._encoder = msgspec.json.Encoder()
         self._ladder = verdicts.Ladder()
         self._seen: OrderedDict[str, _Seen] = OrderedDict()  # pods this process filtered, by uid: what bind trusts

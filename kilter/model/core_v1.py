@@ -13,14 +13,19 @@ the collector stops tracking once it has seen they hold nothing it tracks.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Annotated
 
 import msgspec
 
 from kilter.model import quantity
 
 __all__ = [
+    "MAX_NAME",
+    "MAX_NAMESPACE",
     "Affinity",
     "Container",
+    "Name",
+    "NamespaceName",
     "Node",
     "NodeAffinity",
     "NodeCondition",
@@ -45,6 +50,15 @@ __all__ = [
 
 Quantity = str | int | float
 
+MAX_NAME = 253
+"""The longest object name the API server accepts (a DNS-1123 subdomain: Pods, Nodes, PodGroups)."""
+MAX_NAMESPACE = 63
+"""The longest namespace name (a DNS-1123 label)."""
+Name = Annotated[str, msgspec.Meta(max_length=MAX_NAME)]
+"""A name as decoded from a request or the API: longer ones are refused at decoding, so that no store keeps (and
+no caller can make kilter keep) a name no object can have."""
+NamespaceName = Annotated[str, msgspec.Meta(max_length=MAX_NAMESPACE)]
+
 
 class OwnerReference(msgspec.Struct, rename="camel", gc=False):
     """``metav1.OwnerReference``: an object this one belongs to, in its namespace; ``controller`` marks the one
@@ -59,8 +73,8 @@ class OwnerReference(msgspec.Struct, rename="camel", gc=False):
 
 
 class ObjectMeta(msgspec.Struct, rename="camel", gc=False):
-    name: str = ""
-    namespace: str = ""
+    name: Name = ""
+    namespace: NamespaceName = ""
     uid: str = ""
     resource_version: str = ""
     creation_timestamp: str | None = None  # metav1.Time marshals a zero time as null

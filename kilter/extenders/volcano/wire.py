@@ -14,9 +14,11 @@ milli-units (1 GPU = 1000) except ``pods``.
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import msgspec
 
-from kilter.model.core_v1 import ObjectMeta, PodSpec, Quantity
+from kilter.model.core_v1 import MAX_NAME, MAX_NAMESPACE, Name, NamespaceName, ObjectMeta, PodSpec, Quantity
 from kilter.model.volcano import NetworkTopologySpec, PodGroup, PodGroupSpec, PodGroupStatus
 
 __all__ = [
@@ -40,6 +42,8 @@ __all__ = [
     "WirePodGroup",
     "WireQueue",
 ]
+
+JobKey = Annotated[str, msgspec.Meta(max_length=MAX_NAMESPACE + 1 + MAX_NAME)]  # "namespace/podgroup"
 
 PERMIT, ABSTAIN, REJECT = 1, 0, -1  # Volcano's util.Permit / Abstain / Reject
 
@@ -71,12 +75,12 @@ class TaskHead(msgspec.Struct):
     """A TaskInfo without its Pod: what booking, evicting, quota and scoring need of a task."""
 
     uid: str = msgspec.field(name="UID", default="")
-    job: str = msgspec.field(name="Job", default="")
-    name: str = msgspec.field(name="Name", default="")
-    namespace: str = msgspec.field(name="Namespace", default="")
+    job: JobKey = msgspec.field(name="Job", default="")
+    name: Name = msgspec.field(name="Name", default="")
+    namespace: NamespaceName = msgspec.field(name="Namespace", default="")
     task_role: str = msgspec.field(name="TaskRole", default="")
     resreq: Resource | None = msgspec.field(name="Resreq", default=None)
-    node_name: str = msgspec.field(name="NodeName", default="")
+    node_name: Name = msgspec.field(name="NodeName", default="")
     status: int = msgspec.field(name="Status", default=0)
     priority: int = msgspec.field(name="Priority", default=0)
 
@@ -90,7 +94,7 @@ class TaskInfo(TaskHead):
 class NodeName(msgspec.Struct):
     """A NodeInfo read for its name and Volcano's own idea of what is free on it."""
 
-    name: str = msgspec.field(name="Name", default="")
+    name: Name = msgspec.field(name="Name", default="")
     idle: Resource | None = msgspec.field(name="Idle", default=None)
 
 
@@ -121,8 +125,8 @@ class WirePodGroup(msgspec.Struct):
     metadata: ObjectMeta | None = None
     spec: PodGroupSpec | None = None
     status: PodGroupStatus | None = None
-    name: str = ""
-    namespace: str = ""
+    name: Name = ""
+    namespace: NamespaceName = ""
     uid: str = ""
     creation_timestamp: str | None = msgspec.field(name="creationTimestamp", default=None)
     annotations: dict[str, str] | None = None
@@ -162,7 +166,7 @@ class WireQueue(msgspec.Struct):
     """``QueueInfo.Queue``: the v1beta1 object from v1.14, flattened ObjectMeta on v1.13 (as ``WirePodGroup``)."""
 
     metadata: ObjectMeta | None = None
-    name: str = ""
+    name: Name = ""
     annotations: dict[str, str] | None = None
 
     @property
@@ -176,9 +180,9 @@ class WireQueue(msgspec.Struct):
 
 class JobInfo(msgspec.Struct):
     uid: str = msgspec.field(name="UID", default="")
-    name: str = msgspec.field(name="Name", default="")
-    namespace: str = msgspec.field(name="Namespace", default="")
-    queue: str = msgspec.field(name="Queue", default="")
+    name: Name = msgspec.field(name="Name", default="")
+    namespace: NamespaceName = msgspec.field(name="Namespace", default="")
+    queue: Name = msgspec.field(name="Queue", default="")
     priority: int = msgspec.field(name="Priority", default=0)
     min_available: int = msgspec.field(name="MinAvailable", default=0)
     network_topology: NetworkTopologySpec | None = msgspec.field(name="NetworkTopology", default=None)
@@ -191,7 +195,7 @@ class JobInfo(msgspec.Struct):
 
 class QueueInfo(msgspec.Struct):
     uid: str = msgspec.field(name="UID", default="")
-    name: str = msgspec.field(name="Name", default="")
+    name: Name = msgspec.field(name="Name", default="")
     weight: int = msgspec.field(name="Weight", default=0)
     queue: WireQueue | None = msgspec.field(name="Queue", default=None)
 
