@@ -82,11 +82,14 @@ class LastResort(Interceptor):
         *,
         trusted: Callable[[str], bool] = lambda peer: True,
         refused: Refused | None = None,
+        max_streams: int = 256,
     ) -> None:
         self.count = count or (lambda method: None)
         self.trusted = trusted
         self.refused = refused or (lambda method, code: None)
         self.throttle = Throttle()
+        self.max_streams = max_streams
+        self.streams = 0  # server-streaming calls open now (Health.Watch, WatchDecisions)
         # gRPC asks again on every call; a method's handler is the one registered, so it is wrapped once.
         self._wrapped: dict[tuple[str, grpc.RpcMethodHandler[Any, Any]], grpc.RpcMethodHandler[Any, Any]] = {}
 
@@ -116,7 +119,7 @@ class LastResort(Interceptor):
             stream = handler.unary_stream
             # A streaming handler either yields its messages or writes them (context.write) and returns.
             yields = inspect.isasyncgenfunction(stream)
-            wrapped = self._stream(method, stream) if yields else self._unary(method, stream)
+            wrapped = self._stream(method, stream) if yields else self._unary(method, stream, streaming=True)
             return grpc.unary_stream_rpc_method_handler(
                 wrapped,
                 request_deserializer=read,
@@ -124,16 +127,22 @@ class LastResort(Interceptor):
             )
         return handler
 
-    def _unary(self, method: str, behaviour: Callable[..., Any]) -> Callable[..., Awaitable[Any]]:
+    def _unary(
+        self, method: str, behaviour: Callable[..., Any], *, streaming: bool = False
+    ) -> Callable[..., Awaitable[Any]]:
         async def call(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
             if isinstance(request, _Malformed):
                 await self._malformed(method, request, context)
+            if streaming:
+                await self._open_stream(method, context)
             try:
                 return await behaviour(request, context)
             except grpc.aio.AbortError:
                 raise
             except Exception as exc:
                 await self._abort(method, exc, context)
+            finally:
+                self.streams -= streaming
 
         return call
 
@@ -141,6 +150,7 @@ class LastResort(Interceptor):
         async def call(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
             if isinstance(request, _Malformed):
                 await self._malformed(method, request, context)
+            await self._open_stream(method, context)
             try:
                 async for item in behaviour(request, context):
                     yield item
@@ -148,8 +158,20 @@ class LastResort(Interceptor):
                 raise
             except Exception as exc:
                 await self._abort(method, exc, context)
+            finally:
+                self.streams -= 1
 
         return call
+
+    async def _open_stream(self, method: str, context: grpc.aio.ServicerContext[Any, Any]) -> None:
+        """Count a stream in, or refuse it past ``max_streams``: each open stream holds memory for as long as its
+        caller likes, and Health.Watch is open to every caller."""
+        if self.streams >= self.max_streams:
+            self.refused(method, "RESOURCE_EXHAUSTED")
+            await context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED, f"{self.max_streams} streams are open, the most kilter keeps"
+            )
+        self.streams += 1
 
     async def _malformed(self, method: str, request: _Malformed, context: grpc.aio.ServicerContext[Any, Any]) -> None:
         peer = context.peer()

@@ -37,6 +37,9 @@ PLACEMENT = pb.DESCRIPTOR.services_by_name["Placement"].full_name
 MAX_RECEIVE_BYTES = 2 * MAX_JOB_BYTES
 """Largest request gRPC reads: a job up to twice its cap is read and refused in-protocol (INVALID_ARGUMENT naming
 ``job``); anything larger gRPC itself refuses (RESOURCE_EXHAUSTED) before a byte of it reaches kilter."""
+IDLE_TIMEOUT_S = 300.0
+"""A connection with no call in flight this long is closed (gRPC's max_connection_idle): clients and pool peers
+reconnect on their next call, and a connection nobody uses stops holding a descriptor."""
 READY_POLL_S = 0.25
 """How often health looks at readiness: a flag read, so cheap; a load balancer probes far less often."""
 
@@ -72,6 +75,8 @@ class PlacementServer:
         internal_error: Count | None = None,
         refused: Refused | None = None,
         services: Sequence[Service] = (),
+        max_connections: int = 256,
+        handshake_timeout_s: float = 5.0,
     ) -> None:
         self.sources = sources
         self.services = tuple(services)
@@ -81,6 +86,8 @@ class PlacementServer:
         self.ready = ready or (lambda: sources.store.ready)
         self.internal_error = internal_error
         self.refused = refused
+        self.max_connections = max_connections
+        self.handshake_timeout_s = handshake_timeout_s
         self.health: _Health = health.aio.HealthServicer()  # type: ignore[attr-defined]
         self.loop: asyncio.AbstractEventLoop | None = None  # the loop it serves on, once started
         self._server: grpc.aio.Server | None = None
@@ -89,11 +96,20 @@ class PlacementServer:
     async def start(self) -> int:
         """Bind and start serving (in the running loop); the bound port. InputError-free: a port in use raises
         RuntimeError from gRPC, which ``kilter serve`` reports."""
+        last_resort = LastResort(
+            self.internal_error, trusted=self.sources.trusted, refused=self.refused, max_streams=self.max_connections
+        )
         server = grpc.aio.server(
-            interceptors=[LastResort(self.internal_error, trusted=self.sources.trusted, refused=self.refused)],
+            interceptors=[last_resort],
             options=[
                 ("grpc.max_receive_message_length", MAX_RECEIVE_BYTES),
                 ("grpc.so_reuseport", 0),
+                # A cap on open connections (TCP accepts past it are closed at once), a deadline on the TLS and
+                # HTTP/2 handshake, and one on idleness: without them each idle TCP connection held a descriptor
+                # for as long as its peer liked, and enough of them took the other listeners' descriptors.
+                ("grpc.max_allowed_incoming_connections", self.max_connections),
+                ("grpc.server_handshake_timeout_ms", round(self.handshake_timeout_s * 1000)),
+                ("grpc.max_connection_idle_ms", round(IDLE_TIMEOUT_S * 1000)),
             ],
         )
         pb_grpc.add_PlacementServicer_to_server(PlacementServicer(self.sources), server)

@@ -139,6 +139,11 @@ class Listeners(_Section):
         "Callers that may use /scheduler/*, /volcano/* and /debug/*, by peer address; /healthz, /readyz and "
         "/metrics answer everyone.",
     )
+    probe_networks: list[str] = _setting(
+        "probe_networks",
+        "Addresses the kubelet probes from (the node's); their connections may use the trusted callers' reserve "
+        "of the HTTP listener's connections, so probes get through. Not trusted with the verbs.",
+    )
     max_body_bytes: int = _setting("max_body_bytes", "The largest /scheduler/* body read.")
     volcano_max_body_bytes: int = _setting("volcano_max_body_bytes", "The largest /volcano/* body read.")
     header_timeout: str = _setting(
@@ -153,7 +158,9 @@ class Listeners(_Section):
     keep_alive_timeout: str = _setting(
         "keep_alive_timeout_s", "Close a kept-alive connection idle for this long.", duration=True
     )
-    max_connections: int = _setting("max_connections", "Open connections per listener; more are closed at once.")
+    max_connections: int = _setting(
+        "max_connections", "Open connections per listener (gRPC too) and open gRPC streams; more are refused."
+    )
 
 
 class LeaderElection(_Section):

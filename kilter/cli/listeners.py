@@ -85,11 +85,19 @@ FILE_RESERVE = 128
 """File descriptors kept beyond the listeners' caps: the state feed, the API server, the snapshot, logs."""
 
 CloseReason = Literal[
-    "cap", "untrusted-cap", "handshake", "header-timeout", "body-timeout", "response-timeout", "headers-too-large"
+    "cap",
+    "untrusted-cap",
+    "shed-idle",
+    "handshake",
+    "header-timeout",
+    "body-timeout",
+    "response-timeout",
+    "headers-too-large",
 ]
 CLOSE_REASONS: tuple[CloseReason, ...] = (
     "cap",
     "untrusted-cap",
+    "shed-idle",
     "handshake",
     "header-timeout",
     "body-timeout",
@@ -140,6 +148,8 @@ class Guard:
     open: int = 0
     untrusted: int = 0
     closed: dict[str, int] = field(default_factory=dict)
+    idle: dict[GuardedHttp, None] = field(default_factory=dict)
+    """Sheddable connections waiting for their next request (or their first), longest waiting first."""
 
     def close(self, reason: CloseReason) -> None:
         self.closed[reason] = self.closed.get(reason, 0) + 1
@@ -149,6 +159,19 @@ class Guard:
         if untrusted and self.untrusted >= self.limits.max_connections - self.limits.trusted_reserve:
             return "untrusted-cap"
         return "cap" if self.open >= self.limits.max_connections else None
+
+    def shed_idle(self) -> bool:
+        """Close the sheddable connection idle longest, to make room for a new one; False when none is idle.
+
+        A connection between requests costs its peer nothing to keep, so a peer that holds many open can fill
+        a cap with them; a kubelet probe, which opens a fresh connection each time, would then be refused until
+        the keep-alive timeout. Shedding the idle first makes room for it at once: a peer keeping connections
+        open must keep them busy, and the header and body deadlines bound that."""
+        for connection in self.idle:
+            self.close("shed-idle")
+            connection.shed()
+            return True
+        return False
 
 
 class GuardedHttp(HttpToolsProtocol):
@@ -173,7 +196,7 @@ class GuardedHttp(HttpToolsProtocol):
             return
         untrusted = guard.trust is not None and not guard.trust.trusts_peer(transport.get_extra_info("peername"))
         refusal = guard.refusal(untrusted)
-        if refusal is not None:
+        if refusal is not None and not (guard.shed_idle() and guard.refusal(untrusted) is None):
             guard.close(refusal)
             transport.abort()
             return
@@ -210,6 +233,7 @@ class GuardedHttp(HttpToolsProtocol):
         if self._untrusted and trust is not None and trust.client_certs and transport.get_extra_info("peercert"):
             self._untrusted = False
             self.guard.untrusted -= 1
+            self.guard.idle.pop(self, None)
 
     def _handshake_done(self, handshake: asyncio.Future[None]) -> None:
         """A handshake that failed, passed its deadline or lost its peer: uvicorn never saw the connection."""
@@ -220,13 +244,29 @@ class GuardedHttp(HttpToolsProtocol):
     def _start(self, transport: asyncio.Transport) -> None:
         super().connection_made(transport)
         self._arm("header-timeout")
+        self._idle(True)
 
-    def connection_lost(self, exc: Exception | None) -> None:
-        if not self._counted:
-            return  # aborted at accept: uvicorn never saw it
+    def _idle(self, idle: bool) -> None:
+        """Mark the connection as waiting for a request (sheddable, if its peer is untrusted or the listener
+        trusts no one in particular) or as busy with one."""
+        if idle and (self._untrusted or self.guard.trust is None):
+            self.guard.idle[self] = None
+        else:
+            self.guard.idle.pop(self, None)
+
+    def shed(self) -> None:
+        """Give up this connection's place at once (a newcomer takes it now, not once the loop reports the
+        close) and abort it."""
+        self._idle(False)
         self._disarm()
         self._uncount()
-        if self.transport is not None:
+        self.transport.abort()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._idle(False)
+        self._disarm()
+        self._uncount()
+        if self.transport is not None:  # None: aborted at accept, uvicorn never saw it
             super().connection_lost(exc)
 
     def _uncount(self) -> None:
@@ -238,6 +278,7 @@ class GuardedHttp(HttpToolsProtocol):
             self.guard.untrusted -= 1
 
     def on_message_begin(self) -> None:
+        self._idle(False)
         if self._deadline is None:  # a keep-alive request's first byte
             self._arm("header-timeout")
         self._header_bytes = 0
@@ -293,6 +334,8 @@ class GuardedHttp(HttpToolsProtocol):
         if self.transport.get_write_buffer_size() == 0:
             self._disarm()
         super().on_response_complete()
+        if self.transport is not None and not self.transport.is_closing():
+            self._idle(True)
 
     def _arm(self, reason: CloseReason) -> None:
         self._disarm()
@@ -377,8 +420,10 @@ class TrustRule:
     peer is the connection's, never a header (``X-Forwarded-For`` is anyone's to write). A scope without
     ``client`` is an in-process call (``asgi.is_local_caller``)."""
 
-    def __init__(self, networks: Sequence[str], *, client_certs: bool = False) -> None:
-        self.networks = tuple(_network(n) for n in networks)
+    def __init__(
+        self, networks: Sequence[str], *, client_certs: bool = False, flag: str = "--trusted-networks"
+    ) -> None:
+        self.networks = tuple(_network(n, flag) for n in networks)
         self.client_certs = client_certs
 
     def __call__(self, scope: Scope) -> bool:
@@ -397,11 +442,11 @@ class TrustRule:
         return address is not None and any(address in n for n in self.networks)
 
 
-def _network(text: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
+def _network(text: str, flag: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
     try:
         return ipaddress.ip_network(text.strip(), strict=False)
     except ValueError:
-        raise InputError(f"--trusted-networks: {text!r} is not a CIDR such as 10.244.0.0/16") from None
+        raise InputError(f"{flag}: {text!r} is not a CIDR such as 10.244.0.0/16") from None
 
 
 class ListenerReading(Collector):

@@ -116,6 +116,14 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "and /metrics answer everyone",
     )
     p.add_argument(
+        "--probe-networks",
+        metavar="CIDR[,CIDR...]",
+        default=",".join(d.probe_networks),
+        help="addresses the kubelet probes from (the node's: the manifests pass the pod's hostIP); their "
+        "connections may use the trusted callers' reserve of the HTTP listener's connections, so probes get "
+        "through whatever untrusted peers hold. Not trusted with the verbs",
+    )
+    p.add_argument(
         "--kilter-user",
         action="append",
         default=[],
@@ -159,7 +167,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "--max-connections",
         type=int,
         default=d.max_connections,
-        help=f"open connections per listener (default {d.max_connections}); more are closed at once, unanswered",
+        help=f"open connections per listener, gRPC's included, and open gRPC streams (default {d.max_connections}); "
+        "more are closed at once, unanswered",
     )
     api = p.add_mutually_exclusive_group()
     api.add_argument(
@@ -465,7 +474,7 @@ def listeners(
     if tls is not None and config.http_client_ca is not None:
         http_tls = ReloadingTLS(tls.cert, tls.key, client_ca=config.http_client_ca)
     http_context = http_tls.context if http_tls is not None and config.http_tls else None
-    http = Guard("http", limits, http_context, trust=config.trust_rule)
+    http = Guard("http", limits, http_context, trust=config.connection_rule)
     servers = [uvicorn.Server(_listener(app, http, config, config.http_port, "on"))]
     guards = [http]
     if tls is not None:
@@ -507,7 +516,7 @@ def run(args: argparse.Namespace) -> int:
     servers, guards = listeners(config, app, store, tls)
     if config.tls_cert_file is not None:
         app.metrics.registry.register(readings.CertificateReading(config.tls_cert_file))
-    ensure_file_limit(config.max_connections * len(guards))
+    ensure_file_limit(config.max_connections * (len(guards) + (1 if config.grpc_port else 0)))
     controller = None
     if isinstance(app.binder, ApiBinder):
         gangs = app.extender.gangs

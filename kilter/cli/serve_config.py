@@ -97,6 +97,10 @@ class ServeConfig:
     trusted_networks: tuple[str, ...] = DEFAULT_TRUSTED_NETWORKS
     """CIDRs whose callers may use /scheduler/*, /volcano/* and /debug/* (by the peer address of the connection);
     loopback only by default. /healthz, /readyz and /metrics answer everyone."""
+    probe_networks: tuple[str, ...] = ()
+    """Addresses (CIDRs) the kubelet probes kilter from: the node's own (the manifests pass the pod's hostIP). Their
+    connections may take the trusted peers' reserve of the HTTP listener's cap, so that liveness and readiness
+    probes get through however many connections untrusted peers hold; they are not trusted with the verbs."""
     kilter_user: tuple[str, ...] = ()
     """Users allowed to write kilter-only annotations; empty: kilter's service account only."""
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
@@ -115,7 +119,8 @@ class ServeConfig:
     keep_alive_timeout_s: float = ListenerLimits.keep_alive_s
     """Seconds an idle kept-alive connection stays open between requests."""
     max_connections: int = ListenerLimits.max_connections
-    """Open connections per listener, TLS handshakes included; more are closed at once, unanswered."""
+    """Open connections per listener (HTTP, webhooks, gRPC), TLS handshakes included; more are closed at once,
+    unanswered. Also the open gRPC streams (Health.Watch, WatchDecisions) kilter keeps."""
     kubeconfig: Path | None = None
     """A kubeconfig: watch its cluster as the state (unless a snapshot is given) and bind pods through it."""
     in_cluster: bool = False
@@ -310,6 +315,7 @@ class ServeConfig:
                 f"({least_s:g}s): a record must still verify after the next rotation"
             )
         TrustRule(self.trusted_networks)  # each CIDR parses, or the one-line refusal names it
+        TrustRule(self.probe_networks, flag="--probe-networks")
         _check_split_wait(self.split_wait, self.split_wait_max_s, self.split_slowdown)
 
     @property
@@ -321,6 +327,12 @@ class ServeConfig:
     def trust_rule(self) -> TrustRule:
         """Who the HTTP listener answers on /scheduler/*, /volcano/* and /debug/*."""
         return TrustRule(self.trusted_networks, client_certs=self.http_client_ca is not None)
+
+    @property
+    def connection_rule(self) -> TrustRule:
+        """Whose connections the HTTP listener counts against the trusted reserve of its cap: trusted callers and
+        the kubelet's probes (``probe_networks``)."""
+        return TrustRule((*self.trusted_networks, *self.probe_networks), client_certs=self.http_client_ca is not None)
 
     @property
     def grpc_trust_rule(self) -> TrustRule:
@@ -385,6 +397,7 @@ class ServeConfig:
             grpc_port=args.grpc_port,
             grpc_client_ca=args.grpc_client_ca,
             trusted_networks=split_networks(args.trusted_networks),
+            probe_networks=split_networks(args.probe_networks),
             kilter_user=tuple(args.kilter_user),
             max_body_bytes=args.max_body_bytes,
             volcano_max_body_bytes=args.volcano_max_body_bytes,

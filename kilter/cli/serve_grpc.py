@@ -102,6 +102,8 @@ def placement_server(
         internal_error=internal_error,
         refused=refused,
         services=services,
+        max_connections=config.max_connections,
+        handshake_timeout_s=config.listener_limits.handshake_timeout_s,
     )
 
 

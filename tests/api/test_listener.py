@@ -4,8 +4,11 @@ mutual TLS with --grpc-client-ca, health that follows readiness, reflection, and
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
+import socket
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -24,8 +27,9 @@ from kilter.extenders.explain import DecisionLog
 from kilter.gangs import GangBook
 from kilter.gangs.decisions import DecisionFeed
 from kilter.state.store import ClusterStore
-from tests.api.serving import serving
+from tests.api.serving import serving, wait_for
 from tests.extenders.conftest import cluster_objects, make_certificates
+from tests.local_http import get_text
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
@@ -222,3 +226,55 @@ def test_the_inventory_follows_a_bind_made_over_http_though_the_state_version_di
         after = {d.domain: d.gpus_free for d in inventory(stub).domains}
         assert s.store.version == version  # the pod is only assumed: no event reached the state
         assert after == {**before, "r1": before["r1"] - 4}  # 68 - 4 GPUs of the bound pod
+
+
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_a_flood_of_idle_connections_to_the_grpc_port_is_capped_and_takes_nothing_from_the_http_listener(
+    tmp_path: Path,
+) -> None:
+    """kilter and this client share the process here: each client socket is one descriptor on this side, and
+    kilter's end of each connection it keeps another; past the cap kilter keeps none, and the handshake deadline
+    frees the ones it kept."""
+    with serving(tmp_path, max_connections=8, tls_handshake_timeout_s=1.0) as s:
+        before = _open_fds()
+        flood = [socket.create_connection(("127.0.0.1", s.placement.port), timeout=10) for _ in range(60)]
+        try:
+            time.sleep(0.5)
+            assert _open_fds() - before - len(flood) <= 8, "kilter kept at most its cap of the flood"
+            assert get_text(s.http_port, "/healthz").startswith("ok"), "the HTTP listener still answers"
+            assert wait_for(lambda: _open_fds() - before - len(flood) == 0), "the handshake deadline freed them"
+            health = health_pb2_grpc.HealthStub(s.channel())
+            assert health.Check(health_pb2.HealthCheckRequest(service=""), timeout=10).status == SERVING
+        finally:
+            for sock in flood:
+                sock.close()
+
+
+def test_open_streams_are_capped_for_every_caller(tmp_path: Path) -> None:
+    with serving(tmp_path, max_connections=4) as s:
+        health = health_pb2_grpc.HealthStub(s.channel())
+        watches = [health.Watch(health_pb2.HealthCheckRequest(service=""), timeout=30) for _ in range(4)]
+        try:
+            for watch in watches:
+                assert next(iter(watch)).status == SERVING
+            with pytest.raises(grpc.RpcError) as caught:
+                next(iter(health.Watch(health_pb2.HealthCheckRequest(service=""), timeout=10)))
+            assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            watches.pop().cancel()
+
+            def another_opens() -> bool:
+                try:
+                    again = health.Watch(health_pb2.HealthCheckRequest(service=""), timeout=10)
+                    opened = next(iter(again)).status == SERVING
+                    again.cancel()
+                    return bool(opened)
+                except grpc.RpcError:
+                    return False
+
+            assert wait_for(another_opens), "a stream closed makes room for another"
+        finally:
+            for watch in watches:
+                watch.cancel()

@@ -209,9 +209,12 @@ def test_untrusted_peers_hold_at_most_their_share_of_the_cap_and_a_trusted_calle
     tmp_path: Path,
 ) -> None:
     with listening(tmp_path, **SHARED) as served:
-        probes = [kept_alive(served.http_port, "127.0.0.1") for _ in range(4)]
+        # Four untrusted connections each in the middle of a request (headers begun, never ended): busy, not idle.
+        busy = [socket.create_connection(("127.0.0.1", served.http_port), timeout=10) for _ in range(4)]
         try:
-            assert wait_for(lambda: served.http.untrusted == 4)
+            for sock in busy:
+                sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+            assert wait_for(lambda: served.http.untrusted == 4 and not served.http.idle)
             with socket.create_connection(("127.0.0.1", served.http_port), timeout=10) as fifth:
                 assert closed_by_server(fifth)
             assert served.http.closed == {"untrusted-cap": 1}
@@ -222,12 +225,32 @@ def test_untrusted_peers_hold_at_most_their_share_of_the_cap_and_a_trusted_calle
                 assert filter_call(trusted) == ["r1-t00"]
             finally:
                 trusted.close()
-            for conn in probes:  # the untrusted connections within their share still hold
-                conn.request("GET", "/healthz")
-                assert conn.getresponse().read() == b"ok\n"
+            for sock in busy:  # the untrusted connections within their share still hold
+                sock.sendall(b"\r\n")
+                assert sock.recv(65536).startswith(b"HTTP/1.1 200")
             assert served.http.closed == {"untrusted-cap": 1}
         finally:
-            for conn in probes:
+            for sock in busy:
+                sock.close()
+
+
+def test_a_probe_finding_the_untrusted_share_held_by_idle_keep_alives_sheds_the_longest_idle(tmp_path: Path) -> None:
+    """An attacker's kept-alive connections between requests cost it nothing: a kubelet probe, a new connection
+    each time, takes the place of the one idle longest instead of being refused."""
+    with listening(tmp_path, **SHARED) as served:
+        held = [kept_alive(served.http_port, "127.0.0.1") for _ in range(4)]
+        try:
+            assert wait_for(lambda: served.http.untrusted == 4 and len(served.http.idle) == 4)
+            for _ in range(3):  # three probes, each answered; each sheds the one idle longest
+                held.append(kept_alive(served.http_port, "127.0.0.1"))
+            assert served.http.closed == {"shed-idle": 3}
+            assert served.http.untrusted == 4
+            for conn in held[:3]:
+                assert conn.sock is not None and closed_by_server(conn.sock), "the three idle longest were shed"
+            held[3].request("GET", "/healthz")
+            assert held[3].getresponse().read() == b"ok\n", "the youngest still serves"
+        finally:
+            for conn in held:
                 conn.close()
 
 
@@ -285,3 +308,26 @@ def test_with_a_client_ca_a_verified_connection_leaves_the_untrusted_share(tmp_p
         finally:
             for conn in verified:
                 conn.close()
+
+
+def test_a_probe_from_the_probe_networks_gets_through_a_share_held_by_busy_untrusted_peers(tmp_path: Path) -> None:
+    """The kubelet probes from the node's address (``--probe-networks``): with every untrusted slot busy (nothing
+    idle to shed), its connection takes the trusted reserve; it is still not trusted with the verbs."""
+    with listening(tmp_path, **SHARED, probe_networks=("127.0.0.3/32",)) as served:
+        busy = [socket.create_connection(("127.0.0.1", served.http_port), timeout=10) for _ in range(4)]
+        try:
+            for sock in busy:
+                sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+            assert wait_for(lambda: served.http.untrusted == 4 and not served.http.idle)
+            with socket.create_connection(("127.0.0.1", served.http_port), timeout=10) as other:
+                assert closed_by_server(other), "another untrusted peer is refused"
+            kubelet = kept_alive(served.http_port, "127.0.0.3")
+            try:
+                kubelet.request("POST", "/scheduler/filter", FILTER, {"Content-Type": "application/json"})
+                assert kubelet.getresponse().status == 403, "a probe address is not a trusted caller"
+            finally:
+                kubelet.close()
+            assert served.http.closed == {"untrusted-cap": 1}
+        finally:
+            for sock in busy:
+                sock.close()

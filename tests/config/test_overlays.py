@@ -24,7 +24,7 @@ from kubernetes_validate.utils import ValidationError, validate
 from kilter.cli import configuration
 from kilter.cli.main import build_parser
 from tests.config.crds import MODELS, check
-from tests.config.yamldocs import OVERLAYS, Obj, kilter_command, overlay
+from tests.config.yamldocs import OVERLAYS, Obj, container_argv, kilter_command, overlay
 
 SUPPORTED_KUBERNETES = ("1.33", "1.34", "1.35", "1.36", "1.37")
 PART_OF = ("app.kubernetes.io/part-of", "kilter")
@@ -295,7 +295,7 @@ def test_every_kilter_reads_its_policy_from_a_mounted_configmap_that_validates(
         namespace, pod = deployment["metadata"]["namespace"], _pod(deployment)
         kilter = _kilter(pod)
         assert kilter is not None
-        argv = [str(a) for a in kilter["command"]][1:]
+        argv = container_argv(kilter)[1:]
         args = build_parser().parse_args(argv)
         if args.command != "serve":
             continue

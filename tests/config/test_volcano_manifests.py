@@ -31,7 +31,7 @@ from kilter.state.live import default_resources
 from kilter.topology.catalog import BUILTIN, Catalog
 from tests.config.test_rbac_manifests import may_keep_plan_keys_in
 from tests.config.test_scheduler_manifests import go_duration_s
-from tests.config.yamldocs import COMPONENTS, Obj, component, container, documents, one
+from tests.config.yamldocs import COMPONENTS, Obj, component, container, container_argv, documents, one
 
 MANIFESTS = COMPONENTS / "volcano"
 CONF_FILE = MANIFESTS / "volcano-scheduler.conf.yaml"
@@ -235,8 +235,7 @@ def pod_labels(deployment: Obj) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def kilter_argv(pod_spec: Obj) -> list[str]:
-    kilter = container(pod_spec, "kilter")
-    argv = [str(a) for a in [*kilter.get("command", []), *kilter.get("args", [])]]
+    argv = container_argv(container(pod_spec, "kilter"))
     assert argv[:1] == ["kilter"], "the kilter container runs the kilter command"
     return argv[1:]
 

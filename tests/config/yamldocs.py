@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -65,12 +66,32 @@ def container(pod_spec: Obj, name: str) -> Obj:
     return found[0]
 
 
+# What the downward API gives a container's env in these tests (documentation addresses, RFC 5737).
+FIELD_VALUES = {"status.hostIP": "192.0.2.10", "status.podIP": "198.51.100.20", "metadata.namespace": "kube-system"}
+
+
+def container_argv(kilter: Obj) -> list[str]:
+    """The container's command and args as the kubelet runs them: ``$(NAME)`` replaced by the container's env
+    variable NAME (a value, or a downward-API field as ``FIELD_VALUES`` gives it), ``$$`` by ``$``."""
+    env: dict[str, str] = {}
+    for var in kilter.get("env", []):
+        field = var.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath")
+        env[var["name"]] = FIELD_VALUES[field] if field is not None else str(var.get("value", ""))
+
+    def expand(word: str) -> str:
+        return re.sub(
+            r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_]*)\)", lambda m: "$" if m[0] == "$$" else env.get(m[1], m[0]), word
+        )
+
+    return [expand(str(a)) for a in (*kilter.get("command", []), *kilter.get("args", []))]
+
+
 def kilter_command(pod_spec: Obj) -> argparse.Namespace:
     """What kilter's own parser reads of the ``kilter`` container's command line."""
     from kilter.cli.main import build_parser
 
     kilter = container(pod_spec, "kilter")
-    argv = [str(a) for a in (*kilter.get("command", []), *kilter.get("args", []))]
+    argv = container_argv(kilter)
     assert argv[:1] == ["kilter"], "the kilter container runs the kilter command"
     return build_parser().parse_args(argv[1:])
 
