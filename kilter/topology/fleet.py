@@ -19,8 +19,9 @@ One bad object must not make every answer about the others an error. A
 node whose device count does not read as a whole number of devices
 (``"abc"``, ``"-4"``, ``"0.5"``) or is far beyond any real node is left out
 of the fleet with a warning and named in ``unreadable_nodes``; a bound pod
-whose GPU request does not read as a count fills its node, with a warning
-(what it holds is unknown, so nothing else is placed beside it).
+whose GPU request does not read as a count fills its node, with a warning,
+and is named in ``unreadable_pods`` (``pod_gpus``: what it holds is
+unknown, so nothing else is placed beside it).
 """
 
 from __future__ import annotations
@@ -33,10 +34,11 @@ import numpy.typing as npt
 
 from kilter._native import domains, jsonout, names
 from kilter.model.annotations import TOPOLOGY_ACK
-from kilter.model.core_v1 import Node, Pod, Taint, pod_request
+from kilter.model.core_v1 import Node, Pod, Taint
 from kilter.model.errors import InputError, UnknownPlatform
 from kilter.model.kueue import Topology
 from kilter.model.volcano import HyperNode
+from kilter.topology import pod_gpus
 from kilter.topology.catalog import BUILTIN, Catalog, Platform
 from kilter.topology.health import BLOCKING_EFFECTS, DEFAULTS, HEALTH_TAINT_PREFIX, HealthSignals
 from kilter.topology.hypernodes import SOURCE as HYPERNODES
@@ -44,12 +46,19 @@ from kilter.topology.hypernodes import with_hypernode_labels
 from kilter.topology.labels import Levels, choose_levels, group_path
 from kilter.topology.validate import ACK_VALUE, READ_ERRORS, device_counts, mixed, shape_errors
 
-__all__ = ["Fleet", "build_fleet", "is_node_usable"]
+__all__ = ["Fleet", "build_fleet", "is_node_usable", "unreadable_pod"]
 
 ENDED_PHASES = ("Succeeded", "Failed")
 MAX_NODE_GPUS = 4096  # far above any node (CPX-partitioned MI300X shows 64); keeps the model's int16 counts safe
 
 TaintKey = tuple[str, str, str]
+
+
+def unreadable_pod(pod: Pod, count: pod_gpus.Unreadable) -> str:
+    """The line naming a bound pod whose GPU count does not read and the node it is taken to hold whole: the
+    fleet's warnings and the store's ``/readyz`` lines say it alike."""
+    meta = pod.metadata
+    return f"pod {meta.namespace}/{meta.name}: {count.why}; node {pod.spec.node_name} counted as full"
 
 
 def is_node_usable(node: Node, health: HealthSignals = DEFAULTS) -> bool:
@@ -95,6 +104,7 @@ class Fleet:
     domain_group: npt.NDArray[np.int32]
     warnings: list[str] = field(default_factory=list)
     unreadable_nodes: dict[str, str] = field(default_factory=dict)  # left out, by name: why (its device count)
+    unreadable_pods: dict[str, str] = field(default_factory=dict)  # bound, count unreadable, by namespace/name: why
     spare_nodes: npt.NDArray[np.int32] | None = None  # per domain, spare nodes asked for (``spares.assign``)
     spares_lent: npt.NDArray[np.bool_] | None = None  # per domain, spares lent to preemptible pods (``spares.assign``)
     unusable: dict[str, str] = field(default_factory=dict)  # unusable nodes of the fleet, by name: why, name order
@@ -344,18 +354,17 @@ def build_fleet(
 
     used = np.zeros(len(node_names), dtype=np.int64)
     node_resource = [platforms[dom_platform[d]].device_resource for d in node_domain]
+    unreadable_pods: dict[str, str] = {}
     for pod in pods:
         i = node_index.get(pod.spec.node_name) if pod.spec.node_name else None
         if i is None or pod.status.phase in ENDED_PHASES:
             continue
-        where = f"pod {pod.metadata.namespace}/{pod.metadata.name}"
-        try:
-            used[i] += pod_request(pod.spec, node_resource[i], path=f"{where}: spec")
-        except (InputError, ArithmeticError, ValueError) as exc:
-            # What it holds is unknown: its node is counted full rather than offered to another pod.
-            used[i] = node_gpus[i]
-            unread = str(exc) if isinstance(exc, InputError) else "a GPU request beyond any number kilter holds"
-            warnings.append(f"{where}: {unread}; node {node_names[i]} counted as full")
+        held = pod_gpus.count(pod.spec, node_resource[i], path="spec")
+        if isinstance(held, pod_gpus.Unreadable):
+            unreadable_pods[f"{pod.metadata.namespace}/{pod.metadata.name}"] = why = unreadable_pod(pod, held)
+            warnings.append(why)
+            held = node_gpus[i]  # what it holds is unknown: nothing else is placed beside it
+        used[i] += min(held, node_gpus[i])  # each pod at most its node: a sum of capped counts stays an int64
     gpus_arr = np.asarray(node_gpus, dtype=np.int32)
     over = np.nonzero(used > gpus_arr)[0]
     for i in over[:5]:
@@ -390,6 +399,7 @@ def build_fleet(
         domain_group=bitmap.domain_groups,
         warnings=warnings,
         unreadable_nodes=dict(sorted(unreadable.items())),
+        unreadable_pods=dict(sorted(unreadable_pods.items())),
         unusable=dict(sorted(unusable.items())),
     )
 
