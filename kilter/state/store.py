@@ -507,10 +507,12 @@ class ClusterStore:
 
     def problems(self) -> list[str]:
         """What is wrong with the state kilter serves, one line each, for ``/readyz``: the state is older than its
-        source, objects were left out, objects came twice, spare settings were skipped, ClusterQueues are inactive.
-        Empty when nothing is."""
+        source, objects were left out, domain labels were not believed as the nodes give them (``Fleet.fabric``: a
+        node claiming a domain the others disagree with, a label split whole), objects came twice, spare settings
+        were skipped, ClusterQueues are inactive. Empty when nothing is."""
         out = [self.feed_error] if self.feed_error else []
-        out += self.unreadable() + [why for _, why in sorted(self._duplicates.items())] + list(self._spare_problems)
+        out += self.unreadable() + self.fleet().fabric
+        out += [why for _, why in sorted(self._duplicates.items())] + list(self._spare_problems)
         return out + self.inactive_cluster_queues()
 
     def inactive_cluster_queues(self) -> list[str]:
