@@ -12,8 +12,12 @@ failed, then the conditions, taints and labels GPU health tools set); the
 fleet keeps each unusable node's reason (``unusable_reason``). A node of a
 multi-node platform without its domain label (GPU Feature Discovery drops
 ``nvidia.com/gpu.clique`` when the fabric is unhealthy) becomes a detached
-one-node domain that only single-pod gangs may use. Other NoSchedule and
-NoExecute taints are matched per pod against its tolerations.
+one-node domain that only single-pod gangs may use, and so does a node the
+domain labels are not believed for (``validate.judge``: a node claiming a
+domain whose other nodes agree without it, a node short of GPUs, every node
+of a label on more nodes than one domain holds), each named in ``fabric``.
+Other NoSchedule and NoExecute taints are matched per pod against its
+tolerations.
 
 One bad object must not make every answer about the others an error. A
 node whose device count does not read as a whole number of devices
