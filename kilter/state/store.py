@@ -169,16 +169,28 @@ class ClusterStore:
     # ------------------------------------------------------------------ feeding
 
     def apply(self, events: Iterable[Event]) -> int:
-        """Apply watch events in order; returns how many changed something."""
-        return self._apply((object_key(event.object), event) for event in events)
+        """Apply watch events in order; returns how many changed something.
+
+        Every event's object is keyed and typed before the first is applied:
+        one that does not read raises ``InputError`` and changes nothing.
+        """
+        changes = []
+        for event in events:
+            key = object_key(event.object)
+            if event.type != DELETED and key[:2] in KNOWN_KINDS:
+                event = Event(event.type, typed_view(key, event.object))
+            changes.append((key, event))
+        return self._apply(changes)
 
     def _apply(self, changes: Iterable[tuple[ObjectKey, Event]]) -> int:
         changed = 0
-        for key, event in changes:
-            if self._apply_one(key, event):
-                changed += 1
-        if changed:
-            self.version += 1
+        try:
+            for key, event in changes:
+                if self._apply_one(key, event):
+                    changed += 1
+        finally:  # whatever was applied is a new version: no reader keeps a list or state of the old one
+            if changed:
+                self.version += 1
         return changed
 
     def replace(self, objects: Iterable[Stored]) -> list[Event]:

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from kilter.model.errors import InputError
 from kilter.state.store import ADDED, DELETED, ClusterStore, Event
 from tests.extenders.conftest import Served, cluster_objects, names_args, pod_json, serve_snapshot
 from tests.state.test_feed_faults import metric, readyz, until
@@ -132,3 +133,18 @@ def test_a_node_with_an_unreadable_pod_is_full_and_its_readable_pods_stay_booked
         want = 0 if "bad" in bound else 4 - sum(asked[n] for n in bound)
         assert _free(store, "r1-t00") == want, (order, bound)
         assert any("pod ml/bad" in line for line in store.unreadable()) == ("bad" in bound)
+
+
+def test_a_batch_of_watch_events_with_an_object_that_does_not_type_changes_nothing() -> None:
+    """All or nothing: the events before the bad one are not applied either (nor left applied under an old
+    version, which the store's cached lists and state would go on answering from)."""
+    store = ClusterStore()
+    store.replace(cluster_objects())
+    version, before = store.version, _free(store, "r1-t02")
+    broken = pod_json("broken", 1, node="r1-t03")
+    broken["spec"]["containers"] = "oops"
+    batch = [Event(ADDED, pod_json("first", 4, node="r1-t02")), Event(ADDED, broken)]
+    with pytest.raises(InputError):
+        store.apply(batch)
+    assert store.version == version and store.pod_named("ml", "first") is None
+    assert _free(store, "r1-t02") == before == 4
