@@ -24,7 +24,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         description=(
             "Per scale-up domain, the nodes and GPUs seen against the platform's (an NVL72 rack: 18 trays of 4 "
             "GPUs): trays missing (warning), more nodes than one domain holds, mixed products, a node short of "
-            "GPUs, a node without its domain label (errors). Exit 1 when any error is found."
+            "GPUs, a node claiming a domain whose other nodes disagree, a node without its domain label (errors). "
+            "Exit 1 when any error is found."
         ),
     )
     sources.add_source_arguments(v, live=True)
@@ -35,7 +36,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 def run(args: argparse.Namespace) -> int:
     state = sources.load_state(args)
     sources.print_warnings(state)
-    report = validate(state.nodes, state.catalog)
+    report = validate(state.nodes, state.catalog, topologies=state.topologies, hypernodes=state.hypernodes)
     if args.output == "table":
         rows = [
             (f.severity, f.domain, f.platform, f.kind, render.compress_names(f.nodes), f.message)

@@ -33,10 +33,10 @@ from kilter.extenders.explain import DecisionLog, Record
 from kilter.gangs import GangBook, GangPlan, identify, ranks, seats
 from kilter.kube.api import ApiError, ApiServer, check_name, check_namespace, object_path
 from kilter.model import codec
-from kilter.model.core_v1 import Name, Pod, pod_request
+from kilter.model.core_v1 import Name, Pod
 from kilter.model.errors import InputError, KilterError
 from kilter.state.store import MODIFIED, ClusterStore, Event, pod_uid
-from kilter.topology import spares, verdicts
+from kilter.topology import pod_gpus, spares, verdicts
 from kilter.topology.fleet import ENDED_PHASES, Fleet
 from kilter.topology.plan import MAX_POD_GPUS
 from kilter.topology.score import score_pod, score_pod_json
@@ -99,8 +99,7 @@ class SchedulerExtender:
             raise InputError("Pod is null")
         fleet = self.store.fleet()
         path = "$.Pod.spec"
-        asks = ((r, pod_request(pod.spec, r, path=path)) for r in fleet.catalog.device_resources)
-        resource, gpus = verdicts.gpu_ask(asks) or ("", 0)
+        resource, gpus = pod_gpus.ask(pod.spec, fleet.catalog.device_resources, path=path) or ("", 0)
         if gpus > MAX_POD_GPUS:  # the gang planner's rule, for every pod: no node holds it, nor does an int32
             raise InputError(f"the pod asks for {gpus} {resource}; no node offers more than {MAX_POD_GPUS}", path=path)
         uid = pod_uid(pod)

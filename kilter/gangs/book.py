@@ -46,12 +46,11 @@ from kilter.gangs.keys import PlanKeys
 from kilter.gangs.layout import Layout, SlotSpec
 from kilter.gangs.running import placed_domains
 from kilter.gangs.waits import SplitWaits
-from kilter.model.core_v1 import Pod, pod_request
-from kilter.model.errors import InputError
+from kilter.model.core_v1 import Pod
 from kilter.quota.tree import QuotaTree, build_tree
 from kilter.state.events import Stored
 from kilter.state.store import ClusterStore
-from kilter.topology import spares, verdicts
+from kilter.topology import pod_gpus, spares, verdicts
 from kilter.topology.fleet import ENDED_PHASES, Fleet
 from kilter.topology.plan import GangRequest, Plan, gang_request, plan_gang
 
@@ -696,10 +695,8 @@ class GangBook:
 
 
 def _asks(pod: Pod, resource: str) -> bool:
-    try:
-        return pod_request(pod.spec, resource, path="$.spec") > 0
-    except InputError:
-        return False
+    gpus = pod_gpus.count(pod.spec, resource)
+    return not isinstance(gpus, pod_gpus.Unreadable) and gpus > 0  # one that does not read: the filter refuses it
 
 
 def _taking_back(slots: Sequence[Slot], repaired: Sequence[repairs.Repaired]) -> None:

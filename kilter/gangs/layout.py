@@ -182,7 +182,7 @@ def _holds(
             continue
         g, place = held_by(m, held_resources, shapes)
         if not isinstance(place, Taken):
-            if g:
+            if g != 0:  # GPUs held in no rank, or GPUs nobody can count (None): no rank is known free
                 return None
             continue
         taken.append(place)

@@ -25,7 +25,6 @@ from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 from kilter.model import codec
-from kilter.model.core_v1 import pod_request
 from kilter.model.errors import InputError
 from kilter.model.kueue import KUEUE_GROUP, Workload, true_condition
 from kilter.model.quantity import to_count
@@ -33,6 +32,7 @@ from kilter.quota.policy import parse_time
 from kilter.quota.runtimes import WINDOW, RuntimeLearner
 from kilter.state.events import Stored
 from kilter.state.store import ClusterStore
+from kilter.topology import pod_gpus
 
 __all__ = ["FinishedRun", "LearnedRuntimes", "finished_run", "learner_of"]
 
@@ -78,9 +78,14 @@ def _gpus(wl: Workload, resources: Collection[str], where: str) -> int:
     ]
     if used:
         return sum(used)
-    return sum(
-        ps.count * pod_request(ps.template.spec, r, path=where) for ps in wl.spec.pod_sets for r in sorted(resources)
-    )
+    total = 0
+    for ps in wl.spec.pod_sets:
+        for r in sorted(resources):
+            each = pod_gpus.count(ps.template.spec, r, path=where)
+            if isinstance(each, pod_gpus.Unreadable):
+                raise each.error()  # a run whose size is unknown teaches nothing
+            total += ps.count * each
+    return total
 
 
 def learner_of(workloads: Iterable[Workload], resources: Collection[str], *, window: int = WINDOW) -> RuntimeLearner:

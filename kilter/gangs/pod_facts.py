@@ -17,13 +17,14 @@ from typing import TypeVar
 
 from kilter.gangs import ranks
 from kilter.model.annotations import PLAN as PLAN_ANNOTATION
-from kilter.model.core_v1 import Pod, PodSpec, pod_request
+from kilter.model.core_v1 import Pod, PodSpec
 from kilter.model.errors import InputError
 from kilter.state.store import pod_uid
-from kilter.topology import verdicts
+from kilter.topology import pod_gpus
 
 __all__ = [
     "MAX_PODS",
+    "UNREAD",
     "forget",
     "gpu_ask",
     "group_of",
@@ -46,16 +47,21 @@ _times: dict[tuple[str, str, str], tuple[Pod, str | None, float | None]] = {}
 _members: dict[tuple[str, str, str], tuple[Pod, tuple[str, ...], tuple[str, int, str]]] = {}
 _held: dict[
     tuple[str, str, str],
-    tuple[Pod, tuple[str, ...], tuple[ranks.Shape, ...], tuple[int, ranks.Taken | str | None]],
+    tuple[Pod, tuple[str, ...], tuple[ranks.Shape, ...], tuple[int | None, ranks.Taken | str | None]],
 ] = {}
 
 
+UNREAD = "?"
+"""The resource ``spec_gpu_ask`` gives a spec whose ask cannot be read (a count that does not read, several kinds)."""
+
+
 def spec_gpu_ask(spec: PodSpec, resources: Sequence[str]) -> tuple[str, int]:
-    """(device resource, count) a pod spec asks; ("", 0) for none, and ("?", 0) when it cannot be read."""
+    """(device resource, count) a pod spec asks (``pod_gpus.ask``); ("", 0) for none, and (``UNREAD``, 0) when it
+    cannot be read."""
     try:
-        return verdicts.gpu_ask((r, pod_request(spec, r, path="$.spec")) for r in resources) or ("", 0)
+        return pod_gpus.ask(spec, resources) or ("", 0)
     except InputError:
-        return "?", 0
+        return UNREAD, 0
 
 
 def gpu_ask(pod: Pod, resources: tuple[str, ...]) -> tuple[str, int]:
@@ -81,19 +87,26 @@ def member(pod: Pod, resources: tuple[str, ...]) -> tuple[str, int, str]:
     return found
 
 
-def held(pod: Pod, resources: tuple[str, ...], shapes: tuple[ranks.Shape, ...]) -> tuple[int, ranks.Taken | str | None]:
+def held(
+    pod: Pod, resources: tuple[str, ...], shapes: tuple[ranks.Shape, ...]
+) -> tuple[int | None, ranks.Taken | str | None]:
     """A bound pod's GPUs and the rank it holds among ``shapes`` as a ``Taken`` (else ``place_of``'s reason or
-    None): what a gang's layout reads of each bound member, remembered with the object, resources and shapes."""
+    None): what a gang's layout reads of each bound member, remembered with the object, resources and shapes.
+    GPUs None: its ask cannot be read, so it holds GPUs (its whole node, ``pod_gpus``) in no rank anyone knows."""
     key = _key(pod)
     found = _held.get(key)
     if found is not None and found[0] is pod and found[1] == resources and found[2] == shapes:
         return found[3]
-    gpus = gpu_ask(pod, resources)[1]
-    place = place_of(pod, gpus, shapes)
-    out: tuple[int, ranks.Taken | str | None] = (
-        gpus,
-        ranks.Taken(place, pod.spec.node_name, gpus, pod_uid(pod)) if isinstance(place, ranks.Place) else place,
-    )
+    resource, gpus = gpu_ask(pod, resources)
+    out: tuple[int | None, ranks.Taken | str | None]
+    if resource == UNREAD:
+        out = (None, "its GPU ask cannot be read")
+    else:
+        place = place_of(pod, gpus, shapes)
+        out = (
+            gpus,
+            ranks.Taken(place, pod.spec.node_name, gpus, pod_uid(pod)) if isinstance(place, ranks.Place) else place,
+        )
     _remember(_held, key, (pod, resources, shapes, out))
     return out
 

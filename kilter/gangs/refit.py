@@ -8,9 +8,8 @@ from dataclasses import dataclass
 from kilter.gangs.layout import Layout, SlotSpec
 from kilter.gangs.ranks import Place, place_of
 from kilter.gangs.records import PlanRecord
-from kilter.model.core_v1 import Pod, pod_request
-from kilter.model.errors import InputError
-from kilter.topology import eligibility
+from kilter.model.core_v1 import Pod
+from kilter.topology import eligibility, pod_gpus
 from kilter.topology.fleet import Fleet
 from kilter.topology.plan import GangRequest, Plan
 
@@ -52,10 +51,9 @@ def fit(record: PlanRecord, request: GangRequest, members: Sequence[Pod], fleet:
         if len(open_slots) <= len(wanted):
             break
         meta = pod.metadata
-        try:
-            gpus = pod_request(pod.spec, request.resource, path=f"pod {meta.namespace}/{meta.name}: spec")
-        except InputError:
-            continue
+        gpus = pod_gpus.count(pod.spec, request.resource)
+        if isinstance(gpus, pod_gpus.Unreadable):
+            continue  # what it holds, and so which slot, is unknown
         own = place_of(pod, gpus, shaped.shapes)
         here = [i for i, (node, g, _) in enumerate(open_slots) if (node, g) == (pod.spec.node_name, gpus)]
         at = next((i for i in here if isinstance(own, Place) and open_slots[i][2] == own), here[0] if here else None)

@@ -29,9 +29,9 @@ import numpy.typing as npt
 from kilter.gangs.layout import Layout
 from kilter.gangs.ranks import Place, place_of
 from kilter.gangs.records import PlanRecord
-from kilter.model.core_v1 import Pod, pod_request
+from kilter.model.core_v1 import Pod
 from kilter.model.errors import InputError
-from kilter.topology import eligibility, repair
+from kilter.topology import eligibility, pod_gpus, repair
 from kilter.topology.fleet import Fleet
 from kilter.topology.plan import GangRequest, Plan, PlannedPodSet
 
@@ -167,9 +167,8 @@ def _holders(request: GangRequest, shaped: Layout, members: Sequence[Pod]) -> di
     for pod in members:
         if pod.spec.node_name:
             continue
-        try:
-            gpus = pod_request(pod.spec, request.resource, path="$.spec")
-        except InputError:
+        gpus = pod_gpus.count(pod.spec, request.resource)
+        if isinstance(gpus, pod_gpus.Unreadable):
             continue
         place = place_of(pod, gpus, shaped.shapes)
         if isinstance(place, Place):

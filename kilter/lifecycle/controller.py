@@ -24,9 +24,9 @@ from kilter.kube.api import MERGE_PATCH, ApiError, ApiServer, object_path
 from kilter.kube.events import EventRecorder, Involved
 from kilter.lifecycle.requests import MaintenanceRequests
 from kilter.model.annotations import LIFECYCLE
-from kilter.model.core_v1 import pod_request
-from kilter.model.errors import InputError, KilterError
+from kilter.model.errors import KilterError
 from kilter.state.store import ClusterStore
+from kilter.topology import pod_gpus
 from kilter.topology.health import HealthSignals
 from kilter.topology.lifecycle import (
     QUALIFICATION,
@@ -88,11 +88,8 @@ class LifecycleController:
             node = pod.spec.node_name
             if not node or pod.status.phase in ("Succeeded", "Failed"):
                 continue
-            try:
-                if any(pod_request(pod.spec, r) for r in devices):
-                    used.add(node)
-            except InputError:
-                used.add(node)  # what it holds cannot be read: taken as something running
+            if pod_gpus.holds_gpus(pod.spec, devices):  # a count that does not read: taken as something running
+                used.add(node)
         return used.__contains__
 
     def decide(self) -> list[Transition]:

@@ -21,9 +21,9 @@ from kilter.kube.api import ApiServer
 from kilter.kube.evict import evict_status
 from kilter.lifecycle.works import MIRROR
 from kilter.model.codec import convert
-from kilter.model.core_v1 import Pod, pod_request
-from kilter.model.errors import InputError
+from kilter.model.core_v1 import Pod
 from kilter.quota.policy import parse_time
+from kilter.topology import pod_gpus
 
 __all__ = ["Evictions", "Refused", "job_of", "pods_to_move", "transient"]
 
@@ -63,11 +63,8 @@ def pods_to_move(api: ApiServer, node: str) -> list[dict[str, Any]]:
 def job_of(raw: dict[str, Any], devices: Collection[str]) -> str | None:
     """The job a GPU pod belongs to, named as a plan names it; None for a pod that holds no GPU."""
     pod = convert(raw, Pod, path="pod")
-    try:
-        if not any(pod_request(pod.spec, r) for r in devices):
-            return None
-    except InputError:
-        pass  # what it holds cannot be read: counted as a job, so the drain stops rather than guesses
+    if not pod_gpus.holds_gpus(pod.spec, devices):  # a count that does not read is a job: the drain stops for it
+        return None
     gang = key_of(pod)
     return gang.format() if gang is not None else f"{pod.metadata.namespace}/pod/{pod.metadata.name}"
 

@@ -26,12 +26,13 @@ from kilter.gangs.wait_settings import WaitSettings
 from kilter.gangs.waits import facts_of
 from kilter.lifecycle.progress import stored_progress
 from kilter.model.annotations import LIFECYCLE
-from kilter.model.core_v1 import Pod, pod_request
+from kilter.model.core_v1 import Pod
 from kilter.model.durations import parse_duration
 from kilter.model.errors import InputError
 from kilter.quota.runtimes import declared_runtime
 from kilter.quota.tree import build_tree
 from kilter.state.store import ClusterStore
+from kilter.topology import pod_gpus
 from kilter.topology.maintenance import Work
 from kilter.topology.split_wait import SplitWait
 
@@ -75,11 +76,15 @@ def fleet_work(
         node = pod.spec.node_name
         if not node or node not in fleet.node_index or not _moves(pod):
             continue
-        try:
-            gpus = sum(pod_request(pod.spec, r) for r in devices)
-        except InputError as exc:
-            out_problems.append(f"pod {pod.metadata.namespace}/{pod.metadata.name}: {exc}; left out")
-            continue
+        asks = [
+            pod_gpus.count(pod.spec, r, path=f"pod {pod.metadata.namespace}/{pod.metadata.name}: spec") for r in devices
+        ]
+        unread = next((c for c in asks if isinstance(c, pod_gpus.Unreadable)), None)
+        if unread is not None:  # it holds its whole node, as the fleet books it: a drain there kills its work
+            out_problems.append(f"{unread.why}; taken to hold node {node} whole")
+            gpus = int(fleet.bitmap.node_gpu_counts[fleet.node_index[node]])
+        else:
+            gpus = sum(c for c in asks if isinstance(c, int))
         if gpus > 0:
             gang = key_of(pod)
             key = gang.format() if gang is not None else f"{pod.metadata.namespace}/pod/{pod.metadata.name}"

@@ -42,6 +42,7 @@ __all__ = [
     "TOPOLOGY",
     "TOPOLOGY_ACK",
     "TOPOLOGY_POLICY",
+    "UNPROTECTED_TOPOLOGY_ACK",
     "USAGE_HALF_LIFE",
     "ZONE",
     "hypernode_tier",
@@ -208,10 +209,16 @@ Pods already running on a node in any other state keep running."""
 
 LIFECYCLE_STATES = ("qualifying", "ready", "degraded", "maintenance", "repairing", "retired")
 
-TOPOLOGY_ACK = "kilter.dev/topology-ack"
-"""Node label: ``"true"`` acknowledges the validation errors of the node's scale-up domain (``kilter fleet
-validate``): until then a domain whose shape is wrong (a label on two racks, a node short of GPUs, mixed
-products) takes single-pod gangs only."""
+TOPOLOGY_ACK = "kilter.dev.node-restriction.kubernetes.io/topology-ack"
+"""Node label whose value is the ID of the node's scale-up domain: a person acknowledges that domain's validation
+errors (``kilter fleet validate``; a node short of GPUs, mixed products), which until then make it take single-pod
+gangs only. Under ``node-restriction.kubernetes.io``, which the NodeRestriction admission plugin forbids a kubelet
+to add, change or remove on its own Node: the node a finding is about cannot acknowledge it. The value names the
+domain, so a node that relabels itself into another domain carries no acknowledgement there."""
+
+UNPROTECTED_TOPOLOGY_ACK = "kilter.dev/topology-ack"
+"""The node label that acknowledged a domain before ``TOPOLOGY_ACK``: a kubelet may set it on its own Node, so it
+acknowledges nothing; a domain in error whose nodes carry it says so (``validate``, ``ack-ignored``)."""
 
 SCALE_UP_DOMAIN = "kilter.dev/scale-up-domain"
 """Node label: any string naming the node's NVLink/UALink domain; wins over the other domain labels."""

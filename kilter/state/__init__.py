@@ -33,6 +33,7 @@ __all__ = [
     "snapshot_json",
     "store",
     "watchers",
+    "whole_nodes",
 ]
 
 _NAMES = {

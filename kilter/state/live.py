@@ -21,8 +21,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from kilter.kube.api import ApiServer
-from kilter.model.core_v1 import Node, Pod, pod_request
-from kilter.model.errors import InputError
+from kilter.model.core_v1 import Node, Pod
 from kilter.model.nvidia_dra import (
     COMPUTE_DOMAIN_GROUP,
     COMPUTE_DOMAIN_KIND,
@@ -32,6 +31,7 @@ from kilter.model.nvidia_dra import (
 from kilter.state.feed import settle
 from kilter.state.reflector import Batch, Reflector, Resource
 from kilter.state.store import ClusterStore, Stored
+from kilter.topology import pod_gpus
 from kilter.topology.catalog import Catalog
 
 __all__ = ["LAG_BUCKETS_S", "Lag", "LiveFeed", "default_resources", "list_cluster"]
@@ -52,10 +52,7 @@ def _asks_for_gpus(catalog: Catalog) -> Callable[[Pod], bool]:
         named = set(spec.overhead)
         for c in (*spec.containers, *spec.init_containers):
             named.update(c.resources.requests, c.resources.limits)
-        try:
-            return any(pod_request(spec, r) for r in sorted(devices.intersection(named)))
-        except InputError:
-            return True  # kept, so the store can say what is wrong with it
+        return pod_gpus.holds_gpus(spec, sorted(devices.intersection(named)))  # one that does not read: kept, named
 
     return keep
 

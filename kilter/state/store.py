@@ -21,8 +21,17 @@ the verbs read:
 One object kilter cannot read never holds up the others: a Node or Pod
 that does not type is left out of a ``replace`` (as a live reflector skips
 it), an object of another kind that does not convert is left out of
-``state()``, each named in ``unreadable()`` and logged once. What the feeder
-itself last failed at (a snapshot that did not parse) is ``feed_error``.
+``state()``, each named in ``unreadable()`` and logged once. A bound Pod
+whose GPU count does not read is kept, and holds its node whole
+(``topology.pod_gpus``, ``whole_nodes``), named in ``unreadable()`` too.
+What the feeder itself last failed at (a snapshot that did not parse) is
+``feed_error``.
+
+An update applies whole or not at all: ``replace`` types every object
+before it changes anything, what follows reads typed objects through rules
+that answer for any value (a count that does not read is a value, not an
+exception), and a fleet rebuild builds the new fleet before it touches the
+old one's bookings.
 
 A pod the scheduler has just bound but the feed has not shown yet is booked
 as *assumed* (the scheduler's own assume cache does the same); the feed's
@@ -51,7 +60,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from kilter.model import codec
-from kilter.model.core_v1 import Node, Pod, pod_request
+from kilter.model.core_v1 import Node, Pod
 from kilter.model.errors import InputError
 from kilter.model.nvidia_dra import COMPUTE_DOMAIN_GROUP, COMPUTE_DOMAIN_KIND, ComputeDomain
 from kilter.quota.tree import build_tree
@@ -74,8 +83,10 @@ from kilter.state.pod_index import PodIndex
 from kilter.state.reservations import Held, Reservations
 from kilter.state.snapshot import RawObjects
 from kilter.state.watchers import KindWatchers
+from kilter.state.whole_nodes import WholeNodes
+from kilter.topology import pod_gpus
 from kilter.topology.catalog import BUILTIN, Catalog
-from kilter.topology.fleet import ENDED_PHASES, Fleet, build_fleet
+from kilter.topology.fleet import ENDED_PHASES, Fleet, build_fleet, unreadable_pod
 from kilter.topology.health import DEFAULTS, HealthSignals
 
 __all__ = [
@@ -143,6 +154,7 @@ class ClusterStore:
         self._fleet: Fleet | None = None
         self._fleet_dirty = True
         self._bookings: dict[str, Booking] = {}
+        self._whole = WholeNodes()  # nodes held whole by bound pods whose GPU count does not read
         self._reservations = Reservations()
         self._pods_by_uid: dict[str, Pod] = {}
         self._pod_index = PodIndex(self._pods_by_uid)
@@ -157,16 +169,28 @@ class ClusterStore:
     # ------------------------------------------------------------------ feeding
 
     def apply(self, events: Iterable[Event]) -> int:
-        """Apply watch events in order; returns how many changed something."""
-        return self._apply((object_key(event.object), event) for event in events)
+        """Apply watch events in order; returns how many changed something.
+
+        Every event's object is keyed and typed before the first is applied:
+        one that does not read raises ``InputError`` and changes nothing.
+        """
+        changes = []
+        for event in events:
+            key = object_key(event.object)
+            if event.type != DELETED and key[:2] in KNOWN_KINDS:
+                event = Event(event.type, typed_view(key, event.object))
+            changes.append((key, event))
+        return self._apply(changes)
 
     def _apply(self, changes: Iterable[tuple[ObjectKey, Event]]) -> int:
         changed = 0
-        for key, event in changes:
-            if self._apply_one(key, event):
-                changed += 1
-        if changed:
-            self.version += 1
+        try:
+            for key, event in changes:
+                if self._apply_one(key, event):
+                    changed += 1
+        finally:  # whatever was applied is a new version: no reader keeps a list or state of the old one
+            if changed:
+                self.version += 1
         return changed
 
     def replace(self, objects: Iterable[Stored]) -> list[Event]:
@@ -311,7 +335,11 @@ class ClusterStore:
         if node is None:
             return
         resource = fleet.platform_of_node(node).device_resource
-        gpus = pod_request(pod.spec, resource, path=f"pod {pod.metadata.namespace}/{pod.metadata.name}: spec")
+        gpus = pod_gpus.count(pod.spec, resource, path="spec")
+        if isinstance(gpus, pod_gpus.Unreadable):
+            self._whole.hold(fleet, uid, node, unreadable_pod(pod, gpus))
+            return
+        self._whole.make_room(fleet, node, gpus)
         gpus = min(gpus, fleet.bitmap.node_free_gpus(node))
         if gpus > 0:
             fleet.bitmap.allocate(node, gpus)
@@ -320,8 +348,12 @@ class ClusterStore:
     def _unbook(self, uid: str) -> None:
         booking = self._bookings.pop(uid, None)
         self._assumed.pop(uid, None)
-        if booking is not None and self._fleet is not None:
+        if self._fleet is None:
+            return
+        self._whole.drop(self._fleet, uid)
+        if booking is not None:
             self._fleet.bitmap.release(booking.node, booking.gpus)
+            self._whole.fill(self._fleet, booking.node)  # a node an unreadable pod holds stays full
 
     def assume(self, uid: str, node_name: str, gpus: int) -> None:
         """Book a pod the scheduler bound before the feed shows it bound (no-op if the feed already does).
@@ -429,13 +461,11 @@ class ClusterStore:
         """The fleet model with every bound pod booked; rebuilt only after Node or Topology changes."""
         if self._fleet is not None and not self._fleet_dirty:
             self._expire_assumed()
+            self._whole.fill(self._fleet)  # GPUs a reservation gave back on a node an unreadable pod holds
             self._spares(self._fleet)
             return self._fleet
         state = self.state()
-        assumed = {uid: (b, self._assumed.get(uid, 0.0)) for uid, b in self._bookings.items() if b.assumed}
-        self._assumed = {}
-        old_names = self._fleet.node_names if self._fleet is not None else []
-        self._fleet = build_fleet(
+        fleet = build_fleet(  # the one step that can fail on what the cluster holds: nothing is changed before it
             state.nodes,
             (),
             catalog=self.catalog,
@@ -443,8 +473,10 @@ class ClusterStore:
             hypernodes=state.hypernodes,
             health=self.health,
         )
-        self._fleet_dirty = False
-        self._bookings = {}
+        assumed = {uid: (b, self._assumed.get(uid, 0.0)) for uid, b in self._bookings.items() if b.assumed}
+        old_names = self._fleet.node_names if self._fleet is not None else []
+        self._fleet, self._fleet_dirty = fleet, False
+        self._assumed, self._bookings, self._whole = {}, {}, WholeNodes()
         for uid, pod in self._pods_by_uid.items():
             self._book_pod(uid, pod)
         now = self.clock()
@@ -487,10 +519,12 @@ class ClusterStore:
 
     def problems(self) -> list[str]:
         """What is wrong with the state kilter serves, one line each, for ``/readyz``: the state is older than its
-        source, objects were left out, objects came twice, spare settings were skipped, ClusterQueues are inactive.
-        Empty when nothing is."""
+        source, objects were left out, domain labels were not believed as the nodes give them (``Fleet.fabric``: a
+        node claiming a domain the others disagree with, a label split whole), objects came twice, spare settings
+        were skipped, ClusterQueues are inactive. Empty when nothing is."""
         out = [self.feed_error] if self.feed_error else []
-        out += self.unreadable() + [why for _, why in sorted(self._duplicates.items())] + list(self._spare_problems)
+        out += self.unreadable() + self.fleet().fabric
+        out += [why for _, why in sorted(self._duplicates.items())] + list(self._spare_problems)
         return out + self.inactive_cluster_queues()
 
     def inactive_cluster_queues(self) -> list[str]:
@@ -508,10 +542,11 @@ class ClusterStore:
 
     def unreadable(self) -> list[str]:
         """Why each object kilter holds or was given is left out of the state (or, a Node whose device count is
-        no count, out of the fleet), by object; empty when none is."""
+        no count, out of the fleet; a bound Pod whose GPU count is no count, taken to hold its node whole), by
+        object; empty when none is."""
         self.state()
         left_out = [why for _, why in sorted({**self._left_out, **self._unconverted}.items())]
-        return left_out + list(self.fleet().unreadable_nodes.values())
+        return left_out + list(self.fleet().unreadable_nodes.values()) + self._whole.lines()
 
     def _list(self, kind: tuple[str, str], cls: type[Any]) -> list[Any]:
         """The typed objects of one kind, rebuilt only when that kind changed (each object converted once).

@@ -12,15 +12,20 @@ failed, then the conditions, taints and labels GPU health tools set); the
 fleet keeps each unusable node's reason (``unusable_reason``). A node of a
 multi-node platform without its domain label (GPU Feature Discovery drops
 ``nvidia.com/gpu.clique`` when the fabric is unhealthy) becomes a detached
-one-node domain that only single-pod gangs may use. Other NoSchedule and
-NoExecute taints are matched per pod against its tolerations.
+one-node domain that only single-pod gangs may use, and so does a node the
+domain labels are not believed for (``validate.judge``: a node claiming a
+domain whose other nodes agree without it, a node short of GPUs, every node
+of a label on more nodes than one domain holds), each named in ``fabric``.
+Other NoSchedule and NoExecute taints are matched per pod against its
+tolerations.
 
 One bad object must not make every answer about the others an error. A
 node whose device count does not read as a whole number of devices
 (``"abc"``, ``"-4"``, ``"0.5"``) or is far beyond any real node is left out
 of the fleet with a warning and named in ``unreadable_nodes``; a bound pod
-whose GPU request does not read as a count fills its node, with a warning
-(what it holds is unknown, so nothing else is placed beside it).
+whose GPU request does not read as a count fills its node, with a warning,
+and is named in ``unreadable_pods`` (``pod_gpus``: what it holds is
+unknown, so nothing else is placed beside it).
 """
 
 from __future__ import annotations
@@ -33,23 +38,31 @@ import numpy.typing as npt
 
 from kilter._native import domains, jsonout, names
 from kilter.model.annotations import TOPOLOGY_ACK
-from kilter.model.core_v1 import Node, Pod, Taint, pod_request
+from kilter.model.core_v1 import Node, Pod, Taint
 from kilter.model.errors import InputError, UnknownPlatform
 from kilter.model.kueue import Topology
 from kilter.model.volcano import HyperNode
+from kilter.topology import pod_gpus, validate
 from kilter.topology.catalog import BUILTIN, Catalog, Platform
 from kilter.topology.health import BLOCKING_EFFECTS, DEFAULTS, HEALTH_TAINT_PREFIX, HealthSignals
 from kilter.topology.hypernodes import SOURCE as HYPERNODES
 from kilter.topology.hypernodes import with_hypernode_labels
 from kilter.topology.labels import Levels, choose_levels, group_path
-from kilter.topology.validate import ACK_VALUE, READ_ERRORS, device_counts, mixed, shape_errors
+from kilter.topology.validate import READ_ERRORS, device_counts
 
-__all__ = ["Fleet", "build_fleet", "is_node_usable"]
+__all__ = ["Fleet", "build_fleet", "is_node_usable", "unreadable_pod"]
 
 ENDED_PHASES = ("Succeeded", "Failed")
 MAX_NODE_GPUS = 4096  # far above any node (CPX-partitioned MI300X shows 64); keeps the model's int16 counts safe
 
 TaintKey = tuple[str, str, str]
+
+
+def unreadable_pod(pod: Pod, count: pod_gpus.Unreadable) -> str:
+    """The line naming a bound pod whose GPU count does not read and the node it is taken to hold whole: the
+    fleet's warnings and the store's ``/readyz`` lines say it alike."""
+    meta = pod.metadata
+    return f"pod {meta.namespace}/{meta.name}: {count.why}; node {pod.spec.node_name} counted as full"
 
 
 def is_node_usable(node: Node, health: HealthSignals = DEFAULTS) -> bool:
@@ -95,6 +108,8 @@ class Fleet:
     domain_group: npt.NDArray[np.int32]
     warnings: list[str] = field(default_factory=list)
     unreadable_nodes: dict[str, str] = field(default_factory=dict)  # left out, by name: why (its device count)
+    unreadable_pods: dict[str, str] = field(default_factory=dict)  # bound, count unreadable, by namespace/name: why
+    fabric: list[str] = field(default_factory=list)  # domain labels not believed as given: what was detached, why
     spare_nodes: npt.NDArray[np.int32] | None = None  # per domain, spare nodes asked for (``spares.assign``)
     spares_lent: npt.NDArray[np.bool_] | None = None  # per domain, spares lent to preemptible pods (``spares.assign``)
     unusable: dict[str, str] = field(default_factory=dict)  # unusable nodes of the fleet, by name: why, name order
@@ -271,7 +286,9 @@ def build_fleet(
             key = (name, plat_index[platform.name], False)
         members.setdefault(key, []).append((name, node, count))
 
-    members = _detach_misshapen(members, platforms, warnings)
+    fabric: list[str] = []
+    members = _detach_misshapen(members, platforms, levels, fabric)
+    warnings.extend(fabric)
     domain_keys = sorted(members)
     seen_names: set[str] = set()
     node_names: list[str] = []
@@ -344,18 +361,17 @@ def build_fleet(
 
     used = np.zeros(len(node_names), dtype=np.int64)
     node_resource = [platforms[dom_platform[d]].device_resource for d in node_domain]
+    unreadable_pods: dict[str, str] = {}
     for pod in pods:
         i = node_index.get(pod.spec.node_name) if pod.spec.node_name else None
         if i is None or pod.status.phase in ENDED_PHASES:
             continue
-        where = f"pod {pod.metadata.namespace}/{pod.metadata.name}"
-        try:
-            used[i] += pod_request(pod.spec, node_resource[i], path=f"{where}: spec")
-        except (InputError, ArithmeticError, ValueError) as exc:
-            # What it holds is unknown: its node is counted full rather than offered to another pod.
-            used[i] = node_gpus[i]
-            unread = str(exc) if isinstance(exc, InputError) else "a GPU request beyond any number kilter holds"
-            warnings.append(f"{where}: {unread}; node {node_names[i]} counted as full")
+        held = pod_gpus.count(pod.spec, node_resource[i], path="spec")
+        if isinstance(held, pod_gpus.Unreadable):
+            unreadable_pods[f"{pod.metadata.namespace}/{pod.metadata.name}"] = why = unreadable_pod(pod, held)
+            warnings.append(why)
+            held = node_gpus[i]  # what it holds is unknown: nothing else is placed beside it
+        used[i] += min(held, node_gpus[i])  # each pod at most its node: a sum of capped counts stays an int64
     gpus_arr = np.asarray(node_gpus, dtype=np.int32)
     over = np.nonzero(used > gpus_arr)[0]
     for i in over[:5]:
@@ -390,6 +406,8 @@ def build_fleet(
         domain_group=bitmap.domain_groups,
         warnings=warnings,
         unreadable_nodes=dict(sorted(unreadable.items())),
+        unreadable_pods=dict(sorted(unreadable_pods.items())),
+        fabric=fabric,
         unusable=dict(sorted(unusable.items())),
     )
 
@@ -397,44 +415,56 @@ def build_fleet(
 Members = dict[tuple[str, int, bool], list[tuple[str, Node, int]]]
 
 
-def _detach_misshapen(members: Members, platforms: Sequence[Platform], warnings: list[str]) -> Members:
-    """Each multi-node domain whose shape ``validate`` calls an error (more nodes than the platform's domain,
-    products mixed under one label) split into detached one-node domains, which take single-pod gangs only: a
-    gang planned across it would not get the fabric it was planned for. A node short of GPUs is detached alone
-    (its rack's fabric is whole; the device plugin also lowers a node's count when a GPU turns unhealthy). A
-    node of the domain labelled ``kilter.dev/topology-ack=true`` keeps it whole (a person looked and accepts
-    it)."""
-    sharing: dict[str, int] = {}
-    for dom_id, _, detached in members:
-        if not detached:
-            sharing[dom_id] = sharing.get(dom_id, 0) + 1
+def _detach_misshapen(members: Members, platforms: Sequence[Platform], levels: Levels, fabric: list[str]) -> Members:
+    """The multi-node domains as ``validate.judge`` believes them: a node whose label claims a domain the others
+    under it disagree with is detached alone, a node short of GPUs is detached alone (its rack's fabric is whole;
+    the device plugin also lowers a node's count when a GPU turns unhealthy), and every node of a label whose shape
+    is an error (more nodes than the platform's domain, products mixed) is detached, unless acknowledged. A
+    detached node is a domain of its own and takes single-pod gangs only: a gang planned across the label would not
+    get the fabric it was planned for. ``fabric`` gets one line per domain so judged."""
     out: Members = {}
+    claimed: dict[str, list[tuple[int, str, Node, int]]] = {}
     for key, held in members.items():
         dom_id, p_index, detached = key
-        platform = platforms[p_index]
-        if detached or not platform.is_multi_node:
+        if detached or not platforms[p_index].is_multi_node:
             out.setdefault(key, []).extend(held)
             continue
-        if any(node.metadata.labels.get(TOPOLOGY_ACK) == ACK_VALUE for _, node, _ in held):
-            out.setdefault(key, []).extend(held)
-            continue
-        findings = [f for f in shape_errors(dom_id, platform, [(n, c) for n, _, c in held]) if f.severity == "error"]
-        short = {n for f in findings if f.kind == "gpus-short" for n in f.nodes}
-        errors = [f for f in findings if f.kind != "gpus-short"]
-        if sharing[dom_id] > 1:
-            errors.append(mixed(dom_id, [platform.name, "another platform"], tuple(n for n, _, _ in held)))
-        ack = f"until it is fixed or a node of it is labelled {TOPOLOGY_ACK}={ACK_VALUE}"
-        if errors:
-            more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-            warnings.append(f"domain {dom_id}: {errors[0].message}{more}; its nodes take single-pod gangs only {ack}")
-            short = {n for n, _, _ in held}
-        elif short:
-            warnings.append(
-                f"domain {dom_id}: {', '.join(sorted(short))} short of GPUs; taking single-pod gangs only {ack}"
-            )
-        for name, node, count in held:
-            if name in short:
+        claimed.setdefault(dom_id, []).extend((p_index, name, node, count) for name, node, count in held)
+    for dom_id, under in sorted(claimed.items()):
+        under.sort(key=lambda m: m[1])  # by name: the findings and their order never depend on the input's
+        claims = [validate.Claim(name, platforms[p], count, node.metadata.labels) for p, name, node, count in under]
+        keys = validate.agreed_keys(levels, [platforms[p] for p in sorted({p for p, _, _, _ in under})])
+        judged = validate.judge(dom_id, claims, keys)
+        for p_index, name, node, count in under:
+            if name in judged.detached:
                 out[(name, p_index, True)] = [(name, node, count)]
             else:
-                out.setdefault(key, []).append((name, node, count))
+                out.setdefault((dom_id, p_index, False), []).append((name, node, count))
+        fabric.extend(_fabric_lines(dom_id, judged))
     return out
+
+
+def _fabric_lines(domain: str, judged: validate.Judgement) -> list[str]:
+    """What the fleet did with one domain label's errors, one line each: each disputed member, then the label
+    split whole or its short nodes detached (with how a person acknowledges it, where one can), then an
+    acknowledgement a node set on itself."""
+    lines = [f"domain {domain}: {f.message}" for f in judged.findings if f.kind == "disputed-member"]
+    errors = [f for f in judged.findings if f.severity == "error" and f.kind != "disputed-member"]
+    errors.sort(key=lambda f: f.kind == "gpus-short")  # what split the label first, a node short of GPUs after
+    ack = f"{TOPOLOGY_ACK}={domain}"
+    if judged.split:
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        until = (
+            "" if any(f.kind in validate.UNACKNOWLEDGEABLE for f in errors) else f" or a node of it is labelled {ack}"
+        )
+        lines.append(
+            f"domain {domain}: {errors[0].message}{more}; its nodes take single-pod gangs only until it is fixed{until}"
+        )
+    elif errors:
+        short = ", ".join(sorted(n for f in errors for n in f.nodes))
+        lines.append(
+            f"domain {domain}: {short} short of GPUs; taking single-pod gangs only until fixed or a node of it is "
+            f"labelled {ack}"
+        )
+    lines += [f"domain {domain}: {f.message}" for f in judged.findings if f.kind == "ack-ignored"]
+    return lines

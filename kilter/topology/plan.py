@@ -21,10 +21,10 @@ import numpy as np
 import numpy.typing as npt
 
 from kilter._native import gang
-from kilter.model.core_v1 import PodSpec, pod_request
+from kilter.model.core_v1 import PodSpec
 from kilter.model.errors import InputError
 from kilter.model.jobs import PodSetSpec, TopologyRequest
-from kilter.topology import eligibility, spares, verdicts
+from kilter.topology import eligibility, pod_gpus, spares
 from kilter.topology.catalog import Catalog, Platform
 from kilter.topology.fleet import Fleet
 
@@ -118,8 +118,7 @@ def gang_request(
         path = f"pod set {ps.name}: spec"
         asked = None
         if ps.count > 0:
-            asks = ((r, pod_request(ps.template.spec, r, path=path)) for r in resources)
-            asked = verdicts.gpu_ask(asks, who=f"pod set {ps.name}")
+            asked = pod_gpus.ask(ps.template.spec, resources, path=path, who=f"pod set {ps.name}")
         if asked is None:
             ignored.append(ps.name)
             continue

@@ -11,9 +11,44 @@ nodes of ``gpus_per_node`` GPUs, one product) and says what differs:
 * ``error``: the domain cannot be what its label says: more nodes than the
   platform's domain holds (one label on two racks), nodes of different
   platforms under one label, a node with fewer GPUs than its platform has,
-  a node of a multi-node platform without a domain label;
+  a node claiming a domain whose other nodes agree without it, a node of a
+  multi-node platform without a domain label;
 * ``warning``: the domain is short of nodes (a tray missing, or out for
   repair): smaller than promised, still one domain.
+
+Who is in a domain is what its nodes say: each node's own labels name its
+domain, and a node-local agent (the kubelet, or a labelling DaemonSet) can
+set them on its own Node. So when the nodes under one label cannot all be
+one domain (more than the platform's domain holds, or several products),
+``judge`` looks for the odd ones out before it condemns the label
+(``disputes``): the nodes that agree on everything else that places them
+(their product, the other labels naming their fabric, GPU Feature
+Discovery's IMEX domain, the levels above the domain) and are a strict majority of the label's nodes, no more than one
+domain holds, keep the domain; every other node is detached alone,
+``disputed-member``. One node claiming another rack's clique so detaches
+itself, not the 18 trays it joined. When no such majority exists (two whole
+racks under one clique, or an intruder that copied every label) the
+evidence cannot tell, and every node of the label is detached, as before.
+Which node came last is no evidence: a rule must give every replica, and a
+restart, the same answer from the same state.
+
+A person who has looked may acknowledge a domain's findings with the label
+``TOPOLOGY_ACK`` (``kilter.dev.node-restriction.kubernetes.io/topology-ack``)
+set to the domain's ID on one of its nodes. The NodeRestriction admission
+plugin refuses a kubelet any change to a label under
+``node-restriction.kubernetes.io`` (or a subdomain of it) on its own Node,
+so the node a finding is about cannot write it; the value names the domain,
+so an acknowledgement given to one rack does not travel with a node that
+relabels itself into another. An acknowledgement accepts a node short of
+GPUs and products mixed under one label; it never accepts more nodes than
+a platform's fabric connects, nor a disputed member (fix the label, or the
+catalog with ``--platforms``). The old ``kilter.dev/topology-ack=true``,
+which a node can set on itself, acknowledges nothing; a domain in error that
+carries it says so (``ack-ignored``).
+
+The module runs to about 400 lines because the shape, the disputes and the
+acknowledgement are one judgement (``judge``), which the fleet model and
+``validate`` must reach alike.
 
 The nodes' health (Ready, cordons, health signals) is not judged here:
 that is the fleet's availability, which changes by the minute; this is the
@@ -24,20 +59,44 @@ from __future__ import annotations
 
 import dataclasses
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
 from kilter.model import quantity
-from kilter.model.annotations import TOPOLOGY_ACK
+from kilter.model.annotations import TOPOLOGY_ACK, UNPROTECTED_TOPOLOGY_ACK
 from kilter.model.core_v1 import Node
 from kilter.model.errors import InputError, UnknownPlatform
+from kilter.model.kueue import Topology
+from kilter.model.volcano import HyperNode
 from kilter.topology.catalog import Catalog, Platform
+from kilter.topology.hypernodes import SOURCE as HYPERNODES
+from kilter.topology.hypernodes import with_hypernode_labels
+from kilter.topology.labels import Levels, choose_levels
 
-__all__ = ["ACK_VALUE", "READ_ERRORS", "Finding", "Report", "device_counts", "mixed", "shape_errors", "validate"]
+__all__ = [
+    "IMEX_DOMAIN",
+    "READ_ERRORS",
+    "UNACKNOWLEDGEABLE",
+    "Claim",
+    "Finding",
+    "Judgement",
+    "Report",
+    "agreed_keys",
+    "device_counts",
+    "disputes",
+    "judge",
+    "mixed",
+    "shape_errors",
+    "validate",
+]
 
-ACK_VALUE = "true"
-"""The value of ``kilter.dev/topology-ack`` on a node that acknowledges its domain's findings."""
+IMEX_DOMAIN = "nvidia.com/gpu.imex-domain"
+"""GPU Feature Discovery's second fabric label (``<IMEX domain ID>.<clique ID>``): set beside the clique label from
+the same node's IMEX configuration, alike on every node of one IMEX domain."""
+
+UNACKNOWLEDGEABLE = frozenset({"too-many-nodes", "disputed-member"})
+"""Findings no acknowledgement accepts: either would let a gang be planned over a fabric some node is not on."""
 
 Severity = Literal["error", "warning"]
 
@@ -48,7 +107,8 @@ class Finding:
 
     domain: str
     platform: str
-    kind: str  # trays-missing, too-many-nodes, mixed-platforms, gpus-short, domain-label-missing, unknown-platform
+    kind: str  # trays-missing, too-many-nodes, mixed-platforms, gpus-short, disputed-member, domain-label-missing,
+    # unknown-platform, gpus-unreadable, ack-ignored
     severity: Severity
     nodes: tuple[str, ...]
     message: str
@@ -92,9 +152,9 @@ def _gpus(node: Node, resource: str) -> int | None:
         return None
 
 
-def _domain_label(node: Node, platform: Platform) -> str | None:
+def _domain_label(node: Node, keys: Sequence[str]) -> str | None:
     labels = node.metadata.labels
-    return next((labels[k] for k in platform.domain_label_keys if labels.get(k)), None)
+    return next((labels[k] for k in keys if labels.get(k)), None)
 
 
 def shape_errors(domain: str, platform: Platform, members: Sequence[tuple[str, int]]) -> list[Finding]:
@@ -152,13 +212,145 @@ def mixed(domain: str, kinds: Sequence[str], names: tuple[str, ...]) -> Finding:
     )
 
 
-def validate(nodes: Iterable[Node], catalog: Catalog) -> Report:
-    """The findings of every GPU node's domain, domains in name order."""
+@dataclass(frozen=True)
+class Claim:
+    """A node under a domain label: its name, platform, GPUs, and the labels that place it."""
+
+    name: str
+    platform: Platform
+    gpus: int
+    labels: Mapping[str, str]
+
+
+def agreed_keys(levels: Levels, platforms: Iterable[Platform]) -> tuple[str, ...]:
+    """The labels every node of one domain carries alike, whichever of them names the domain: each label that may
+    name it (they name one fabric), ``IMEX_DOMAIN``, and the labels of the levels above it (kilter puts a domain in
+    one group per level, read off any one of its nodes)."""
+    keys: dict[str, None] = {}
+    for p in platforms:
+        keys.update(dict.fromkeys(levels.domain_keys(p)))
+    keys.update(dict.fromkeys((IMEX_DOMAIN, *levels.up_keys)))
+    return tuple(keys)
+
+
+def disputes(
+    domain: str, claims: Sequence[Claim], keys: Sequence[str]
+) -> tuple[tuple[Claim, ...], tuple[Finding, ...]]:
+    """The claims kept as the domain, and a ``disputed-member`` finding per node detached alone (module docstring).
+
+    Only claims that cannot all be one domain (more than the platform's
+    domain holds, or several platforms) are told apart: the group agreeing
+    on platform and every one of ``keys`` keeps the domain when it is more
+    than half of the claims and no more than its platform's domain holds.
+    Otherwise every claim is kept and nothing is found here: the shape
+    findings condemn the label whole.
+    """
+    first = claims[0].platform
+    if all(c.platform.name == first.name for c in claims) and len(claims) <= first.nodes_per_domain:
+        return tuple(claims), ()
+    groups: dict[tuple[str, tuple[str | None, ...]], list[Claim]] = {}
+    for c in claims:
+        groups.setdefault((c.platform.name, tuple(c.labels.get(k) for k in keys)), []).append(c)
+    kept = max(groups.values(), key=len)  # a tie is never more than half: every claim is kept below
+    if 2 * len(kept) <= len(claims) or len(kept) > kept[0].platform.nodes_per_domain:
+        return tuple(claims), ()
+    names = {c.name for c in kept}
+    found = tuple(
+        Finding(
+            domain,
+            c.platform.name,
+            "disputed-member",
+            "error",
+            (c.name,),
+            f"node {c.name} claims domain {domain}, whose other {len(kept)} nodes agree without it "
+            f"({_difference(c, kept[0], keys)}): it is detached alone",
+        )
+        for c in claims
+        if c.name not in names
+    )
+    return tuple(kept), found
+
+
+def _difference(odd: Claim, agreed: Claim, keys: Sequence[str]) -> str:
+    """What sets ``odd`` apart from the nodes that agree (``agreed`` is one of them), the first three facts."""
+    out = [] if odd.platform.name == agreed.platform.name else [f"{odd.platform.name}, not {agreed.platform.name}"]
+    for k in keys:
+        mine, theirs = odd.labels.get(k), agreed.labels.get(k)
+        if mine != theirs:
+            out.append(f"{k}={mine or '(none)'} where they have {theirs or '(none)'}")
+    return "; ".join(out[:3])
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """A domain label's findings (acknowledged ones as warnings) and the nodes the fleet detaches alone."""
+
+    findings: tuple[Finding, ...]
+    detached: frozenset[str]
+    split: bool  # no node is left under the label: it is not believed at all
+
+
+def judge(domain: str, claims: Sequence[Claim], keys: Sequence[str]) -> Judgement:
+    """Every finding of the nodes under one domain label, and which of them the fleet detaches: the disputed
+    members, then a node short of GPUs, or every node the label kept when its shape is wrong; an acknowledgement
+    (``TOPOLOGY_ACK`` naming ``domain`` on a node kept) accepts all but ``UNACKNOWLEDGEABLE`` (module docstring)."""
+    kept, disputed = disputes(domain, claims, keys)
+    kinds = sorted({c.platform.name for c in kept})
+    names = tuple(c.name for c in kept)
+    shape = (
+        [mixed(domain, kinds, names)]
+        if len(kinds) > 1
+        else shape_errors(domain, kept[0].platform, [(c.name, c.gpus) for c in kept])
+    )
+    acked = any(c.labels.get(TOPOLOGY_ACK) == domain for c in kept)
+    findings: list[Finding] = list(disputed)
+    standing: list[Finding] = []
+    for f in shape:
+        if f.severity == "error" and acked and f.kind not in UNACKNOWLEDGEABLE:
+            note = f"{f.message} (acknowledged: {TOPOLOGY_ACK}={domain})"
+            f = dataclasses.replace(f, severity="warning", message=note)
+        elif f.severity == "error":
+            standing.append(f)
+        findings.append(f)
+    split = any(f.kind != "gpus-short" for f in standing)
+    detached = {f.nodes[0] for f in disputed}
+    detached |= set(names) if split else {n for f in standing for n in f.nodes}
+    carriers = tuple(c.name for c in claims if UNPROTECTED_TOPOLOGY_ACK in c.labels)
+    if carriers and (disputed or any(f.severity == "error" for f in shape)):
+        findings.append(_ack_ignored(domain, "/".join(kinds), carriers))
+    return Judgement(tuple(findings), frozenset(detached), split)
+
+
+def _ack_ignored(domain: str, platform: str, carriers: tuple[str, ...]) -> Finding:
+    return Finding(
+        domain,
+        platform,
+        "ack-ignored",
+        "warning",
+        carriers,
+        f"{UNPROTECTED_TOPOLOGY_ACK} on {', '.join(carriers[:3])}{' ...' if len(carriers) > 3 else ''} acknowledges "
+        f"nothing: a node can set it on itself (a person's acknowledgement is {TOPOLOGY_ACK}={domain})",
+    )
+
+
+def validate(
+    nodes: Iterable[Node],
+    catalog: Catalog,
+    *,
+    topologies: Iterable[Topology] = (),
+    hypernodes: Sequence[HyperNode] = (),
+) -> Report:
+    """The findings of every GPU node's domain, domains in name order; the domain labels and the levels above them
+    chosen as the fleet model chooses them (a Kueue Topology, else Volcano HyperNodes, else known label schemes)."""
+    topologies = list(topologies)
+    nodes = sorted(nodes, key=lambda n: n.metadata.name)
+    tier_keys: tuple[str, ...] = ()
+    if hypernodes and not topologies:
+        nodes, tier_keys = with_hypernode_labels(nodes, hypernodes)
     resources = sorted(catalog.device_resources)
-    members: dict[str, list[tuple[str, Platform, int]]] = defaultdict(list)
-    acked: set[str] = set()
     findings: list[Finding] = []
-    for node in sorted(nodes, key=lambda n: n.metadata.name):
+    matched: list[tuple[Node, Platform, int]] = []
+    for node in nodes:
         name = node.metadata.name
         devices = {r: n for r in resources if (n := _gpus(node, r)) is not None}
         alloc = node.status.allocatable or node.status.capacity
@@ -174,10 +366,16 @@ def validate(nodes: Iterable[Node], catalog: Catalog) -> Report:
         except UnknownPlatform as exc:
             findings.append(Finding(name, "", "unknown-platform", "error", (name,), str(exc)))
             continue
-        if platform is None:
-            continue
-        gpus = devices.get(platform.device_resource, 0)
-        domain = _domain_label(node, platform) if platform.is_multi_node else name
+        if platform is not None:
+            matched.append((node, platform, devices.get(platform.device_resource, 0)))
+    if tier_keys:
+        levels = Levels(up_keys=tier_keys, source=HYPERNODES)
+    else:
+        levels = choose_levels([n.metadata.labels for n, _, gpus in matched if gpus > 0], topologies, catalog)
+    members: dict[str, list[Claim]] = defaultdict(list)
+    for node, platform, gpus in matched:
+        name = node.metadata.name
+        domain = _domain_label(node, levels.domain_keys(platform)) if platform.is_multi_node else name
         if domain is None:
             findings.append(
                 Finding(
@@ -192,25 +390,12 @@ def validate(nodes: Iterable[Node], catalog: Catalog) -> Report:
                 )
             )
             continue
-        members[domain].append((name, platform, gpus))
-        if node.metadata.labels.get(TOPOLOGY_ACK) == ACK_VALUE:
-            acked.add(domain)
+        members[domain].append(Claim(name, platform, gpus, node.metadata.labels))
     counted: dict[str, int] = defaultdict(int)
     for domain, held in sorted(members.items()):
-        kinds = sorted({p.name for _, p, _ in held})
-        platform = held[0][1]
-        counted[platform.name] += 1
-        found = (
-            [mixed(domain, kinds, tuple(n for n, _, _ in held))]
-            if len(kinds) > 1
-            else shape_errors(domain, platform, [(n, g) for n, _, g in held])
-        )
-        if domain in acked:  # shown, no longer failing the check: what the fleet model does with it too
-            found = [
-                dataclasses.replace(f, severity="warning", message=f"{f.message} (acknowledged: {TOPOLOGY_ACK})")
-                for f in found
-            ]
-        findings.extend(found)
+        counted[held[0].platform.name] += 1
+        platforms = list({c.platform.name: c.platform for c in held}.values())
+        findings.extend(judge(domain, held, agreed_keys(levels, platforms)).findings)
     order = {"error": 0, "warning": 1}
     findings.sort(key=lambda f: (f.domain, order[f.severity], f.kind, f.nodes))
     return Report(tuple(findings), dict(sorted(counted.items())))

@@ -31,18 +31,17 @@ entries are kept equal by a test over every node of random fleets.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
 from kilter.model.annotations import SPARE_NODES_PER_DOMAIN
 from kilter.model.core_v1 import PodSpec
-from kilter.model.errors import InputError
 from kilter.topology import eligibility, spares
 from kilter.topology.fleet import Fleet
+from kilter.topology.pod_gpus import one_kind as gpu_ask  # the one-kind rule, named as the servers call it
 
 __all__ = [
     "FULL",
@@ -82,7 +81,6 @@ OUTCOMES = (  # per code: "passed", "failed" (may resolve by itself) or "unresol
 _RESOLVABLE = np.array([o == "failed" for o in OUTCOMES], dtype=bool)
 MAX_CACHED_MASKS = 256
 MAX_CACHED_MASK_KEY_BYTES = 16 * 1024  # a selector longer than this is judged again each time rather than kept
-_Count = TypeVar("_Count", int, float)  # whole GPUs (Kubernetes requests) or milli-units (Volcano's Resource)
 
 
 def is_resolvable(codes: npt.NDArray[np.int8]) -> npt.NDArray[np.bool_]:
@@ -111,18 +109,6 @@ class Verdicts:
     codes: npt.NDArray[np.int8]
     free: npt.NDArray[np.int32]
     total: npt.NDArray[np.int32]
-
-
-def gpu_ask(asks: Iterable[tuple[str, _Count]], *, who: str = "the pod") -> tuple[str, _Count] | None:
-    """The one GPU kind and amount among a pod's (device resource, amount) asks; None when it asks none.
-
-    A pod asking for two GPU kinds cannot be placed on one platform's node,
-    so it is refused as bad input rather than judged against either kind.
-    """
-    asked = sorted((r, n) for r, n in asks if n > 0)
-    if len(asked) > 1:
-        raise InputError(f"{who} asks for several GPU kinds: {', '.join(r for r, _ in asked)}")
-    return asked[0] if asked else None
 
 
 class Ladder:

@@ -7,6 +7,7 @@ the assumptions and which test checks each.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any
 from urllib.parse import urlencode
@@ -21,10 +22,12 @@ from kilter.kube import protobuf
 from kilter.kube.api import MERGE_PATCH, ApiError, ApiServer
 from kilter.kube.events import EventRecorder, Involved
 from kilter.kube.leader import LeaderElector
+from kilter.model.annotations import TOPOLOGY_ACK
 from kilter.model.core_v1 import Node, Pod
 from kilter.state.live import ENDED
 from kilter.state.reflector import Reflector, Resource, _ListPage
 from tests.e2e.conftest import pending_pod
+from tests.topology.builders import CLIQUE
 
 
 def _node(api: ApiServer) -> str:
@@ -143,3 +146,34 @@ def test_an_event_shows_where_kubectl_describe_looks(api: ApiServer, namespace: 
 def test_a_group_the_server_does_not_serve_is_absent_not_an_error(api: ApiServer) -> None:
     missing = Resource("e2e.kilter.dev", ("v1",), "widgets", "Widget")
     assert Reflector(api, missing, lambda batch: None).list_once() == []
+
+
+def test_a_kubelet_may_set_a_clique_label_on_its_own_node_but_never_the_topology_acknowledgement(
+    api: ApiServer,
+) -> None:
+    """NodeRestriction, as kilter's fabric rules assume it: a node identity may relabel its own Node outside
+    ``kubernetes.io`` (so a clique claim proves nothing), and may add, change or remove no label under
+    ``node-restriction.kubernetes.io``, where ``TOPOLOGY_ACK`` lives; a person (the test's own credentials) may."""
+    name = _node(api)
+    path = f"/api/v1/nodes/{name}"
+    as_node = dataclasses.replace(api, headers={**api.headers, **_impersonating_node(name)})
+
+    def labels(**values: str | None) -> dict[str, Any]:
+        return {"metadata": {"labels": values}}
+
+    try:
+        as_node.call("PATCH", path, labels(**{CLIQUE: "e2e-claimed.1"}), content_type=MERGE_PATCH)
+        assert api.call("GET", path)["metadata"]["labels"][CLIQUE] == "e2e-claimed.1"
+        for before, after in ((None, "e2e-claimed.1"), ("e2e-acked.1", "e2e-claimed.1"), ("e2e-acked.1", None)):
+            api.call("PATCH", path, labels(**{TOPOLOGY_ACK: before}), content_type=MERGE_PATCH)
+            with pytest.raises(ApiError) as refused:  # adding, changing, removing
+                as_node.call("PATCH", path, labels(**{TOPOLOGY_ACK: after}), content_type=MERGE_PATCH)
+            assert refused.value.code == 403
+            assert api.call("GET", path)["metadata"]["labels"].get(TOPOLOGY_ACK) == before
+    finally:
+        api.call("PATCH", path, labels(**{CLIQUE: None, TOPOLOGY_ACK: None}), content_type=MERGE_PATCH)
+
+
+def _impersonating_node(name: str) -> dict[str, str]:
+    """The headers that make the test's credentials act as the node's kubelet (who NodeRestriction restricts)."""
+    return {"Impersonate-User": f"system:node:{name}", "Impersonate-Group": "system:nodes"}

@@ -88,3 +88,15 @@ def test_a_members_facts_and_the_rank_it_holds_are_read_again_for_another_object
     pod_facts.forget(places_only=True)
     assert pod_facts.held(bound, RESOURCES, shapes)[1] is not taken  # ranks forgotten: read afresh, the same
     assert pod_facts.held(bound, RESOURCES, shapes)[1] == taken
+
+
+def test_a_bound_member_whose_gpu_count_does_not_read_holds_gpus_in_no_known_rank() -> None:
+    """Its node counts as full (``topology.pod_gpus``), so it is a GPU pod, not a pod of none: the layout must not
+    offer its rank to another pod as free (``layout._holds`` reads GPUs other than 0 without a rank as unknown)."""
+    raw = pod_json("train-3", 4, node="r1-t03", annotations={INDEX: "3"})
+    raw["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "abc"
+    raw["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"] = "abc"
+    bound = codec.convert(raw, Pod)
+    assert pod_facts.gpu_ask(bound, RESOURCES) == (pod_facts.UNREAD, 0)
+    gpus, place = pod_facts.held(bound, RESOURCES, (ranks.Shape("pods", 8, 4),))
+    assert gpus is None and place == "its GPU ask cannot be read"

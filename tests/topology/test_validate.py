@@ -10,6 +10,7 @@ import msgspec
 import pytest
 
 from kilter.cli.main import main
+from kilter.model.annotations import TOPOLOGY_ACK, UNPROTECTED_TOPOLOGY_ACK
 from kilter.model.core_v1 import Node
 from kilter.topology.catalog import BUILTIN, Catalog
 from kilter.topology.validate import Report, validate
@@ -45,8 +46,26 @@ def test_a_node_short_of_gpus_is_an_error_naming_the_node() -> None:
 
 
 def test_mixed_products_under_one_label_are_an_error() -> None:
-    nodes = [*rack("r1", trays=17), node("r1-t17", product="NVIDIA-GB300", labels={CLIQUE: "r1"})]
-    assert [f[:3] for f in findings(nodes)] == [("error", "mixed-platforms", "r1")]
+    halves = [
+        *rack("r1", trays=9),
+        *(node(f"r1-t{t}", product="NVIDIA-GB300", labels={CLIQUE: "r1"}) for t in range(9, 18)),
+    ]
+    assert [f[:3] for f in findings(halves)] == [("error", "mixed-platforms", "r1")]
+    odd = [*rack("r1", trays=17), node("r1-t17", product="NVIDIA-GB300", labels={CLIQUE: "r1"})]
+    assert [f[:4] for f in findings(odd)][:1] == [("error", "disputed-member", "r1", ("r1-t17",))], "17 agree"
+
+
+def test_a_node_claiming_another_racks_clique_is_the_one_error_and_names_that_node() -> None:
+    imex = "nvidia.com/gpu.imex-domain"
+    racks = [node(f"r{r}-t{t:02d}", labels={CLIQUE: f"r{r}", imex: f"i{r}"}) for r in (1, 2) for t in range(18)]
+    racks[-1] = node("r2-t17", labels={CLIQUE: "r1", imex: "i2", UNPROTECTED_TOPOLOGY_ACK: "true"})
+    report = validate(racks, CATALOG)
+    assert [(f.severity, f.kind, f.domain, f.nodes) for f in report.findings] == [
+        ("error", "disputed-member", "r1", ("r2-t17",)),
+        ("warning", "ack-ignored", "r1", ("r2-t17",)),
+        ("warning", "trays-missing", "r2", tuple(f"r2-t{t:02d}" for t in range(17))),
+    ]
+    assert f"{imex}=i2 where they have i1" in report.findings[0].message
 
 
 def test_a_tray_without_its_clique_label_and_an_unknown_platform_are_errors() -> None:
@@ -82,6 +101,20 @@ def test_kilter_fleet_validate_exits_1_on_an_error_and_0_on_warnings(
     assert "trays-missing" in out and "0 errors, 1 warnings in 1 GB200-NVL72 domains" in out
 
 
+def test_kilter_fleet_validate_names_the_node_that_claims_another_racks_clique(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    leaf = "fabric.topograph.run/tier-1"
+    racks = [node(f"r{r}-t{t:02d}", labels={CLIQUE: f"r{r}", leaf: f"leaf-{r}"}) for r in (1, 2) for t in range(18)]
+    racks[-1] = node("r2-t17", labels={CLIQUE: "r1", leaf: "leaf-2"})
+    assert main(["fleet", "validate", "--snapshot", str(_snapshot(tmp_path, racks)), "-o", "json"]) == 1
+    errors = [(f["kind"], f["domain"], f["nodes"]) for f in json.loads(capsys.readouterr().out)["findings"]]
+    assert errors == [
+        ("disputed-member", "r1", ["r2-t17"]),
+        ("trays-missing", "r2", [f"r2-t{t:02d}" for t in range(17)]),
+    ]
+
+
 def test_the_report_names_the_domains_with_errors() -> None:
     report: Report = validate(
         [*rack("r1", trays=17), node("r1-t17", gpus=2, labels={CLIQUE: "r1"}), *rack("r2")], CATALOG
@@ -90,12 +123,17 @@ def test_the_report_names_the_domains_with_errors() -> None:
 
 
 def test_an_acknowledged_domain_is_shown_but_no_longer_fails_and_an_unreadable_count_does() -> None:
-    from kilter.model.annotations import TOPOLOGY_ACK
-
-    acked = [*rack("r1"), node("r1-t18", labels={CLIQUE: "r1", TOPOLOGY_ACK: "true"})]
+    acked = [*rack("r1", trays=17), node("r1-t17", gpus=3, labels={CLIQUE: "r1", TOPOLOGY_ACK: "r1"})]
     report = validate(acked, CATALOG)
-    assert [(f.kind, f.severity) for f in report.findings] == [("too-many-nodes", "warning")]
-    assert "acknowledged" in report.findings[0].message and not report.errors
+    assert [(f.kind, f.severity) for f in report.findings] == [("gpus-short", "warning")]
+    assert f"acknowledged: {TOPOLOGY_ACK}=r1" in report.findings[0].message and not report.errors
+    oversized = [*rack("r1"), node("r1-t18", labels={CLIQUE: "r1", TOPOLOGY_ACK: "r1"})]
+    assert [(f.kind, f.severity) for f in validate(oversized, CATALOG).findings] == [("too-many-nodes", "error")]
+    self_set = [*rack("r1", trays=17), node("r1-t17", gpus=3, labels={CLIQUE: "r1", UNPROTECTED_TOPOLOGY_ACK: "true"})]
+    assert [(f.kind, f.severity) for f in validate(self_set, CATALOG).findings] == [
+        ("gpus-short", "error"),
+        ("ack-ignored", "warning"),
+    ]
     broken = node("r2-t00", labels={CLIQUE: "r2"})
     broken_dict = msgspec.to_builtins(broken)
     broken_dict["status"]["allocatable"]["nvidia.com/gpu"] = "abc"

@@ -24,14 +24,14 @@ import msgspec
 from kilter.extenders.volcano import wire as vw
 from kilter.extenders.volcano.session import Session
 from kilter.gangs import GangId, GangKey
-from kilter.model.core_v1 import Container, Pod, PodTemplateSpec, ResourceRequirements, pod_request
+from kilter.model.core_v1 import Container, Pod, PodTemplateSpec, ResourceRequirements
 from kilter.model.errors import InputError
 from kilter.model.jobs import PodSetSpec, TopologyRequest
 from kilter.model.jobs import topology_request as template_topology
 from kilter.model.volcano import NetworkTopologySpec
 from kilter.state.cluster import ClusterState
 from kilter.state.store import ClusterStore
-from kilter.topology import verdicts
+from kilter.topology import pod_gpus, verdicts
 from kilter.topology.fleet import Fleet
 from kilter.topology.hypernodes import TIER_LABEL_PREFIX, tier_label
 from kilter.topology.plan import MAX_POD_GPUS
@@ -163,11 +163,13 @@ def state_job(state: ClusterState, fleet: Fleet, job: str) -> vw.JobInfo | None:
             continue
         if pod.status.phase in ("Succeeded", "Failed"):
             continue
-        scalars = {
-            r: float(n * 1000)
-            for r in fleet.catalog.device_resources
-            if (n := pod_request(pod.spec, r, path=f"Pod {namespace}/{meta.name}: spec"))
-        }
+        scalars = {}
+        for r in fleet.catalog.device_resources:
+            n = pod_gpus.count(pod.spec, r, path=f"Pod {namespace}/{meta.name}: spec")
+            if isinstance(n, pod_gpus.Unreadable):
+                raise n.error()  # the job asked about: a member nobody can count makes it bad input
+            if n:
+                scalars[r] = float(n * 1000)
         uid = meta.uid or f"{namespace}/{meta.name}"
         tasks[uid] = vw.TaskInfo(
             uid=uid,
@@ -201,7 +203,7 @@ def pod_sets(pending: Sequence[vw.TaskInfo], topology: TopologyRequest | None, f
     for (role, resource, gpus), tasks in groups.items():
         pod = tasks[0].pod or vw.TaskPod()
         spec = pod.spec
-        if pod_request(spec, resource, path="$.Pod.spec") != gpus:
+        if pod_gpus.count(spec, resource, path="$.Pod.spec") != gpus:
             asks = ResourceRequirements(requests={resource: gpus}, limits={resource: gpus})
             spec = msgspec.structs.replace(spec, containers=(Container("task", asks),), init_containers=())
         template = PodTemplateSpec(metadata=pod.metadata, spec=spec)
