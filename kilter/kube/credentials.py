@@ -317,7 +317,8 @@ class Credentials:
         authorization = f"Bearer {token}" if token else self.basic
         last = self._presented
         if last is not None and (last.authorization, last.tls) == (authorization, self._tls):
-            self._presented = Presented(authorization, self._tls, last.generation, self._reads)
+            if last.reads != self._reads:
+                self._presented = Presented(authorization, self._tls, last.generation, self._reads)
             return
         generation = 0 if last is None else last.generation + 1
         if last is not None:
