@@ -199,7 +199,7 @@ def of_user(
     if user.exec is not None:
         sources.append(ExecPlugin(user.exec))
     basic = ""
-    if user.username and not sources:
+    if user.username and user.token_file is None and not user.token:  # a token wins over basic auth, as in client-go
         basic = "Basic " + base64.b64encode(f"{user.username}:{user.password}".encode()).decode()
     return Credentials(sources, basic=basic, tls=tls, clock=clock, wall=wall)
 
@@ -236,6 +236,7 @@ class Credentials:
         self._lock = threading.Lock()
         self._issued: list[Issued | None] = [None] * len(self.sources)
         self._failed: dict[int, tuple[float, str]] = {}  # source index -> (when, why), until it reads again
+        self._stale: tuple[str, ...] = ()  # the whys of _failed, replaced whole: /readyz reads it without the lock
         self._pair: tuple[bytes, bytes] = (b"", b"")
         self._tls: ssl.SSLContext | None = None
         self._presented: Presented | None = None
@@ -272,15 +273,15 @@ class Credentials:
             self.refused_on = ""
 
     def problems(self) -> list[str]:
-        """What is wrong with the credentials, one line each, for ``/readyz``; empty when nothing is."""
+        """What is wrong with the credentials, one line each, for ``/readyz``; empty when nothing is. Never waits
+        for the lock (a plugin may be running): it reads what the last reading left."""
         out = []
         if self.refused_on:
             out.append(
                 f"credentials refused: the API server answered 401 Unauthorized to {self.refused_on} after kilter "
                 f"read its credentials again ({self.unauthorized} refused so far)"
             )
-        out += [f"credentials not read again: {why}" for _, why in sorted(self._failed.values())]
-        return out
+        return out + [f"credentials not read again: {why}" for why in self._stale]
 
     def _refresh(self, *, force: bool) -> None:
         now, wall = self.clock(), self.wall()
@@ -310,6 +311,7 @@ class Credentials:
                 log.info("%s read again", source.what)
                 del self._failed[i]
             self._issued[i] = issued
+        self._stale = tuple(why for _, why in sorted(self._failed.values()))
         self._present()
 
     def _present(self) -> None:

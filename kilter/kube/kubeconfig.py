@@ -50,8 +50,8 @@ class User:
     """Where one user's credentials come from (``users[].user`` of a kubeconfig, or the service account).
 
     Precedence is client-go's: a token (or token file) and a client
-    certificate are presented together; an exec plugin only when neither is
-    given; basic auth (username and password) as a header, if nothing else.
+    certificate are presented together; basic auth (username and password)
+    only without a token; an exec plugin only when none of these is given.
     """
 
     token: str = ""
@@ -162,9 +162,9 @@ def _user(raw: dict[str, Any], base: Path, source: str, cluster: dict[str, Any])
             f"cannot use {source}: auth-provider {provider!r} is not supported; use its exec plugin "
             "(gke-gcloud-auth-plugin, kubelogin)"
         )
-    has_static = bool(
-        raw.get("token") or raw.get("tokenFile") or raw.get("client-certificate") or raw.get("client-certificate-data")
-    )
+    # client-go's UpdateTransportConfig: a token, basic auth or a certificate in the kubeconfig wins over the plugin
+    given = ("token", "tokenFile", "username", "client-certificate", "client-certificate-data")
+    has_static = any(raw.get(key) for key in given)
     plugin = raw.get("exec")
     return User(
         token=_text(raw, "token"),
