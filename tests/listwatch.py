@@ -28,6 +28,16 @@ PUT of an object (update: a ``metadata.resourceVersion`` in the body is a
 precondition, 409 Conflict when stale), what the plan-key Secret uses. The
 test itself writes through ``add``, ``update`` and ``delete``.
 
+Authentication is the bearer token's, when the server is given one: a
+request without a valid token is answered 401 with kube-apiserver's
+``Status`` (reason ``Unauthorized``, message "Unauthorized"), before
+anything else is looked at. ``rotate_token`` issues a new token and lets
+the others expire, as a projected service-account token or an exec
+plugin's expires; a watch already open keeps streaming, since the apiserver
+authenticates a request only when it arrives. Served over HTTPS (``tls``), a
+client certificate signed by ``client_ca`` authenticates too, as with
+``--client-ca-file``; ``rotate_client_ca`` replaces that CA.
+
 A resource declared with ``status=True`` has the status subresource:
 ``NAME/status`` answers GET, PUT and PATCH, its writes change only
 ``.status``, and writes to the object keep the stored status. Apply merges
@@ -129,6 +139,7 @@ import random
 import re
 import select
 import socket
+import ssl
 import threading
 import time
 import uuid
@@ -136,11 +147,14 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from email.utils import formatdate
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from types import TracebackType
 from typing import Any, NamedTuple
 from urllib.parse import parse_qs, urlsplit
 
 import yaml
+from cryptography import x509
+from cryptography.exceptions import InvalidSignature
 
 from kilter.kube.api import CERTS_AGENT, SERVER_AGENT
 from tests.kube_protobuf import MEDIA_TYPE as PROTOBUF
@@ -148,6 +162,7 @@ from tests.kube_protobuf import encode, envelope
 
 __all__ = [
     "APPLY_PATCH",
+    "LEASES",
     "LIST_TYPES",
     "MERGE_PATCH",
     "NODES",
@@ -211,17 +226,20 @@ PODS = Resource("", "v1", "pods", "Pod", namespaced=True)
 NODES = Resource("", "v1", "nodes", "Node", namespaced=False)
 SECRETS = Resource("", "v1", "secrets", "Secret", namespaced=True)
 PDBS = Resource("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", namespaced=True)
+LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease", namespaced=True)
 COMPUTE_DOMAINS = Resource("resource.nvidia.com", "v1beta1", "computedomains", "ComputeDomain", namespaced=True)
 """NVIDIA's DRA driver's CRD (``computedomains.resource.nvidia.com``), served as the apiserver serves a CRD."""
 
 
 class Request(NamedTuple):
-    """One request as the server saw it; ``query`` keeps the last value of each parameter."""
+    """One request as the server saw it; ``query`` keeps the last value of each parameter, ``token`` the bearer
+    token it presented ("" for none)."""
 
     method: str
     path: str
     query: dict[str, str]
     accept: str = ""
+    token: str = ""
 
 
 class ApiError(Exception):
@@ -1435,10 +1453,19 @@ class ListWatchServer:
 
     host = "127.0.0.1"
 
-    def __init__(self, resources: list[Resource], *, token: str | None = None, host: str = "127.0.0.1") -> None:
+    def __init__(
+        self,
+        resources: list[Resource],
+        *,
+        token: str | None = None,
+        host: str = "127.0.0.1",
+        tls: tuple[Path, Path] | None = None,
+        client_ca: bytes | None = None,
+    ) -> None:
         self.host = host  # another address (a bridge's) for clients in network namespaces a test makes
         self.resources = list(resources)
-        self.token = token
+        self.token = token  # the token issued last; None: every request is taken, with or without a token
+        self._tokens: set[str] = {token} if token is not None else set()  # the tokens that authenticate now
         self.delay_s = 0.0
         self.too_large_wait_s = 3.0
         self.watch_list = True  # the WatchList feature (sendInitialEvents); off answers 422 as older servers do
@@ -1455,6 +1482,15 @@ class ListWatchServer:
         self._objects: dict[Resource, dict[str, Obj]] = {r: {} for r in resources}
         self._history: list[_Change] = []
         self._watches: list[_Watch] = []
+        # HTTPS with the serving pair ``tls``; ``client_ca`` (PEM) signs the client certificates that authenticate
+        self.tls_context: ssl.SSLContext | None = None
+        self._client_cas: list[x509.Certificate] = []
+        if tls is not None:
+            self.tls_context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            self.tls_context.load_cert_chain(*tls)
+            if client_ca is not None:
+                self.tls_context.verify_mode = ssl.CERT_OPTIONAL
+                self.rotate_client_ca(client_ca)
         self._httpd = _HTTPServer(self)
         self._thread = threading.Thread(target=self._httpd.serve_forever, args=(0.02,), name="listwatch", daemon=True)
 
@@ -2402,11 +2438,57 @@ class ListWatchServer:
             if w in self._watches:
                 self._watches.remove(w)
 
-    def authorized(self, header: str) -> bool:
-        if self.token is None:
-            return True
-        scheme, _, value = header.partition(" ")
-        return scheme.lower() == "bearer" and value.strip() == self.token
+    def rotate_token(self, new: str) -> None:
+        """Issue ``new`` and let every other token expire: from now on a request that presents an old one is
+        answered 401 Unauthorized (a ``Status``), as kube-apiserver refuses a projected service-account token past
+        its expiry or an exec plugin's token past its life. Watches already open keep streaming: the apiserver
+        authenticates a request once, when it arrives, and never looks at a running watch's token again."""
+        with self._lock:
+            self.token = new
+            self._tokens = {new}
+
+    def accept_token(self, token: str) -> None:
+        """Issue ``token`` beside those already valid (a kubelet's new token, while the old one lives on)."""
+        with self._lock:
+            self.token = token
+            self._tokens.add(token)
+
+    def rotate_client_ca(self, pem: bytes) -> None:
+        """Take client certificates signed by the CA ``pem`` from now on, and no longer those of the CA before, as
+        kube-apiserver does when its ``--client-ca-file`` changes: a request with an older certificate is answered
+        401. (The apiserver asks for a certificate at the handshake and verifies it per request, so a stale one
+        is a 401; Python's ssl can only verify at the handshake, so every CA ever given stays trusted there and
+        the request is judged against the current one.)"""
+        assert self.tls_context is not None
+        self.tls_context.load_verify_locations(cadata=pem.decode())
+        with self._lock:
+            self._client_cas = x509.load_pem_x509_certificates(pem)
+
+    def authorized(self, header: str, peer: bytes | None = None) -> bool:
+        """Whether the request authenticates: by the ``Authorization`` value's token, valid now, or by ``peer``,
+        the client certificate (DER), signed by the current client CA. Without any token or client CA, every
+        request is taken."""
+        with self._lock:
+            if self.token is None and not self._client_cas:
+                return True
+            if peer is not None and any(_signed_by(peer, ca) for ca in self._client_cas):
+                return True
+            return _bearer(header) in self._tokens
+
+
+def _signed_by(der: bytes, ca: x509.Certificate) -> bool:
+    """Whether the certificate ``der`` was issued by ``ca`` (name and signature; the handshake checked dates)."""
+    try:
+        x509.load_der_x509_certificate(der).verify_directly_issued_by(ca)
+    except (ValueError, TypeError, InvalidSignature):
+        return False
+    return True
+
+
+def _bearer(header: str) -> str:
+    """The token of an ``Authorization: Bearer`` value; "" for none or another scheme."""
+    scheme, _, value = header.partition(" ")
+    return value.strip() if scheme.lower() == "bearer" else ""
 
 
 def _api_resources(served: list[Resource], group: str, version: str) -> list[Obj]:
@@ -2454,6 +2536,15 @@ class _HTTPServer(ThreadingHTTPServer):
         super().__init__((cluster.host, 0), _Handler)
         self.cluster = cluster
 
+    def get_request(self) -> tuple[Any, Any]:
+        """The accepted connection, wrapped for TLS when the server serves HTTPS (its handshake runs on the
+        handler's thread, so that a slow client does not hold up the others)."""
+        sock, address = super().get_request()
+        context = self.cluster.tls_context
+        if context is not None:
+            sock = context.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+        return sock, address
+
 
 KILTER_CALLS: list[tuple[str, str, str]] = []
 """(User-Agent, method, path with query) of every request the code of ``kilter serve`` (``SERVER_AGENT``) or
@@ -2469,9 +2560,23 @@ class _Handler(BaseHTTPRequestHandler):
         return None
 
     def setup(self) -> None:
+        self.peer: bytes | None = None  # the client certificate (DER) of a TLS connection, if it gave one
+        self.handshake_failed = False
+        if isinstance(self.request, ssl.SSLSocket):
+            self.request.settimeout(10)
+            try:
+                self.request.do_handshake()
+                self.peer = self.request.getpeercert(binary_form=True)
+            except (ssl.SSLError, OSError):
+                self.handshake_failed = True
+            self.request.settimeout(None)
         super().setup()
         with self.server.cluster._lock:
             self.server.cluster.connections += 1
+
+    def handle(self) -> None:
+        if not self.handshake_failed:
+            super().handle()
 
     def _start(self, code: int, headers: dict[str, str]) -> None:
         """Status line and headers (JSON unless ``headers`` name a Content-Type), none of Python's ``Server``."""
@@ -2499,14 +2604,14 @@ class _Handler(BaseHTTPRequestHandler):
         url = urlsplit(self.path)
         query = {k: v[-1] for k, v in parse_qs(url.query, keep_blank_values=True).items()}
         accept = self.headers.get("Accept", "")
-        cluster.record(Request(self.command, url.path, query, accept))
+        cluster.record(Request(self.command, url.path, query, accept, _bearer(self.headers.get("Authorization", ""))))
         agent = self.headers.get("User-Agent", "")
         if agent in (SERVER_AGENT, CERTS_AGENT):
             KILTER_CALLS.append((agent, self.command, self.path))
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else b""
         try:
-            if not cluster.authorized(self.headers.get("Authorization", "")):
+            if not cluster.authorized(self.headers.get("Authorization", ""), self.peer):
                 raise ApiError(401, "Unauthorized", "Unauthorized")
             parts = [p for p in url.path.split("/") if p]
             if parts in (["api"], ["api", "v1"], ["apis"]) or (parts[:1] == ["apis"] and len(parts) in (2, 3)):
@@ -2674,6 +2779,8 @@ class _Handler(BaseHTTPRequestHandler):
         readable, _, _ = select.select([self.connection], [], [], 0)
         if not readable:
             return False
+        if isinstance(self.connection, ssl.SSLSocket):
+            return True  # a TLS record cannot be peeked at; during a watch a client sends nothing but its close
         try:
             peeked: bytes = self.connection.recv(1, socket.MSG_PEEK)
         except OSError:

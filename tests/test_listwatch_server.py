@@ -421,6 +421,30 @@ def test_every_request_needs_the_bearer_token() -> None:
         assert server.requests[0] == Request("GET", "/api/v1/pods", {}, "application/json")
 
 
+def test_a_rotated_token_refuses_the_old_one_with_401_but_leaves_open_watches_streaming() -> None:
+    with ListWatchServer([PODS], token=TOKEN) as server:
+        conn = http.client.HTTPConnection(server.host, server.port, timeout=2)
+        conn.request("GET", "/api/v1/pods?watch=1", headers={"Authorization": f"Bearer {TOKEN}"})
+        watch = conn.getresponse()
+        try:
+            server.rotate_token("renewed")
+            code, denied = get(server, "/api/v1/pods", token=TOKEN)
+            assert (code, denied["reason"], denied["code"], denied["message"]) == (
+                401,
+                "Unauthorized",
+                401,
+                "Unauthorized",
+            )
+            assert get(server, "/api/v1/pods", token="renewed")[0] == 200
+            server.add(pod("after"))  # the apiserver authenticated the watch when it began, never again
+            assert json.loads(watch.readline())["object"]["metadata"]["name"] == "after"
+        finally:
+            conn.close()
+        server.accept_token("next")  # a new token issued while the last one still lives
+        assert get(server, "/api/v1/pods", token="renewed")[0] == get(server, "/api/v1/pods", token="next")[0] == 200
+        assert [r.token for r in server.requests][-3:] == ["renewed", "renewed", "next"]
+
+
 def test_requests_are_logged_and_delay_slows_lists_after_their_snapshot(server: ListWatchServer) -> None:
     server.add(pod("a"))
     server.delay_s = 0.2

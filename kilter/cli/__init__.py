@@ -17,6 +17,7 @@ __all__ = [
     "config_reload",
     "configuration",
     "configuration_pool",
+    "credential_reading",
     "demo",
     "demo_compare",
     "demo_scheduler",

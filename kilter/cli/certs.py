@@ -11,8 +11,9 @@ without a Lease and exits (non-zero when the round could not finish): for a
 first install by hand, or a Job.
 
 A small HTTP listener (``--http-port``) answers the kubelet's probes
-(``/healthz``, ``/readyz``) and Prometheus (``/metrics``: the certificate's
-expiry, rounds, failures, leadership); it serves nothing else.
+(``/healthz``, ``/readyz``, which names credentials the API server refuses)
+and Prometheus (``/metrics``: the certificate's expiry, rounds, failures,
+leadership, refused credentials); it serves nothing else.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import signal
 import socket
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import FrameType
@@ -34,6 +35,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from kilter.cli import logs
+from kilter.cli.credential_reading import CredentialsReading
 from kilter.gangs.key_secret import parse_ref
 from kilter.kube.api import CERTS_AGENT, check_name, connect
 from kilter.kube.leader import LeaderElector
@@ -116,7 +118,12 @@ class _Reading(Collector):
         yield leader
 
 
-def _listener(address: str, port: int, registry: CollectorRegistry) -> ThreadingHTTPServer:
+def _listener(
+    address: str, port: int, registry: CollectorRegistry, problems: Callable[[], list[str]]
+) -> ThreadingHTTPServer:
+    """The probe listener; ``/readyz`` answers 200 with "ok" and then ``problems()``, one a line (the credentials
+    the API server refuses): a replica is no less ready for them, the lines are for whoever looks."""
+
     class Handler(BaseHTTPRequestHandler):
         timeout = 5  # seconds a client has to send its request: a stalled one does not hold a thread
 
@@ -124,8 +131,10 @@ def _listener(address: str, port: int, registry: CollectorRegistry) -> Threading
             return None
 
         def do_GET(self) -> None:
-            if self.path in ("/healthz", "/readyz"):
+            if self.path == "/healthz":
                 body, kind = b"ok", "text/plain; charset=utf-8"
+            elif self.path == "/readyz":
+                body, kind = "\n".join(["ok", *problems()]).encode(), "text/plain; charset=utf-8"
             elif self.path == "/metrics":
                 body, kind = generate_latest(registry), "text/plain; version=0.0.4; charset=utf-8"
             else:
@@ -171,7 +180,11 @@ def run(args: argparse.Namespace) -> int:
     elector = LeaderElector(api, *lease, identity)
     registry = CollectorRegistry(auto_describe=True)
     registry.register(_Reading(controller, elector))
-    server = _listener(args.address, args.http_port, registry) if args.http_port else None
+    credentials = api.credentials  # connect sets them
+    if credentials is not None:
+        registry.register(CredentialsReading(credentials))
+    problems = credentials.problems if credentials is not None else list
+    server = _listener(args.address, args.http_port, registry, problems) if args.http_port else None
     if server is not None:
         threading.Thread(target=server.serve_forever, name="certs-http", daemon=True).start()
     stopping = threading.Event()

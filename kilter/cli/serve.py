@@ -26,6 +26,7 @@ import uvloop
 
 from kilter.cli import configuration, logs, readings, serve_grpc, serve_pool, sources
 from kilter.cli.config_reload import ConfigReloader
+from kilter.cli.credential_reading import CredentialsReading
 from kilter.cli.kubectl.served import ServedViews
 from kilter.cli.listeners import Guard, ListenerReading, ensure_file_limit, listener_config
 from kilter.cli.serve_config import DEFAULT_KILTER_USER, DEFAULTS, ServeConfig, add_split_wait_arguments
@@ -369,6 +370,9 @@ def build_app(config: ServeConfig) -> tuple[App, ClusterStore]:
         ],
     )
     app.is_writer = is_writer
+    if api is not None and api.credentials is not None:
+        app.problem_sources.append(api.credentials.problems)
+        app.metrics.registry.register(CredentialsReading(api.credentials))
     if keys_from is not None:
         app.metrics.registry.register(key_secret.KeySecretReading(keys_from))
     if live is not None:

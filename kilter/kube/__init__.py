@@ -1,7 +1,32 @@
-"""Talking to a real API server: the HTTP client, protobuf lists, leader election, lease following, Events,
-evictions, and what a field manager owns of an object."""
+"""Talking to a real API server: the HTTP client, where it is and whose credentials (kept fresh), protobuf lists,
+leader election, lease following, Events, evictions, and what a field manager owns of an object."""
 
-from kilter.kube import api, events, evict, follower, leader, owned, protobuf
+from kilter.kube import (
+    api,
+    credentials,
+    events,
+    evict,
+    exec_credential,
+    follower,
+    kubeconfig,
+    leader,
+    owned,
+    protobuf,
+)
 from kilter.kube.api import ApiError, ApiServer, connect
 
-__all__ = ["ApiError", "ApiServer", "api", "connect", "events", "evict", "follower", "leader", "owned", "protobuf"]
+__all__ = [
+    "ApiError",
+    "ApiServer",
+    "api",
+    "connect",
+    "credentials",
+    "events",
+    "evict",
+    "exec_credential",
+    "follower",
+    "kubeconfig",
+    "leader",
+    "owned",
+    "protobuf",
+]

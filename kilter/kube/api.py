@@ -1,8 +1,10 @@
 """A connection to a cluster's API server: where it is, how to authenticate, how to make one call.
 
-Credentials come from a kubeconfig (the ``kubernetes`` package reads it, so
-exec plugins, client certificates and tokens all work) or from the pod's
-service account when running in the cluster. Calls are plain HTTP/1.1 with
+Credentials come from a kubeconfig (tokens, token files, client
+certificates, exec plugins) or from the pod's service account when running
+in the cluster, and are read again while kilter runs (``credentials``: they
+rotate); a call the API server answers 401 is sent once more with
+credentials read again, then counted. Calls are plain HTTP/1.1 with
 JSON bodies (lists of Pods and Nodes may come back as protobuf), one
 connection each, so they can run on any worker thread; list pages reuse their
 thread's connection (``keep_alive``). The live list/watch feeder builds on the same connection.
@@ -30,6 +32,8 @@ from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
 
 from kilter import __version__
+from kilter.kube import kubeconfig as kubeconfigs
+from kilter.kube.credentials import Credentials, Presented, of_user
 from kilter.kube.protobuf import is_protobuf, status_message
 from kilter.model.errors import InputError, KilterError
 
@@ -45,6 +49,7 @@ __all__ = [
     "check_namespace",
     "connect",
     "object_path",
+    "server_context",
 ]
 
 SERVER_AGENT = f"kilter/{__version__}"
@@ -118,6 +123,8 @@ class ApiServer:
     user_agent: str = SERVER_AGENT
     """Who calls, as the apiserver's audit log and tests/config's RBAC proof see it (``kilter/<version>`` for
     ``kilter serve``; the commands people run with their own credentials say so)."""
+    credentials: Credentials | None = field(default=None, compare=False)
+    """What each call presents, read again as it rotates (``connect`` sets it); None: ``headers`` alone."""
     _kept: threading.local = field(default_factory=threading.local, compare=False, repr=False)
 
     def apply(self, path: str, body: Any, *, field_manager: str) -> Any:
@@ -132,26 +139,59 @@ class ApiServer:
     def stream(self, path: str, *, timeout_s: float) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
         """A GET whose answer is read as it arrives (a watch); the caller closes the connection.
 
-        A refusal (any status but 200) raises ApiError with the server's message.
+        A refusal (any status but 200) raises ApiError with the server's message; a 401 is first tried once more
+        with credentials read again.
         """
-        conn = self._connection(timeout_s)
+        presented = self._presented()
+        conn, response, refusal = self._open_stream(path, timeout_s, presented)
+        if response.status == 401 and self._renewed(presented):
+            conn, response, refusal = self._open_stream(path, timeout_s, self._presented())
+        self._judged("GET", path, response.status)
+        if response.status != 200:
+            raise ApiError(response.status, _message(refusal))
+        return conn, response
+
+    def _open_stream(
+        self, path: str, timeout_s: float, presented: Presented | None
+    ) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse, bytes]:
+        """The connection and answer of one watch request; a refusal's body read and its connection closed."""
+        conn = self._connection(timeout_s, presented)
         try:
-            conn.request(
-                "GET", path, None, {"User-Agent": self.user_agent, **self.headers, "Accept": "application/json"}
-            )
+            conn.request("GET", path, None, self._headers("application/json", presented))
             response = conn.getresponse()
+            if response.status == 200:
+                return conn, response, b""
+            refusal = response.read()
         except (OSError, http.client.HTTPException) as exc:
             conn.close()
             raise ApiError(0, f"GET {self.url}{path}: {exc}") from None
-        if response.status != 200:
-            raw = response.read()
-            conn.close()
-            raise ApiError(response.status, _message(raw))
-        return conn, response
+        conn.close()
+        return conn, response, refusal
 
-    def _connection(self, timeout_s: float) -> http.client.HTTPConnection:
+    def _presented(self) -> Presented | None:
+        return self.credentials.current() if self.credentials is not None else None
+
+    def _renewed(self, presented: Presented | None) -> bool:
+        """After a 401 to ``presented``: whether the credentials, read again, are new (worth one more try)."""
+        return self.credentials is not None and presented is not None and self.credentials.refused(presented)
+
+    def _headers(self, accept: str, presented: Presented | None) -> dict[str, str]:
+        auth = {"Authorization": presented.authorization} if presented is not None and presented.authorization else {}
+        return {"User-Agent": self.user_agent, **self.headers, **auth, "Accept": accept}
+
+    def _judged(self, method: str, path: str, status: int) -> None:
+        """Tell the credentials how the API server took them: a 401 that stood after the retry, or not."""
+        if self.credentials is None:
+            return
+        if status == 401:
+            self.credentials.standing(f"{method} {path.partition('?')[0]}")
+        else:
+            self.credentials.accepted()
+
+    def _connection(self, timeout_s: float, presented: Presented | None = None) -> http.client.HTTPConnection:
         if self.scheme == "https":
-            return http.client.HTTPSConnection(self.host, self.port, context=self.tls, timeout=timeout_s)
+            tls = presented.tls if presented is not None and presented.tls is not None else self.tls
+            return http.client.HTTPSConnection(self.host, self.port, context=tls, timeout=timeout_s)
         return http.client.HTTPConnection(self.host, self.port, timeout=timeout_s)
 
     @contextlib.contextmanager
@@ -206,20 +246,44 @@ class ApiServer:
     ) -> tuple[int, bytes, str]:
         """One request: the status, the whole answer and its Content-Type.
 
-        Each request has a connection of its own, but within ``keep_alive``
-        the thread's kept one; a GET whose kept connection the server has
-        closed meanwhile goes again, once, on a fresh one.
+        A 401 is sent once more when the credentials, read again, are new
+        (the API server authenticates before it does anything, so even a
+        POST is safe to repeat); a 401 that stands is counted.
         """
+        presented = self._presented()
+        answer = self._exchange(method, path, data, content_type, accept, presented)
+        if answer[0] == 401 and self._renewed(presented):
+            answer = self._exchange(method, path, data, content_type, accept, self._presented(), fresh=True)
+        self._judged(method, path, answer[0])
+        return answer
+
+    def _exchange(
+        self,
+        method: str,
+        path: str,
+        data: bytes | None,
+        content_type: str,
+        accept: str,
+        presented: Presented | None,
+        *,
+        fresh: bool = False,
+    ) -> tuple[int, bytes, str]:
+        """One request and its answer. Each has a connection of its own, but within ``keep_alive`` the thread's
+        kept one (unless ``fresh``: a new certificate needs a new handshake); a GET whose kept connection the
+        server has closed meanwhile goes again, once, on a fresh one."""
         keep = getattr(self._kept, "on", False)
         conn: http.client.HTTPConnection | None = getattr(self._kept, "conn", None)
         self._kept.conn = None
-        headers = {"User-Agent": self.user_agent, **self.headers, "Accept": accept}
+        if fresh and conn is not None:
+            conn.close()
+            conn = None
+        headers = self._headers(accept, presented)
         if data is not None:
             headers["Content-Type"] = content_type
         while True:
             reused = conn is not None
             if conn is None:
-                conn = self._connection(self.timeout_s)
+                conn = self._connection(self.timeout_s, presented)
             try:
                 conn.request(method, path, data, headers)
                 response = conn.getresponse()
@@ -249,31 +313,41 @@ def _message(raw: bytes, content_type: str = "application/json") -> str:
     return str(message or raw[:200].decode("utf-8", "replace"))
 
 
-def connect(kubeconfig: Path | None, *, context: str | None = None, user_agent: str = SERVER_AGENT) -> ApiServer:
-    """The API server of this kubeconfig (and context), or of the pod's service account when None."""
-    from kubernetes import client, config
-
-    cfg = client.Configuration()
+def server_context(target: kubeconfigs.Target) -> ssl.SSLContext:
+    """A new TLS context for the target's server: its CA (or the system's roots), or no verification with
+    ``insecure-skip-tls-verify``; a client certificate is added by ``credentials``."""
+    if target.insecure:
+        return ssl._create_unverified_context()
+    ca_file = str(target.ca_file) if target.ca_file is not None else None
     try:
-        if kubeconfig is None:
-            config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
-        else:
-            config.load_kube_config(  # type: ignore[no-untyped-call]
-                config_file=str(kubeconfig), context=context, client_configuration=cfg
-            )
-    except (config.ConfigException, OSError, ValueError, TypeError) as exc:
-        raise InputError(f"cannot use {'the in-cluster config' if kubeconfig is None else kubeconfig}: {exc}") from None
-    url = urlsplit(cfg.host)
-    if url.scheme not in ("http", "https") or not url.hostname:
-        raise InputError(f"API server URL {cfg.host!r} is not http(s)://host[:port]")
-    headers: dict[str, str] = {}
-    token = cfg.get_api_key_with_prefix("BearerToken") or cfg.get_api_key_with_prefix("authorization")
-    if token:
-        headers["Authorization"] = token
-    tls = None
-    if url.scheme == "https":
-        tls = ssl.create_default_context(cafile=cfg.ssl_ca_cert) if cfg.verify_ssl else ssl._create_unverified_context()
-        if cfg.cert_file and cfg.key_file:
-            tls.load_cert_chain(cfg.cert_file, cfg.key_file)
-    port = url.port or (443 if url.scheme == "https" else 80)
-    return ApiServer(url.scheme, url.hostname, port, headers, tls, user_agent=user_agent)
+        return ssl.create_default_context(cafile=ca_file, cadata=target.ca_data or None)
+    except (ssl.SSLError, OSError, ValueError) as exc:
+        raise InputError(f"the cluster's CA: {exc}") from None
+
+
+def connect(
+    kubeconfig: Path | None,
+    *,
+    context: str | None = None,
+    user_agent: str = SERVER_AGENT,
+    service_account: Path = kubeconfigs.SERVICE_ACCOUNT,
+) -> ApiServer:
+    """The API server of this kubeconfig (and context), or of the pod's service account (under
+    ``service_account``) when None; its credentials read once now (InputError when they cannot be), and again as
+    they rotate."""
+    target = kubeconfigs.in_cluster(service_account) if kubeconfig is None else kubeconfigs.read(kubeconfig, context)
+    url = urlsplit(target.server)
+    try:
+        port = url.port or (443 if url.scheme == "https" else 80)
+    except ValueError:
+        port = 0
+    if url.scheme not in ("http", "https") or not url.hostname or not port:
+        raise InputError(f"API server URL {target.server!r} is not http(s)://host[:port]")
+    https = url.scheme == "https"
+    try:
+        base = server_context(target) if https else None
+        credentials = of_user(target.user, tls=(lambda: server_context(target)) if https else None)
+        credentials.current()
+    except InputError as exc:
+        raise InputError(f"cannot use {target.source}: {exc.message}") from None
+    return ApiServer(url.scheme, url.hostname, port, {}, base, user_agent=user_agent, credentials=credentials)
