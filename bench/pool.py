@@ -19,7 +19,6 @@ from typing import Any
 
 import grpc
 
-from kilter.api import pool_pb2_grpc as pb_grpc
 from kilter.pool.exchange import ExchangeCounts, Gossip, Peer, PoolServicer
 from kilter.pool.inventory import DomainRoom, RegionInventory
 from kilter.pool.peers import PeerTable
@@ -46,7 +45,7 @@ async def _run() -> dict[str, Any]:
     servers, ports = [], {}
     for n in names:
         server = grpc.aio.server()
-        pb_grpc.add_PoolServicer_to_server(PoolServicer(tables[n], lambda peer: True, counts[n]), server)
+        PoolServicer(tables[n], lambda peer: True, counts[n]).add_to(server)
         ports[n] = server.add_insecure_port("127.0.0.1:0")
         await server.start()
         servers.append(server)
@@ -115,9 +114,9 @@ async def _run() -> dict[str, Any]:
 
 
 def _message_bytes() -> int:
-    from kilter.pool.wire import inventory_message
+    from kilter.pool.wire import sealed_message
 
-    return inventory_message(_inventory(PeerTable("region-0"), 0.0, 18)).ByteSize()
+    return sealed_message(_inventory(PeerTable("region-0"), 0.0, 18)).ByteSize()
 
 
 def main() -> dict[str, Any]:
