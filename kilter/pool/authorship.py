@@ -100,10 +100,10 @@ class Sealer:
 
 
 class Judge(Protocol):
-    """Whether an inventory was written by its origin. Called in worker threads: it must not change shared state
+    """Whether ``origin`` wrote what ``seal`` carries. Called in worker threads: it must not change shared state
     beyond what is safe there (a cache of checked chains)."""
 
-    def wrote(self, inv: RegionInventory, now: float) -> bool: ...
+    def wrote(self, origin: str, seal: Seal, now: float) -> bool: ...
 
 
 class Unchecked:
@@ -112,8 +112,8 @@ class Unchecked:
     def __init__(self, region: str) -> None:
         self.region = region
 
-    def wrote(self, inv: RegionInventory, now: float) -> bool:
-        return inv.origin != self.region
+    def wrote(self, origin: str, seal: Seal, now: float) -> bool:
+        return origin != self.region
 
 
 def _general_name(host: str) -> x509.DNSName | x509.IPAddress:
@@ -146,14 +146,13 @@ class Checked:
         self._store = Store(list(me.anchors)) if me.anchors else None
         self._chains: dict[tuple[str, tuple[bytes, ...]], tuple[PublicKey, dt.datetime, dt.datetime]] = {}
 
-    def wrote(self, inv: RegionInventory, now: float) -> bool:
-        seal = inv.seal
-        if seal is None or not seal.signature:
+    def wrote(self, origin: str, seal: Seal, now: float) -> bool:
+        if not seal.signature:
             return False
-        if inv.origin == self.region:
+        if origin == self.region:
             key: PublicKey | None = self.me.public_key
         else:
-            key = self._author(inv.origin, seal.certificates, dt.datetime.fromtimestamp(now, dt.UTC))
+            key = self._author(origin, seal.certificates, dt.datetime.fromtimestamp(now, dt.UTC))
         return key is not None and _signed(key, seal.signature, CONTEXT + seal.body)
 
     def _author(self, origin: str, chain: tuple[bytes, ...], at: dt.datetime) -> PublicKey | None:

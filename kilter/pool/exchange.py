@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -87,12 +87,22 @@ class Received:
     forged: int
 
 
-def receive(raw: bytes, kind: wire.Kind, judge: Judge, now: float) -> Received:
-    """Read ``raw`` within the bounds and keep the inventories ``judge`` finds written by their origin; TooLarge or
-    InputError as ``wire.read``. Pure work on its arguments: safe in a worker thread."""
+def receive(raw: bytes, kind: wire.Kind, judge: Judge, heard: Mapping[str, int], now: float) -> Received:
+    """Read ``raw`` within the bounds and keep the inventories newer than ``heard`` (``PeerTable.heard``) that
+    ``judge`` finds written by their origin, reading only those in full; TooLarge or InputError as ``wire``. Pure
+    work on its arguments: safe in a worker thread."""
     got = wire.read(raw, kind)
-    written = [inv for inv in got.inventories if judge.wrote(inv, now)]
-    return Received(got.digest, written, len(got.inventories) - len(written))
+    newest = dict(heard)
+    written, forged = [], 0
+    for sealed in got.inventories:
+        if sealed.generation <= newest.get(sealed.origin, -1):
+            continue  # old news, or a second copy in one message: ``offer`` would ignore it
+        if not judge.wrote(sealed.origin, sealed.seal, now):
+            forged += 1
+            continue
+        newest[sealed.origin] = sealed.generation
+        written.append(wire.inventory(sealed))
+    return Received(got.digest, written, forged)
 
 
 class Reader:
@@ -103,10 +113,13 @@ class Reader:
         self.judge = judge
         self._one = asyncio.Semaphore(1)
 
-    async def read(self, raw: bytes, kind: wire.Kind, now: float) -> Received:
+    async def read(self, raw: bytes, kind: wire.Kind, table: PeerTable, now: float) -> Received:
+        """``raw`` read for ``table``; what it holds is taken when the reading starts (it only ever grows, so an
+        inventory skipped as old news then is old news after)."""
         judge = self.judge()
         async with self._one:
-            return await asyncio.to_thread(receive, raw, kind, judge, now)
+            heard = table.heard()
+            return await asyncio.to_thread(receive, raw, kind, judge, heard, now)
 
 
 def _caller(context: grpc.aio.ServicerContext[Any, Any]) -> str:
@@ -150,7 +163,7 @@ class PoolServicer:
                 grpc.StatusCode.RESOURCE_EXHAUSTED, f"not answered for {wait:.1f}s after a message over {_BOUNDS}"
             )
         try:
-            got = await self.reader.read(raw, pb.ExchangeRequest, now)
+            got = await self.reader.read(raw, pb.ExchangeRequest, self.table, now)
         except TooLarge as exc:
             self.counts.refused += 1
             self.counts.over_bounds += 1
@@ -293,7 +306,7 @@ class Gossip:
         )
         try:
             answer = await peer.exchange(request, self.call_timeout_s)
-            got = await self.reader.read(answer, pb.ExchangeResponse, now)
+            got = await self.reader.read(answer, pb.ExchangeResponse, self.table, now)
         except TooLarge as exc:
             return self._strike(peer, str(exc), now)
         except grpc.aio.AioRpcError as exc:

@@ -94,6 +94,13 @@ class PeerTable:
                 self.ignored += 1
         return taken
 
+    def heard(self) -> dict[str, int]:
+        """The highest generation known of each origin: what ``offer`` would take only above. For this region,
+        also what its peers hold of it (``own_heard``)."""
+        out = self.digest()
+        out[self.region] = max(out.get(self.region, -1), self.own_heard)
+        return out
+
     def digest(self) -> dict[str, int]:
         """What this peer holds, by origin: all a peer needs to answer with what this one lacks."""
         return {origin: inv.generation for origin, inv in self.held.items()}

@@ -6,7 +6,11 @@ outer message carries each inventory as bytes, so a huge one is refused
 before it is parsed) and refuses it with ``TooLarge``; then a name that is
 empty or too long, a negative count or a time that is not a number is an
 ``InputError`` naming the field (``inventories[2].origin``). Either way the
-exchange answers with an error and nothing already held changes.
+exchange answers with an error and nothing already held changes. Reading
+is in two steps: ``read`` parses (in protobuf's C code) and checks what
+decides whether an inventory is wanted, and ``inventory`` does the
+Python-level work for the ones that are, so a message full of inventories
+that are old news or forged costs little more than its parse.
 
 An inventory travels as ``SealedInventory``: the bytes its origin
 serialized and signed, forwarded untouched by every relay, so what a
@@ -35,12 +39,14 @@ __all__ = [
     "MAX_QUEUE_KEY",
     "Exchange",
     "Kind",
+    "Sealed",
     "body",
     "check_digest",
     "encode",
+    "inventory",
     "pack",
     "read",
-    "read_sealed",
+    "sealed",
     "sealed_message",
 ]
 
@@ -128,30 +134,27 @@ def _rooms(rows: Iterable[pb.DomainRoom], where: str) -> tuple[DomainRoom, ...]:
     return tuple(rooms)
 
 
-def _inventory(msg: pb.RegionInventory, where: str, seal: Seal) -> RegionInventory:
-    """The inventory a message carries; its counts are checked before any of its rows is read."""
-    _at_most(len(msg.domains), bounds.MAX_ROOMS, f"{where}.domains", "rows")
-    _at_most(len(msg.headroom), bounds.MAX_CLUSTER_QUEUES, f"{where}.headroom", "ClusterQueues")
-    _at_most(len(msg.local_queues), bounds.MAX_LOCAL_QUEUES, f"{where}.localQueues", "LocalQueues")
-    origin = _name(msg.origin, f"{where}.origin")
-    if msg.generation < 0:
-        raise InputError(f"{where}.generation: must not be negative")
-    if not math.isfinite(msg.produced_at) or msg.produced_at < 0:
-        raise InputError(f"{where}.producedAt: {msg.produced_at} is not a time")
-    rooms = _rooms(msg.domains, where)
-    headroom = {
-        _name(q, f"{where}.headroom"): _count(max(0, n), f"{where}.headroom[{q[:80]}]") for q, n in msg.headroom.items()
-    }
-    queues = {
-        _name(lq, f"{where}.localQueues", limit=MAX_QUEUE_KEY): _name(cq, f"{where}.localQueues[{lq[:80]}]")
-        for lq, cq in msg.local_queues.items()
-    }
-    return RegionInventory(origin, msg.generation, msg.produced_at, rooms, headroom, queues, seal)
+@dataclass(frozen=True)
+class Sealed:
+    """An inventory as received: parsed (in C), its bounds and its stamp checked, its rows not yet read. Enough to
+    tell whether it is wanted (newer than what is held) and whose it is (``authorship``) before paying for the
+    rest (``inventory``)."""
+
+    message: pb.RegionInventory
+    seal: Seal
+    where: str  # its place in the message, for errors: ``inventories[2]``
+
+    @property
+    def origin(self) -> str:
+        return self.message.origin
+
+    @property
+    def generation(self) -> int:
+        return self.message.generation
 
 
-def read_sealed(msg: pb.SealedInventory, where: str) -> RegionInventory:
-    """The inventory a sealed message carries, its seal kept to relay; TooLarge or InputError naming the field.
-    Whether its origin wrote it is ``authorship``'s question."""
+def sealed(msg: pb.SealedInventory, where: str) -> Sealed:
+    """``msg`` parsed within the bounds, its origin and stamp checked; TooLarge or InputError naming the field."""
     _at_most(len(msg.inventory), bounds.MAX_INVENTORY_BYTES, f"{where}.inventory", "bytes")
     _at_most(len(msg.signature), bounds.MAX_SIGNATURE_BYTES, f"{where}.signature", "bytes")
     _at_most(len(msg.certificates), bounds.MAX_CERTIFICATES, f"{where}.certificates", "certificates")
@@ -161,7 +164,30 @@ def read_sealed(msg: pb.SealedInventory, where: str) -> RegionInventory:
         inner = pb.RegionInventory.FromString(msg.inventory)
     except DecodeError:
         raise InputError(f"{where}.inventory: not a kilter.v1.RegionInventory") from None
-    return _inventory(inner, where, Seal(msg.inventory, msg.signature, tuple(msg.certificates)))
+    _at_most(len(inner.domains), bounds.MAX_ROOMS, f"{where}.domains", "rows")
+    _at_most(len(inner.headroom), bounds.MAX_CLUSTER_QUEUES, f"{where}.headroom", "ClusterQueues")
+    _at_most(len(inner.local_queues), bounds.MAX_LOCAL_QUEUES, f"{where}.localQueues", "LocalQueues")
+    _name(inner.origin, f"{where}.origin")
+    if inner.generation < 0:
+        raise InputError(f"{where}.generation: must not be negative")
+    if not math.isfinite(inner.produced_at) or inner.produced_at < 0:
+        raise InputError(f"{where}.producedAt: {inner.produced_at} is not a time")
+    return Sealed(inner, Seal(msg.inventory, msg.signature, tuple(msg.certificates)), where)
+
+
+def inventory(got: Sealed) -> RegionInventory:
+    """The inventory ``got`` carries, every row and queue checked (InputError naming the field), its seal kept to
+    relay. The Python-level cost of a message is here: read only what will be kept."""
+    msg, where = got.message, got.where
+    rooms = _rooms(msg.domains, where)
+    headroom = {
+        _name(q, f"{where}.headroom"): _count(max(0, n), f"{where}.headroom[{q[:80]}]") for q, n in msg.headroom.items()
+    }
+    queues = {
+        _name(lq, f"{where}.localQueues", limit=MAX_QUEUE_KEY): _name(cq, f"{where}.localQueues[{lq[:80]}]")
+        for lq, cq in msg.local_queues.items()
+    }
+    return RegionInventory(msg.origin, msg.generation, msg.produced_at, rooms, headroom, queues, got.seal)
 
 
 def check_digest(digest: Mapping[str, int], where: str) -> dict[str, int]:
@@ -179,11 +205,12 @@ class Exchange:
 
     region: str
     digest: dict[str, int]
-    inventories: list[RegionInventory]
+    inventories: list[Sealed]
 
 
 def read(raw: bytes, kind: Kind) -> Exchange:
-    """An exchange message from its bytes, every bound checked before what it bounds is decoded."""
+    """An exchange message from its bytes, every bound checked before what it bounds is decoded, and every
+    inventory's stamp; its rows are read by ``inventory``, for the ones wanted."""
     _at_most(len(raw), bounds.MAX_MESSAGE_BYTES, "message", "bytes")
     try:
         msg = kind.FromString(raw)
@@ -191,7 +218,7 @@ def read(raw: bytes, kind: Kind) -> Exchange:
         raise InputError(f"message: not a {kind.DESCRIPTOR.full_name}") from None
     _at_most(len(msg.inventories), bounds.MAX_REGIONS, "inventories", "inventories (one per region)")
     digest = check_digest(msg.digest, "digest")
-    inventories = [read_sealed(m, f"inventories[{i}]") for i, m in enumerate(msg.inventories)]
+    inventories = [sealed(m, f"inventories[{i}]") for i, m in enumerate(msg.inventories)]
     return Exchange(msg.region[:MAX_NAME], digest, inventories)
 
 

@@ -18,7 +18,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from kilter.api import pool_pb2 as pb
 from kilter.api.tls import ReloadingCredentials
 from kilter.model.errors import InputError
-from kilter.pool.authorship import Authors, Sealer
+from kilter.pool.authorship import CONTEXT, Authors, Sealer, sign
 from kilter.pool.exchange import ExchangeCounts, Gossip, Peer, PoolServicer, Reader
 from kilter.pool.identity import PoolFiles
 from kilter.pool.inventory import DomainRoom, RegionInventory, Seal
@@ -159,6 +159,13 @@ def test_an_inventory_forged_for_another_region_is_dropped_and_that_region_is_st
             ahead = RegionInventory("us-east", int((now + DEFAULT_TTL_S - 0.5) * 1000), 0.0)  # produced in 1970
             await call_as(south.files, west, [forge(ahead, regions, ca, d)])
             assert "us-east" not in west.table.held and west.counts.forged == 1
+            rows = pb.RegionInventory.FromString(sealed_message(ahead).inventory)
+            rows.domains.add(platform="", gpus_free=-1, domains=1)  # a row that would be refused, if read
+            me = south.files.current()
+            data = rows.SerializeToString()
+            broken = pb.SealedInventory(inventory=data, signature=sign(me.key, CONTEXT + data), certificates=me.chain)
+            await call_as(south.files, west, [broken])
+            assert west.counts.forged == 2, "judged on its seal, before its rows are read"
             assert await east.connect([west]).round() == 1
             honest = east.table.held["us-east"]
             assert west.table.held["us-east"].generation == honest.generation, "us-east's own update is taken"
