@@ -53,8 +53,8 @@ job the pool could send), so no more than those."""
 
 MAX_INVENTORY_BYTES = 4 * 1024 * 1024
 """One serialized inventory. At every count bound with names of usual length (platforms of 20 characters,
-``namespace/name`` keys of 60) an inventory is about 2.5 MiB; names near their limits could go past this, and
-``publishable`` then leaves out LocalQueues until it fits."""
+ClusterQueues of 28, ``namespace/name`` keys of 38) an inventory is 2.2 MiB; names near their limits by the
+thousand could go past this, and ``publishable`` then leaves queues out until it fits."""
 
 MAX_CERTIFICATES = 4
 """Certificates an inventory's seal carries: its origin's, and up to three intermediates below the pool CA."""
