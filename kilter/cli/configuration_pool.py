@@ -97,6 +97,8 @@ POOL_EXAMPLE = """\
 # The global pool (docs/pool.md): off unless given. This region's name, the MultiKueueClusters that reach its
 # own workers, and its peers (their kilter's gRPC address, the MultiKueueClusters that reach them). The exchange
 # is mutual TLS with the listeners' certificate and grpcClientCA; insecure: true allows plaintext (a trial).
+# Each region signs its inventory with its certificate's key: that certificate must name the region as its peers
+# dial it (serverName, else the address's host), and no two regions may share one.
 # pool:
 #   region: eu-west
 #   clusters: []

@@ -5,7 +5,10 @@ The exchange is served on the gRPC listener beside ``kilter.v1.Placement``
 and judged by the same rule (mutual TLS, or the trusted networks with
 ``insecure``); peers are called with the listener's own certificate and
 ``grpcClientCA`` as the CA their certificates must chain to, so one pool
-CA is all the pool needs. The dispatcher writes only from the leader.
+CA is all the pool needs. The same key seals this region's inventory and
+the same CA checks every other region's seal (``pool.authorship``). One
+reader and one backoff serve both sides of the exchange. The dispatcher
+writes only from the leader.
 """
 
 from __future__ import annotations
@@ -21,8 +24,11 @@ from kilter.api.server import Service
 from kilter.cli.serve_config import ServeConfig
 from kilter.cli.serve_grpc import peer_client
 from kilter.kube.api import ApiServer
+from kilter.pool.authorship import Authors, Sealer
+from kilter.pool.backoff import Backoff
 from kilter.pool.dispatch import Dispatcher
-from kilter.pool.exchange import ChannelFiles, ExchangeCounts, Gossip, Peer, PoolServicer, pool_service
+from kilter.pool.exchange import ExchangeCounts, Gossip, Peer, PoolServicer, Reader, pool_service
+from kilter.pool.identity import PoolFiles
 from kilter.pool.peers import PeerTable
 from kilter.pool.publish import StorePublisher
 from kilter.pool.settings import PoolSettings
@@ -39,12 +45,13 @@ class PoolParts:
     service: Service
     gossip: Gossip
     dispatcher: Dispatcher | None
+    servicer: PoolServicer
 
 
-def _channel_credentials(config: ServeConfig) -> ChannelFiles | None:
+def _pool_files(config: ServeConfig) -> PoolFiles | None:
     if config.tls_cert_file is None or config.tls_key_file is None or config.grpc_client_ca is None:
         return None
-    return ChannelFiles(config.tls_cert_file, config.tls_key_file, config.grpc_client_ca)
+    return PoolFiles(config.tls_cert_file, config.tls_key_file, config.grpc_client_ca)
 
 
 def pool_parts(
@@ -61,8 +68,9 @@ def pool_parts(
     def trusted(peer: str) -> bool:
         return rule({"client": peer_client(peer)})
 
-    credentials = None if pool.insecure else _channel_credentials(config)
-    peers = [Peer(p.name, p.address, credentials, p.server_name) for p in pool.peers]
+    files = None if pool.insecure else _pool_files(config)
+    peers = [Peer(p.name, p.address, files, p.server_name) for p in pool.peers]
+    reader = Reader(Authors(pool.region, pool.certificate_names(), files).judge)
     gossip = Gossip(
         table,
         peers,
@@ -71,6 +79,12 @@ def pool_parts(
         call_timeout_s=pool.call_timeout_s,
         counts=counts,
         is_writer=is_writer,
+        sealer=Sealer(files),
+        reader=reader,
+        backoff=Backoff(pool.exchange_interval_s, pool.ttl_s),
+    )
+    servicer = PoolServicer(
+        table, trusted, counts, reader=reader, backoff=Backoff(pool.exchange_interval_s, pool.ttl_s)
     )
     dispatcher = None
     if pool.dispatch and api is not None:
@@ -84,7 +98,7 @@ def pool_parts(
             at_most=pool.nominate_at_most,
             is_writer=is_writer,
         )
-    return PoolParts(table, pool_service(PoolServicer(table, trusted, counts)), gossip, dispatcher)
+    return PoolParts(table, pool_service(servicer), gossip, dispatcher, servicer)
 
 
 class PoolReading(Collector):
@@ -118,7 +132,9 @@ class PoolReading(Collector):
             value=len(table.fresh(now)),
         )
         calls = CounterMetricFamily(
-            "kilter_pool_exchanges", "Exchange calls made to each peer, by outcome", labels=["peer", "outcome"]
+            "kilter_pool_exchanges",
+            "Exchange calls to each peer, by outcome: ok, failed, over-bounds (its answer), backed-off (not made)",
+            labels=["peer", "outcome"],
         )
         for (peer, outcome), n in sorted(counts.calls.items()):
             calls.add_metric([peer, outcome], n)
@@ -133,8 +149,29 @@ class PoolReading(Collector):
         yield moved
         yield CounterMetricFamily(
             "kilter_pool_exchanges_refused",
-            "Exchange calls this region refused: an untrusted caller or a malformed inventory",
+            "Exchange calls this region refused: an untrusted caller, a malformed inventory, a message over the "
+            "pool's bounds, or a caller backed off for one",
             value=counts.refused,
+        )
+        yield CounterMetricFamily(
+            "kilter_pool_requests_over_bounds",
+            "Exchange requests over the pool's bounds (each backs its caller off; answers over them count as "
+            'kilter_pool_exchanges_total{outcome="over-bounds"})',
+            value=counts.over_bounds,
+        )
+        backed_off = GaugeMetricFamily(
+            "kilter_pool_backed_off",
+            "Peers not called (side=peer) and callers not answered (side=caller) now, after going over the bounds",
+            labels=["side"],
+        )
+        backed_off.add_metric(["peer"], self.parts.gossip.backoff.waiting(now))
+        backed_off.add_metric(["caller"], self.parts.servicer.backoff.waiting(now))
+        yield backed_off
+        yield CounterMetricFamily(
+            "kilter_pool_inventories_forged",
+            "Inventories dropped as not written by their origin: unsigned, tampered with, or sealed by a "
+            "certificate that does not name that region or does not chain to the pool CA",
+            value=counts.forged,
         )
         dispatcher = self.parts.dispatcher
         if dispatcher is not None:

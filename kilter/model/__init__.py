@@ -15,12 +15,13 @@ from kilter.model import (
     quantity,
     volcano,
 )
-from kilter.model.errors import ConfigError, InputError, KilterError, UnknownPlatform
+from kilter.model.errors import ConfigError, InputError, KilterError, TooLarge, UnknownPlatform
 
 __all__ = [
     "ConfigError",
     "InputError",
     "KilterError",
+    "TooLarge",
     "UnknownPlatform",
     "aliasing",
     "annotations",

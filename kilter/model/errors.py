@@ -2,6 +2,7 @@
 
     KilterError
     ├── InputError        a bad body, snapshot, job, annotation or flag; carries a JSON path
+    │   └── TooLarge      input over a documented bound (a pool peer's message): refused before it costs more
     ├── ConfigError       configuration that contradicts itself (cohort cycle, limits)
     └── UnknownPlatform   a platform name that neither the catalog nor an override defines
 
@@ -10,7 +11,7 @@
 
 from __future__ import annotations
 
-__all__ = ["ConfigError", "InputError", "KilterError", "UnknownPlatform"]
+__all__ = ["ConfigError", "InputError", "KilterError", "TooLarge", "UnknownPlatform"]
 
 
 class KilterError(Exception):
@@ -27,6 +28,11 @@ class InputError(KilterError):
 
     def __str__(self) -> str:
         return self.message if self.path == "$" else f"{self.message} (at {self.path})"
+
+
+class TooLarge(InputError):
+    """Input larger than a documented bound: unlike a malformed field, a sign of a faulty or hostile sender, which
+    the receiver may then leave alone for a while."""
 
 
 class ConfigError(KilterError):

@@ -14,7 +14,19 @@ from __future__ import annotations
 import importlib
 import types
 
-__all__ = ["dispatch", "exchange", "inventory", "peers", "publish", "settings", "wire"]
+__all__ = [
+    "authorship",
+    "backoff",
+    "bounds",
+    "dispatch",
+    "exchange",
+    "identity",
+    "inventory",
+    "peers",
+    "publish",
+    "settings",
+    "wire",
+]
 
 
 def __getattr__(name: str) -> types.ModuleType:

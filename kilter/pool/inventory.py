@@ -7,7 +7,8 @@ domain, only the platform, the free GPUs and the largest gang shape it takes
 now (``gangs.inventory``: whole nodes first), and per ClusterQueue the GPUs
 it could still admit. ``generation`` grows with every change the origin
 publishes; ``produced_at`` (the origin's clock, Unix seconds) is what peers
-age it by.
+age it by. ``seal`` is the inventory as its origin wrote and signed it
+(``authorship``), kept so that a relay forwards those very bytes.
 """
 
 from __future__ import annotations
@@ -19,7 +20,17 @@ from kilter.gangs.inventory import Inventory
 from kilter.model.errors import InputError
 from kilter.topology.regions import DomainRoom, RegionView, fewest_domains
 
-__all__ = ["DomainRoom", "RegionInventory", "fewest_domains", "of_inventory"]  # the first and third re-exported
+__all__ = ["DomainRoom", "RegionInventory", "Seal", "fewest_domains", "of_inventory"]  # 1st, 4th re-exported
+
+
+@dataclass(frozen=True)
+class Seal:
+    """An inventory as its origin wrote it: the serialized ``kilter.v1.RegionInventory`` and the origin's signature
+    over it, with the certificate chain to check that by. An empty signature: a pool without TLS."""
+
+    body: bytes
+    signature: bytes = b""
+    certificates: tuple[bytes, ...] = ()  # DER, the origin's certificate first
 
 
 @dataclass(frozen=True)
@@ -32,6 +43,7 @@ class RegionInventory:
     domains: tuple[DomainRoom, ...] = ()
     headroom: Mapping[str, int] = field(default_factory=dict)  # ClusterQueue -> GPUs it could still admit
     local_queues: Mapping[str, str] = field(default_factory=dict)  # LocalQueue NAMESPACE/NAME -> its ClusterQueue
+    seal: Seal | None = field(default=None, compare=False, repr=False)  # None: not yet sealed (``authorship``)
 
     def __post_init__(self) -> None:
         if not self.origin:

@@ -1,7 +1,8 @@
 """Keeping the latest inventory of every region without a leader: newest generation wins, relayed, aged out.
 
 Each region is the only author of its own inventory and bumps its
-generation with every change. A peer keeps, per origin, the inventory with
+generation with every change; the exchange offers a table only inventories
+their origin sealed (``authorship``), so no peer can write one for another. A peer keeps, per origin, the inventory with
 the highest generation it has heard, from the origin itself or relayed by
 anyone, so a region whose direct link is down is still heard through a
 third. Exchanges are pull by digest: a peer sends what it holds as
@@ -73,8 +74,9 @@ class PeerTable:
 
     def offer(self, inventories: Iterable[RegionInventory], now: float | None = None) -> list[RegionInventory]:
         """Take each inventory newer than the one held of its origin; the ones taken (to relay onwards). This
-        region's own comes only from ``publish``: a peer's copy of it is old news (noted in ``own_heard``), an
-        origin outside ``members`` is dropped, and with ``now`` so is an inventory from the future."""
+        region's own comes only from ``publish``: a peer's copy of it is old news (noted in ``own_heard``; the
+        exchange passes on only copies this region's own key sealed), an origin outside ``members`` is dropped,
+        and with ``now`` so is an inventory from the future."""
         taken = []
         for inv in inventories:
             if now is not None and self.from_the_future(inv, now):
@@ -91,6 +93,13 @@ class PeerTable:
             else:
                 self.ignored += 1
         return taken
+
+    def heard(self) -> dict[str, int]:
+        """The highest generation known of each origin: what ``offer`` would take only above. For this region,
+        also what its peers hold of it (``own_heard``)."""
+        out = self.digest()
+        out[self.region] = max(out.get(self.region, -1), self.own_heard)
+        return out
 
     def digest(self) -> dict[str, int]:
         """What this peer holds, by origin: all a peer needs to answer with what this one lacks."""

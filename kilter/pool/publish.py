@@ -11,12 +11,15 @@ costs its peers nothing but digests.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
+from typing import TypeVar
 
 from kilter.gangs import inventory as gang_inventory
 from kilter.model.errors import KilterError
+from kilter.pool import bounds, wire
 from kilter.pool.exchange import UNCHANGED, Unchanged
-from kilter.pool.inventory import RegionInventory, of_inventory
+from kilter.pool.inventory import DomainRoom, RegionInventory, of_inventory
 from kilter.pool.peers import PeerTable
 from kilter.pool.wire import MAX_NAME, MAX_QUEUE_KEY
 from kilter.quota import amount
@@ -28,6 +31,10 @@ from kilter.state.cluster import ClusterState
 from kilter.state.store import ClusterStore
 
 __all__ = ["StorePublisher", "gpu_headroom", "local_queue_names", "publishable"]
+
+log = logging.getLogger("kilter.pool")
+
+_V = TypeVar("_V")
 
 MAX_HEADROOM = 1 << 20  # what "Unlimited" is published as: more GPUs than any region has
 
@@ -70,6 +77,7 @@ class StorePublisher:
         self.store = store
         self.recheck_s = recheck_s
         self.failures = 0
+        self.trimmed = 0  # inventories cut to the pool's bounds (a region past what they were sized for)
         self._read: tuple[int, float] | None = None  # (store version, time) of the last read
 
     def __call__(self, table: PeerTable, now: float) -> RegionInventory | Unchanged | None:
@@ -89,19 +97,62 @@ class StorePublisher:
             self._read = None
             return None
         self._read = (self.store.version, now)
-        made = publishable(of_inventory(table.region, table.next_generation(now), now, taken, headroom, queues))
+        whole = of_inventory(table.region, table.next_generation(now), now, taken, headroom, queues)
+        made = publishable(whole)
+        if made is not whole:
+            self.trimmed += 1
+            (log.warning if self.trimmed == 1 else log.debug)(
+                "this region's inventory is past the pool's bounds: %d of %d domains, %d of %d ClusterQueues and "
+                "%d of %d LocalQueues published (docs/pool.md, Bounds)",
+                *(len(made.domains), len(whole.domains), len(made.headroom), len(whole.headroom)),
+                *(len(made.local_queues), len(whole.local_queues)),
+            )
         if last is not None and _same(last, made):
             return UNCHANGED
         return made
 
 
 def publishable(inv: RegionInventory) -> RegionInventory:
-    """``inv`` without what a peer would refuse (``wire``'s limits): a name too long for the exchange, kept, would
-    make every exchange carrying it fail; left out, only that queue goes unserved by the pool."""
-    rooms = tuple(r for r in inv.domains if 0 < len(r.platform) <= MAX_NAME)
-    headroom = {q: n for q, n in inv.headroom.items() if 0 < len(q) <= MAX_NAME}
-    queues = {lq: cq for lq, cq in inv.local_queues.items() if 0 < len(lq) <= MAX_QUEUE_KEY and 0 < len(cq) <= MAX_NAME}
-    return RegionInventory(inv.origin, inv.generation, inv.produced_at, rooms, headroom, queues)
+    """``inv`` within what a peer takes (``wire``'s names, ``bounds``' counts and bytes; ``inv`` itself when it
+    is): past them every exchange carrying it would be refused, where what is left out only goes unserved by
+    the pool. Past a count, the largest rooms stay (ranking fills those first) and the first queues by name."""
+    rooms = _within_bounds(tuple(r for r in inv.domains if 0 < len(r.platform) <= MAX_NAME))
+    headroom = _first({q: n for q, n in inv.headroom.items() if 0 < len(q) <= MAX_NAME}, bounds.MAX_CLUSTER_QUEUES)
+    queues = _first(
+        {lq: cq for lq, cq in inv.local_queues.items() if 0 < len(lq) <= MAX_QUEUE_KEY and 0 < len(cq) <= MAX_NAME},
+        bounds.MAX_LOCAL_QUEUES,
+    )
+    while True:
+        out = RegionInventory(inv.origin, inv.generation, inv.produced_at, rooms, headroom, queues)
+        size = len(wire.body(out))
+        if size <= bounds.MAX_INVENTORY_BYTES:
+            break
+        keep = bounds.MAX_INVENTORY_BYTES / size * 0.9  # only with names near their limits by the thousand
+        queues = _first(queues, int(len(queues) * keep))
+        headroom = _first(headroom, int(len(headroom) * keep))
+        rooms = _within_bounds(rooms, most_rooms=int(len(set(rooms)) * keep))
+    same = rooms == inv.domains and _eq(headroom, inv.headroom) and _eq(queues, inv.local_queues)
+    return inv if same else out
+
+
+def _first(items: Mapping[str, _V], n: int) -> dict[str, _V]:
+    return dict(items) if len(items) <= n else dict(sorted(items.items())[:n])
+
+
+def _within_bounds(rooms: tuple[DomainRoom, ...], *, most_rooms: int = bounds.MAX_ROOMS) -> tuple[DomainRoom, ...]:
+    """``rooms`` if within ``bounds.MAX_DOMAINS`` domains of at most ``most_rooms`` distinct rooms; else the
+    largest rooms (most free GPUs) that are."""
+    if len(rooms) <= bounds.MAX_DOMAINS and len(set(rooms)) <= most_rooms:
+        return rooms
+    kept: list[DomainRoom] = []
+    seen: set[DomainRoom] = set()
+    for room in sorted(rooms, key=lambda r: (-r.gpus_free, r.platform, -r.largest_gpus_per_pod, -r.largest_pods)):
+        if len(kept) == bounds.MAX_DOMAINS:
+            break
+        if room in seen or len(seen) < most_rooms:
+            seen.add(room)
+            kept.append(room)
+    return tuple(kept)
 
 
 def _same(a: RegionInventory, b: RegionInventory) -> bool:

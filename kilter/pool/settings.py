@@ -4,7 +4,8 @@ File-only (a list of peers is no flag), checked when the Configuration is
 read: names are region names, unique, none the region itself; the time to
 live is several exchange rounds long; the exchange runs over mutual TLS
 unless ``insecure`` says otherwise (for a trial on one machine), since an
-inventory decides where jobs go.
+inventory decides where jobs go, and then no two peers are known by one
+certificate name, since that name says whose inventories a seal vouches for.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 
 from kilter.model.annotations import parse_regions
 from kilter.model.errors import InputError
+from kilter.pool.bounds import MAX_REGIONS
 from kilter.pool.peers import DEFAULT_TTL_S
 from kilter.topology.regions import NOMINATE_AT_MOST
 
@@ -41,6 +43,11 @@ class PeerSettings:
     def cluster_names(self) -> tuple[str, ...]:
         return self.clusters or (self.name,)
 
+    @property
+    def certificate_name(self) -> str:
+        """The name its certificate carries: what TLS checks when calling it, and what its seals must name."""
+        return self.server_name or self.address.rpartition(":")[0].removeprefix("[").removesuffix("]")
+
 
 @dataclass(frozen=True)
 class PoolSettings:
@@ -59,7 +66,10 @@ class PoolSettings:
     def __post_init__(self) -> None:
         if parse_regions(self.region, what="pool.region") != (self.region,):
             raise InputError(f"pool.region: must be one region name, got {self.region[:60]!r}")
+        if len(self.peers) >= MAX_REGIONS:
+            raise InputError(f"pool.peers: {len(self.peers)} peers; a pool has at most {MAX_REGIONS} regions")
         seen = {self.region}
+        signers: dict[str, str] = {}
         for i, peer in enumerate(self.peers):
             where = f"pool.peers[{i}]"
             if parse_regions(peer.name, what=f"{where}.name") != (peer.name,):
@@ -70,6 +80,12 @@ class PoolSettings:
             host, _, port = peer.address.rpartition(":")
             if not host or not port.isdigit() or not 0 < int(port) <= 65535:
                 raise InputError(f"{where}.address: must be HOST:PORT, got {peer.address!r}")
+            if not self.insecure and signers.setdefault(peer.certificate_name, peer.name) != peer.name:
+                raise InputError(
+                    f"{where}: its certificate name {peer.certificate_name} is also "
+                    f"{signers[peer.certificate_name]}'s: one certificate could seal inventories for both "
+                    "(give each its own serverName)"
+                )
         owners: dict[str, str] = {}
         for region, clusters in ((self.region, self.clusters), *((p.name, p.cluster_names) for p in self.peers)):
             for cluster in clusters:
@@ -96,6 +112,10 @@ class PoolSettings:
     @property
     def members(self) -> frozenset[str]:
         return frozenset({self.region, *(p.name for p in self.peers)})
+
+    def certificate_names(self) -> dict[str, str]:
+        """Peer region -> the name its certificate must carry for its inventories to be taken."""
+        return {p.name: p.certificate_name for p in self.peers}
 
     def cluster_regions(self) -> dict[str, str]:
         """MultiKueueCluster name -> the region it reaches."""

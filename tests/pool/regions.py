@@ -31,9 +31,11 @@ from tests.extenders.conftest import pod_json
 from tests.listwatch import NODES, PODS, ListWatchServer
 from tests.live_mode import kubeconfig
 from tests.local_http import free_port, get_text
+from tests.pool.certs import dns_name
 from tests.pool.multikueue import POOL_RESOURCES, WORKLOADS, MultiKueue, manager_objects, reserve, workload
 from tests.topology.builders import CLIQUE, node_dict
 
+Channel = grpc.Channel  # ``Region.grpc`` (its port) hides the module inside the class
 TOKEN = "pool"
 TTL_S = 2.0
 RACKS = {"eu-west": [6], "us-east": [18], "ap-south": [9, 9]}
@@ -76,10 +78,11 @@ class Region:
     address: str = "127.0.0.1"  # where its kilter listens
     netns: str = ""  # the network namespace its kilter runs in ("" the test's own)
     trusted: tuple[str, ...] = ()  # networks besides loopback whose callers it answers (its peers', plaintext)
+    tls: tuple[Path, Path, Path] | None = None  # its certificate, key and the pool CA: mutual TLS instead
     process: subprocess.Popen[str] | None = None
 
     def start(self, peers: list[Region]) -> None:
-        config = {
+        config: dict[str, Any] = {
             "apiVersion": "config.kilter.dev/v1alpha1",
             "kind": "Configuration",
             "state": {
@@ -102,6 +105,13 @@ class Region:
                 "dispatch": {"interval": "0.2s", "admitDeadline": "30s"},
             },
         }
+        if self.tls is not None:
+            cert, key, ca = self.tls
+            config["listeners"].update({"tlsCertFile": str(cert), "tlsKeyFile": str(key), "grpcClientCA": str(ca)})
+            config["pool"]["insecure"] = False
+            config["pool"]["peers"] = [
+                {"name": p.name, "address": f"{p.address}:{p.grpc}", "serverName": dns_name(p.name)} for p in peers
+            ]
         path = self.directory / "config.yaml"
         path.write_text(yaml.safe_dump(config), encoding="utf-8")
         argv = [sys.executable, "-m", "kilter.cli", "serve", "--config", str(path)]
@@ -126,10 +136,18 @@ class Region:
                     out[(sample.name, sample.labels.get("region", ""))] = sample.value
         return out
 
+    def channel(self) -> Channel:
+        """A channel to its gRPC listener; over mutual TLS with its own certificate when it has one."""
+        if self.tls is None:
+            return grpc.insecure_channel(f"{self.address}:{self.grpc}")
+        cert, key, ca = (p.read_bytes() for p in self.tls)
+        options = [("grpc.ssl_target_name_override", dns_name(self.name))]
+        return grpc.secure_channel(f"{self.address}:{self.grpc}", grpc.ssl_channel_credentials(ca, key, cert), options)
+
     def plans_feasible(self, copy: dict[str, Any]) -> bool:
         """What this worker's Kueue with kilter's check would do: admit when kilter plans the gang now."""
         try:
-            with grpc.insecure_channel(f"{self.address}:{self.grpc}") as channel:
+            with self.channel() as channel:
                 request = pb.PlanRequest(job=json.dumps(copy).encode())
                 answer = pb_grpc.PlacementStub(channel).Plan(request, timeout=5)
         except grpc.RpcError:
@@ -228,6 +246,7 @@ def regions_running(
     addresses: dict[str, str] | None = None,
     netns: dict[str, str] | None = None,
     trusted: tuple[str, ...] = (),
+    tls: dict[str, tuple[Path, Path, Path]] | None = None,
 ) -> Iterator[Pool]:
     """The three regions started, every kilter ready, MultiKueue wired; everything stopped after."""
     stack = contextlib.ExitStack()
@@ -248,6 +267,7 @@ def regions_running(
                 address=(addresses or {}).get(name, "127.0.0.1"),
                 netns=(netns or {}).get(name, ""),
                 trusted=trusted,
+                tls=(tls or {}).get(name),
             )
         for obj in manager_objects(WORKERS):
             servers["eu-west"].add(obj)

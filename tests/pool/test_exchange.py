@@ -12,12 +12,11 @@ import grpc
 import pytest
 
 from kilter.api import pool_pb2 as pb
-from kilter.api import pool_pb2_grpc as pb_grpc
 from kilter.api.tls import ReloadingCredentials
-from kilter.pool.exchange import UNCHANGED, ExchangeCounts, Gossip, Peer, PoolServicer, Unchanged
+from kilter.pool.exchange import EXCHANGE, UNCHANGED, ExchangeCounts, Gossip, Peer, PoolServicer, Unchanged
 from kilter.pool.inventory import DomainRoom, RegionInventory
 from kilter.pool.peers import PeerTable
-from kilter.pool.wire import inventory_message
+from kilter.pool.wire import sealed_message
 from tests.extenders.conftest import make_certificates
 
 REGIONS = ("eu-west", "us-east", "ap-south")
@@ -43,7 +42,7 @@ class Region:
 
     async def start(self, credentials: grpc.ServerCredentials | None = None) -> None:
         self.server = grpc.aio.server()
-        pb_grpc.add_PoolServicer_to_server(self.servicer, self.server)
+        self.servicer.add_to(self.server)
         target = "127.0.0.1:0"
         if credentials is None:
             self.port = self.server.add_insecure_port(target)
@@ -183,9 +182,14 @@ def test_mutual_tls_refuses_a_peer_without_the_pool_s_certificate(tmp_path: Path
     run(scenario)
 
 
-async def _call(port: int, request: pb.ExchangeRequest) -> Any:
+async def _call(port: int, request: pb.ExchangeRequest) -> pb.ExchangeResponse:
     async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-        return await pb_grpc.PoolStub(channel).Exchange(request, timeout=5)
+        answer = await channel.unary_unary(EXCHANGE, None, None)(request.SerializeToString(), timeout=5)
+        return pb.ExchangeResponse.FromString(answer)
+
+
+def _origins(answer: pb.ExchangeResponse) -> list[str]:
+    return [pb.RegionInventory.FromString(m.inventory).origin for m in answer.inventories]
 
 
 @pytest.mark.parametrize(
@@ -194,8 +198,9 @@ async def _call(port: int, request: pb.ExchangeRequest) -> Any:
         ({"origin": ""}, "inventories[1].origin"),
         ({"generation": -1}, "inventories[1].generation"),
         ({"produced_at": float("nan")}, "inventories[1].producedAt"),
-        ({"domains": [pb.DomainRoom(platform="gb200", gpus_free=-4)]}, "inventories[1].domains[0].gpusFree"),
-        ({"domains": [pb.DomainRoom(platform="", gpus_free=4)]}, "inventories[1].domains[0].platform"),
+        ({"domains": [pb.DomainRoom(platform="gb200", gpus_free=-4, domains=1)]}, "inventories[1].domains[0].gpusFree"),
+        ({"domains": [pb.DomainRoom(platform="", gpus_free=4, domains=1)]}, "inventories[1].domains[0].platform"),
+        ({"domains": [pb.DomainRoom(platform="gb200", gpus_free=4)]}, "inventories[1].domains[0].domains"),
         ({"origin": "x" * 300}, "inventories[1].origin"),
     ],
 )
@@ -207,13 +212,14 @@ def test_a_malformed_inventory_is_refused_naming_its_field_and_nothing_held_is_l
         await east.start()
         try:
             east.table.publish(own_inventory("us-east", 5, 1000.0))
-            good = inventory_message(own_inventory("eu-west", 7, 1000.0))
-            broken = pb.RegionInventory(origin="ap-south", generation=3, produced_at=1000.0)
+            good = sealed_message(own_inventory("eu-west", 7, 1000.0))
+            inner = pb.RegionInventory(origin="ap-south", generation=3, produced_at=1000.0)
             for key, value in bad.items():
                 if key == "domains":
-                    broken.domains.extend(value)
+                    inner.domains.extend(value)
                 else:
-                    setattr(broken, key, value)
+                    setattr(inner, key, value)
+            broken = pb.SealedInventory(inventory=inner.SerializeToString())
             with pytest.raises(grpc.aio.AioRpcError) as caught:
                 await _call(east.port, pb.ExchangeRequest(region="eu-west", inventories=[good, broken]))
             assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
@@ -232,13 +238,13 @@ def test_an_inventory_of_a_region_outside_the_pool_or_of_the_callee_itself_is_no
         await east.start()
         try:
             east.table.publish(own_inventory("us-east", 5, 1000.0))
-            stranger = pb.RegionInventory(origin="mallory", generation=1, produced_at=1000.0)
-            forged = inventory_message(own_inventory("us-east", 99, 1000.0))
+            stranger = sealed_message(RegionInventory("mallory", 1, 1000.0))
+            forged = sealed_message(own_inventory("us-east", 99, 1000.0))
             answer = await _call(east.port, pb.ExchangeRequest(region="mallory", inventories=[stranger, forged]))
             assert set(east.table.held) == {"us-east"} and east.table.held["us-east"].generation == 5
-            assert east.table.strangers == 1 and east.table.own_heard == 99
-            assert east.table.next_generation(0.0) == 100, "its next inventory goes above the copy peers hold"
-            assert [m.origin for m in answer.inventories] == ["us-east"]
+            assert east.table.strangers == 1 and east.counts.forged == 1
+            assert east.table.next_generation(0.0) == 6, "an unsigned copy of its own moves nothing"
+            assert _origins(answer) == ["us-east"]
         finally:
             await east.stop()
 
@@ -291,15 +297,16 @@ def test_an_inventory_stamped_beyond_any_clock_is_dropped_and_cannot_shut_a_regi
         try:
             now = time.time()
             east.table.publish(own_inventory("us-east", east.table.next_generation(now), now))
-            forged_other = inventory_message(own_inventory("eu-west", 2**63 - 1, now))
-            forged_own = inventory_message(own_inventory("us-east", 2**63 - 1, now))
+            forged_other = sealed_message(own_inventory("eu-west", 2**63 - 1, now))
+            forged_own = sealed_message(own_inventory("us-east", 2**63 - 1, now))
             answer = await _call(
                 east.port, pb.ExchangeRequest(region="eu-west", inventories=[forged_other, forged_own])
             )
-            assert east.table.future == 2 and "eu-west" not in east.table.held
+            assert east.table.future == 1 and "eu-west" not in east.table.held
+            assert east.counts.forged == 1, "its own, from anyone but itself, is not even looked at"
             assert east.table.next_generation(time.time()) < 2**62, "its own next generation is still its clock"
-            assert [m.origin for m in answer.inventories] == ["us-east"]
-            honest = inventory_message(own_inventory("eu-west", int(now * 1000), now))
+            assert _origins(answer) == ["us-east"]
+            honest = sealed_message(own_inventory("eu-west", int(now * 1000), now))
             await _call(east.port, pb.ExchangeRequest(region="eu-west", inventories=[honest]))
             assert "eu-west" in east.table.held, "the real eu-west is still taken"
         finally:
