@@ -8,7 +8,9 @@ and the slowest answer with the body that caused it. It runs the soak's
 bodies under the soak's small limits, then the worst ``/scheduler/filter``
 body the default 8 MiB limit admits (node names kilter does not know, as
 many as fit), which is the most a caller on loopback can make one request
-cost.
+cost. Then a flood of idle connections to the gRPC port (``hostile_grpc``) and
+hostile pool peers (``hostile_pool``): what they hold and how long they stall
+the event loop.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from typing import Any
 import numpy as np
 
 from bench.common import machine_speed
+from bench.hostile_grpc import grpc_flood
+from bench.hostile_pool import pool_probe
 from kilter.cli.serve_config import DEFAULTS
 from tests.extenders.conftest import pod_json
 from tests.test_hostile_soak import (
@@ -117,5 +121,7 @@ def main() -> dict[str, Any]:
             "statuses": sorted({status for _, status in samples}),
             "healthz_after_ms": [round(ms, 2) for ms, _ in health],
         }
+    results["grpc_flood"] = grpc_flood()
+    results["pool"] = pool_probe()
     results["machine_speed_us"] = {"before": speed_before, "after": machine_speed()}
     return results

@@ -58,9 +58,7 @@ __all__ = [
 
 API_VERSION = "config.kilter.dev/v1alpha1"
 KIND = "Configuration"
-MAX_CONFIG_BYTES = 1024 * 1024
-"""The largest Configuration file read: what one ConfigMap can hold (the API server refuses more), so a larger file
-was never the operator's Configuration."""
+MAX_CONFIG_BYTES = 1024 * 1024  # what one ConfigMap can hold: a larger file was never the operator's Configuration
 
 
 def _duration_text(seconds: float) -> str:
@@ -141,8 +139,7 @@ class Listeners(_Section):
     )
     probe_networks: list[str] = _setting(
         "probe_networks",
-        "Addresses the kubelet probes from (the node's); their connections may use the trusted callers' reserve "
-        "of the HTTP listener's connections, so probes get through. Not trusted with the verbs.",
+        "The kubelet's addresses (the node's): its probes may use the trusted callers' share of connections.",
     )
     max_body_bytes: int = _setting("max_body_bytes", "The largest /scheduler/* body read.")
     volcano_max_body_bytes: int = _setting("volcano_max_body_bytes", "The largest /volcano/* body read.")
@@ -390,14 +387,12 @@ def _errors(e: pydantic.ValidationError) -> str:
 
 
 def read(path: Path) -> bytes:
-    """The file's bytes, if it is a regular file of at most ``MAX_CONFIG_BYTES``; InputError otherwise. Never
-    blocks on a FIFO nor reads a device: the file is re-read while kilter serves, from a mount it does not own."""
+    """The bytes of a regular file of at most ``MAX_CONFIG_BYTES`` (never a FIFO or device); InputError otherwise."""
     return read_bounded(path, MAX_CONFIG_BYTES)
 
 
 def load(path: Path, data: bytes | None = None) -> Configuration:
-    """The Configuration in ``path`` (or in ``data``, its bytes already read); InputError naming the file and each
-    bad field's path otherwise."""
+    """The Configuration in ``path`` (or ``data``, its bytes); InputError naming the file and each bad field."""
     if data is None:
         data = read(path)
     try:

@@ -98,9 +98,8 @@ class ServeConfig:
     """CIDRs whose callers may use /scheduler/*, /volcano/* and /debug/* (by the peer address of the connection);
     loopback only by default. /healthz, /readyz and /metrics answer everyone."""
     probe_networks: tuple[str, ...] = ()
-    """Addresses (CIDRs) the kubelet probes kilter from: the node's own (the manifests pass the pod's hostIP). Their
-    connections may take the trusted peers' reserve of the HTTP listener's cap, so that liveness and readiness
-    probes get through however many connections untrusted peers hold; they are not trusted with the verbs."""
+    """CIDRs the kubelet probes from (the node's: the manifests pass the hostIP): their connections may take the
+    trusted reserve of the HTTP listener's cap, so probes get through; they are not trusted with the verbs."""
     kilter_user: tuple[str, ...] = ()
     """Users allowed to write kilter-only annotations; empty: kilter's service account only."""
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
@@ -314,8 +313,7 @@ class ServeConfig:
                 f"--plan-key-rotation must be longer than --gang-timeout plus {2 * REREAD_INTERVAL_S:g}s "
                 f"({least_s:g}s): a record must still verify after the next rotation"
             )
-        TrustRule(self.trusted_networks)  # each CIDR parses, or the one-line refusal names it
-        TrustRule(self.probe_networks, flag="--probe-networks")
+        TrustRule(self.trusted_networks), TrustRule(self.probe_networks, flag="--probe-networks")  # each CIDR parses
         _check_split_wait(self.split_wait, self.split_wait_max_s, self.split_slowdown)
 
     @property
@@ -330,8 +328,7 @@ class ServeConfig:
 
     @property
     def connection_rule(self) -> TrustRule:
-        """Whose connections the HTTP listener counts against the trusted reserve of its cap: trusted callers and
-        the kubelet's probes (``probe_networks``)."""
+        """Whose connections may take the HTTP listener's trusted reserve: trusted callers and ``probe_networks``."""
         return TrustRule((*self.trusted_networks, *self.probe_networks), client_certs=self.http_client_ca is not None)
 
     @property
