@@ -20,6 +20,7 @@ from tests.kube.auth_kit import kubeconfig
 from tests.listwatch import PODS, ListWatchServer
 
 POD = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "ml"}}
+TEST_AGENT = "credentials-tests"  # not kilter serve's: these requests are the test's, not calls RBAC must grant
 
 
 class Clock:
@@ -46,7 +47,7 @@ def token_file(tmp_path: Path) -> Path:
 @pytest.fixture
 def api(tmp_path: Path, cluster: ListWatchServer, token_file: Path) -> ApiServer:
     config = kubeconfig(tmp_path / "kubeconfig", f"http://127.0.0.1:{cluster.port}", {"tokenFile": str(token_file)})
-    return connect(config)
+    return connect(config, user_agent=TEST_AGENT)
 
 
 def tokens(cluster: ListWatchServer) -> list[str]:
@@ -170,6 +171,6 @@ def test_in_a_pod_the_service_accounts_projected_token_is_a_file_read_again(tmp_
 
 def test_a_token_written_in_the_kubeconfig_is_presented_as_it_is(tmp_path: Path, cluster: ListWatchServer) -> None:
     config = kubeconfig(tmp_path / "kubeconfig", f"http://127.0.0.1:{cluster.port}", {"token": "t1"})
-    api = connect(config)
+    api = connect(config, user_agent=TEST_AGENT)
     assert api.call("GET", "/api/v1/pods")["items"] == [] and tokens(cluster) == ["t1"]
     assert isinstance(api.credentials, Credentials) and api.credentials.sources[0].what == "the kubeconfig's token"
