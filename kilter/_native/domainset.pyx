@@ -36,7 +36,7 @@ last), so it joins the largest leftover hole instead of opening another.
 
 Equals ``twin.domainset.choose_domains``.
 
-The module passes STYLE.md's 500 lines because it is one search: the
+The module runs past 500 lines because it is one search: the
 candidates' order, the classes, the packed value and the layers are read by
 every step of the programme and by its walk back, through one ``SetScratch``.
 """

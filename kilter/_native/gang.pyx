@@ -14,7 +14,7 @@ is undone before returning. Equals ``twin.gang.plan_gang``.
 ``score_nodes`` ranks candidate nodes for one pod on kube-scheduler's 0..10
 scale. Equals ``twin.gang.score_nodes``.
 
-The module passes STYLE.md's 500 lines because the planner's steps (required
+The module runs past 500 lines because the planner's steps (required
 and preferred levels, slices at each level, pod sets, filling, undo) all read
 and write one ``Scratch`` (its buffers and undo log) ``nogil``; cut apart,
 each piece would need ``Scratch`` and its helpers declared in a .pxd. The

@@ -17,7 +17,7 @@ distinct byte string and the same value handed to every object carrying it.
 Views are never mutated, so sharing is invisible but for memory: a pod costs
 about a quarter of what a JSON decode builds. Equals ``twin.protoview``.
 
-The module passes STYLE.md's 500 lines because the wire walker is one loop:
+The module runs past 500 lines because the wire walker is one loop:
 varints, length-delimited fields, the schema's slots and the sharing tables
 are read together per byte, and the twin mirrors it as one module.
 """

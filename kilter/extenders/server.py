@@ -1,7 +1,7 @@
 """The HTTP listener of ``kilter serve``: a bare ASGI app, run by uvicorn with httptools and uvloop.
 
-No framework sits between the socket and the verbs: the reference
-measurements (performance.md §4) put uvicorn + httptools first for small
+No framework sits between the socket and the verbs: measured on a machine
+like the CI's, uvicorn + httptools came first for small
 bodies and level with the rest once a handler does real work, and a router
 would add a per-request cost for four fixed paths. Bodies above
 their path's limit (``max_body_bytes`` for ``/scheduler/*``, ``volcano_max_body_bytes`` for

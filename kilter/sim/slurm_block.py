@@ -12,7 +12,7 @@ one ``BlockName`` per rack, i.e. per labelled scale-up domain (base block,
 ``BlockSizes[0]`` = trays per rack), listed leaf by leaf, each leaf padded
 with empty placeholder blocks to a power of two, and one higher level per
 leaf: ``BlockSizes=18,144`` for 8 racks per leaf. That is the two-level
-layout NVIDIA's Topograph generates (``docs`` notes, topology.md §3.4);
+layout NVIDIA's Topograph generates for ``topology/block``;
 Slurm requires each level to be a power-of-two multiple of the one below
 and aggregates *contiguous* base blocks, hence the padding, so that no
 higher block straddles two leaves. The spine is left to Slurm's top level,

@@ -4,7 +4,7 @@ A Kueue ``Topology`` in the cluster wins: its levels (minus hostname and the
 scale-up-domain labels) are the levels above the domain, and if none of its
 levels is a known domain label, its lowest non-hostname level names the
 domain. Without one, kilter picks the best-covered well-known label scheme
-(Topograph tiers, GKE, EKS, CoreWeave, OCI ...; reference/topology.md §2).
+(Topograph tiers, GKE, EKS, CoreWeave, OCI ...: ``UP_LEVEL_SCHEMES`` below).
 Label values are not globally unique (a rack "r1" may exist in two blocks),
 so a group is identified by its whole path from the coarsest level down.
 """

@@ -1,8 +1,8 @@
 """Score candidate nodes for one pod on kube-scheduler's extender scale (0..10).
 
 Names are resolved to indices and scored in the compiled core: a per-node
-Python object here would cost more than the whole budget (reference
-performance.md §6). The scoring rule is ``_native.gang.score_nodes``.
+Python object here would cost more than the whole budget (measured in
+``bench/extender.py``). The scoring rule is ``_native.gang.score_nodes``.
 """
 
 from __future__ import annotations
