@@ -54,7 +54,7 @@ import resource
 import ssl
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal, cast
+from typing import Any, ClassVar, Literal, cast, get_args
 
 import uvicorn
 import uvloop
@@ -94,16 +94,7 @@ CloseReason = Literal[
     "response-timeout",
     "headers-too-large",
 ]
-CLOSE_REASONS: tuple[CloseReason, ...] = (
-    "cap",
-    "untrusted-cap",
-    "shed-idle",
-    "handshake",
-    "header-timeout",
-    "body-timeout",
-    "response-timeout",
-    "headers-too-large",
-)
+CLOSE_REASONS: tuple[CloseReason, ...] = get_args(CloseReason)
 
 
 @dataclass(frozen=True)

@@ -30,9 +30,9 @@ _KINDS = (
 )
 
 
-def open_regular(path: Path, limit: int) -> int:
+def open_regular(path: Path, limit: int) -> tuple[int, int]:
     """A descriptor open for reading on the regular file at ``path`` (symlinks followed) whose size is at most
-    ``limit``; InputError, one line, otherwise. The caller closes it."""
+    ``limit``, and that size; InputError, one line, otherwise. The caller closes the descriptor."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:
@@ -47,15 +47,14 @@ def open_regular(path: Path, limit: int) -> int:
     except BaseException:
         os.close(fd)
         raise
-    return fd
+    return fd, info.st_size
 
 
 def read_bounded(path: Path, limit: int) -> bytes:
     """The bytes of the regular file at ``path`` (symlinks followed); InputError, one line, when it cannot be read,
     is not a regular file, or holds more than ``limit`` bytes (counted as read, whatever its size claims)."""
-    fd = open_regular(path, limit)
+    fd, size_hint = open_regular(path, limit)
     try:
-        size_hint = os.fstat(fd).st_size
         chunks: list[bytes] = []
         size = 0
         while size <= limit:

@@ -84,9 +84,8 @@ def no_collection() -> Iterator[None]:
 def _map(path: Path) -> Any:
     """The file's bytes, mapped read-only (``b""`` for an empty file, which cannot be mapped); only a regular file
     within the size limit is opened (a FIFO would block the reload for good)."""
-    fd = open_regular(path, snapshot.MAX_SNAPSHOT_BYTES)
+    fd, size = open_regular(path, snapshot.MAX_SNAPSHOT_BYTES)
     try:
-        size = os.fstat(fd).st_size
         return mmap.mmap(fd, 0, access=mmap.ACCESS_READ) if size else b""
     except OSError as exc:
         raise InputError(f"cannot read {path}: {exc.strerror or exc}") from None
