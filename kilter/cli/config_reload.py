@@ -101,8 +101,9 @@ class ConfigReloader:
         return self.apply(new) if new is not None else self.pending
 
     def _changed(self, *, always: bool = False) -> ServeConfig | None:
-        """The file's settings if its bytes changed since the last reading (or ``always``), else None. InputError
-        when it cannot be read (kept as ``unreadable``) or does not validate."""
+        """The file's settings if its bytes changed since the last reading (or ``always``), else None; None too when
+        it cannot be read (counted once per reason and kept as ``unreadable``). InputError when it does not
+        validate."""
         try:
             data = configuration.read(self.path)
         except InputError as e:
