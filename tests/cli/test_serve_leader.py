@@ -42,6 +42,10 @@ def until(predicate: object, timeout_s: float = 10.0) -> bool:
     return False
 
 
+def _asked_for_the_lease(api: FakeApi, replica: str) -> bool:
+    return any(c.authorization == f"Bearer {replica}" and "/leases" in c.path for c in list(api.calls))
+
+
 def test_one_replica_writes_and_hands_over_when_it_stops(tmp_path: Path, leases: tuple[LeaseStore, FakeApi]) -> None:
     store, api = leases
     first, second = replica(tmp_path, api.port, "one"), replica(tmp_path, api.port, "two")
@@ -51,7 +55,7 @@ def test_one_replica_writes_and_hands_over_when_it_stops(tmp_path: Path, leases:
     try:
         assert until(first.is_writer)
         with _Server(second, None):
-            time.sleep(0.3)
+            assert until(lambda: _asked_for_the_lease(api, "two"))  # the second replica has tried, and lost
             assert first.is_writer() and not second.is_writer()
             lease = store.leases["kilter"]
             assert lease["metadata"]["namespace"] == "kilter-system"

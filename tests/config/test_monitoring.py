@@ -89,9 +89,13 @@ def scraped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]
                 time.sleep(0.1)
             names = [f"r1-t{t}" for t in range(4)]
             _post(http, "/scheduler/filter", names_args(pod_json("p", 4), names))  # a verb answered
+            applied = _events_applied(get_text(http, "/metrics"))
             cluster.add(node_dict("r1-t4", labels={CLIQUE: "r1"}))  # a watch event applied
-            time.sleep(0.5)
             text = get_text(http, "/metrics")
+            while _events_applied(text) <= applied:
+                assert time.monotonic() < deadline, "the watch event was not applied"
+                time.sleep(0.05)
+                text = get_text(http, "/metrics")
         finally:
             server.terminate()
             output = server.communicate(timeout=30)[0]
@@ -100,6 +104,14 @@ def scraped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]
         labels = {k for s in family.samples for k in s.labels}
         families[family.name] = (family.type, labels)
     yield families
+
+
+def _events_applied(text: str) -> float:
+    """How many lists and watch event batches the store has applied (the lag histogram's count)."""
+    for family in text_string_to_metric_families(text):
+        if family.name == "kilter_state_event_lag_seconds":
+            return sum(s.value for s in family.samples if s.name.endswith("_count"))
+    return 0.0
 
 
 def _family(name: str) -> tuple[str, str]:

@@ -22,13 +22,14 @@ from kilter.gangs import GangBook, trust
 from kilter.state.store import ASSUME_TTL_S
 from tests.extenders.conftest import (
     Served,
+    _Server,
     cluster_objects,
     names_args,
     pod_json,
     serve_config,
     serve_snapshot,
 )
-from tests.live_mode import live_cluster
+from tests.live_mode import live_cluster, wait_ready
 
 RACKS = [f"r{r}-t{t:02d}" for r in (1, 2) for t in range(18)]
 LIVE_GRACE_S = trust.Limits().grace_s
@@ -120,7 +121,27 @@ def test_an_assumed_booking_lasts_until_a_snapshot_shows_the_pod(snapshot_served
 
 def test_a_live_feed_keeps_the_two_minute_assume_time_and_the_thirty_second_grace(tmp_path: Path) -> None:
     with live_cluster(tmp_path, cluster_objects()) as cluster:
-        config = serve_config(None, kubeconfig=cluster.kubeconfig)
-        app, store = build_app(config)
-        assert store.assume_ttl_s == ASSUME_TTL_S
-        assert app.extender.gangs.limits == config.gang_limits and config.gang_limits.grace_s == LIVE_GRACE_S
+        app, store = build_app(serve_config(None, kubeconfig=cluster.kubeconfig))
+        with _Server(app, None) as port:
+            wait_ready(store)
+            served = Served(app, store, None, port)
+            gangs = book(served)
+            now = [0.0]
+            store.clock = gangs.clock = lambda: now[0]
+            # A bind the feed never confirms holds its tray until two minutes have passed, and no longer.
+            store.assume("uid-unseen", "r1-t00", 4)
+            now[0] = 119.0
+            _, held = served.post("filter", names_args(pod_json("q", 4), ["r1-t00"]))
+            assert held["NodeNames"] == [] and store.assumed_expired == 0
+            now[0] = 121.0
+            _, free = served.post("filter", names_args(pod_json("q", 4), ["r1-t00"]))
+            assert free["NodeNames"] == ["r1-t00"] and store.assumed_expired == 1
+            # A plan for pods the live state never shows outlives 29 seconds but not 31.
+            _, planned = served.post("filter", names_args(gang_pod("ghost-0", "ghosts", 2), RACKS))
+            assert len(planned["NodeNames"]) == 2
+            now[0] += 29.0
+            served.post("filter", names_args(gang_pod("other-0", "other", 2), RACKS))  # expires stale plans
+            assert served.store.is_reserved("ml/gang/ghosts") and gangs.unverified_dropped == 0
+            now[0] += 2.0
+            served.post("filter", names_args(gang_pod("third-0", "third", 2), RACKS))
+            assert not served.store.is_reserved("ml/gang/ghosts") and gangs.unverified_dropped >= 1

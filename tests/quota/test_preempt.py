@@ -21,6 +21,11 @@ from kilter.quota.usage import WorkloadInfo
 from tests.quota.builders import cq, tree
 
 GPU = ("a100", "nvidia.com/gpu")
+REFUSALS = {
+    "no workload may be preempted under the ClusterQueue's preemption policy",
+    "preempting every allowed candidate would still not make room",
+    "preempting every workload of every borrowing queue would still not make room",
+}
 ANY = {"withinClusterQueue": "LowerPriority", "reclaimWithinCohort": "Any"}
 
 
@@ -157,6 +162,41 @@ def test_classical_reclaim_within_nominal_and_borrowing_with_borrow_within_cohor
     )
 
 
+def borrowing_cohort(threshold: int | None = None) -> Any:
+    """a (12 of 10) and b (14 of 10) both borrow from c's idle 6; the cohort's 30 GPUs are all in use."""
+    bwc: dict[str, Any] = {"policy": "LowerPriority"}
+    if threshold is not None:
+        bwc["maxPriorityThreshold"] = threshold
+    return tree(
+        [
+            cq("a", {GPU: 10}, cohort="c", preemption={**ANY, "borrowWithinCohort": bwc}),
+            cq("b", {GPU: 10}, cohort="c", preemption=ANY),
+            cq("c", {GPU: 10}, cohort="c", preemption=ANY),
+        ],
+        usage={"a": {GPU: 12}, "b": {GPU: 14}, "c": {GPU: 4}},
+    )
+
+
+def test_a_borrowing_preemptor_reclaims_lower_priority_workloads_of_a_borrowing_queue() -> None:
+    # a asks 4 more (16 > 10: it borrows); b1 (6, priority 1) of the borrowing b goes, and 24 + 4 <= 30 fits.
+    w = [held("b1", "b", 6, priority=1), held("b2", "b", 8, priority=1)]
+    assert targets(borrowing_cohort(), w, "a", 4, priority=5, enabled=False) == (
+        [("b1", IN_COHORT_RECLAIM_WHILE_BORROWING)],
+        "",
+    )
+
+
+def test_reclaim_while_borrowing_spares_equal_priority_and_priorities_above_the_threshold() -> None:
+    refused: tuple[list[tuple[str, str]], str] = ([], "preempting every allowed candidate would still not make room")
+    equal = [held("b1", "b", 6, priority=5), held("b2", "b", 8, priority=5)]
+    assert targets(borrowing_cohort(), equal, "a", 4, priority=5, enabled=False) == refused
+    lower = [held("b1", "b", 6, priority=1), held("b2", "b", 8, priority=1)]
+    assert targets(borrowing_cohort(threshold=0), lower, "a", 4, priority=5, enabled=False) == refused
+    assert targets(borrowing_cohort(threshold=1), lower, "a", 4, priority=5, enabled=False)[0] == [
+        ("b1", IN_COHORT_RECLAIM_WHILE_BORROWING)
+    ]
+
+
 @settings(max_examples=200, deadline=None)
 @given(
     st.lists(st.tuples(st.integers(0, 2), st.integers(1, 8), st.integers(0, 3)), min_size=1, max_size=10),
@@ -171,15 +211,22 @@ def test_targets_always_make_room_and_never_leak(held_specs: list[tuple[int, int
         usage[names[q]] = usage.get(names[q], 0) + g
         workloads.append(held(f"w{i}", names[q], g, priority=p, reserved=float(i)))
     t = three(usage)
-    chosen, _ = targets(t, workloads, "a", want, priority=2, enabled=fair)
-    if chosen:
-        by_name = {w.name: w for w in workloads}
-        from kilter.quota.available import remove_usage
+    chosen, reason = targets(t, workloads, "a", want, priority=2, enabled=fair)
+    fits_now = fits(t.cluster_queues["a"], {GPU: want})
+    if not chosen:
+        # Nothing chosen is right only when it fits already, or with a refusal that says why.
+        assert (reason == "fits without preemption") == fits_now
+        assert fits_now or reason in REFUSALS
+        return
+    assert not fits_now and reason == ""
+    by_name = {w.name: w for w in workloads}
+    from kilter.quota.available import remove_usage
 
-        for name, _ in chosen:
-            w = by_name[name]
-            remove_usage(t.cluster_queues[w.cluster_queue], GPU, w.usage[GPU])
-        assert fits(t.cluster_queues["a"], {GPU: want})
+    for name, _ in chosen:
+        w = by_name[name]
+        assert w.cluster_queue != "a" or w.priority < 2, "withinClusterQueue: LowerPriority takes only lower priorities"
+        remove_usage(t.cluster_queues[w.cluster_queue], GPU, w.usage[GPU])
+    assert fits(t.cluster_queues["a"], {GPU: want})
 
 
 def test_nothing_to_do_when_the_workload_already_fits() -> None:
@@ -197,7 +244,6 @@ def test_reclaim_while_borrowing_reason() -> None:
     )
     # b is not borrowing, so nothing of b is a candidate even for a borrowing preemptor.
     assert targets(t, [held("b1", "b", 8, priority=1)], "a", 4, priority=5, enabled=False)[0] == []
-    assert IN_COHORT_RECLAIM_WHILE_BORROWING == "InCohortReclaimWhileBorrowing"
 
 
 AMD = ("mi", "amd.com/gpu")

@@ -49,13 +49,15 @@ def events(api: FakeApi, count: int) -> list[Call]:
 
 
 def test_a_job_refused_for_good_gets_one_event_on_its_podgroup(connected: Volcano, api: FakeApi) -> None:
-    huge = gpu_job("huge", 25, 4)
-    open_session(connected, [huge])
+    huge, later = gpu_job("huge", 25, 4), gpu_job("later", 25, 4)
+    open_session(connected, [huge, later])
     for _ in range(3):  # asked again every session: one Event, not one per answer
         assert connected.post("jobEnqueueable", vp.job_args(huge)) == (200, {"status": -1})
-    (call,) = events(api, 1)
-    time.sleep(0.1)
-    assert len(events(api, 1)) == 1
+    # Events are written in order by one worker: once later's is in, every Event of huge's answers is too.
+    assert connected.post("jobEnqueueable", vp.job_args(later)) == (200, {"status": -1})
+    found = events(api, 2)
+    assert [c.body["involvedObject"]["name"] for c in found] == ["huge", "later"]
+    call = found[0]
     assert call.method == "POST" and call.path == "/api/v1/namespaces/ml/events"
     assert call.authorization == f"Bearer {TOKEN}"
     event = call.body
@@ -71,11 +73,13 @@ def test_a_job_refused_for_good_gets_one_event_on_its_podgroup(connected: Volcan
 
 def test_a_job_that_only_waits_gets_no_event(connected: Volcano, api: FakeApi) -> None:
     jobs = [gpu_job(name, 12, 4) for name in ("a", "b", "c")]
-    open_session(connected, jobs)
+    never = gpu_job("never", 25, 4)
+    open_session(connected, [*jobs, never])
     answers = [connected.post("jobEnqueueable", vp.job_args(job))[1]["status"] for job in jobs]
     assert answers == [1, 1, -1]
-    time.sleep(0.2)
-    assert events(api, 0) == []
+    # Events are written in order by one worker: once never's is in, any Event of the waiting job would be too.
+    assert connected.post("jobEnqueueable", vp.job_args(never)) == (200, {"status": -1})
+    assert [c.body["involvedObject"]["name"] for c in events(api, 1)] == ["never"]
 
 
 def test_queues_file_defines_quota_when_kueue_is_not_installed(tmp_path: Path) -> None:
