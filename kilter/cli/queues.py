@@ -212,22 +212,14 @@ def _config(args: argparse.Namespace) -> FairSharingConfig:
         raise InputError(f"--strategies: {exc}") from None
 
 
-def _fmt(v: object) -> str:
-    if v is None:
-        return "-"
-    if isinstance(v, float):
-        return "inf" if v == float("inf") else f"{v:.4g}"
-    return str(v)
-
-
 def render_table(data: dict[str, Any]) -> str:
     nodes = [
         (
             kind,
             n["name"],
             n["parent"] or "-",
-            _fmt(n["weight"]),
-            _fmt(n["weightedShare"]),
+            render.cell(n["weight"]),
+            render.cell(n["weightedShare"]),
             n["dominantResource"] or "-",
             "yes" if n["borrowing"] else "no",
         )
@@ -247,12 +239,12 @@ def render_table(data: dict[str, Any]) -> str:
         (
             n["name"],
             f"{r['flavor']}/{r['resource']}",
-            _fmt(r["nominal"]),
-            _fmt(r["borrowingLimit"]),
-            _fmt(r["lendingLimit"]),
-            _fmt(r["usage"]),
-            _fmt(r["available"]),
-            _fmt(r["potentialAvailable"]),
+            render.cell(r["nominal"]),
+            render.cell(r["borrowingLimit"]),
+            render.cell(r["lendingLimit"]),
+            render.cell(r["usage"]),
+            render.cell(r["available"]),
+            render.cell(r["potentialAvailable"]),
         )
         for n in data["clusterQueues"]
         for r in n["resources"]
@@ -269,7 +261,7 @@ def render_table(data: dict[str, Any]) -> str:
                 p["workload"],
                 p["clusterQueue"] or "-",
                 p["priority"],
-                _fmt(p["weightedShare"]),
+                render.cell(p["weightedShare"]),
                 p["outcome"],
                 "; ".join(f"{t['workload']} ({t['reason']})" for t in p["preempts"]) or p["reason"] or "",
             )

@@ -57,6 +57,15 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
 _TAIL = re.compile(r"^(.*?)(\d+)$")
 
 
+def cell(v: object) -> str:
+    """A table cell for a value that may be missing (``-``), unbounded (``inf``) or a float (four digits)."""
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return "inf" if v == float("inf") else f"{v:.4g}"
+    return str(v)
+
+
 def compress_names(names: Sequence[str]) -> str:
     """``gb200-r001-t00, -t01, -t02`` becomes ``gb200-r001-t[00-02]``; order and repeats are kept as counts."""
     counts: dict[str, int] = {}

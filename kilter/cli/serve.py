@@ -476,7 +476,7 @@ def listeners(
     limits = config.listener_limits
     http_tls = tls
     if tls is not None and config.http_client_ca is not None:
-        http_tls = ReloadingTLS(tls.cert, tls.key, client_ca=config.http_client_ca)
+        http_tls = ReloadingTLS(tls.files.cert, tls.files.key, client_ca=config.http_client_ca)
     http_context = http_tls.context if http_tls is not None and config.http_tls else None
     http = Guard("http", limits, http_context, trust=config.connection_rule)
     servers = [uvicorn.Server(_listener(app, http, config, config.http_port, "on"))]

@@ -3,18 +3,14 @@
 The same three files serve three ends: the client side of the exchange's
 mutual TLS, the key this region seals its own inventory with, and the CA
 every other region's seal is checked against (``authorship``). cert-manager
-renews them in place, so ``PoolFiles.current`` looks at the files at most
-every ``check_every_s`` (mtime and inode) and hands out a new ``Identity``,
-with a higher ``version``, once they load: a pair caught half-written, or a
-key that is not its certificate's, leaves the previous one in use instead of
-presenting it until it expires.
+renews them in place, so ``PoolFiles.current`` hands out a new ``Identity``,
+with a higher ``version``, once the new files load (``CertificateFiles``):
+a pair caught half-written, or a key that is not its certificate's, leaves
+the previous one in use.
 """
 
 from __future__ import annotations
 
-import logging
-import os
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,11 +19,9 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed448, ed25519, rsa
 
-from kilter.model.errors import InputError
+from kilter.model.cert_files import CertificateFiles
 
 __all__ = ["Identity", "PoolFiles", "PrivateKey", "PublicKey"]
-
-log = logging.getLogger("kilter.pool")
 
 PrivateKey = ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey | ed25519.Ed25519PrivateKey | ed448.Ed448PrivateKey
 PublicKey = ec.EllipticCurvePublicKey | rsa.RSAPublicKey | ed25519.Ed25519PublicKey | ed448.Ed448PublicKey
@@ -68,40 +62,21 @@ class PoolFiles:
     """``current()``: the identity the certificate, key and CA files make now (see the module's docstring)."""
 
     def __init__(self, cert: Path, key: Path, ca: Path, *, check_every_s: float = 5.0) -> None:
-        self.files = (cert, key, ca)
-        self.check_every_s = check_every_s
-        self._checked = time.monotonic()
-        self._stamp = self._files_stamp()
-        try:
-            self._identity = self._load(0)
-        except (OSError, ValueError) as exc:
-            raise InputError(f"cannot load the pool's certificate {cert}, key {key} and CA {ca}: {exc}") from None
+        self._loaded = 0
+        self.files = CertificateFiles(
+            cert, key, self._load, client_ca=ca, check_every_s=check_every_s, what="pool certificate", ca_name="pool CA"
+        )
 
-    def _files_stamp(self) -> tuple[int, ...] | None:
-        try:
-            return tuple(n for p in self.files for st in (os.stat(p),) for n in (st.st_mtime_ns, st.st_ino))
-        except OSError:
-            return None
-
-    def _load(self, version: int) -> Identity:
-        cert, key, ca = (p.read_bytes() for p in self.files)
-        return load(cert, key, ca, version)
+    def _load(self, cert: Path, key: Path, ca: Path | None) -> Identity:
+        if ca is None:
+            raise ValueError("the pool needs its CA")
+        identity = load(cert.read_bytes(), key.read_bytes(), ca.read_bytes(), self._loaded)
+        self._loaded += 1
+        return identity
 
     @property
     def version(self) -> int:
-        return self._identity.version
+        return self.files.current().version
 
     def current(self) -> Identity:
-        now = time.monotonic()
-        if now - self._checked >= self.check_every_s:
-            self._checked = now
-            stamp = self._files_stamp()
-            if stamp is not None and stamp != self._stamp:
-                try:
-                    self._identity = self._load(self._identity.version + 1)
-                except (OSError, ValueError) as exc:
-                    log.warning("pool certificate not reloaded yet (%s); still using the previous one", exc)
-                else:
-                    self._stamp = stamp
-                    log.info("pool certificate %s reloaded", self.files[0])
-        return self._identity
+        return self.files.current()

@@ -66,7 +66,7 @@ def test_a_rewritten_certificate_is_served_to_the_next_handshake(tmp_path: Path)
         shutil.copy(s.certs / "ca.crt", old_ca)
         assert inventory(s.stub(ca=old_ca)).platforms
         assert s.placement.credentials is not None
-        s.placement.credentials.check_every_s = 0.0
+        s.placement.credentials.files.check_every_s = 0.0
         make_certificates(tmp_path)  # a new CA and a new certificate, over the same files
         assert inventory(s.stub(ca=s.certs / "ca.crt")).platforms  # a new channel: a new handshake
         with pytest.raises(grpc.RpcError) as caught:
@@ -78,7 +78,7 @@ def test_a_rewritten_certificate_is_served_to_the_next_handshake(tmp_path: Path)
 def test_a_certificate_caught_half_written_leaves_the_previous_one_in_service(tmp_path: Path) -> None:
     with serving(tmp_path, tls=True) as s:
         assert s.placement.credentials is not None
-        s.placement.credentials.check_every_s = 0.0
+        s.placement.credentials.files.check_every_s = 0.0
         (tmp_path / "tls.crt").write_text("-----BEGIN CERTIFICATE-----\nMII")
         assert inventory(s.stub(ca=s.certs / "ca.crt")).platforms
         assert s.placement.credentials.reloads == 0

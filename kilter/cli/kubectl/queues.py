@@ -16,6 +16,7 @@ from typing import Any
 from kilter.cli.kubectl import output
 from kilter.cli.kubectl.source import Cluster
 from kilter.cli.queues import queues_data
+from kilter.cli.render import cell
 from kilter.model.errors import InputError
 
 __all__ = ["COLUMNS", "add_parser", "rows", "run"]
@@ -62,14 +63,6 @@ def _decayed(node: dict[str, Any], devices: frozenset[str]) -> float | None:
     return float(sum(v for k, v in usage.items() if k.split("/", 1)[1] in devices))
 
 
-def _fmt(v: object) -> str:
-    if v is None:
-        return "-"
-    if isinstance(v, float):
-        return "inf" if v == float("inf") else f"{v:.4g}"
-    return str(v)
-
-
 def rows(data: dict[str, Any], devices: frozenset[str]) -> list[tuple[str, ...]]:
     out = []
     for kind, key in (("ClusterQueue", "clusterQueues"), ("Cohort", "cohorts")):
@@ -91,7 +84,7 @@ def rows(data: dict[str, Any], devices: frozenset[str]) -> list[tuple[str, ...]]
                 n["reservingWorkloads"],
                 "yes" if n["active"] else "no",
             )
-            out.append(tuple(_fmt(c) for c in cells))
+            out.append(tuple(cell(c) for c in cells))
     return out
 
 
