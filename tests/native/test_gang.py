@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from kilter._native import domains, gang
 from kilter._native.twin import domains as twin_domains
 from kilter._native.twin import gang as twin_gang
-from tests.conftest import Arrays, i32
+from tests.conftest import Arrays
 
 PodSet = tuple[int, int, int, int, int, int]  # count, gpus, required, preferred, slice size, slice level
 N, NODE, DOMAIN, UP = gang.NONE, gang.NODE, gang.DOMAIN, gang.UP
@@ -22,11 +22,13 @@ N, NODE, DOMAIN, UP = gang.NONE, gang.NODE, gang.DOMAIN, gang.UP
 def run(
     mod: Any, fl: Any, pod_sets: list[PodSet], *, platform: int = -1, node_ok: Any = None
 ) -> tuple[int, list[int], list[int]]:
-    cols = list(zip(*pod_sets, strict=True))
-    out = np.zeros(sum(ps[0] for ps in pod_sets), dtype=np.int32)
-    info = np.zeros(4, dtype=np.int32)
-    status = mod.plan_gang(fl, *(i32(c) for c in cols), platform, node_ok, out, info)
-    return int(status), out.tolist(), info.tolist()
+    result = mod.plan_gang(fl, mod.PodSets(pod_sets), platform, node_ok)
+    return outcome(result)
+
+
+def outcome(result: Any) -> tuple[int, list[int], list[int]]:
+    """(status, a node per pod, [pods needed, pods offered, failing pod set, its level]) of a plan."""
+    return int(result.status), result.nodes.tolist(), [result.need, result.offered, result.pod_set, result.level]
 
 
 def plan(arrays: Arrays, pod_sets: list[PodSet], **kw: Any) -> tuple[int, list[int], list[int]]:
