@@ -4,7 +4,8 @@ from kilter._native._types cimport int32_t
 from kilter._native.podsets cimport PodSetAsk
 
 cdef enum:
-    PLAN_MAX_SCORE = 10  # kube-scheduler's MaxExtenderPriority
+    PLAN_MAX_SCORE = 10           # kube-scheduler's MaxExtenderPriority
+    PLAN_POD_LIMIT = 1073741824   # pods in one gang (2^30): offsets and totals stay far from int32's end
 
 # A gang's pod sets as the planner reads them, checked once when built.
 cdef class PodSets:

@@ -14,7 +14,6 @@ NODE: int
 DOMAIN: int
 UP: int
 MAX_SCORE: int
-MAX_GANG_PODS: int
 
 class PodSets:
     @property

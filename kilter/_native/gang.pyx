@@ -62,7 +62,6 @@ NODE = LEVEL_NODE
 DOMAIN = LEVEL_DOMAIN
 UP = LEVEL_UP
 MAX_SCORE = PLAN_MAX_SCORE
-MAX_GANG_PODS = 2**30
 
 
 # ---------------------------------------------------------------- planning
@@ -100,7 +99,7 @@ cdef class PodSets:
                 self.top_level = max(self.top_level, lv)
             if ps.slice_size <= 0 or ps.count % ps.slice_size != 0:
                 raise ValueError(f"pod set {i}: slice size {ps.slice_size} must divide count {ps.count}")
-            if self.total > MAX_GANG_PODS - ps.count:
+            if self.total > PLAN_POD_LIMIT - ps.count:
                 raise ValueError("too many pods in one gang")
             ps.offset = self.total
             self.total += ps.count

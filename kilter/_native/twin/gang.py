@@ -21,7 +21,7 @@ NODE = podsets.NODE
 DOMAIN = podsets.DOMAIN
 UP = podsets.UP
 MAX_SCORE = 10
-MAX_GANG_PODS = 2**30
+_POD_LIMIT = 2**30  # pods in one gang, as the core's PLAN_POD_LIMIT
 
 
 class PodSets:
@@ -42,7 +42,7 @@ class PodSets:
                 self.top_level = max(self.top_level, lv)
             if slice_size <= 0 or count % slice_size != 0:
                 raise ValueError(f"pod set {i}: slice size {slice_size} must divide count {count}")
-            if self.total > MAX_GANG_PODS - count:
+            if self.total > _POD_LIMIT - count:
                 raise ValueError("too many pods in one gang")
             self.sets.append(podsets.PodSetAsk(count, gpus, required, preferred, slice_size, slice_level, self.total))
             self.total += count
