@@ -77,7 +77,7 @@ class BuildPy(build_py):
         super().run()
 
 
-NATIVE_MODULES = ["domains", "domainset", "gang", "jsonout", "names", "protoview"]
+NATIVE_MODULES = ["candidates", "domains", "domainset", "gang", "jsonout", "names", "podsets", "protoview"]
 
 debug = os.environ.get("KILTER_NATIVE_DEBUG") == "1"
 directives = {

@@ -59,19 +59,14 @@ def make_fleet(pool: fleetgen.PoolSpec) -> tuple[Fleet, list[Node], list[Pod], f
     return fleet, nodes, pods, build_s, decode_s
 
 
-def _one(value: int) -> np.ndarray:
-    return np.array([value], dtype=np.int32)
+def core_args(mod: Any, count: int, gpus: int) -> tuple[Any, ...]:
+    """One pod set, preferring one domain (what an unannotated gang gets), on platform 0, for ``mod``'s planner."""
+    return (mod.PodSets([(count, gpus, -1, int(gang.DOMAIN), 1, -1)]), 0, None)
 
 
-def core_args(count: int, gpus: int) -> tuple[Any, ...]:
-    """One pod set, preferring one domain (what an unannotated gang gets), on platform 0."""
-    return (_one(count), _one(gpus), _one(-1), _one(int(gang.DOMAIN)), _one(1), _one(-1), 0, None)
-
-
-def plan_core(mod: Any, fl: Any, args: tuple[Any, ...], count: int, out: np.ndarray | None = None) -> int:
-    out = np.empty(count, dtype=np.int32) if out is None else out
-    info = np.zeros(4, dtype=np.int32)
-    return int(mod.plan_gang(fl, *args, out, info))
+def plan_core(mod: Any, fl: Any, args: tuple[Any, ...]) -> Any:
+    """``mod.plan_gang``'s answer: its status and a node per pod."""
+    return mod.plan_gang(fl, *args)
 
 
 def pod_set(count: int, gpus: int) -> PodSetSpec:
@@ -114,14 +109,12 @@ def time_plans(fleet: Fleet) -> dict[str, Any]:
     twin_fl = twin_of(bm)
     results: dict[str, Any] = {}
     for count, runs, twin_runs in ((16, 2000, 20), (512, 500, 5)):
-        args = core_args(count, 4)
+        args = core_args(gang, count, 4)
         request = plan.gang_request("bench", [pod_set(count, 4)], fleet.catalog)
-        native = measure(partial(plan_core, gang, bm, args, count), runs=runs)
-        twin = measure(partial(plan_core, twin_gang, twin_fl, args, count), runs=twin_runs, warmup=1)
+        native = measure(partial(plan_core, gang, bm, args), runs=runs)
+        twin = measure(partial(plan_core, twin_gang, twin_fl, core_args(twin_gang, count, 4)), runs=twin_runs, warmup=1)
         api = measure(partial(plan.plan_gang, fleet, request), runs=runs)
-        out = np.empty(count, dtype=np.int32)
-        plan_core(gang, bm, args, count, out)
-        used = np.unique(bm.node_domains[out])
+        used = np.unique(bm.node_domains[plan_core(gang, bm, args).nodes])
         results[f"plan_{count}x4"] = {
             "core": native,
             "twin": twin,

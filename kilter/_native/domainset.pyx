@@ -36,303 +36,26 @@ last), so it joins the largest leftover hole instead of opening another.
 
 Equals ``twin.domainset.choose_domains``.
 
-The module runs past 500 lines because it is one search: the
-candidates' order, the classes, the packed value and the layers are read by
-every step of the programme and by its walk back, through one ``SetScratch``.
+The candidates, their classes and the packed value are prepared in
+candidates.pyx; this module is the programme and its walk back.
 """
 
-from libc.stdlib cimport calloc, free, realloc
 from libc.string cimport memset
 
 from kilter._native._types cimport int32_t, int64_t, uint8_t, uint16_t
+from kilter._native.candidates cimport (
+    FROM_CLOSED,
+    INF,
+    SetScratch,
+    cut_classes,
+    fewest,
+    free_set_scratch,
+    init_set_scratch,
+    pack,
+    reserve,
+    sort_candidates,
+)
 from kilter._native.domains cimport FleetBitmap
-
-cdef int64_t INF = (<int64_t>1) << 62
-cdef int64_t VALUE_LIMIT = (<int64_t>1) << 61  # packed values stay below, so INF plus two increments fits
-cdef int32_t MAX_TAKE = 32767                     # items per class: a decision has 15 bits of count
-cdef uint16_t FROM_CLOSED = 32768
-
-
-# ---------------------------------------------------------------- scratch
-
-cdef void radix_pass(const int32_t* src, int32_t n, const int32_t* key, int32_t width,
-                     int32_t* dst, int32_t* count) noexcept nogil:
-    """Stable counting sort of src by key[src[i]] in 0 .. width - 1."""
-    cdef int32_t i, c, pos = 0, k
-    memset(count, 0, width * sizeof(int32_t))
-    for i in range(n):
-        count[key[src[i]]] += 1
-    for c in range(width):
-        k = count[c]
-        count[c] = pos
-        pos += k
-    for i in range(n):
-        c = key[src[i]]
-        dst[count[c]] = src[i]
-        count[c] += 1
-
-
-cdef int32_t changed_levels(FleetBitmap fl, int32_t a, int32_t b) noexcept nogil:
-    """Levels, from the block up, whose group changes between a and b (an unlabeled step always changes)."""
-    cdef int32_t level, m = 0
-    for level in range(fl.n_levels):
-        if fl.group[level, a] != fl.group[level, b] or fl.group[level, b] < 0:
-            m = level + 1
-    return m
-
-
-cdef int init_set_scratch(SetScratch* ss, FleetBitmap fl) noexcept nogil:
-    """Allocate the per-domain buffers and number the blocks in rank order; -1 if out of memory."""
-    cdef int32_t n = fl.n_domains if fl.n_domains > 0 else 1
-    cdef int32_t d, i, level, b = -1
-    cdef int32_t* src
-    cdef int32_t* dst
-    cdef int32_t* t
-    memset(ss, 0, sizeof(SetScratch))
-    ss.n_domains = fl.n_domains
-    ss.width = n + 1
-    if fl.n_words * 64 + 1 > ss.width:
-        ss.width = fl.n_words * 64 + 1
-    if fl.max_groups + 1 > ss.width:
-        ss.width = fl.max_groups + 1
-    ss.rank_order = <int32_t*>calloc(n, sizeof(int32_t))
-    ss.block = <int32_t*>calloc(n, sizeof(int32_t))
-    ss.cand = <int32_t*>calloc(n, sizeof(int32_t))
-    ss.tmp = <int32_t*>calloc(n, sizeof(int32_t))
-    ss.key = <int32_t*>calloc(n, sizeof(int32_t))
-    ss.count = <int32_t*>calloc(ss.width, sizeof(int32_t))
-    ss.chosen = <uint8_t*>calloc(n, 1)
-    ss.runs = <int32_t*>calloc(fl.n_levels + 1, sizeof(int32_t))
-    ss.level_radix = <int64_t*>calloc(fl.n_levels + 1, sizeof(int64_t))
-    ss.inc = <int64_t*>calloc(fl.n_levels + 1, sizeof(int64_t))
-    ss.cls_start = <int32_t*>calloc(n + 1, sizeof(int32_t))
-    ss.cls_take = <int32_t*>calloc(n, sizeof(int32_t))
-    ss.cls_skip = <int32_t*>calloc(n, sizeof(int32_t))
-    ss.cls_shift = <int32_t*>calloc(n, sizeof(int32_t))
-    ss.cls_value = <int64_t*>calloc(n, sizeof(int64_t))
-    ss.blk_first = <int32_t*>calloc(n + 1, sizeof(int32_t))
-    ss.blk_levels = <int32_t*>calloc(n, sizeof(int32_t))
-    ss.blk_shift = <int32_t*>calloc(n, sizeof(int32_t))
-    if (ss.rank_order == NULL or ss.block == NULL or ss.cand == NULL or ss.tmp == NULL or ss.key == NULL
-            or ss.count == NULL or ss.chosen == NULL or ss.runs == NULL or ss.level_radix == NULL
-            or ss.inc == NULL or ss.cls_start == NULL
-            or ss.cls_take == NULL or ss.cls_skip == NULL or ss.cls_shift == NULL or ss.cls_value == NULL
-            or ss.blk_first == NULL or ss.blk_levels == NULL or ss.blk_shift == NULL):
-        return -1
-    # Rank order: stable counting sorts by group, finest level first, from index order.
-    src = ss.tmp
-    dst = ss.rank_order
-    for d in range(fl.n_domains):
-        src[d] = d
-    for level in range(fl.n_levels):
-        for d in range(fl.n_domains):
-            ss.key[d] = fl.group[level, d] + 1
-        radix_pass(src, fl.n_domains, ss.key, fl.n_groups[level] + 1, dst, ss.count)
-        t = src
-        src = dst
-        dst = t
-    if src != ss.rank_order:
-        for d in range(fl.n_domains):
-            ss.rank_order[d] = src[d]
-    for i in range(fl.n_domains):
-        d = ss.rank_order[i]
-        if i == 0 or changed_levels(fl, ss.rank_order[i - 1], d) > 0:
-            b += 1
-        ss.block[d] = b
-    return 0
-
-
-cdef void free_set_scratch(SetScratch* ss) noexcept nogil:
-    free(ss.rank_order); free(ss.block); free(ss.cand); free(ss.tmp); free(ss.key); free(ss.count)
-    free(ss.chosen); free(ss.runs); free(ss.level_radix); free(ss.inc); free(ss.cls_start); free(ss.cls_take)
-    free(ss.cls_skip); free(ss.cls_shift); free(ss.cls_value); free(ss.blk_first); free(ss.blk_levels); free(ss.blk_shift)
-    free(ss.val); free(ss.closed); free(ss.row); free(ss.row_closed); free(ss.queue)
-    free(ss.decided); free(ss.closed_from); free(ss.merge_from)
-    memset(ss, 0, sizeof(SetScratch))
-
-
-cdef int grow(void** buf, int64_t* have, int64_t want, size_t size) noexcept nogil:
-    """Make *buf hold at least ``want`` entries of ``size`` bytes; -1 if out of memory."""
-    cdef void* p
-    if want <= have[0]:
-        return 0
-    if want > (<int64_t>1 << 40) // <int64_t>size:
-        return -1
-    p = realloc(buf[0], <size_t>want * size)
-    if p == NULL:
-        return -1
-    buf[0] = p
-    have[0] = want
-    return 0
-
-
-cdef int reserve(SetScratch* ss, int32_t layers, int64_t cells, int32_t k, int32_t n_cls, int32_t n_blk) noexcept nogil:
-    """Grow the programme's buffers for this search; -1 if out of memory."""
-    if (grow(<void**>&ss.val, &ss.cap_val, layers * cells, sizeof(int64_t)) != 0
-            or grow(<void**>&ss.closed, &ss.cap_closed, cells, sizeof(int64_t)) != 0
-            or grow(<void**>&ss.row, &ss.cap_row, k + 1, sizeof(int64_t)) != 0
-            or grow(<void**>&ss.row_closed, &ss.cap_row_closed, k + 1, sizeof(uint8_t)) != 0
-            or grow(<void**>&ss.queue, &ss.cap_queue, k + 1, sizeof(int32_t)) != 0
-            or grow(<void**>&ss.decided, &ss.cap_decided, n_cls * cells, sizeof(uint16_t)) != 0
-            or grow(<void**>&ss.closed_from, &ss.cap_closed_from, n_blk * cells, sizeof(uint8_t)) != 0):
-        return -1
-    return grow(<void**>&ss.merge_from, &ss.cap_merge_from, n_blk * cells, sizeof(uint8_t))
-
-
-# ---------------------------------------------------------------- candidates
-
-cdef int32_t fewest(SetScratch* ss, const int32_t* caps, const uint8_t* live, int64_t need,
-                    int32_t cap_width, int32_t* c_star, int64_t* slack) noexcept nogil:
-    """k = fewest live domains covering need (0 if none), from the histogram of capacities."""
-    cdef int32_t d, c, k = 0
-    cdef int64_t top = 0, j
-    memset(ss.count, 0, (cap_width + 1) * sizeof(int32_t))
-    for d in range(ss.n_domains):
-        if live[d] and caps[d] > 0:
-            ss.count[caps[d]] += 1
-    for c in range(cap_width, 0, -1):
-        if ss.count[c] == 0:
-            continue
-        if top + <int64_t>ss.count[c] * c >= need:
-            j = (need - top + c - 1) // c
-            c_star[0] = c
-            slack[0] = top + j * c - need
-            return k + <int32_t>j
-        top += <int64_t>ss.count[c] * c
-        k += ss.count[c]
-    return 0
-
-
-cdef int32_t sort_candidates(FleetBitmap fl, SetScratch* ss, const int32_t* caps, const uint8_t* live,
-                             int32_t low, int32_t cap_width) noexcept nogil:
-    """cand = live domains of capacity >= low, by (block, capacity, wholly idle, idle GPUs, index)."""
-    cdef int32_t d, n = 0, width = fl.n_words * 64 + 1
-    for d in range(fl.n_domains):
-        if live[d] and caps[d] >= low:
-            ss.cand[n] = d
-            n += 1
-    for d in range(n):
-        ss.key[ss.cand[d]] = fl.domain_free[ss.cand[d]]
-    radix_pass(ss.cand, n, ss.key, width, ss.tmp, ss.count)
-    for d in range(n):
-        ss.key[ss.cand[d]] = fl.is_wholly_free(ss.cand[d])
-    radix_pass(ss.tmp, n, ss.key, 2, ss.cand, ss.count)
-    radix_pass(ss.cand, n, caps, cap_width + 1, ss.tmp, ss.count)
-    radix_pass(ss.tmp, n, ss.block, ss.width, ss.cand, ss.count)
-    return n
-
-
-cdef bint alike(FleetBitmap fl, const int32_t* caps, int32_t a, int32_t b) noexcept nogil:
-    """Are consecutive candidates a and b interchangeable: one block, capacity, idleness, idle GPUs?"""
-    return (changed_levels(fl, a, b) == 0 and caps[a] == caps[b] and fl.domain_free[a] == fl.domain_free[b]
-            and fl.is_wholly_free(a) == fl.is_wholly_free(b))
-
-
-cdef int32_t cut_classes(FleetBitmap fl, SetScratch* ss, const int32_t* caps, int32_t n_cand,
-                         int32_t c_star, int32_t* n_blk) noexcept nogil:
-    """Blocks and classes of the candidates; returns the number of active levels (layers - 1).
-
-    A class is a run of interchangeable candidates taken m at a time; shorter
-    runs (four or fewer free items, eight or fewer others) are cut into single
-    items, which take_one handles faster (the search is exact either way, so
-    the cut does not change the plan).
-    """
-    cdef int32_t i, j, d, prev = -1, m, level, active = 0, n_cls = 0, nb = 0, run_end = 0
-    for i in range(fl.n_levels + 1):
-        ss.runs[i] = 1
-    for i in range(n_cand):
-        d = ss.cand[i]
-        m = changed_levels(fl, prev, d) if i else 0
-        if m > active:
-            active = m
-        for level in range(m):
-            ss.runs[level] += 1
-        if i == 0 or m > 0:
-            ss.blk_first[nb] = n_cls
-            ss.blk_levels[nb] = m
-            nb += 1
-        if i >= run_end:
-            j = i + 1
-            while j < n_cand and j - i < MAX_TAKE and alike(fl, caps, ss.cand[j - 1], ss.cand[j]):
-                j += 1
-            run_end = j if j - i > (4 if caps[d] == c_star else 8) else i + 1
-            ss.cls_start[n_cls] = i
-            ss.cls_take[n_cls] = c_star - caps[d] if caps[d] < c_star else 0
-            ss.cls_skip[n_cls] = caps[d] - c_star if caps[d] > c_star else 0
-            n_cls += 1
-        prev = d
-    ss.cls_start[n_cls] = n_cand
-    ss.blk_first[nb] = n_cls
-    n_blk[0] = nb
-    return active
-
-
-cdef int64_t pack(FleetBitmap fl, SetScratch* ss, const int32_t* caps, int32_t n_cand, int32_t n_cls,
-                  int32_t k, int32_t active) noexcept nogil:
-    """Set cls_value and inc[layer]; returns the radix of the (idle, cap^2, idle GPUs) part.
-
-    Each criterion, less its minimum over the candidates, sums over k items to
-    below its radix, so integer order is the lexicographic order. Beyond any
-    real fleet (a product over 2^61) the least significant criteria are dropped.
-    """
-    cdef int64_t lo[3]
-    cdef int64_t hi[3]
-    cdef int64_t radix[3]
-    cdef int64_t comp[3]
-    cdef int64_t* grp = ss.level_radix
-    cdef int64_t* inc = ss.inc
-    cdef int64_t prod, r, v, w, rest
-    cdef int32_t i, j, d, level, upper, n_group = active, kept
-    for j in range(3):
-        lo[j] = INF
-        hi[j] = -1
-    for i in range(n_cand):
-        d = ss.cand[i]
-        comp[0] = fl.is_wholly_free(d)
-        comp[1] = <int64_t>caps[d] * caps[d]
-        comp[2] = fl.domain_free[d]
-        for j in range(3):
-            if comp[j] < lo[j]:
-                lo[j] = comp[j]
-            if comp[j] > hi[j]:
-                hi[j] = comp[j]
-    for j in range(3):
-        radix[j] = k * (hi[j] - lo[j]) + 1
-    for level in range(n_group):
-        grp[level] = (ss.runs[level] if ss.runs[level] < k else k) + 1
-    kept = n_group + 3
-    while kept > 0:
-        prod = 1
-        for level in range(n_group):
-            r = grp[level]
-            prod = prod * r if prod <= (VALUE_LIMIT - 1) // r else VALUE_LIMIT
-        for j in range(3):
-            r = radix[j]
-            prod = prod * r if prod <= (VALUE_LIMIT - 1) // r else VALUE_LIMIT
-        if prod < VALUE_LIMIT:
-            break
-        kept -= 1
-        if kept >= n_group:
-            radix[kept - n_group] = 1
-        else:
-            grp[kept] = 1
-    for i in range(n_cls):
-        d = ss.cand[ss.cls_start[i]]
-        comp[0] = fl.is_wholly_free(d)
-        comp[1] = <int64_t>caps[d] * caps[d]
-        comp[2] = fl.domain_free[d]
-        v = 0
-        for j in range(3):
-            v = v * radix[j] + (comp[j] - lo[j] if radix[j] > 1 else 0)
-        ss.cls_value[i] = v
-    rest = radix[0] * radix[1] * radix[2]
-    inc[0] = 0
-    for level in range(n_group):
-        w = 0 if grp[level] == 1 else rest
-        for upper in range(level + 1, n_group):
-            w *= grp[upper]
-        inc[level + 1] = inc[level] + w
-    return rest
 
 
 # ---------------------------------------------------------------- the search
@@ -681,9 +404,8 @@ def choose_domains(
             raise ValueError(f"caps[{d}] outside 0..{width}")
     if need < 1 or unit_gpus < 1:
         raise ValueError("need and unit_gpus must be >= 1")
+    init_set_scratch(&ss, fleet)
     try:
-        if init_set_scratch(&ss, fleet) != 0:
-            raise MemoryError()
         if fleet.n_domains == 0:
             return 0
         with nogil:

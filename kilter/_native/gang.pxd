@@ -1,41 +1,26 @@
-# Gang planning and node scoring over a FleetBitmap.
+# Gang planning and node scoring over a FleetBitmap: the Python-facing door of the planner.
 
-from kilter._native._types cimport int8_t, int32_t, int64_t, uint8_t
-from kilter._native.domains cimport FleetBitmap
-from kilter._native.domainset cimport SetScratch
+from kilter._native._types cimport int32_t
+from kilter._native.podsets cimport PodSetAsk
 
-# Plan status codes (also the Python constants of gang.pyx).
 cdef enum:
-    PLAN_OK = 0
-    PLAN_NO_CAPACITY = 1        # fewer idle GPUs of the right shape than the pod set needs
-    PLAN_REQUIRED_TOO_SMALL = 2 # no single group at the required level holds the pod set
-    PLAN_SLICES_DO_NOT_FIT = 3  # the pod set fits in total, but not as whole slices
-    PLAN_NO_MEMORY = 99         # internal: the search could not grow its buffers; plan_gang raises MemoryError
-    PLAN_MAX_SCORE = 10         # kube-scheduler's MaxExtenderPriority
+    PLAN_MAX_SCORE = 10           # kube-scheduler's MaxExtenderPriority
+    PLAN_POD_LIMIT = 1073741824   # pods in one gang (2^30): offsets and totals stay far from int32's end
 
-# Working memory of one plan call; every buffer is owned by plan_gang.
-cdef struct Scratch:
-    int32_t* caps        # [domain]: units (slices, or pods when unsliced) that fit in the domain
-    uint8_t* base        # [domain]: 1 = domain may serve the pod set at all (platform, detached rule)
-    uint8_t* live        # [domain]: 1 = candidate under the current restriction; implies caps > 0
-    uint8_t* in_gang     # [domain]: 1 = holds a pod of this gang already
-    int32_t* order       # [domain]: live domains, caps descending, index ascending
-    int32_t* bucket      # [cap_width + 1]: counting-sort buckets
-    int32_t* set_domain  # [domain]: the chosen domains of the pod set, in rank order
-    int32_t* set_units   # [domain]: units each of them takes
-    int32_t* rank_pos    # [domain]: position in rank order (inverse of dset.rank_order)
-    int32_t* node_count  # [max nodes per domain]: pods booked per node of the domain being filled
-    int32_t* slice_key   # [total pods]: rank position of each slice's first domain
-    int32_t* slice_order # [total pods]: slices sorted by slice_key, stable
-    int32_t* moved       # [total pods]: a pod set's nodes while its slices are reordered
-    SetScratch dset      # the domain-set search's own buffers
-    int64_t* gsum        # [max_groups]: caps summed until the group first covers the need
-    int64_t* gtotal      # [max_groups]: all caps of live domains in the group
-    int32_t* gcnt        # [max_groups]: domains summed into gsum
-    int32_t* gk          # [max_groups]: fewest domains of the group that cover the need; 0 = cannot
-    int32_t* undo_node   # [total pods]: nodes booked by this plan, in order
-    int32_t* undo_gpus   # [total pods]: GPUs booked on them
-    int32_t n_undo       # entries used in undo_*
-    int32_t cap_width    # caps never exceed this (n_words * 64)
-    int32_t n_live       # live domains
-    int32_t n_order      # entries of order
+# A gang's pod sets as the planner reads them, checked once when built.
+cdef class PodSets:
+    cdef void* memory            # the block holding sets and order (alloc_pieces)
+    cdef PodSetAsk* sets         # [pod set]: its ask, in input order
+    cdef int32_t* order          # [pod set]: the planning order, most GPUs first, ties in input order
+    cdef readonly int32_t n_sets
+    cdef readonly int32_t total  # pods of all pod sets
+    cdef int32_t top_level       # the highest level any pod set names (checked against the fleet's)
+
+# What plan_gang answers: a node per pod, or why the gang does not fit.
+cdef class PlanResult:
+    cdef readonly int status     # OK, or the failure's code
+    cdef readonly object nodes   # int32 array, a node per pod, pod sets in input order; all -1 on failure
+    cdef readonly int32_t need     # pods the failing pod set needs (0 on success)
+    cdef readonly int32_t offered  # pods the best candidate offers it
+    cdef readonly int32_t pod_set  # the failing pod set (-1 on success)
+    cdef readonly int32_t level    # the level it failed at: its required level, else its slice level

@@ -1,3 +1,5 @@
+from collections.abc import Iterable
+
 import numpy as np
 import numpy.typing as npt
 
@@ -13,19 +15,36 @@ DOMAIN: int
 UP: int
 MAX_SCORE: int
 
+class PodSets:
+    @property
+    def n_sets(self) -> int: ...
+    @property
+    def total(self) -> int: ...
+    def __init__(self, rows: Iterable[tuple[int, int, int, int, int, int]]) -> None: ...
+    def __len__(self) -> int: ...
+
+class PlanResult:
+    @property
+    def status(self) -> int: ...
+    @property
+    def nodes(self) -> npt.NDArray[np.int32]: ...
+    @property
+    def need(self) -> int: ...
+    @property
+    def offered(self) -> int: ...
+    @property
+    def pod_set(self) -> int: ...
+    @property
+    def level(self) -> int: ...
+    @property
+    def ok(self) -> bool: ...
+
 def plan_gang(
     fleet: FleetBitmap,
-    count: npt.NDArray[np.int32],
-    gpus: npt.NDArray[np.int32],
-    required: npt.NDArray[np.int32],
-    preferred: npt.NDArray[np.int32],
-    slice_size: npt.NDArray[np.int32],
-    slice_level: npt.NDArray[np.int32],
-    platform: int,
-    node_ok: npt.NDArray[np.uint8] | None,
-    out_node: npt.NDArray[np.int32],
-    out_info: npt.NDArray[np.int32],
-) -> int: ...
+    pod_sets: PodSets,
+    platform: int = -1,
+    node_ok: npt.NDArray[np.uint8] | None = None,
+) -> PlanResult: ...
 def score_nodes(
     fleet: FleetBitmap,
     nodes: npt.NDArray[np.int32],

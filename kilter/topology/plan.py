@@ -181,20 +181,21 @@ def _levels(
     return out, None
 
 
-def _failure(fleet: Fleet, request: GangRequest, platform: Platform, status: int, info: np.ndarray) -> str:
-    need, best, ps_index, level = (int(x) for x in info[:4])
-    ps = request.pod_sets[ps_index]
-    shape = f"{need} pods x {ps.gpus_per_pod} GPUs"
-    if status == gang.REQUIRED_TOO_SMALL:
-        where = _level_name(fleet, level)
-        return f"pod set {ps.name} requires one {where} for {shape}; the roomiest {where} holds {best} such pods"
-    if status == gang.SLICES_DO_NOT_FIT:
-        where = _level_name(fleet, level) if level >= 0 else "domain"
+def _failure(fleet: Fleet, request: GangRequest, platform: Platform, answer: gang.PlanResult) -> str:
+    ps = request.pod_sets[answer.pod_set]
+    shape = f"{answer.need} pods x {ps.gpus_per_pod} GPUs"
+    if answer.status == gang.REQUIRED_TOO_SMALL:
+        where = _level_name(fleet, answer.level)
+        return (
+            f"pod set {ps.name} requires one {where} for {shape}; the roomiest {where} holds {answer.offered} such pods"
+        )
+    if answer.status == gang.SLICES_DO_NOT_FIT:
+        where = _level_name(fleet, answer.level) if answer.level >= 0 else "domain"
         return (
             f"pod set {ps.name}: {shape} fit in total, but not as slices of {ps.topology.slice_size} pods "
             f"each within one {where}"
         )
-    return f"pod set {ps.name} needs {shape}; idle, healthy {platform.name} nodes hold {best} such pods"
+    return f"pod set {ps.name} needs {shape}; idle, healthy {platform.name} nodes hold {answer.offered} such pods"
 
 
 def plan_gang(fleet: Fleet, request: GangRequest, *, hold_spares: bool = True) -> Plan:
@@ -249,9 +250,6 @@ def _plan_on(
     fleet: Fleet, request: GangRequest, candidates: Sequence[tuple[int, Platform]], node_ok: np.ndarray | None
 ) -> tuple[list[tuple[tuple[int, int, int], Plan]], list[str]]:
     """Each candidate platform's plan, ranked (domains, groups, platform), and why the others failed."""
-    counts = np.array([ps.count for ps in request.pod_sets], dtype=np.int32)
-    gpus = np.array([ps.gpus_per_pod for ps in request.pod_sets], dtype=np.int32)
-    total = int(counts.sum())
     feasible: list[tuple[tuple[int, int, int], Plan]] = []
     reasons: list[str] = []
     for index, platform in candidates:
@@ -259,18 +257,12 @@ def _plan_on(
         if problem:
             reasons.append(problem)
             continue
-        required, preferred, slice_size, slice_level = (
-            np.array(col, dtype=np.int32) for col in zip(*levels, strict=True)
-        )
-        out = np.empty(total, dtype=np.int32)
-        info = np.zeros(4, dtype=np.int32)
-        status = gang.plan_gang(
-            fleet.bitmap, counts, gpus, required, preferred, slice_size, slice_level, index, node_ok, out, info
-        )
-        if status != gang.OK:
-            reasons.append(_failure(fleet, request, platform, status, info))
+        ask = gang.PodSets((ps.count, ps.gpus_per_pod, *lv) for ps, lv in zip(request.pod_sets, levels, strict=True))
+        answer = gang.plan_gang(fleet.bitmap, ask, index, node_ok)
+        if not answer.ok:
+            reasons.append(_failure(fleet, request, platform, answer))
             continue
-        result = _plan_from_nodes(fleet, request, platform, out)
+        result = _plan_from_nodes(fleet, request, platform, answer.nodes)
         feasible.append(((len(result.domains), len(result.groups), index), result))
     return feasible, reasons
 
@@ -371,25 +363,9 @@ def place_pods(
     people read. Levels are ``LEVEL_NONE``, ``LEVEL_DOMAIN`` or a level above; ``hold_spares`` as
     ``plan_gang``'s.
     """
-    n = len(pod_sets)
-    counts = np.fromiter((c for c, _ in pod_sets), dtype=np.int32, count=n)
-    gpus = np.fromiter((g for _, g in pod_sets), dtype=np.int32, count=n)
-    out = np.empty(int(counts.sum()), dtype=np.int32)
-    info = np.zeros(4, dtype=np.int32)
-    status = gang.plan_gang(
-        fleet.bitmap,
-        counts,
-        gpus,
-        np.full(n, required, dtype=np.int32),
-        np.full(n, preferred, dtype=np.int32),
-        np.ones(n, dtype=np.int32),
-        np.full(n, LEVEL_NONE, dtype=np.int32),
-        platform,
-        spares.usable_mask(fleet, None) if hold_spares else None,
-        out,
-        info,
-    )
-    return out if status == gang.OK else None
+    ask = gang.PodSets((count, gpus, required, preferred, 1, LEVEL_NONE) for count, gpus in pod_sets)
+    answer = gang.plan_gang(fleet.bitmap, ask, platform, spares.usable_mask(fleet, None) if hold_spares else None)
+    return answer.nodes if answer.ok else None
 
 
 def commit(fleet: Fleet, plan: Plan) -> None:

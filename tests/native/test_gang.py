@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from typing import Any
 
@@ -13,7 +14,7 @@ from hypothesis import strategies as st
 from kilter._native import domains, gang
 from kilter._native.twin import domains as twin_domains
 from kilter._native.twin import gang as twin_gang
-from tests.conftest import Arrays, i32
+from tests.conftest import Arrays
 
 PodSet = tuple[int, int, int, int, int, int]  # count, gpus, required, preferred, slice size, slice level
 N, NODE, DOMAIN, UP = gang.NONE, gang.NODE, gang.DOMAIN, gang.UP
@@ -22,11 +23,13 @@ N, NODE, DOMAIN, UP = gang.NONE, gang.NODE, gang.DOMAIN, gang.UP
 def run(
     mod: Any, fl: Any, pod_sets: list[PodSet], *, platform: int = -1, node_ok: Any = None
 ) -> tuple[int, list[int], list[int]]:
-    cols = list(zip(*pod_sets, strict=True))
-    out = np.zeros(sum(ps[0] for ps in pod_sets), dtype=np.int32)
-    info = np.zeros(4, dtype=np.int32)
-    status = mod.plan_gang(fl, *(i32(c) for c in cols), platform, node_ok, out, info)
-    return int(status), out.tolist(), info.tolist()
+    result = mod.plan_gang(fl, mod.PodSets(pod_sets), platform, node_ok)
+    return outcome(result)
+
+
+def outcome(result: Any) -> tuple[int, list[int], list[int]]:
+    """(status, a node per pod, [pods needed, pods offered, failing pod set, its level]) of a plan."""
+    return int(result.status), result.nodes.tolist(), [result.need, result.offered, result.pod_set, result.level]
 
 
 def plan(arrays: Arrays, pod_sets: list[PodSet], **kw: Any) -> tuple[int, list[int], list[int]]:
@@ -260,6 +263,44 @@ def test_malformed_pod_sets_raise_value_error(pod_sets: list[PodSet]) -> None:
     fl = domains.FleetBitmap(*fleet(tray(4, groups=[0])).args())
     with pytest.raises(ValueError):
         run(gang, fl, pod_sets)
+
+
+@pytest.mark.parametrize(
+    ("pod_sets", "words"),
+    [
+        pytest.param([(4, 4, N, N, 1, N), (0, 4, N, N, 1, N)], "pod set 1: count and gpus must be >= 1", id="zero"),
+        pytest.param([(4, 4, N, -2, 1, N)], "pod set 0: level -2 below -1", id="level below none"),
+        pytest.param([(4, 4, N, N, 1, N), (4, 4, 3, N, 1, N)], "pod set 1: level 3 outside -1..2", id="level above"),
+        pytest.param([(6, 4, N, N, 4, DOMAIN)], "pod set 0: slice size 4 must divide count 6", id="slice size"),
+        pytest.param([(2**29, 1, N, N, 1, N)] * 3, "too many pods in one gang", id="more than 2^30 pods"),
+    ],
+)
+def test_core_and_twin_refuse_the_same_pod_sets_in_the_same_words(pod_sets: list[PodSet], words: str) -> None:
+    arrays = fleet(tray(4, groups=[0]))
+    for mod, fl_mod in ((gang, domains), (twin_gang, twin_domains)):
+        with pytest.raises(ValueError, match=f"^{re.escape(words)}$"):
+            run(mod, fl_mod.FleetBitmap(*arrays.args()), pod_sets)
+
+
+def test_pod_sets_built_once_plan_the_same_every_time_and_the_answer_says_ok() -> None:
+    arrays = fleet(tray(18, busy=3), tray(18))
+    for mod, fl_mod in ((gang, domains), (twin_gang, twin_domains)):
+        fl = fl_mod.FleetBitmap(*arrays.args())
+        ask = mod.PodSets([(20, 4, N, N, 1, N), (2, 2, N, N, 1, N)])
+        assert (len(ask), ask.n_sets, ask.total) == (2, 2, 22)
+        first, second = mod.plan_gang(fl, ask), mod.plan_gang(fl, ask)
+        assert first.ok and second.ok
+        assert first.nodes.tolist() == second.nodes.tolist()
+        assert outcome(first)[2] == [0, 0, -1, -1]
+        refused = mod.plan_gang(fl, mod.PodSets([(40, 4, N, N, 1, N)]))
+        assert not refused.ok and outcome(refused) == (gang.NO_CAPACITY, [-1] * 40, [40, 33, 0, N])
+
+
+def test_node_ok_of_the_wrong_length_is_refused() -> None:
+    arrays = fleet(tray(4))
+    for mod, fl_mod in ((gang, domains), (twin_gang, twin_domains)):
+        with pytest.raises(ValueError, match="node_ok needs one entry per node"):
+            run(mod, fl_mod.FleetBitmap(*arrays.args()), [(1, 4, N, N, 1, N)], node_ok=np.ones(3, dtype=np.uint8))
 
 
 # ---------------------------------------------------------------- properties

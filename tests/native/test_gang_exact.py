@@ -17,7 +17,7 @@ from kilter._native.twin import domains as twin_domains
 from kilter._native.twin import domainset as twin_domainset
 from kilter._native.twin import gang as twin_gang
 from tests.conftest import Arrays, i32
-from tests.native.test_gang import DOMAIN, UP, N, PodSet, domains_of, fleet, plan, run, tray
+from tests.native.test_gang import DOMAIN, UP, N, PodSet, domains_of, fleet, outcome, plan, run, tray
 
 
 def leaves_of(arrays: Arrays, nodes: list[int]) -> set[int]:
@@ -171,14 +171,10 @@ def test_every_domain_set_equals_brute_force_and_pods_come_in_rank_order(data: s
     n_levels = max((len(g) for g in arrays.groups), default=0)
     pod_sets = data.draw(small_gangs(n_levels))
     native = run(gang, domains.FleetBitmap(*arrays.args()), pod_sets)
-    out = np.zeros(sum(ps[0] for ps in pod_sets), dtype=np.int32)
-    info = np.zeros(4, dtype=np.int32)
-    counts, gpus, required, preferred, size, level = (i32(c) for c in zip(*pod_sets, strict=True))
     fl = twin_domains.FleetBitmap(*arrays.args())
-    args = (counts, gpus, required, preferred, size, level, -1, None, out, info)
-    status = twin_gang.plan_gang_with(checked_brute_force, fl, *args)
-    assert native == (status, out.tolist(), info.tolist())
-    if status != gang.OK:
+    brute = outcome(twin_gang.plan_gang_with(checked_brute_force, fl, twin_gang.PodSets(pod_sets)))
+    assert native == brute
+    if native[0] != gang.OK:
         return
     pos = 0
     for count, *_ in pod_sets:

@@ -1,0 +1,1 @@
+# podsets.pyx declares only cdef functions (in podsets.pxd), for gang.pyx.
