@@ -129,6 +129,15 @@ class Fleet:
     def domain_of_node(self, node: int) -> str:
         return self.domain_ids[int(self.node_domain[node])]
 
+    def domain_label_key(self, platform: Platform) -> str | None:
+        """The label key the platform's nodes name their domain by (``Levels.carried_domain_key``); None for a
+        single-node platform or when no node of it carries one."""
+        index = self.platforms.index(platform)
+        of_node = self.bitmap.domain_platforms[self.node_domain]
+        return self.levels.carried_domain_key(
+            platform, (self.node_labels[i] for i in np.flatnonzero(of_node == index).tolist())
+        )
+
     def unusable_reason(self, name: str) -> str | None:
         """Why node ``name`` is unusable (``condition GpuNvlinkWatch=True (NVSentinel)``); None when it is usable
         or not in the fleet."""
@@ -280,8 +289,8 @@ def build_fleet(
         labels = node.metadata.labels
         key: tuple[str, int, bool]
         if platform.is_multi_node:
-            value = next((labels[k] for k in levels.domain_keys(platform) if labels.get(k)), None)
-            key = (value, plat_index[platform.name], False) if value else (name, plat_index[platform.name], True)
+            label = levels.domain_label(platform, labels)
+            key = (label[1], plat_index[platform.name], False) if label else (name, plat_index[platform.name], True)
         else:
             key = (name, plat_index[platform.name], False)
         members.setdefault(key, []).append((name, node, count))
