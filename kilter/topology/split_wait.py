@@ -165,6 +165,9 @@ def fewest_domains_idle(fleet: Fleet, platform: int, pod_sets: tuple[tuple[int, 
     pods that fit whole usable nodes, and the gang's GPUs in all must fit the
     largest domains. Failed trays count against their rack, so a damaged
     fleet's minimum is honest. 0 when even the idle fleet cannot hold it.
+    What the wait rule weighs a plan against: the best that waiting could
+    bring now. A split's cost counts from another minimum, the platform's
+    (``Platform.unsplit_domains``), which failures do not move.
 
     Remembered per fleet: the answer depends only on which nodes are usable
     and their GPU counts, which change far less often than it is asked (each

@@ -135,3 +135,15 @@ def test_the_remembered_idle_minimum_follows_trays_failing_and_coming_back() -> 
     assert fewest_domains_idle(fleet, 0, ((17, 4),)) == 1
     bm.set_usable(at["r0-t00"], True)
     assert fewest_domains_idle(fleet, 0, ((18, 4),)) == 1  # back
+
+
+def test_failed_trays_move_the_fewest_domains_waiting_could_bring_but_not_the_unsplit_baseline() -> None:
+    """Two questions: what waiting could win now (the wait rule) and what the gang runs unsplit (a split's cost)."""
+    fleet = build_fleet(rack("r0") + rack("r1"), [])
+    platform = fleet.platforms[0]
+    for t in (0, 1):
+        fleet.bitmap.set_usable(fleet.node_index[f"r0-t{t:02d}"], False)
+        fleet.bitmap.set_usable(fleet.node_index[f"r1-t{t:02d}"], False)
+    assert fewest_domains_idle(fleet, 0, ((18, 4),)) == 2  # 16 usable trays a rack: no rack holds it now
+    assert platform.unsplit_domains(18) == 1  # yet split over two it runs as slowly as any split gang
+    assert fewest_domains_idle(fleet, 0, ((16, 4),)) == platform.unsplit_domains(16) == 1
