@@ -90,6 +90,7 @@ class Fleet:
     _absent: npt.NDArray[np.int32] | None = None
     _json_names: jsonout.JsonNames | None = None
     _idle_cover: dict[tuple[bytes, int, tuple[tuple[int, int], ...]], int] = field(default_factory=dict)
+    _domain_label_keys: dict[str, str | None] = field(default_factory=dict)
 
     @property
     def n_nodes(self) -> int:
@@ -104,11 +105,12 @@ class Fleet:
     def domain_label_key(self, platform: Platform) -> str | None:
         """The label key the platform's nodes name their domain by (``Levels.carried_domain_key``); None for a
         single-node platform or when no node of it carries one."""
-        index = self.platforms.index(platform)
-        of_node = self.bitmap.domain_platforms[self.node_domain]
-        return self.levels.carried_domain_key(
-            platform, (self.node_labels[i] for i in np.flatnonzero(of_node == index).tolist())
-        )
+        if platform.name not in self._domain_label_keys:  # labels never change within one fleet: read once
+            of_node = self.bitmap.domain_platforms[self.node_domain] == self.platforms.index(platform)
+            self._domain_label_keys[platform.name] = self.levels.carried_domain_key(
+                platform, (self.node_labels[i] for i in np.flatnonzero(of_node).tolist())
+            )
+        return self._domain_label_keys[platform.name]
 
     def unusable_reason(self, name: str) -> str | None:
         """Why node ``name`` is unusable (``condition GpuNvlinkWatch=True (NVSentinel)``); None when it is usable
