@@ -193,9 +193,8 @@ class ExtenderPlacement:
 
     def _topology(self, fleet: Fleet, gang: Gang) -> dict[str, str]:
         if gang.topology == "required":
-            platform = fleet.platforms[gang.platform]
-            keys = fleet.levels.domain_keys(platform)
-            return {ANNOTATION_REQUIRED: keys[0] if keys else "kubernetes.io/hostname"}
+            key = fleet.domain_label_key(fleet.platforms[gang.platform])
+            return {ANNOTATION_REQUIRED: key or "kubernetes.io/hostname"}
         if gang.topology == "unconstrained":
             return {ANNOTATION_UNCONSTRAINED: "true"}
         return {}

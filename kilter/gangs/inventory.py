@@ -29,7 +29,7 @@ from kilter.gangs.identity import key_of
 from kilter.model.core_v1 import Pod
 from kilter.model.errors import InputError
 from kilter.state.store import Booking, ClusterStore
-from kilter.topology import spares
+from kilter.topology import rooms, spares
 from kilter.topology.fleet import Fleet
 
 __all__ = [
@@ -170,7 +170,7 @@ def _domain_rows(
     free_sum = np.add.reduceat(free, at).tolist()
     total = np.add.reduceat(counts, at).tolist()
     plat_of = bm.domain_platforms
-    shapes = _largest_shapes(fleet, free, at)
+    shapes = rooms.largest_shapes(fleet, free)
     detached = ((bm.domain_flags & native_domains.DETACHED) != 0).tolist()
     held = spares.held_mask(fleet)
     is_spare = held if held is not None else np.zeros(len(usable), dtype=bool)
@@ -220,31 +220,6 @@ def _domain_rows(
             memo.rows[d] = (inputs, row)
         rows.append(row)
     return rows
-
-
-def _largest_shapes(fleet: Fleet, free: np.ndarray, at: np.ndarray) -> list[tuple[int, int]]:
-    """Per domain, (pods, GPUs a pod) of the largest shape its nodes take now: whole nodes of its platform first,
-    then halves, down to 1 GPU; (0, whole node) when nothing is free."""
-    per_node = [p.gpus_per_node for p in fleet.platforms]
-    plat_of = fleet.bitmap.domain_platforms
-    fits = {s: np.add.reduceat(free // s, at) for s in sorted({s for g in per_node for s in _halvings(g)})}
-    pods = np.zeros(len(plat_of), dtype=np.int64)
-    size = np.asarray(per_node, dtype=np.int64)[plat_of] if per_node else np.zeros(0, dtype=np.int64)
-    for p, whole in enumerate(per_node):
-        left = plat_of == p
-        for s in _halvings(whole):  # the largest size first: a domain takes the first one it fits a pod of
-            found = left & (fits[s] > 0)
-            pods[found], size[found] = fits[s][found], s
-            left &= ~found
-    return list(zip(pods.tolist(), size.tolist(), strict=True))
-
-
-def _halvings(size: int) -> list[int]:
-    out = []
-    while size >= 1:
-        out.append(size)
-        size //= 2
-    return out
 
 
 def _gangs_by_domain(store: ClusterStore, fleet: Fleet) -> dict[int, list[GangOnDomain]]:

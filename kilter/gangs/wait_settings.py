@@ -25,16 +25,15 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from kilter.model.annotations import CLUSTER_QUEUE
-from kilter.model.errors import InputError
 from kilter.model.kueue import ClusterQueue, Cohort, ResourceFlavor
 from kilter.state.cluster import ClusterState
-from kilter.topology.split_wait import SPLIT_WAIT, SPLIT_WAIT_MAX, Setting, SplitWait, parse_split_wait, resolve
+from kilter.topology.split_wait import SplitWait, parse_split_wait, queue_settings, resolve
 
-__all__ = ["WaitSettings"]
+__all__ = ["QueueWaitRules"]
 
 
 @dataclass(frozen=True)
-class WaitSettings:
+class QueueWaitRules:
     """The split-wait rule of every ClusterQueue of one state, and the queue bindings a gang's queue is found by."""
 
     defaults: SplitWait
@@ -46,32 +45,21 @@ class WaitSettings:
     @classmethod
     def build(
         cls, state: ClusterState, defaults: SplitWait, *, extra: Iterable[ClusterQueue | Cohort | ResourceFlavor] = ()
-    ) -> WaitSettings:
+    ) -> QueueWaitRules:
         """The settings ``state`` gives (``extra``: queues of ``kilter serve --queues`` the state lacks)."""
         cqs = {q.metadata.name: q for q in extra if isinstance(q, ClusterQueue)}
         cqs.update((q.metadata.name, q) for q in state.cluster_queues)
         cohorts = {c.metadata.name: c for c in extra if isinstance(c, Cohort)}
         cohorts.update((c.metadata.name, c) for c in state.cohorts)
-        problems: list[str] = []
-        own = {("Cohort", n): _own("Cohort", n, c.metadata.annotations, problems) for n, c in sorted(cohorts.items())}
-        for n, q in sorted(cqs.items()):
-            own[("ClusterQueue", n)] = _own("ClusterQueue", n, q.metadata.annotations, problems)
-        rules = {}
-        for name, cq in sorted(cqs.items()):
-            chain = [own[("ClusterQueue", name)]]
-            parent, seen = cq.spec.parent, set()
-            while parent and parent not in seen and parent in cohorts:
-                seen.add(parent)
-                chain.append(own[("Cohort", parent)])
-                parent = cohorts[parent].spec.parent_cohort
-            rules[name] = resolve(defaults, chain)
+        resolved = queue_settings(cqs.values(), cohorts.values())
+        rules = {name: resolve(defaults, [setting]) for name, setting in resolved.settings.items()}
         local = {(q.metadata.namespace, q.metadata.name): q.spec.cluster_queue for q in state.local_queues}
         volcano = {}
         for queue in state.volcano_queues:
             bound = queue.metadata.annotations.get(CLUSTER_QUEUE, queue.metadata.name)
             if bound in cqs:
                 volcano[queue.metadata.name] = bound
-        return cls(defaults, rules, local, volcano, tuple(problems))
+        return cls(defaults, rules, local, volcano, tuple(p.line for p in resolved.problems))
 
     def rule(self, cluster_queue: str | None) -> SplitWait:
         """The rule of a ClusterQueue's gangs (the defaults for a queue the state does not hold, or none)."""
@@ -84,18 +72,3 @@ class WaitSettings:
     def cluster_queue_of(self, namespace: str, local_queue: str | None) -> str | None:
         """The ClusterQueue a LocalQueue points at (None: no such LocalQueue in the state)."""
         return self.local_queues.get((namespace, local_queue)) if local_queue else None
-
-
-def _own(kind: str, name: str, annotations: Mapping[str, str], problems: list[str]) -> Setting:
-    """What one queue's annotations set, key by key; a bad value counts as unset and is named in ``problems``."""
-    factor = max_s = None
-    for key in (SPLIT_WAIT, SPLIT_WAIT_MAX):
-        if key not in annotations:
-            continue
-        try:
-            f, m = parse_split_wait({key: annotations[key]}, path=f"{kind} {name}: metadata")
-        except InputError as exc:
-            problems.append(f"{kind} {name}: {exc}; ignored: the setting above it, else the flag's, applies")
-            continue
-        factor, max_s = (f, max_s) if key == SPLIT_WAIT else (factor, m)
-    return factor, max_s

@@ -60,7 +60,7 @@ from typing import Any
 
 from kilter.gangs.identity import GangId, GangKey, in_gang
 from kilter.gangs.learned import LearnedRuntimes, learner_of
-from kilter.gangs.wait_settings import WaitSettings
+from kilter.gangs.wait_settings import QueueWaitRules
 from kilter.model.core_v1 import Pod, PodTemplateSpec
 from kilter.model.errors import InputError
 from kilter.model.kueue import KUEUE_GROUP, ClusterQueue, Cohort, ResourceFlavor, true_condition
@@ -113,7 +113,7 @@ def fewest_domains(request: GangRequest, plan: Plan, fleet: Fleet) -> int:
 
 
 def judge(
-    settings: WaitSettings,
+    settings: QueueWaitRules,
     facts: JobFacts,
     request: GangRequest,
     plan: Plan,
@@ -148,7 +148,7 @@ def facts_of(
     name: str,
     obj: Mapping[str, Any] | None,
     pods: Sequence[Pod | PodTemplateSpec],
-    settings: WaitSettings,
+    settings: QueueWaitRules,
 ) -> JobFacts:
     """The facts of a job ``obj`` (a Workload, PodGroup or job kind, as received; None for a gang of bare pods) and
     its ``pods`` (or pod templates), in that order of precedence."""
@@ -188,7 +188,7 @@ class Waits:
     """The rule over one state: ``settings`` and ``learned`` as they are now, ``clock`` Unix seconds."""
 
     def __init__(
-        self, settings: Callable[[], WaitSettings], learned: Learned | None, clock: Callable[[], float]
+        self, settings: Callable[[], QueueWaitRules], learned: Learned | None, clock: Callable[[], float]
     ) -> None:
         self.settings = settings
         self.learned = learned
@@ -197,7 +197,7 @@ class Waits:
     @classmethod
     def of_state(cls, state: ClusterState, defaults: SplitWait, *, now_s: float) -> Waits:
         """What a command judges with: ``state`` read once, its finished Workloads learned from, at ``now_s``."""
-        settings = WaitSettings.build(state, defaults)
+        settings = QueueWaitRules.build(state, defaults)
         learner = learner_of(state.workloads, state.catalog.device_resources)
         return cls(lambda: settings, learner.estimate, lambda: now_s)
 
@@ -251,7 +251,7 @@ class SplitWaits(Waits):
         self.defaults = defaults or SplitWait()
         self.runtimes = LearnedRuntimes(store, window=runtime_window)
         self._queues = list(queues)
-        self._settings: tuple[int, WaitSettings] | None = None
+        self._settings: tuple[int, QueueWaitRules] | None = None
         self._logged: frozenset[str] = frozenset()
         self._waiting: dict[str, float] = {}  # gang key -> Unix time its budget runs out
         super().__init__(self._current, self.runtimes.estimate, wall)
@@ -261,10 +261,10 @@ class SplitWaits(Waits):
         self.defaults = defaults
         self._settings = None
 
-    def _current(self) -> WaitSettings:
+    def _current(self) -> QueueWaitRules:
         """The settings of the state's version, worked out once per version; new problems logged once."""
         if self._settings is None or self._settings[0] != self.store.version:
-            settings = WaitSettings.build(self.store.state(), self.defaults, extra=self._queues)
+            settings = QueueWaitRules.build(self.store.state(), self.defaults, extra=self._queues)
             for line in sorted(set(settings.problems) - self._logged):
                 log.warning("%s", line)
             self._logged = frozenset(settings.problems)

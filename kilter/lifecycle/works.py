@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from kilter.gangs.identity import key_of
 from kilter.gangs.learned import learner_of
-from kilter.gangs.wait_settings import WaitSettings
+from kilter.gangs.wait_settings import QueueWaitRules
 from kilter.gangs.waits import facts_of
 from kilter.lifecycle.progress import stored_progress
 from kilter.model.annotations import LIFECYCLE
@@ -65,7 +65,7 @@ def fleet_work(
     state = store.state()
     chosen = set(fleet.node_names) if nodes is None else set(nodes) & set(fleet.node_names)
     chosen -= {n for i, n in enumerate(fleet.node_names) if fleet.node_labels[i].get(LIFECYCLE) == "retired"}
-    settings = WaitSettings.build(state, SplitWait())
+    settings = QueueWaitRules.build(state, SplitWait())
     learner = learner_of(state.workloads, state.catalog.device_resources)
     tree = build_tree(state.cluster_queues, state.cohorts)
     guards = {name: limit for name, node in tree.cluster_queues.items() if (limit := node.min_runtime()) is not None}
@@ -124,7 +124,7 @@ class _Job:
 def _work(
     store: ClusterStore,
     job: _Job,
-    settings: WaitSettings,
+    settings: QueueWaitRules,
     learned: Callable[[str, int], float | None],
     guards: Mapping[str, float],
     now_s: float,

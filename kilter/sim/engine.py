@@ -78,7 +78,7 @@ from kilter.quota.preempt import find_targets
 from kilter.quota.shares import Shares
 from kilter.quota.usage import WorkloadInfo
 from kilter.sim.failure_model import FailureSettings
-from kilter.sim.gangs import Gang, RequestMode, domains_per_block, gang_for, min_domains, resolved_mode
+from kilter.sim.gangs import Gang, RequestMode, domains_per_block, gang_for, resolved_mode
 from kilter.sim.maintenance_spec import MaintenanceSettings
 from kilter.sim.placement import Asking, Nodes, Policy, Releasing
 from kilter.sim.queues import QueueSetup
@@ -451,8 +451,8 @@ class Simulation:
             if least is None:
                 least = seen[key] = min(
                     (
-                        min_domains(
-                            gang_for(j, job.gpus, self.fleet.platforms[p], p, "preferred"), self.fleet.platforms[p]
+                        self.fleet.platforms[p].unsplit_domains(
+                            gang_for(j, job.gpus, self.fleet.platforms[p], p, "preferred").pods
                         )
                         for p, _ in self.queues.flavors[self.cq_of[j]]
                     ),
@@ -498,7 +498,7 @@ class Simulation:
         """How much longer the gang runs on ``nodes`` than unsplit (the factor), its domains, the fewest it could
         use, and whether it crosses a block it could have stayed under (module docstring)."""
         doms = np.unique(self.fleet.node_domain[nodes])
-        least = min_domains(gang, self.fleet.platforms[gang.platform])
+        least = self.fleet.platforms[gang.platform].unsplit_domains(gang.pods)
         crossed = False
         if self._blocks and len(doms) > 1:
             blocks = len(np.unique(self.fleet.domain_group[0, doms]))

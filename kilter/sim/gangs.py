@@ -24,7 +24,6 @@ __all__ = [
     "TopologyMode",
     "domains_per_block",
     "gang_for",
-    "min_domains",
     "resolved_mode",
 ]
 
@@ -82,12 +81,6 @@ def gang_for(job: int, gpus: int, platform: Platform, platform_index: int, topol
 def resolved_mode(mode: RequestMode) -> TopologyMode:
     """The request a gang carries before its policy configures it: ``auto`` starts as ``preferred``."""
     return "preferred" if mode == "auto" else mode
-
-
-def min_domains(gang: Gang, platform: Platform) -> int:
-    """The fewest scale-up domains the gang could ever use: one node per pod, whole domains."""
-    per_domain = platform.nodes_per_domain if platform.is_multi_node else 1
-    return max(1, -(-gang.pods // per_domain))
 
 
 def domains_per_block(fleet: Fleet) -> list[int]:

@@ -156,7 +156,7 @@ def labelled_domains(fleet: Fleet) -> npt.NDArray[np.bool_]:
     for d, p in enumerate(fleet.bitmap.domain_platforms.tolist()):
         platform = fleet.platforms[p]
         labels = fleet.node_labels[int(start[d])]
-        out[d] = not platform.is_multi_node or any(labels.get(k) for k in fleet.levels.domain_keys(platform))
+        out[d] = not platform.is_multi_node or fleet.levels.domain_label(platform, labels) is not None
     return out
 
 

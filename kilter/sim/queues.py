@@ -136,29 +136,19 @@ def queue_setup(objects: Sequence[Any], fleet: Fleet, tenants: Counter[str]) -> 
         for name in flavors
     }
     by_size = sorted(flavors, key=lambda name: (-nominal[name], name))
-    return QueueSetup(tree, flavors, map_tenants(tenants, by_size), split_wait_overrides(cqs, cohorts, tree))
+    return QueueSetup(tree, flavors, map_tenants(tenants, by_size), split_wait_overrides(cqs, cohorts))
 
 
 def split_wait_overrides(
-    cqs: Sequence[ClusterQueue], cohorts: Sequence[Cohort], tree: QuotaTree
+    cqs: Sequence[ClusterQueue], cohorts: Sequence[Cohort]
 ) -> dict[str, tuple[float | None, float | None]]:
     """Per ClusterQueue, the split-wait (factor, cap in seconds) its annotations set, each else its nearest
-    Cohort's; None where none sets it."""
-    own: dict[tuple[str, str], tuple[float | None, float | None]] = {}
-    for kind, objs in (("ClusterQueue", cqs), ("Cohort", cohorts)):
-        for obj in objs:
-            name = obj.metadata.name
-            try:
-                own[kind, name] = split_wait.parse_split_wait(obj.metadata.annotations, path="$.metadata")
-            except InputError as exc:
-                raise InputError(f"{kind} {name}: {exc}") from None
-    out = {}
-    for cq in cqs:
-        node = tree.cluster_queues[cq.metadata.name]
-        chain = [own[("ClusterQueue", node.name)]]
-        chain += [own.get(("Cohort", c.name), (None, None)) for c in node.ancestors()]
-        out[node.name] = split_wait.nearest(chain)
-    return out
+    Cohort's; None where none sets it (``split_wait.queue_settings``). A value that does not read refuses the
+    queues: they are the user's own file."""
+    resolved = split_wait.queue_settings(cqs, cohorts)
+    if resolved.problems:
+        raise resolved.problems[0].refusal()
+    return dict(resolved.settings)
 
 
 def map_tenants(tenants: Counter[str], queues: Sequence[str]) -> dict[str, str]:

@@ -57,11 +57,12 @@ from kilter.model.errors import InputError
 from kilter.quota.available import available
 from kilter.sim.engine import UNBOUNDED, SimConfig, Simulation
 from kilter.sim.gangs import Gang, gang_for, resolved_mode
-from kilter.sim.placement import Nodes, Policy, free_gpus
+from kilter.sim.placement import Nodes, Policy
 from kilter.sim.policies import make_policy
 from kilter.sim.queues import QueueSetup, queue_setup
 from kilter.sim.trace import TraceJob
 from kilter.topology import regions as dispatch
+from kilter.topology import rooms
 from kilter.topology.fleet import Fleet
 
 __all__ = [
@@ -84,28 +85,9 @@ INCREMENTAL_BATCH = 3  # getNextNominatedWorkers: batchSize := 3
 INCREMENTAL_ROUND_S = 300.0  # incrementalDispatcherRoundTimeout = 5 * time.Minute
 
 
-def _halvings(size: int) -> list[int]:
-    return [size >> k for k in range(size.bit_length()) if size >> k]
-
-
 def rooms_of(fleet: Fleet) -> tuple[dispatch.DomainRoom, ...]:
-    """Each domain's room now, as ``gangs.inventory`` publishes it: free GPUs on usable nodes, and the most pods of
-    the largest size its nodes take (a whole node of its platform first, then halves, down to 1 GPU)."""
-    bm = fleet.bitmap
-    at = bm.domain_node_start[:-1]
-    if not len(at):
-        return ()
-    free = free_gpus(fleet).astype(np.int64)
-    free_sum = np.add.reduceat(free, at).tolist()
-    plat_of = bm.domain_platforms.tolist()
-    fits = {s: np.add.reduceat(free // s, at).tolist() for p in fleet.platforms for s in _halvings(p.gpus_per_node)}
-    rooms = []
-    for d, p in enumerate(plat_of):
-        platform = fleet.platforms[p]
-        shape = next(((fits[s][d], s) for s in _halvings(platform.gpus_per_node) if fits[s][d] > 0), None)
-        pods, size = shape if shape is not None else (0, platform.gpus_per_node)
-        rooms.append(dispatch.DomainRoom(platform.name, free_sum[d], pods, size))
-    return tuple(rooms)
+    """Each domain's room now, as ``gangs.inventory`` publishes it (``topology.rooms.domain_rooms``)."""
+    return rooms.domain_rooms(fleet)
 
 
 def ask_for(gang: Gang, fleet: Fleet, *, home: str, queue: str) -> dispatch.GangAsk:

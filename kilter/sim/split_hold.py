@@ -1,7 +1,9 @@
 """The split-wait rule as the simulator runs it for the ``kilter`` policy: hold a split plan back, wake up later.
 
 When the planner's answer for a *preferred* gang spans more scale-up domains
-than the fewest the gang could ever use (``split_wait.fewest_domains_idle``),
+than the fewest the gang could use on the fleet as it is, every usable GPU
+idle (``split_wait.fewest_domains_idle``: failed trays count; the slowdown of
+a split counts from the platform's own minimum, ``Platform.unsplit_domains``),
 ``split_wait.decide`` — the function every server path asks — says whether
 the gang should wait for a better plan instead. A held gang does not start
 and holds nothing (under ``--quota volcano`` it stays enqueued, charged as

@@ -87,6 +87,20 @@ class Platform(pydantic.BaseModel):
     def is_multi_node(self) -> bool:
         return self.nodes_per_domain > 1
 
+    def unsplit_domains(self, pods: int) -> int:
+        """The fewest scale-up domains ``pods`` pods (one a node) fill on whole domains of this platform: the gang
+        unsplit, the baseline a split's slowdown counts extra domains from.
+
+        A property of the platform, not of the fleet now: a gang split
+        because trays failed runs as slowly as one split by choice (every
+        collective crosses the scale-out network either way), and a trace's
+        duration is what the job ran unsplit. What waiting could win on the
+        fleet as it is now (usable nodes only, failed trays counted) is
+        another question, ``split_wait.fewest_domains_idle``'s; on a fleet
+        of whole, healthy domains the two agree.
+        """
+        return max(1, -(-pods // self.nodes_per_domain))
+
     @cached_property
     def _regexes(self) -> tuple[re.Pattern[str], ...]:
         return tuple(re.compile(p, re.IGNORECASE) for p in self.product_patterns)

@@ -37,51 +37,23 @@ import numpy as np
 import numpy.typing as npt
 
 from kilter._native import domains, jsonout, names
-from kilter.model.annotations import TOPOLOGY_ACK
-from kilter.model.core_v1 import Node, Pod, Taint
-from kilter.model.errors import InputError, UnknownPlatform
+from kilter.model.core_v1 import Node, Pod
 from kilter.model.kueue import Topology
 from kilter.model.volcano import HyperNode
-from kilter.topology import pod_gpus, validate
+from kilter.topology import fleet_parts as parts
 from kilter.topology.catalog import BUILTIN, Catalog, Platform
-from kilter.topology.health import BLOCKING_EFFECTS, DEFAULTS, HEALTH_TAINT_PREFIX, HealthSignals
+from kilter.topology.fleet_parts import ENDED_PHASES, TaintKey, unreadable_pod
+from kilter.topology.health import DEFAULTS, HealthSignals
 from kilter.topology.hypernodes import SOURCE as HYPERNODES
 from kilter.topology.hypernodes import with_hypernode_labels
-from kilter.topology.labels import Levels, choose_levels, group_path
-from kilter.topology.validate import READ_ERRORS, device_counts
+from kilter.topology.labels import Levels, choose_levels
 
-__all__ = ["Fleet", "build_fleet", "is_node_usable", "unreadable_pod"]
-
-ENDED_PHASES = ("Succeeded", "Failed")
-MAX_NODE_GPUS = 4096  # far above any node (CPX-partitioned MI300X shows 64); keeps the model's int16 counts safe
-
-TaintKey = tuple[str, str, str]
-
-
-def unreadable_pod(pod: Pod, count: pod_gpus.Unreadable) -> str:
-    """The line naming a bound pod whose GPU count does not read and the node it is taken to hold whole: the
-    fleet's warnings and the store's ``/readyz`` lines say it alike."""
-    meta = pod.metadata
-    return f"pod {meta.namespace}/{meta.name}: {count.why}; node {pod.spec.node_name} counted as full"
+__all__ = ["ENDED_PHASES", "Fleet", "TaintKey", "build_fleet", "is_node_usable", "unreadable_pod"]
 
 
 def is_node_usable(node: Node, health: HealthSignals = DEFAULTS) -> bool:
     """No built-in rule and no health signal marks the node unusable (``HealthSignals.unusable_reason``)."""
     return health.unusable_reason(node) is None
-
-
-def _scheduling_taints(taints: Sequence[Taint]) -> tuple[TaintKey, ...]:
-    return tuple(
-        sorted(
-            (t.key, t.value, t.effect)
-            for t in taints
-            if t.effect in BLOCKING_EFFECTS and not t.key.startswith(HEALTH_TAINT_PREFIX)
-        )
-    )
-
-
-def _next_pow2(n: int) -> int:
-    return 1 << max(0, (n - 1).bit_length())
 
 
 @dataclass
@@ -118,6 +90,7 @@ class Fleet:
     _absent: npt.NDArray[np.int32] | None = None
     _json_names: jsonout.JsonNames | None = None
     _idle_cover: dict[tuple[bytes, int, tuple[tuple[int, int], ...]], int] = field(default_factory=dict)
+    _domain_label_keys: dict[str, str | None] = field(default_factory=dict)
 
     @property
     def n_nodes(self) -> int:
@@ -128,6 +101,16 @@ class Fleet:
 
     def domain_of_node(self, node: int) -> str:
         return self.domain_ids[int(self.node_domain[node])]
+
+    def domain_label_key(self, platform: Platform) -> str | None:
+        """The label key the platform's nodes name their domain by (``Levels.carried_domain_key``); None for a
+        single-node platform or when no node of it carries one."""
+        if platform.name not in self._domain_label_keys:  # labels never change within one fleet: read once
+            of_node = self.bitmap.domain_platforms[self.node_domain] == self.platforms.index(platform)
+            self._domain_label_keys[platform.name] = self.levels.carried_domain_key(
+                platform, (self.node_labels[i] for i in np.flatnonzero(of_node).tolist())
+            )
+        return self._domain_label_keys[platform.name]
 
     def unusable_reason(self, name: str) -> str | None:
         """Why node ``name`` is unusable (``condition GpuNvlinkWatch=True (NVSentinel)``); None when it is usable
@@ -226,7 +209,12 @@ def build_fleet(
 
     Volcano HyperNodes become topology levels (``hypernodes.py``) when no
     Kueue Topology is given. ``health``: the signals beyond the built-in rules
-    that make a node unusable (``health.DEFAULTS`` unless configured).
+    that make a node unusable (``health.DEFAULTS`` unless configured). The
+    steps (``fleet_parts``), in order: read each node's platform and GPUs
+    (``gpu_nodes``), choose the levels, group the nodes into domains and
+    detach what the domain labels are not believed for (``domains_of``),
+    number nodes and domains (``Layout``), name the groups above the domains
+    (``groups_above``), class the taints and book the bound pods (``booked``).
     """
     catalog = catalog or Catalog(BUILTIN)
     topologies = list(topologies)
@@ -235,158 +223,30 @@ def build_fleet(
         nodes, tier_keys = with_hypernode_labels(list(nodes), hypernodes)
     warnings: list[str] = []
     unreadable: dict[str, str] = {}
-    gpu_nodes: list[tuple[Node, Platform, int]] = []
-    resources = sorted(catalog.device_resources)
-    for node in nodes:
-        try:
-            devices = device_counts(node, resources)
-        except READ_ERRORS as exc:
-            why = str(exc) if isinstance(exc, InputError) else "a device count beyond any number kilter holds"
-            unreadable[node.metadata.name] = f"node {node.metadata.name}: {why}; node ignored"
-            warnings.append(unreadable[node.metadata.name])
-            continue
-        try:
-            platform = catalog.match(node.metadata.labels, devices)
-        except UnknownPlatform as exc:
-            warnings.append(f"node {node.metadata.name}: {exc}; node ignored")
-            continue
-        if platform is None:
-            continue
-        count = devices.get(platform.device_resource, 0)
-        if count > MAX_NODE_GPUS:
-            shown = str(count) if count < 10**12 else "over 10^12"  # str() of a 10^5000 raises
-            why = f"node {node.metadata.name}: {shown} {platform.device_resource} is not a real node; node ignored"
-            unreadable[node.metadata.name] = why
-            warnings.append(why)
-            continue
-        if count <= 0:
-            warnings.append(
-                f"node {node.metadata.name}: labelled {platform.name} but offers no {platform.device_resource}"
-            )
-            continue
-        gpu_nodes.append((node, platform, count))
-
+    found = parts.gpu_nodes(nodes, catalog, unreadable, warnings)
     if tier_keys:
         levels = Levels(up_keys=tier_keys, source=HYPERNODES)
     else:
-        levels = choose_levels([n.metadata.labels for n, _, _ in gpu_nodes], topologies, catalog)
-    platforms = tuple(sorted({p for _, p, _ in gpu_nodes}, key=catalog.index))
-    plat_index = {p.name: i for i, p in enumerate(platforms)}
-
-    # Group nodes into domains: (domain id, platform index, detached) -> [nodes].
-    members: dict[tuple[str, int, bool], list[tuple[str, Node, int]]] = {}
-    for node, platform, count in gpu_nodes:
-        name = node.metadata.name
-        labels = node.metadata.labels
-        key: tuple[str, int, bool]
-        if platform.is_multi_node:
-            value = next((labels[k] for k in levels.domain_keys(platform) if labels.get(k)), None)
-            key = (value, plat_index[platform.name], False) if value else (name, plat_index[platform.name], True)
-        else:
-            key = (name, plat_index[platform.name], False)
-        members.setdefault(key, []).append((name, node, count))
-
+        levels = choose_levels([n.metadata.labels for n, _, _ in found], topologies, catalog)
+    platforms = tuple(sorted({p for _, p, _ in found}, key=catalog.index))
     fabric: list[str] = []
-    members = _detach_misshapen(members, platforms, levels, fabric)
+    members = parts.domains_of(found, platforms, levels, fabric)
     warnings.extend(fabric)
-    domain_keys = sorted(members)
-    seen_names: set[str] = set()
-    node_names: list[str] = []
-    node_labels: list[dict[str, str]] = []
-    node_taints: list[tuple[TaintKey, ...]] = []
-    node_domain: list[int] = []
-    node_gpus: list[int] = []
-    node_usable: list[int] = []
-    unusable: dict[str, str] = {}
-    unusable_reason = health.unusable_reason
-    node_start = [0]
-    tray_bits: list[int] = []
-    dom_platform: list[int] = []
-    dom_flags: list[int] = []
-    domain_ids: list[str] = []
-    counts_by_id: dict[str, int] = {}
-    for key in domain_keys:
-        counts_by_id[key[0]] = counts_by_id.get(key[0], 0) + 1
-    for d, key in enumerate(domain_keys):
-        dom_id, p_index, detached = key
-        ms = sorted(members[key], key=lambda m: m[0])
-        platform = platforms[p_index]
-        for name, node, count in ms:
-            if name in seen_names:
-                raise InputError(f"node {name} appears twice in the snapshot")
-            seen_names.add(name)
-            node_names.append(name)
-            node_labels.append(node.metadata.labels)
-            node_taints.append(_scheduling_taints(node.spec.taints))
-            node_domain.append(d)
-            node_gpus.append(count)
-            fault = unusable_reason(node)
-            node_usable.append(1 if fault is None else 0)
-            if fault is not None:
-                unusable[name] = fault
-        node_start.append(len(node_names))
-        tray_bits.append(_next_pow2(max(max(m[2] for m in ms), platform.gpus_per_node if not detached else 1)))
-        dom_platform.append(p_index)
-        dom_flags.append(domains.DETACHED if detached else 0)
-        unique = counts_by_id[dom_id] == 1
-        domain_ids.append(dom_id if unique else f"{dom_id}@{platform.name}")
-        if platform.is_multi_node and not detached and len(ms) > platform.nodes_per_domain:
-            warnings.append(
-                f"domain {dom_id} has {len(ms)} {platform.name} nodes, "
-                f"more than the platform's {platform.nodes_per_domain}"
-            )
-
-    node_index = {name: i for i, name in enumerate(node_names)}
-
-    # Groups above the domain, from each domain's first node.
-    n_levels = len(levels.up_keys)
-    group = np.full((n_levels, len(domain_keys)), -1, dtype=np.int32)
-    group_ids: list[list[str]] = []
-    for level in range(n_levels):
-        paths = [group_path(node_labels[node_start[d]], levels.up_keys, level) for d in range(len(domain_keys))]
-        uniq = sorted({p for p in paths if p is not None})
-        idx = {p: i for i, p in enumerate(uniq)}
-        for d, p in enumerate(paths):
-            if p is not None:
-                group[level, d] = idx[p]
-        group_ids.append(["/".join(p) for p in uniq])
-
-    taint_index: dict[tuple[TaintKey, ...], int] = {(): 0}
-    taint_class = np.fromiter(
-        (taint_index.setdefault(t, len(taint_index)) for t in node_taints),
-        dtype=np.int16,
-        count=len(node_taints),
-    )
-    taint_classes = [t for t, _ in sorted(taint_index.items(), key=lambda kv: kv[1])]
-
-    used = np.zeros(len(node_names), dtype=np.int64)
-    node_resource = [platforms[dom_platform[d]].device_resource for d in node_domain]
+    layout = parts.Layout.of(members, platforms, health, warnings)
+    group, group_ids = parts.groups_above(levels, layout.node_labels, layout.node_start)
+    taint_class, taint_classes = parts.taint_classes(layout.node_taints)
+    gpus = np.asarray(layout.node_gpus, dtype=np.int32)
     unreadable_pods: dict[str, str] = {}
-    for pod in pods:
-        i = node_index.get(pod.spec.node_name) if pod.spec.node_name else None
-        if i is None or pod.status.phase in ENDED_PHASES:
-            continue
-        held = pod_gpus.count(pod.spec, node_resource[i], path="spec")
-        if isinstance(held, pod_gpus.Unreadable):
-            unreadable_pods[f"{pod.metadata.namespace}/{pod.metadata.name}"] = why = unreadable_pod(pod, held)
-            warnings.append(why)
-            held = node_gpus[i]  # what it holds is unknown: nothing else is placed beside it
-        used[i] += min(held, node_gpus[i])  # each pod at most its node: a sum of capped counts stays an int64
-    gpus_arr = np.asarray(node_gpus, dtype=np.int32)
-    over = np.nonzero(used > gpus_arr)[0]
-    for i in over[:5]:
-        warnings.append(f"node {node_names[i]}: pods hold {used[i]} GPUs of {gpus_arr[i]}; counted as full")
-    used = np.minimum(used, gpus_arr)
-
+    used = parts.booked(pods, layout, platforms, gpus, unreadable_pods, warnings)
     bitmap = domains.FleetBitmap(
-        np.asarray(node_domain, dtype=np.int32),
-        gpus_arr,
+        np.asarray(layout.node_domain, dtype=np.int32),
+        gpus,
         used.astype(np.int32),
-        np.asarray(node_usable, dtype=np.uint8),
-        np.asarray(node_start, dtype=np.int32),
-        np.asarray(tray_bits, dtype=np.int32),
-        np.asarray(dom_platform, dtype=np.int16),
-        np.asarray(dom_flags, dtype=np.uint8),
+        np.asarray(layout.node_usable, dtype=np.uint8),
+        np.asarray(layout.node_start, dtype=np.int32),
+        np.asarray(layout.tray_bits, dtype=np.int32),
+        np.asarray(layout.dom_platform, dtype=np.int16),
+        np.asarray(layout.dom_flags, dtype=np.uint8),
         group,
     )
     return Fleet(
@@ -394,13 +254,13 @@ def build_fleet(
         catalog=catalog,
         levels=levels,
         platforms=platforms,
-        node_names=node_names,
-        node_index=node_index,
-        name_index=names.NameIndex(node_names),
-        node_labels=node_labels,
+        node_names=layout.node_names,
+        node_index=layout.node_index,
+        name_index=names.NameIndex(layout.node_names),
+        node_labels=layout.node_labels,
         node_taint_class=taint_class,
         taint_classes=taint_classes,
-        domain_ids=domain_ids,
+        domain_ids=layout.domain_ids,
         group_ids=group_ids,
         node_domain=bitmap.node_domains,
         domain_group=bitmap.domain_groups,
@@ -408,63 +268,5 @@ def build_fleet(
         unreadable_nodes=dict(sorted(unreadable.items())),
         unreadable_pods=dict(sorted(unreadable_pods.items())),
         fabric=fabric,
-        unusable=dict(sorted(unusable.items())),
+        unusable=dict(sorted(layout.unusable.items())),
     )
-
-
-Members = dict[tuple[str, int, bool], list[tuple[str, Node, int]]]
-
-
-def _detach_misshapen(members: Members, platforms: Sequence[Platform], levels: Levels, fabric: list[str]) -> Members:
-    """The multi-node domains as ``validate.judge`` believes them: a node whose label claims a domain the others
-    under it disagree with is detached alone, a node short of GPUs is detached alone (its rack's fabric is whole;
-    the device plugin also lowers a node's count when a GPU turns unhealthy), and every node of a label whose shape
-    is an error (more nodes than the platform's domain, products mixed) is detached, unless acknowledged. A
-    detached node is a domain of its own and takes single-pod gangs only: a gang planned across the label would not
-    get the fabric it was planned for. ``fabric`` gets one line per domain so judged."""
-    out: Members = {}
-    claimed: dict[str, list[tuple[int, str, Node, int]]] = {}
-    for key, held in members.items():
-        dom_id, p_index, detached = key
-        if detached or not platforms[p_index].is_multi_node:
-            out.setdefault(key, []).extend(held)
-            continue
-        claimed.setdefault(dom_id, []).extend((p_index, name, node, count) for name, node, count in held)
-    for dom_id, under in sorted(claimed.items()):
-        under.sort(key=lambda m: m[1])  # by name: the findings and their order never depend on the input's
-        claims = [validate.Claim(name, platforms[p], count, node.metadata.labels) for p, name, node, count in under]
-        keys = validate.agreed_keys(levels, [platforms[p] for p in sorted({p for p, _, _, _ in under})])
-        judged = validate.judge(dom_id, claims, keys)
-        for p_index, name, node, count in under:
-            if name in judged.detached:
-                out[(name, p_index, True)] = [(name, node, count)]
-            else:
-                out.setdefault((dom_id, p_index, False), []).append((name, node, count))
-        fabric.extend(_fabric_lines(dom_id, judged))
-    return out
-
-
-def _fabric_lines(domain: str, judged: validate.Judgement) -> list[str]:
-    """What the fleet did with one domain label's errors, one line each: each disputed member, then the label
-    split whole or its short nodes detached (with how a person acknowledges it, where one can), then an
-    acknowledgement a node set on itself."""
-    lines = [f"domain {domain}: {f.message}" for f in judged.findings if f.kind == "disputed-member"]
-    errors = [f for f in judged.findings if f.severity == "error" and f.kind != "disputed-member"]
-    errors.sort(key=lambda f: f.kind == "gpus-short")  # what split the label first, a node short of GPUs after
-    ack = f"{TOPOLOGY_ACK}={domain}"
-    if judged.split:
-        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-        until = (
-            "" if any(f.kind in validate.UNACKNOWLEDGEABLE for f in errors) else f" or a node of it is labelled {ack}"
-        )
-        lines.append(
-            f"domain {domain}: {errors[0].message}{more}; its nodes take single-pod gangs only until it is fixed{until}"
-        )
-    elif errors:
-        short = ", ".join(sorted(n for f in errors for n in f.nodes))
-        lines.append(
-            f"domain {domain}: {short} short of GPUs; taking single-pod gangs only until fixed or a node of it is "
-            f"labelled {ack}"
-        )
-    lines += [f"domain {domain}: {f.message}" for f in judged.findings if f.kind == "ack-ignored"]
-    return lines

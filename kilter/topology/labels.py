@@ -72,6 +72,23 @@ class Levels:
         extra = (self.domain_key,) if self.domain_key and self.domain_key not in platform.domain_label_keys else ()
         return (*platform.domain_label_keys, *extra)
 
+    def domain_label(self, platform: Platform, labels: Mapping[str, str]) -> tuple[str, str] | None:
+        """(key, value) of the label naming a node's scale-up domain: the first of ``domain_keys`` the node carries
+        with a value. None on a single-node platform (a node is its own domain), and for a node of a multi-node
+        platform without one: the fleet makes it a detached one-node domain, and Kueue or Volcano see it in no
+        domain at all."""
+        for key in self.domain_keys(platform):
+            value = labels.get(key)
+            if value:
+                return key, value
+        return None
+
+    def carried_domain_key(self, platform: Platform, node_labels: Iterable[Mapping[str, str]]) -> str | None:
+        """The domain label key these nodes of ``platform`` carry: the first of ``domain_keys`` that names some
+        node's domain (``domain_label``), the one to ask Kueue's topology for; None when none names any."""
+        named = {label[0] for labels in node_labels if (label := self.domain_label(platform, labels)) is not None}
+        return next((k for k in self.domain_keys(platform) if k in named), None)
+
     def level_of(self, key: str, platform: Platform) -> int | None:
         """Planner level of a label key for nodes of ``platform``; None if it is not a level."""
         if key == HOSTNAME_LABEL:

@@ -27,12 +27,13 @@ import hashlib
 import math
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from kilter.model.durations import parse_duration
 from kilter.model.errors import InputError
+from kilter.model.kueue import ClusterQueue, Cohort
 from kilter.topology.fleet import Fleet
 
 __all__ = [
@@ -41,6 +42,8 @@ __all__ = [
     "DEFAULT_SPLIT_SLOWDOWN",
     "SPLIT_WAIT",
     "SPLIT_WAIT_MAX",
+    "QueueProblem",
+    "QueueSettings",
     "Setting",
     "SplitWait",
     "WaitDecision",
@@ -50,6 +53,7 @@ __all__ = [
     "format_instant",
     "nearest",
     "parse_split_wait",
+    "queue_settings",
     "resolve",
 ]
 
@@ -165,6 +169,9 @@ def fewest_domains_idle(fleet: Fleet, platform: int, pod_sets: tuple[tuple[int, 
     pods that fit whole usable nodes, and the gang's GPUs in all must fit the
     largest domains. Failed trays count against their rack, so a damaged
     fleet's minimum is honest. 0 when even the idle fleet cannot hold it.
+    What the wait rule weighs a plan against: the best that waiting could
+    bring now. A split's cost counts from another minimum, the platform's
+    (``Platform.unsplit_domains``), which failures do not move.
 
     Remembered per fleet: the answer depends only on which nodes are usable
     and their GPU counts, which change far less often than it is asked (each
@@ -249,3 +256,73 @@ def resolve(base: SplitWait, chain: Iterable[Setting]) -> SplitWait:
         factor=base.factor if factor is None else factor,
         max_s=base.max_s if max_s is None else max_s,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class QueueProblem:
+    """A split-wait annotation of a ClusterQueue or Cohort that does not read (``error``): counted as unset."""
+
+    kind: str  # "ClusterQueue" or "Cohort"
+    name: str
+    error: InputError
+
+    @property
+    def line(self) -> str:
+        """What a server reports of it, placing on meanwhile (``/readyz``, the log)."""
+        return f"{self.kind} {self.name}: {self.error}; ignored: the setting above it, else the flag's, applies"
+
+    def refusal(self) -> InputError:
+        """The error that refuses the file it came from (a simulation's queues: the user's own input)."""
+        return InputError(f"{self.kind} {self.name}: {self.error.message}", path=self.error.path)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSettings:
+    """Per ClusterQueue, the split-wait (factor, cap in seconds) it and its Cohorts set, nearest first, None where
+    none sets it; and every annotation of theirs that does not read."""
+
+    settings: Mapping[str, Setting] = field(default_factory=dict)
+    problems: tuple[QueueProblem, ...] = ()
+
+
+def queue_settings(cluster_queues: Iterable[ClusterQueue], cohorts: Iterable[Cohort]) -> QueueSettings:
+    """Each ClusterQueue's settings, key by key from itself, else the nearest Cohort up its tree that sets it.
+
+    A value that does not read counts as unset, so the queue's parent (else
+    the caller's default) decides it, and is named in ``problems``: a server
+    places on and reports it, a simulation refuses its input. The walk up
+    stops at a Cohort no object defines, and at one seen before (a cycle).
+    """
+    by_name = {c.metadata.name: c for c in cohorts}
+    problems: list[QueueProblem] = []
+    own: dict[tuple[str, str], Setting] = {}
+    for name, cohort in sorted(by_name.items()):
+        own[("Cohort", name)] = _own("Cohort", name, cohort.metadata.annotations, problems)
+    queues = sorted((q.metadata.name, q) for q in cluster_queues)
+    for name, cq in queues:
+        own[("ClusterQueue", name)] = _own("ClusterQueue", name, cq.metadata.annotations, problems)
+    settings: dict[str, Setting] = {}
+    for name, cq in queues:
+        chain = [own[("ClusterQueue", name)]]
+        parent, seen = cq.spec.parent, set()
+        while parent and parent not in seen and parent in by_name:
+            seen.add(parent)
+            chain.append(own[("Cohort", parent)])
+            parent = by_name[parent].spec.parent_cohort
+        settings[name] = nearest(chain)
+    return QueueSettings(settings, tuple(problems))
+
+
+def _own(kind: str, name: str, annotations: Mapping[str, str], problems: list[QueueProblem]) -> Setting:
+    """What one queue's annotations set, key by key; a value that does not read counts as unset."""
+    factor = max_s = None
+    for key in (SPLIT_WAIT, SPLIT_WAIT_MAX):
+        if key not in annotations:
+            continue
+        try:
+            f, m = parse_split_wait({key: annotations[key]}, path=f"{kind} {name}: metadata")
+        except InputError as exc:
+            problems.append(QueueProblem(kind, name, exc))
+            continue
+        factor, max_s = (f, max_s) if key == SPLIT_WAIT else (factor, m)
+    return factor, max_s

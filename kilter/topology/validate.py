@@ -152,11 +152,6 @@ def _gpus(node: Node, resource: str) -> int | None:
         return None
 
 
-def _domain_label(node: Node, keys: Sequence[str]) -> str | None:
-    labels = node.metadata.labels
-    return next((labels[k] for k in keys if labels.get(k)), None)
-
-
 def shape_errors(domain: str, platform: Platform, members: Sequence[tuple[str, int]]) -> list[Finding]:
     """The findings of one domain of ``platform`` from its nodes' (name, GPUs): what the fleet model and
     ``validate`` both judge a domain by."""
@@ -375,7 +370,10 @@ def validate(
     members: dict[str, list[Claim]] = defaultdict(list)
     for node, platform, gpus in matched:
         name = node.metadata.name
-        domain = _domain_label(node, levels.domain_keys(platform)) if platform.is_multi_node else name
+        domain: str | None = name
+        if platform.is_multi_node:
+            label = levels.domain_label(platform, node.metadata.labels)
+            domain = label[1] if label else None
         if domain is None:
             findings.append(
                 Finding(

@@ -285,9 +285,7 @@ def _one_domain(fleet: Fleet, nodes: Sequence[str]) -> tuple[str, str] | None:
     detached = bool(fleet.bitmap.domain_flags[int(fleet.node_domain[index[0]])] & DETACHED)
     if not platform.is_multi_node or detached:  # a detached domain is its node alone, whatever labels it carries
         return (HOSTNAME_LABEL, nodes[0]) if len(set(nodes)) == 1 else None
-    labels = fleet.node_labels[index[0]]
-    key = next((k for k in fleet.levels.domain_keys(platform) if labels.get(k)), None)
-    return None if key is None else (key, labels[key])
+    return fleet.levels.domain_label(platform, fleet.node_labels[index[0]])
 
 
 WORKLOADS = "/apis/kueue.x-k8s.io/v1beta2/namespaces/{namespace}/workloads/{name}/status"

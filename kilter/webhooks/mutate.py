@@ -141,11 +141,7 @@ class Mutator:
         """The domain label the platform's nodes really carry (the one the fleet was built from)."""
         key = (id(fleet), platform.name)
         if key not in self._domain_keys:
-            index = fleet.platforms.index(platform)
-            platforms = fleet.bitmap.domain_platforms[fleet.node_domain]
-            labels = [fleet.node_labels[i] for i in range(fleet.n_nodes) if platforms[i] == index]
-            candidates = fleet.levels.domain_keys(platform)
-            self._domain_keys[key] = next((k for k in candidates if any(k in lb for lb in labels)), None)
+            self._domain_keys[key] = fleet.domain_label_key(platform)
         return self._domain_keys[key]
 
     def _fits(self, fleet: Fleet, ps: PodSetSpec, topology: TopologyRequest) -> bool:

@@ -9,7 +9,7 @@ import pytest
 
 from kilter.gangs import GangBook, GangPlan, identify
 from kilter.gangs.book import INFEASIBLE_RETRY_S
-from kilter.gangs.wait_settings import WaitSettings
+from kilter.gangs.wait_settings import QueueWaitRules
 from kilter.gangs.waits import SplitWaits, facts_of
 from kilter.model.core_v1 import Pod
 from kilter.model.errors import InputError
@@ -288,13 +288,13 @@ def test_the_clock_starts_at_the_quota_reservation_of_a_workload_else_at_its_cre
         "status": {"phase": "Inqueue", "conditions": conditions},
     }
     pods = [msgspec.convert(p, Pod) for p in gang_pods("j", T0 - 86400)]
-    facts = facts_of(kind, "ml", "j", obj, pods, WaitSettings.build(from_objects([]), SplitWait()))
+    facts = facts_of(kind, "ml", "j", obj, pods, QueueWaitRules.build(from_objects([]), SplitWait()))
     assert facts.since_s == parse_time(since, path="test")
 
 
 def test_a_gang_of_bare_pods_counts_from_its_earliest_pod() -> None:
     pods = [*gang_pods("j", T0 - 60, pods=1), *gang_pods("j", T0 - 600, pods=1)]
-    settings = WaitSettings.build(from_objects([]), SplitWait())
+    settings = QueueWaitRules.build(from_objects([]), SplitWait())
     facts = facts_of("pods of gang", "ml", "j", None, [msgspec.convert(p, Pod) for p in pods], settings)
     assert facts.since_s == T0 - 600
 

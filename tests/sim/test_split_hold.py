@@ -12,7 +12,7 @@ import pytest
 from kilter.model.errors import InputError
 from kilter.sim import fleetspec, synthetic
 from kilter.sim.engine import SimConfig, Simulation
-from kilter.sim.gangs import Gang, gang_for, min_domains
+from kilter.sim.gangs import Gang, gang_for
 from kilter.sim.metrics import metrics
 from kilter.sim.placement import Nodes
 from kilter.sim.policies import make_policy
@@ -205,7 +205,7 @@ def test_the_idle_fleet_minimum_is_the_simulators_minimum_for_every_trace_gang(f
     platform = fleet.platforms[0]
     for gpus in range(4, 4 * 128 + 1, 2):  # Philly's 1-128 GPUs, x4; odd halves give gangs of two pod shapes
         gang = gang_for(0, gpus, platform, 0, "preferred")
-        assert fewest_domains_idle(fleet, 0, gang.pod_sets) == min_domains(gang, platform), gpus
+        assert fewest_domains_idle(fleet, 0, gang.pod_sets) == platform.unsplit_domains(gang.pods), gpus
 
 
 def test_queue_annotations_set_the_rule_per_cluster_queue_nearest_first() -> None:

@@ -138,3 +138,10 @@ def test_a_platform_file_that_is_not_utf8_or_yaml_is_refused_in_one_line(tmp_pat
     with pytest.raises(InputError) as err:
         load_overrides(broken)
     assert "is not valid YAML" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_gang_unsplit_fills_whole_domains_one_node_a_pod() -> None:
+    catalog = Catalog(BUILTIN)
+    nvl72, h100 = catalog.get("GB200-NVL72"), catalog.get("HGX-H100-8")  # 18 trays a rack; one node a domain
+    assert [nvl72.unsplit_domains(p) for p in (0, 1, 18, 19, 36, 37)] == [1, 1, 1, 2, 2, 3]
+    assert [h100.unsplit_domains(p) for p in (1, 2, 9)] == [1, 2, 9]

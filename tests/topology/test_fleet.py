@@ -120,3 +120,12 @@ def test_domains_and_nodes_are_ordered_by_name_whatever_the_input_order() -> Non
     assert a.domain_ids == ["r1", "r2", "r3"]
     assert a.bitmap.domain_groups.tolist() == b.bitmap.domain_groups.tolist() == [[0, 1, 1]]
     assert a.group_ids == [["b0", "b1"]]
+
+
+def test_the_domain_label_key_is_the_one_the_platforms_nodes_carry() -> None:
+    h100 = node("h", product="NVIDIA-H100-80GB-HBM3", gpus=8, labels={CLIQUE: "x"})
+    fleet = build_fleet([node("lone"), *rack("r1", trays=2), h100])
+    assert fleet.domain_label_key(fleet.platform_of_node(fleet.node_index["lone"])) == CLIQUE
+    assert fleet.domain_label_key(fleet.platform_of_node(fleet.node_index["h"])) is None  # one node, one domain
+    unlabelled = build_fleet([node("a"), node("b")])
+    assert unlabelled.domain_label_key(unlabelled.platforms[0]) is None

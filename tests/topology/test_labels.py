@@ -72,3 +72,22 @@ def test_a_group_is_named_by_its_whole_path_and_needs_every_coarser_label() -> N
     assert group_path(labels, keys, 0) == ("z", "b2", "r1")
     assert group_path(labels, keys, 1) == ("z", "b2")
     assert group_path({"rack": "r1", "block": "b2"}, keys, 0) is None
+
+
+def test_a_nodes_domain_label_is_the_first_domain_key_it_carries_with_a_value() -> None:
+    keys = GB200.domain_label_keys
+    levels = Levels(domain_key="example.com/rack")
+    assert levels.domain_label(GB200, {keys[0]: "c1", "example.com/rack": "r1"}) == (keys[0], "c1")
+    assert levels.domain_label(GB200, {keys[0]: "", "example.com/rack": "r1"}) == ("example.com/rack", "r1")
+    assert levels.domain_label(GB200, {"kubernetes.io/hostname": "n"}) is None  # the fleet detaches it
+    assert levels.domain_label(H100, {keys[0]: "c1"}) is None  # a single-node platform: each node is its domain
+
+
+def test_the_carried_domain_key_is_the_first_domain_key_that_names_some_nodes_domain() -> None:
+    keys = GB200.domain_label_keys
+    levels = Levels(domain_key="example.com/rack")
+    assert levels.carried_domain_key(GB200, [{}, {"example.com/rack": "r1"}]) == "example.com/rack"
+    assert levels.carried_domain_key(GB200, [{"example.com/rack": "r1"}, {keys[0]: "c1"}]) == keys[0]
+    assert levels.carried_domain_key(GB200, [{keys[0]: ""}, {"example.com/rack": "r1"}]) == "example.com/rack"
+    assert levels.carried_domain_key(GB200, [{}]) is None
+    assert levels.carried_domain_key(H100, [{keys[0]: "c1"}]) is None

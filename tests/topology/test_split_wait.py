@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pytest
 
+from kilter.model import codec
 from kilter.model.errors import InputError
+from kilter.model.kueue import ClusterQueue, Cohort
 from kilter.topology.fleet import build_fleet
 from kilter.topology.split_wait import (
     SplitWait,
@@ -16,6 +19,7 @@ from kilter.topology.split_wait import (
     format_instant,
     nearest,
     parse_split_wait,
+    queue_settings,
     resolve,
 )
 from tests.topology.builders import node, pod, rack
@@ -135,3 +139,53 @@ def test_the_remembered_idle_minimum_follows_trays_failing_and_coming_back() -> 
     assert fewest_domains_idle(fleet, 0, ((17, 4),)) == 1
     bm.set_usable(at["r0-t00"], True)
     assert fewest_domains_idle(fleet, 0, ((18, 4),)) == 1  # back
+
+
+def test_failed_trays_move_the_fewest_domains_waiting_could_bring_but_not_the_unsplit_baseline() -> None:
+    """Two questions: what waiting could win now (the wait rule) and what the gang runs unsplit (a split's cost)."""
+    fleet = build_fleet(rack("r0") + rack("r1"), [])
+    platform = fleet.platforms[0]
+    for t in (0, 1):
+        fleet.bitmap.set_usable(fleet.node_index[f"r0-t{t:02d}"], False)
+        fleet.bitmap.set_usable(fleet.node_index[f"r1-t{t:02d}"], False)
+    assert fewest_domains_idle(fleet, 0, ((18, 4),)) == 2  # 16 usable trays a rack: no rack holds it now
+    assert platform.unsplit_domains(18) == 1  # yet split over two it runs as slowly as any split gang
+    assert fewest_domains_idle(fleet, 0, ((16, 4),)) == platform.unsplit_domains(16) == 1
+
+
+def _queue(kind: str, name: str, parent: str = "", **notes: str) -> Any:
+    spec = {"cohortName": parent} if kind == "ClusterQueue" else {"parentName": parent} if parent else {}
+    obj = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": kind, "metadata": {"name": name, "annotations": notes}}
+    return codec.convert({**obj, "spec": spec}, ClusterQueue if kind == "ClusterQueue" else Cohort)
+
+
+def test_queue_settings_take_each_key_from_the_queue_else_the_nearest_cohort_up_the_tree() -> None:
+    wait, cap = "kilter.dev/split-wait", "kilter.dev/split-wait-max"
+    cqs = [
+        _queue("ClusterQueue", "a", "team", **{wait: "0"}),
+        _queue("ClusterQueue", "b", "team"),
+        _queue("ClusterQueue", "c", "nowhere"),  # a Cohort no object defines: the walk stops there
+        _queue("ClusterQueue", "d", "loop1"),
+    ]
+    cohorts = [
+        _queue("Cohort", "team", "org", **{cap: "2h"}),
+        _queue("Cohort", "org", "", **{wait: "3", cap: "5h"}),
+        _queue("Cohort", "loop1", "loop2", **{wait: "0.5"}),
+        _queue("Cohort", "loop2", "loop1", **{cap: "1m"}),  # a cycle: each Cohort counted once
+    ]
+    found = queue_settings(cqs, cohorts)
+    assert found.settings == {"a": (0.0, 7200.0), "b": (3.0, 7200.0), "c": (None, None), "d": (0.5, 60.0)}
+    assert found.problems == ()
+
+
+def test_a_queue_setting_that_does_not_read_counts_as_unset_and_is_named_once() -> None:
+    wait, cap = "kilter.dev/split-wait", "kilter.dev/split-wait-max"
+    cqs = [_queue("ClusterQueue", "a", "team", **{wait: "often", cap: "1h"})]
+    cohorts = [_queue("Cohort", "team", "", **{wait: "2", cap: "soon"})]
+    found = queue_settings(cqs, cohorts)
+    assert found.settings == {"a": (2.0, 3600.0)}  # each bad key falls to the next that sets it
+    assert [(p.kind, p.name) for p in found.problems] == [("Cohort", "team"), ("ClusterQueue", "a")]
+    assert found.problems[0].line.startswith("Cohort team: 'soon' is not a duration")
+    assert found.problems[0].line.endswith("; ignored: the setting above it, else the flag's, applies")
+    refusal = found.problems[1].refusal()
+    assert isinstance(refusal, InputError) and str(refusal).startswith("ClusterQueue a: kilter.dev/split-wait: 'often'")
