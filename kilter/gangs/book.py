@@ -260,6 +260,8 @@ class GangBook:
         self.on_planned(plan.gang, plan)
 
     def _make(self, gang: GangId, pod: Pod, gpus: int) -> GangPlan | None:
+        """A new plan for the gang: its record taken up, a repair beside its running pods, or a fresh plan (which
+        may hold the gang back for fewer domains); None: its pods are placed like single pods."""
         fleet = self.store.fleet()
         members: list[Pod] | None = list(gang.members) if gang.members is not None else None
         if gang.placed is not None and gang.size is not None:
@@ -286,9 +288,8 @@ class GangBook:
         if adopted is not None:
             return adopted
         if bound:
-            for other, first, asks in repair_queue.earlier(
-                self.store, self.arrivals, gang, members or (), self.is_planned
-            ):
+            ahead = repair_queue.earlier(self.store, self.arrivals, gang, members or (), self.is_planned)
+            for other, first, asks in ahead:  # planned one at a time: planning one may plan others
                 self.plan_for(other, first, asks)
         fixed = (
             repairs.plan_repair(fleet, request, shaped, members or (), record, pod, self.spares.reclaimable(fleet, pod))
