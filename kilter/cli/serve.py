@@ -335,7 +335,7 @@ def build_app(config: ServeConfig) -> tuple[App, ClusterStore]:
         settings=book_settings(config),
         on_planned=recorder.on_planned if recorder is not None else None,
         keys=keys,
-        waits=SplitWaits(store, defaults=config.split_wait_rule, queues=queues, runtime_window=config.runtime_window),
+        waits=SplitWaits(store, queues=queues, runtime_window=config.runtime_window),
     )
     log = DecisionLog(
         records=config.explain_records,

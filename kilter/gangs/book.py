@@ -134,7 +134,7 @@ class GangBook:
         return gang_key in self._plans
 
     def open_count(self) -> int:
-        """Open plans (``kilter_gang_plans_open``)."""
+        """Plans the book holds, feasible or not (``kilter_gang_plans_open``)."""
         return len(self._plans)
 
     def gang_keys(self) -> list[str]:
