@@ -16,8 +16,8 @@ import msgspec
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from kilter.api import placement_pb2 as pb
-from kilter.gangs.book import GangPlan
 from kilter.gangs.decisions import Decision, Dropped
+from kilter.gangs.gang_plan import GangPlan
 from kilter.gangs.inventory import DomainInventory, Inventory
 
 __all__ = ["explain_record", "gang_plan", "inventory", "plan_response", "pod_decisions", "timestamp", "watch_response"]

@@ -189,7 +189,7 @@ class PlacementServicer(pb_grpc.PlacementServicer):
             records = self.sources.explain(key.namespace, pod.metadata.name)
             if records is not None:
                 pods.append(messages.pod_decisions(key.namespace, pod.metadata.name, records))
-        plan = self.sources.gangs.plans.get(key.format())
+        plan = self.sources.gangs.plan_of(key.format())
         notes_of = self.sources.notes
         notes = dict(notes_of(f"{key.namespace}/{key.name}") or {}) if notes_of and key.kind == "podgroup" else {}
         if not pods and plan is None and not notes:

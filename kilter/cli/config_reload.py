@@ -28,6 +28,7 @@ from prometheus_client import Counter, Gauge
 from kilter.cli import configuration
 from kilter.cli.serve_config import ServeConfig
 from kilter.extenders.server import App
+from kilter.gangs.book import BookSettings
 from kilter.model.errors import InputError
 
 __all__ = ["LIVE", "LOGGERS", "ConfigReloader"]
@@ -52,6 +53,11 @@ LIVE = frozenset(
 
 LOGGERS = ("", "kilter", "uvicorn", "uvicorn.error", "uvicorn.access", "uvicorn.asgi")
 """The loggers ``logging.level`` sets: the root, kilter's, and uvicorn's (whose Config sets its own levels)."""
+
+
+def book_settings(config: ServeConfig) -> BookSettings:
+    """What the gang book runs with (``GangBook.configure``): the gang timeout, its bounds, the split-wait rule."""
+    return BookSettings(config.gang_timeout_s, config.gang_limits, config.split_wait_rule)
 
 
 class ConfigReloader:
@@ -155,11 +161,7 @@ class ConfigReloader:
 
     def _apply(self, new: ServeConfig) -> None:
         extender = self.app.extender
-        gangs = extender.gangs
-        gangs.timeout_s = new.gang_timeout_s
-        gangs.limits = new.gang_limits
-        if gangs.waits is not None:
-            gangs.waits.set_defaults(new.split_wait_rule)
+        extender.gangs.configure(book_settings(new))
         extender.log.records, extender.log.per_pod, extender.log.entries = (
             new.explain_records,
             new.explain_per_pod,

@@ -25,7 +25,7 @@ import uvicorn
 import uvloop
 
 from kilter.cli import configuration, logs, readings, serve_grpc, serve_pool, sources
-from kilter.cli.config_reload import ConfigReloader
+from kilter.cli.config_reload import ConfigReloader, book_settings
 from kilter.cli.credential_reading import CredentialsReading
 from kilter.cli.kubectl.served import ServedViews
 from kilter.cli.listeners import Guard, ListenerReading, ensure_file_limit, listener_config
@@ -332,11 +332,10 @@ def build_app(config: ServeConfig) -> tuple[App, ClusterStore]:
     queues = _queue_objects(config.queues)
     gangs = GangBook(
         store,
-        timeout_s=config.gang_timeout_s,
+        settings=book_settings(config),
         on_planned=recorder.on_planned if recorder is not None else None,
         keys=keys,
-        limits=config.gang_limits,
-        waits=SplitWaits(store, defaults=config.split_wait_rule, queues=queues, runtime_window=config.runtime_window),
+        waits=SplitWaits(store, queues=queues, runtime_window=config.runtime_window),
     )
     log = DecisionLog(
         records=config.explain_records,

@@ -155,7 +155,7 @@ class SchedulerExtender:
         plan = self.gangs.plan_for(gang, p.pod, p.gpus)
         seen = self._seen.get(p.uid)
         if seen is not None:  # bind gives the pod a slot only of a plan the book holds for it (not a refusal)
-            seen.gang = gang.key if plan is not None and self.gangs.plans.get(gang.key) is plan else ""
+            seen.gang = gang.key if plan is not None and self.gangs.plan_of(gang.key) is plan else ""
         return plan
 
     def _seat(self, p: _Pod, plan: GangPlan | None) -> seats.Seat | None:

@@ -116,7 +116,7 @@ class Metrics:
             registry=self.registry,
         )
         plans = Gauge("kilter_gang_plans_open", "Gang plans holding reserved GPUs", registry=self.registry)
-        plans.set_function(lambda: len(gangs.plans))
+        plans.set_function(gangs.open_count)
         self.registry.register(GangReading(gangs))
         waits = gangs.waits
         waiting = Gauge(

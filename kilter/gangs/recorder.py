@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from kilter.gangs.book import GangPlan, Victim
+from kilter.gangs.gang_plan import GangPlan, Victim
 from kilter.gangs.identity import GangId, GangKey
 from kilter.gangs.keys import PlanKeys
 from kilter.gangs.records import KUEUE, MAX_BYTES, PLAN_ANNOTATION, VOLCANO, PlanRecord, encode, owner_of

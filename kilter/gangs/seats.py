@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kilter.gangs import ranks
-from kilter.gangs.book import GangPlan
+from kilter.gangs.gang_plan import GangPlan
 from kilter.model.core_v1 import Pod
 from kilter.state.store import ClusterStore
 from kilter.topology import verdicts

@@ -160,7 +160,7 @@ def namespace_of(gang_key: str) -> str:
 
 
 class OpenPlan(Protocol):
-    """What the caps read of an open plan (``book.GangPlan``; a Protocol, as ``book`` imports this module)."""
+    """What the caps read of an open plan (``gang_plan.GangPlan``; a Protocol: the rules need no more of it)."""
 
     @property
     def gang(self) -> GangId: ...

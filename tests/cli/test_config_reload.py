@@ -75,8 +75,8 @@ def test_the_policy_changes_at_once(tmp_path: Path, loggers: None) -> None:
     assert reloader.reload() == []
     gangs = app.extender.gangs
     assert gangs.waits is not None and (gangs.waits.defaults.factor, gangs.waits.defaults.max_s) == (0.5, 7200)
-    assert gangs.timeout_s == 540 and gangs.limits.max_plans_per_namespace == 3
-    assert gangs.limits.grace_s == 540, "a snapshot's plans for unseen pods live as long as any plan"
+    assert gangs.settings.timeout_s == 540 and gangs.settings.limits.max_plans_per_namespace == 3
+    assert gangs.settings.limits.grace_s == 540, "a snapshot's plans for unseen pods live as long as any plan"
     _decide(app, 1)
     explained = app.extender.log.explain("ml", "p")
     assert explained is not None and len(explained) == 1, "a lowered perPod trims a pod's old records"
@@ -93,7 +93,7 @@ def test_a_live_change_that_breaks_what_runs_is_refused_whole(tmp_path: Path) ->
     reloader = ConfigReloader(path, {}, config, app)
     _write(path, planRecords={"keySecret": "kube-system/keys", "keyRotation": "3h"}, gangs={"timeout": "2h"})
     reloader.reload()  # the rotation needs a restart: the running 1h is still shorter than a 2h gang timeout
-    assert app.extender.gangs.timeout_s == config.gang_timeout_s, "nothing applied"
+    assert app.extender.gangs.settings.timeout_s == config.gang_timeout_s, "nothing applied"
     assert _sample(app, "kilter_config_reloads_total", result="refused") == 1
 
 
@@ -141,12 +141,12 @@ def test_a_change_that_needs_a_restart_is_named_and_not_applied(tmp_path: Path) 
 
 def test_an_invalid_file_changes_nothing(tmp_path: Path) -> None:
     reloader, app = _reloader(tmp_path)
-    before = (app.extender.gangs.timeout_s, app.extender.log.records)
+    before = (app.extender.gangs.settings.timeout_s, app.extender.log.records)
     reloader.path.write_text(
         yaml.safe_dump({**BASE, "gangs": {"timeout": "9m"}, "explain": {"recordz": 5}}), encoding="utf-8"
     )
     reloader.reload()
-    assert (app.extender.gangs.timeout_s, app.extender.log.records) == before, "a half-applied file is worse"
+    assert (app.extender.gangs.settings.timeout_s, app.extender.log.records) == before, "a half-applied file is worse"
     assert _sample(app, "kilter_config_reloads_total", result="refused") == 1
 
 
@@ -154,7 +154,7 @@ def test_flags_keep_winning_over_a_reloaded_file(tmp_path: Path) -> None:
     reloader, app = _reloader(tmp_path, {"gang_timeout_s": 60.0})
     _write(reloader.path, gangs={"timeout": "9m"}, explain={"records": 7})
     assert reloader.reload() == []
-    assert app.extender.gangs.timeout_s == 60 and app.extender.log.records == 7
+    assert app.extender.gangs.settings.timeout_s == 60 and app.extender.log.records == 7
 
 
 def test_every_live_setting_is_a_setting_of_the_file() -> None:

@@ -60,7 +60,9 @@ def domain(name: str, size: int, **kw: Any) -> list[dict[str, Any]]:
 
 
 def plan_of(served: Served, key: str) -> GangPlan:
-    return served.app.extender.gangs.plans[key]
+    plan = served.app.extender.gangs.plan_of(key)
+    assert plan is not None
+    return plan
 
 
 def racks(plan: GangPlan) -> set[str]:

@@ -147,7 +147,7 @@ def test_a_gang_is_planned_whole_by_its_first_pod_and_later_pods_are_held_to_the
     assert top == set(planned[1:])
     bind(served, gang_pod(1), planned[1])
     bind(served, gang_pod(2), planned[2])
-    assert served.app.extender.gangs.plans == {}  # every slot bound: the plan is done
+    assert served.app.extender.gangs.open_count() == 0  # every slot bound: the plan is done
     # The three bound pods hold their GPUs: an ordinary 4-GPU pod no longer fits those trays.
     _, after = served.post("filter", names_args(pod_json("late", 4), planned))
     assert after["NodeNames"] == [] and set(after["FailedNodes"]) == set(planned)

@@ -74,7 +74,7 @@ def workload(name: str, count: int, owners: list[dict[str, Any]]) -> dict[str, A
 def assert_strangers_get_no_slot(served: Served, gang: str, victims: list[Any], strangers: list[Any]) -> None:
     _, first = served.post("filter", names_args(victims[0], RACKS))
     planned = first["NodeNames"]
-    assert len(planned) == len(victims) and book(served).plans[gang].verified
+    assert len(planned) == len(victims) and (p := book(served).plan_of(gang)) is not None and p.verified
     refused = book(served).refused
     for i, stranger in enumerate(strangers, 1):
         _, result = served.post("filter", names_args(stranger, planned))
@@ -82,7 +82,8 @@ def assert_strangers_get_no_slot(served: Served, gang: str, victims: list[Any], 
         _, anywhere = served.post("filter", names_args(stranger, RACKS))
         assert len(anywhere["NodeNames"]) == PLAIN_POD_NODES - len(planned)  # ... it goes where any pod may
         assert book(served).refused == refused + 2 * i
-    plan = book(served).plans[gang]
+    plan = book(served).plan_of(gang)
+    assert plan is not None
     assert [s.uid for s in plan.slots] == [""] * len(victims)
     for victim in victims[1:]:
         _, result = served.post("filter", names_args(victim, RACKS))
@@ -99,7 +100,7 @@ def test_a_kilter_gang_under_two_controllers_gets_a_slot_for_every_member(tmp_pa
     with serve(tmp_path, [launcher, *workers]) as served:
         _, first = served.post("filter", names_args(launcher, RACKS))
         planned = first["NodeNames"]
-        assert len(planned) == 3 and book(served).plans["ml/gang/mpi"].verified
+        assert len(planned) == 3 and (p := book(served).plan_of("ml/gang/mpi")) is not None and p.verified
         for pod in workers:
             _, result = served.post("filter", names_args(pod, RACKS))
             assert result["NodeNames"] == planned

@@ -127,7 +127,7 @@ def test_replacements_land_beside_the_survivors_each_on_its_own_rank(mode: str, 
             how = "same scale-up domain" if old.startswith("r4-") else "a domain the gang uses, same"
             assert how in why, why
         # Each replacement took its own rank's slot: the plan lists rank i where replacement i went.
-        assert served.app.extender.gangs.plans == {}  # every slot bound
+        assert served.app.extender.gangs.open_count() == 0  # every slot bound
         assert served.app.extender.gangs.planned == 1
 
 
@@ -138,7 +138,8 @@ def test_a_restart_between_failure_and_replacement_continues_the_same_repair(tmp
     with live_cluster(tmp_path, after_failure(failed)) as cluster:
         with restartable(cluster, tmp_path, keys) as first:
             first_node = place(first, member(20, replacement=True))
-            plan = first.app.extender.gangs.plans[KEY]
+            plan = first.app.extender.gangs.plan_of(KEY)
+            assert plan is not None
             assert plan.origin == "repair"
             chosen = {s.rank: s.node for s in plan.slots if s.rank in failed}
 

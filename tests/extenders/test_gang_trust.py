@@ -55,7 +55,7 @@ def test_a_pod_that_does_not_exist_cannot_reserve_more_than_its_namespace_cap(sn
     _, result = snapshot_served.post("filter", names_args(gang_pod("ghost-0", "hoard", 23), RACKS))
     assert result["NodeNames"] == []
     assert "more would pass its cap of 76" in result["FailedNodes"]["r1-t00"]
-    assert book(snapshot_served).plans == {} and book(snapshot_served).refused == 1
+    assert book(snapshot_served).open_count() == 0 and book(snapshot_served).refused == 1
     assert snapshot_served.store.reservation("ml/gang/hoard") == ()
     _, single = snapshot_served.post("filter", names_args(pod_json("real", 4), RACKS))
     assert len(single["NodeNames"]) == 33  # 36 trays but the cordoned one and the two busy ones
@@ -79,10 +79,10 @@ def test_a_plan_for_a_pod_that_never_reaches_the_live_state_is_dropped_after_the
     _, result = live_served.post("filter", names_args(gang_pod("ghost-0", "ghosts", 10), RACKS))
     assert len(result["NodeNames"]) == 10  # 40 GPUs: under the cap, planned (not recorded) for a while
     assert len(live_served.store.reservation("ml/gang/ghosts")) == 10
-    now[0] = gangs.limits.grace_s + 1
+    now[0] = gangs.settings.limits.grace_s + 1
     live_served.post("filter", names_args(pod_json("real", 4), RACKS))
     _, again = live_served.post("filter", names_args(gang_pod("other-0", "other", 2), RACKS))  # expires plans
-    assert gangs.unverified_dropped == 1 and "ml/gang/ghosts" not in gangs.plans
+    assert gangs.unverified_dropped == 1 and not gangs.is_planned("ml/gang/ghosts")
     assert live_served.store.reservation("ml/gang/ghosts") == ()
     assert len(again["NodeNames"]) == 2
 
@@ -92,7 +92,7 @@ def test_pods_forged_with_another_gangs_labels_get_none_of_its_slots(tmp_path: P
     with serve_snapshot(tmp_path, [*cluster_objects(), *victims]) as served:
         _, first = served.post("filter", names_args(victims[0], RACKS))
         planned = first["NodeNames"]
-        assert len(planned) == 4 and book(served).plans["ml/gang/train"].verified
+        assert len(planned) == 4 and (p := book(served).plan_of("ml/gang/train")) is not None and p.verified
         for i in range(3):  # fakes kilter's state does not hold, claiming the gang, each filtered then bound
             fake = gang_pod(f"fake-{i}", "train", 4)
             _, held = served.post("filter", names_args(fake, planned))
@@ -100,7 +100,8 @@ def test_pods_forged_with_another_gangs_labels_get_none_of_its_slots(tmp_path: P
             assert "waits until kilter's state shows pod ml/fake-" in held["FailedNodes"][planned[0]]
             bound = {"PodName": f"fake-{i}", "PodNamespace": "ml", "PodUID": f"uid-fake-{i}", "Node": planned[i]}
             served.post("bind", bound)
-        plan = book(served).plans["ml/gang/train"]
+        plan = book(served).plan_of("ml/gang/train")
+        assert plan is not None
         assert [s.uid for s in plan.slots] == ["", "", "", ""]
         for victim in victims[1:]:
             _, result = served.post("filter", names_args(victim, RACKS))
@@ -116,7 +117,7 @@ def test_a_body_naming_a_pod_the_state_holds_under_another_uid_or_gang_gets_no_p
         other_uid = gang_pod("solo", "grab", 8)
         other_uid["metadata"]["uid"] = "uid-forged"
         served.post("filter", names_args(other_uid, RACKS))
-        assert book(served).plans == {} and book(served).refused == 2
+        assert book(served).open_count() == 0 and book(served).refused == 2
 
 
 def test_twenty_thousand_made_up_gangs_keep_the_book_bounded(snapshot_served: Served) -> None:
@@ -132,10 +133,10 @@ def test_twenty_thousand_made_up_gangs_keep_the_book_bounded(snapshot_served: Se
     finally:
         conn.close()
     # Unseen pods count as one namespace: at most 32 plans of 2 pods x 4 GPUs (and 76 GPUs: 9 such plans).
-    assert len(gangs.plans) <= gangs.limits.max_plans_per_namespace
-    assert len(gangs.plans) == 76 // 8
-    assert gangs.refused == 20_000 - len(gangs.plans)
-    assert sum(len(snapshot_served.store.reservation(k)) for k in gangs.plans) == 2 * len(gangs.plans)
+    assert gangs.open_count() <= gangs.settings.limits.max_plans_per_namespace
+    assert gangs.open_count() == 76 // 8
+    assert gangs.refused == 20_000 - gangs.open_count()
+    assert sum(len(snapshot_served.store.reservation(k)) for k in gangs.gang_keys()) == 2 * gangs.open_count()
 
 
 # ---------------------------------------------------------------- plan records with an API server
@@ -187,7 +188,7 @@ def test_a_gang_may_not_ask_more_than_its_kueue_queue_could_ever_admit(tmp_path:
         assert refused["FailedNodes"]["r1-t00"].endswith(reason)
         _, planned = served.post("filter", names_args(fits[0], RACKS))
         assert len(planned["NodeNames"]) == 2
-        assert list(book(served).plans) == ["ml/gang/fits"]
+        assert book(served).gang_keys() == ["ml/gang/fits"]
 
 
 @pytest.mark.parametrize(
@@ -209,10 +210,10 @@ def test_lowered_namespace_caps_refuse_a_second_gang_in_one_namespace(
         assert len(planned["NodeNames"]) == 5
         _, result = served.post("filter", names_args(second[0], RACKS))
         if not why:
-            assert len(result["NodeNames"]) == 5 and set(book(served).plans) == {"ml/gang/a", "ml/gang/b"}
+            assert len(result["NodeNames"]) == 5 and set(book(served).gang_keys()) == {"ml/gang/a", "ml/gang/b"}
             return
         assert result["NodeNames"] == [] and why in result["FailedNodes"]["r1-t00"]
-        assert set(book(served).plans) == {"ml/gang/a"} and book(served).refused == 1
+        assert set(book(served).gang_keys()) == {"ml/gang/a"} and book(served).refused == 1
 
 
 @pytest.mark.parametrize(
@@ -230,6 +231,7 @@ def test_a_verified_gang_may_take_more_than_half_the_fleet_unless_a_cap_is_set(
     with serve_snapshot(tmp_path, [*cluster_objects(), *pods], **caps) as served:
         _, result = served.post("filter", names_args(pods[0], RACKS))
         assert len(result["NodeNames"]) == planned  # the planned nodes pass, nothing else
-        assert len(book(served).plans) == (1 if planned else 0)
+        assert book(served).open_count() == (1 if planned else 0)
         if planned:
-            assert len(book(served).plans["ml/gang/big"].slots) == planned
+            plan = book(served).plan_of("ml/gang/big")
+            assert plan is not None and len(plan.slots) == planned

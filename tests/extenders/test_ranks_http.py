@@ -39,7 +39,8 @@ def wait_for(served: Served, uid: str) -> None:
 def test_each_pod_is_filtered_to_its_ranks_node_scored_there_and_bound_there(tmp_path: Any) -> None:
     with serve_snapshot(tmp_path, cluster()) as served:
         _, first = served.post("filter", names_args(member(13), EVERYTHING))
-        plan = served.app.extender.gangs.plans["ml/gang/train"]
+        plan = served.app.extender.gangs.plan_of("ml/gang/train")
+        assert plan is not None
         of_rank = [s.node for s in sorted(plan.slots, key=lambda s: s.rank if s.rank is not None else -1)]
         assert [s.rank for s in plan.slots] == list(range(20))
         assert first["NodeNames"] == [of_rank[13]]
@@ -57,7 +58,7 @@ def test_each_pod_is_filtered_to_its_ranks_node_scored_there_and_bound_there(tmp
             _, result = served.post("filter", names_args(member(i), EVERYTHING))
             assert result["NodeNames"] == [of_rank[i]], i
             assert bind(served, member(i), of_rank[i]) == {"Error": ""}
-        assert served.app.extender.gangs.plans == {}  # every slot bound
+        assert served.app.extender.gangs.open_count() == 0  # every slot bound
     racks = [n.split("-")[0] for n in of_rank]
     assert len(set(racks)) == 2 and racks == sorted(racks)  # rank 0 first; each rack one range of ranks
 
@@ -66,7 +67,8 @@ def test_a_second_live_pod_with_one_index_may_take_any_free_slot_and_is_told_who
     objects = cluster(size=4)
     with serve_snapshot(tmp_path, objects) as served:
         served.post("filter", names_args(member(0, size=4), EVERYTHING))
-        plan = served.app.extender.gangs.plans["ml/gang/train"]
+        plan = served.app.extender.gangs.plan_of("ml/gang/train")
+        assert plan is not None
         nodes = [s.node for s in plan.slots]
         assert bind(served, member(2, size=4), nodes[2]) == {"Error": ""}
         twin = member(2, size=4, name="train-2-twin")
@@ -84,7 +86,8 @@ def test_a_gang_whose_pods_differ_in_gpus_is_planned_and_held_in_its_real_shapes
     workers = [pod_json(f"mix-w{i}", 2, labels=gang) for i in range(3)]
     with serve_snapshot(tmp_path, [*cluster_objects(), leader, *workers]) as served:
         _, first = served.post("filter", names_args(workers[0], EVERYTHING))
-        plan = served.app.extender.gangs.plans["ml/gang/mix"]
+        plan = served.app.extender.gangs.plan_of("ml/gang/mix")
+        assert plan is not None
         assert sorted(s.gpus for s in plan.slots) == [2, 2, 2, 4]  # not four pods of the asker's 2 GPUs
         two = sorted({s.node for s in plan.slots if s.gpus == 2})
         assert first["NodeNames"] == two

@@ -141,7 +141,7 @@ def test_a_repair_takes_a_lent_spare_back_through_the_schedulers_preemption(mode
         assert result["NodeNameToMetaVictims"] == {
             "r1-t16": {"Pods": [{"UID": "uid-scavenge-r1-t16"}], "NumPDBViolations": 0}
         }
-        assert served.app.extender.gangs.plans["ml/gang/train"].origin == "repair"
+        assert (p := served.app.extender.gangs.plan_of("ml/gang/train")) is not None and p.origin == "repair"
         held = served.store.reservation("ml/gang/train")  # the victim holds the GPUs until it is evicted: live,
         victim_gone = served.store.pod("uid-scavenge-r1-t16") is None  # kilter's own eviction may land first
         assert not held or (mode == "live" and victim_gone and [h.node for h in held] == ["r1-t16"]), held

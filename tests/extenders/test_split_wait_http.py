@@ -109,7 +109,9 @@ def test_a_workloads_clock_starts_when_kueue_reserved_its_quota_not_when_it_was_
     with serve_snapshot(tmp_path, [*fleet_objects(), *held]) as served:
         result = filter_pod(served, held[1:])
         assert result["FailedNodes"] == {node: REASON for node in NODES}  # 1h50m of 2 h from the reservation
-        assert served.app.extender.gangs.plans["ml/workload/held"].waiting  # the Workload's gang, holding no nodes
+        assert (
+            p := served.app.extender.gangs.plan_of("ml/workload/held")
+        ) is not None and p.waiting  # the Workload's gang, holding no nodes
         assert served.store.reservation("ml/workload/held") == ()
     # The same Workload without a reservation (its QuotaReserved False): the clock runs from its creation.
     unreserved = kueue_gang("held", created(5 * 3600), reserved_s=None)

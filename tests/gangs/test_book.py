@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from kilter.gangs import GangBook, identify
+from kilter.gangs.book import BookSettings
 from kilter.model import codec
 from kilter.model.core_v1 import Pod
 from kilter.model.errors import InputError
@@ -101,7 +102,7 @@ def test_a_gang_size_nothing_tells_counts_the_gangs_pods_in_the_state() -> None:
 def test_a_plan_reserves_its_gpus_and_gives_them_back_when_it_times_out() -> None:
     store = store_with()
     now = [0.0]
-    book = GangBook(store, timeout_s=60.0, clock=lambda: now[0])
+    book = GangBook(store, settings=BookSettings(timeout_s=60.0), clock=lambda: now[0])
     p = pod({"kilter.dev/gang": "g", "kilter.dev/gang-size": "2"})
     gang = identify(p, store)
     assert gang is not None
@@ -112,7 +113,7 @@ def test_a_plan_reserves_its_gpus_and_gives_them_back_when_it_times_out() -> Non
     assert book.plan_for(gang, p, 4) is plan  # the next pod of the gang gets the same plan
     now[0] = 61.0
     book.expire()
-    assert book.plans == {} and int(fleet.bitmap.domain_free_gpus.sum()) == idle
+    assert book.open_count() == 0 and int(fleet.bitmap.domain_free_gpus.sum()) == idle
 
 
 def test_binding_after_a_fleet_rebuild_books_the_pod_once() -> None:

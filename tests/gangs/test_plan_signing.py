@@ -44,7 +44,8 @@ def planned_racks(cluster: ListWatchServer, tmp_path: Path, pods: list[dict[str,
         cluster.add(obj)
     with kilter(cluster, tmp_path, "kilter", **how) as k:
         k.passing(pods[0])
-        plan = k.app.extender.gangs.plans[KEY]
+        plan = k.app.extender.gangs.plan_of(KEY)
+        assert plan is not None
         return {s.node[:2] for s in plan.slots} | {f"origin={plan.origin}"}
 
 
@@ -103,5 +104,7 @@ def test_without_a_key_file_a_restarted_kilter_plans_afresh(tmp_path: Path) -> N
             bind(cluster, "train-0", offered[0])
         with kilter(cluster, tmp_path, "kilter-2", keys=False) as second:
             second.passing(pods[1])
-            assert second.app.extender.gangs.plans[KEY].origin == "repair"  # beside train-0, not from the record
+            assert (
+                p := second.app.extender.gangs.plan_of(KEY)
+            ) is not None and p.origin == "repair"  # beside train-0, not from the record
             assert second.app.extender.gangs.adopted == 0

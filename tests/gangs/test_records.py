@@ -483,7 +483,8 @@ def test_a_restarted_kilter_keeps_the_rest_of_the_gang_on_the_recorded_plan(tmp_
             cluster.add(obj)
         with kilter(cluster, tmp_path, "kilter-1") as first:
             offered = first.passing(pods[0])
-            plan = first.app.extender.gangs.plans[KEY]
+            plan = first.app.extender.gangs.plan_of(KEY)
+            assert plan is not None
             planned = [s.node for s in plan.slots]
             assert offered == sorted(planned) and len(planned) == 4 and {n[:2] for n in planned} == {"r1"}
             wait_for(
@@ -498,7 +499,8 @@ def test_a_restarted_kilter_keeps_the_rest_of_the_gang_on_the_recorded_plan(tmp_
             assert seen is not None and seen.spec.node_name == offered[0]
             for pod in pods[1:]:
                 assert second.passing(pod) == rest
-            adopted = second.app.extender.gangs.plans[KEY]
+            adopted = second.app.extender.gangs.plan_of(KEY)
+            assert adopted is not None
             assert adopted.origin == "record" and second.app.extender.gangs.adopted == 1
             assert {s.node for s in adopted.slots} == set(planned)
         # Without the record, a fresh kilter repairs the gang beside train-0 by its own choice: a repair, not the plan.
@@ -516,7 +518,8 @@ def test_a_record_whose_nodes_are_gone_is_ignored_and_the_new_plan_recorded(tmp_
             cluster.add(obj)
         with kilter(cluster, tmp_path, "kilter") as k:
             offered = k.passing(pods[0])
-            plan = k.app.extender.gangs.plans[KEY]
+            plan = k.app.extender.gangs.plan_of(KEY)
+            assert plan is not None
             assert plan.origin == "planned" and offered == sorted(s.node for s in plan.slots)
 
             def rewritten() -> bool:
@@ -543,7 +546,9 @@ def test_a_restarted_kilter_holds_the_volcano_gangs_other_tasks_to_the_plan_on_t
             cluster.add(obj)
         with kilter(cluster, tmp_path, "kilter-1") as first:
             offered = first.predicate_passing(vp.task_info(pods[0]))
-            planned = [s.node for s in first.app.extender.gangs.plans["ml/podgroup/train"].slots]
+            plan = first.app.extender.gangs.plan_of("ml/podgroup/train")
+            assert plan is not None
+            planned = [s.node for s in plan.slots]
             assert sorted(offered) == sorted(planned) and {n[:2] for n in planned} == {"r1"}
             wait_for("the record on the PodGroup", lambda: record_on(cluster, PODGROUPS, "train") is not None)
             record = record_on(cluster, PODGROUPS, "train")
@@ -553,4 +558,4 @@ def test_a_restarted_kilter_holds_the_volcano_gangs_other_tasks_to_the_plan_on_t
         with kilter(cluster, tmp_path, "kilter-2") as second:
             for pod in pods[1:]:
                 assert second.predicate_passing(vp.task_info(pod)) == sorted(set(planned) - {offered[0]})
-            assert second.app.extender.gangs.plans["ml/podgroup/train"].origin == "record"
+            assert (p := second.app.extender.gangs.plan_of("ml/podgroup/train")) is not None and p.origin == "record"

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from kilter.gangs import GangBook, identify
-from kilter.gangs.book import repair_order
 from kilter.gangs.keys import PlanKeys
 from kilter.gangs.records import PLAN_ANNOTATION, PlanRecord, encode
+from kilter.gangs.repair_queue import repair_order
 from kilter.model import codec
 from kilter.model.core_v1 import Pod
 from kilter.state.store import ClusterStore

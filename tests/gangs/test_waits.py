@@ -8,7 +8,7 @@ import msgspec
 import pytest
 
 from kilter.gangs import GangBook, GangPlan, identify
-from kilter.gangs.book import INFEASIBLE_RETRY_S
+from kilter.gangs.gang_plan import INFEASIBLE_RETRY_S
 from kilter.gangs.wait_settings import QueueWaitRules
 from kilter.gangs.waits import SplitWaits, facts_of
 from kilter.model.core_v1 import Pod
@@ -66,7 +66,7 @@ def test_the_decision_is_kept_a_few_seconds_but_never_past_the_budget() -> None:
     clock = Clock(T0)
     book = book_over([*fleet_objects(), *gang_pods("train", T0 - BUDGET_S + 2, annotations=RUNTIME)], clock)
     first = ask(book)
-    assert first.waiting and first.retry_s == pytest.approx(2.0)  # 2 s of the budget left: not the usual 5 s
+    assert first.waiting and first.life.retry_s == pytest.approx(2.0)  # 2 s of the budget left: not the usual 5 s
     clock.now += 1
     assert ask(book, pod=1) is first  # the other pods of the gang get the same answer, not a new judgement
     clock.now += 1.5
@@ -79,7 +79,7 @@ def test_the_decision_is_kept_a_few_seconds_but_never_past_the_budget() -> None:
 def test_a_long_wait_is_asked_again_after_the_usual_pause() -> None:
     clock = Clock(T0)
     book = book_over([*fleet_objects(), *gang_pods("train", T0, annotations=RUNTIME)], clock)
-    assert ask(book).retry_s == INFEASIBLE_RETRY_S
+    assert ask(book).life.retry_s == INFEASIBLE_RETRY_S
 
 
 def test_after_its_budget_the_gang_takes_the_split_plan_at_once() -> None:

@@ -309,7 +309,7 @@ class VolcanoExtender:
         uid = task.uid or f"{task.namespace}/{task.name}"
         if not allocate:
             return self._deallocate(uid, gpus)
-        plan = self.gangs.plans.get(shaping.gang_key(task.job)) if gpus else None
+        plan = self.gangs.plan_of(shaping.gang_key(task.job)) if gpus else None
         held = placement.seat(plan, self.store, self._pod_of(task), uid=uid, gpus=gpus)
         off = placement.off_plan(plan, fleet, node=task.node_name, held=held)
         if off:
@@ -342,7 +342,7 @@ class VolcanoExtender:
             fleet = self.store.fleet()
         except KilterError as exc:
             return answers.bad_request(exc)
-        off = placement.off_plan_tasks(self.gangs.plans.get(shaping.gang_key(job.key)), fleet, args.job.tasks)
+        off = placement.off_plan_tasks(self.gangs.plan_of(shaping.gang_key(job.key)), fleet, args.job.tasks)
         if off:
             self.notes.add(job.key, "ready", f"not ready: off the gang's plan: {', '.join(off[:5])}")
             return Answer(200, b'{"status":false}', "off-plan")
@@ -367,8 +367,8 @@ class VolcanoExtender:
             return None
         key = shaping.gang_key(task.job)
         gang, members = self.shapes.gang(task.job, fleet, self.sessions.current)
-        if gang is None or (task.uid not in members and key not in self.gangs.plans):
-            return self.gangs.plans.get(key)
+        if gang is None or (task.uid not in members and not self.gangs.is_planned(key)):
+            return self.gangs.plan_of(key)
         plan = self.gangs.plan_for(gang, shaping.task_pod(task), gpus)
         if plan is not None and plan.waiting:
             self.notes.add(task.job, "wait", plan.plan.reason)

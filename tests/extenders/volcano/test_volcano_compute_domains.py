@@ -49,7 +49,8 @@ def test_two_compute_domain_jobs_get_one_clique_each_and_never_the_same(volcano:
     assert {n.split("-")[0] for n in passing(volcano, a)} == {"r2"}
     assert {n.split("-")[0] for n in passing(volcano, b)} == {"r1"}  # r2, the best fit, holds a's plan
     assert volcano.app.volcano is not None
-    plan = volcano.app.volcano.gangs.plans["ml/podgroup/b"]
+    plan = volcano.app.volcano.gangs.plan_of("ml/podgroup/b")
+    assert plan is not None
     assert "1 clique of other ComputeDomains left out" in plan.plan.reason
 
 

@@ -378,7 +378,8 @@ def test_a_task_of_another_job_allocated_on_a_planned_node_takes_no_slot_of_that
         "allocateFunc", vp.task_args(dict(task_of(solo), NodeName=planned[0], Status=vp.ALLOCATED))
     )
     assert (status, body) == (200, {"errorMessage": ""})
-    plan = volcano.app.extender.gangs.plans["ml/podgroup/gang"]
+    plan = volcano.app.extender.gangs.plan_of("ml/podgroup/gang")
+    assert plan is not None
     assert [s.uid for s in plan.slots] == ["", "", "", ""]  # ...and every slot of the gang's plan is still open
     status, body = volcano.post("allocateFunc", vp.task_args(dict(first, NodeName=planned[0], Status=vp.ALLOCATED)))
     assert body == {"errorMessage": ""}

@@ -58,7 +58,8 @@ def test_each_task_passes_only_on_its_ranks_node_scores_there_and_may_be_allocat
     assert all(len(nodes) == 1 for nodes in seats.values()), seats
     assert len({nodes[0] for nodes in seats.values()}) == len(ROLES)  # six tasks, six trays, one each
     assert volcano.app.volcano is not None
-    plan = volcano.app.volcano.gangs.plans["ml/podgroup/pt"]
+    plan = volcano.app.volcano.gangs.plan_of("ml/podgroup/pt")
+    assert plan is not None
     by_rank = {(s.pod_set, s.rank): s.node for s in plan.slots}
     assert seats[("master", 0)] == [by_rank[("master-4", 0)]]
     assert [seats[("worker", i)][0] for i in range(5)] == [by_rank[("worker-4", i)] for i in range(5)]

@@ -133,7 +133,7 @@ def test_each_replacement_task_passes_only_beside_the_survivors_on_its_own_rank(
         assert len(set(landed.values())) == len(failed)
         assert all(node.startswith("r6-") and node not in RANK_NODE for node in landed.values()), landed
         assert v.app.volcano is not None
-        plan = v.app.volcano.gangs.plans.get("ml/podgroup/pt")
+        plan = v.app.volcano.gangs.plan_of("ml/podgroup/pt")
         if plan is not None:  # still open in the book: its repaired ranks are where the tasks went
             assert {r.place.rank: r.now for r in plan.repaired if r.place is not None} == landed
         assert v.app.volcano.gangs.planned == 1
