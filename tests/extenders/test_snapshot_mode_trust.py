@@ -65,7 +65,7 @@ def test_a_plan_for_pods_the_snapshot_does_not_show_yet_outlives_the_live_grace(
     gangs.clock = lambda: now[0]
     _, first = snapshot_served.post("filter", names_args(gang_pod("train-0", "train", 10), RACKS))
     planned = first["NodeNames"]
-    assert len(planned) == 10 and not gangs.plans["ml/gang/train"].verified
+    assert len(planned) == 10 and (p := gangs.plan_of("ml/gang/train")) is not None and not p.verified
     now[0] = LIVE_GRACE_S + 1
     _, second = snapshot_served.post("filter", names_args(gang_pod("train-1", "train", 10), RACKS))
     assert second["NodeNames"] == planned  # the gang's plan, still held for it
@@ -79,10 +79,10 @@ def test_a_plan_for_pods_the_snapshot_never_shows_goes_after_the_gang_timeout_li
     now = [0.0]
     gangs.clock = lambda: now[0]
     snapshot_served.post("filter", names_args(gang_pod("ghost-0", "ghosts", 10), RACKS))
-    assert "ml/gang/ghosts" in gangs.plans
-    now[0] = gangs.timeout_s + 1
+    assert gangs.is_planned("ml/gang/ghosts")
+    now[0] = gangs.settings.timeout_s + 1
     snapshot_served.post("filter", names_args(gang_pod("other-0", "other", 2), RACKS))  # a gang's filter expires
-    assert "ml/gang/ghosts" not in gangs.plans and snapshot_served.store.reservation("ml/gang/ghosts") == ()
+    assert not gangs.is_planned("ml/gang/ghosts") and snapshot_served.store.reservation("ml/gang/ghosts") == ()
 
 
 def test_the_snapshot_that_shows_the_gangs_pods_minutes_later_verifies_their_plan(snapshot_served: Served) -> None:
@@ -95,7 +95,7 @@ def test_the_snapshot_that_shows_the_gangs_pods_minutes_later_verifies_their_pla
     now[0] = 4 * 60.0  # the CronJob's next snapshot
     reloaded(snapshot_served, [*cluster_objects(), *pods])
     _, again = snapshot_served.post("filter", names_args(pods[1], RACKS))
-    assert again["NodeNames"] == planned and gangs.plans["ml/gang/train"].verified
+    assert again["NodeNames"] == planned and (p := gangs.plan_of("ml/gang/train")) is not None and p.verified
 
 
 def test_an_assumed_booking_lasts_until_a_snapshot_shows_the_pod(snapshot_served: Served) -> None:
