@@ -7,6 +7,8 @@ from kilter.sim import (
     fleetspec,
     gangs,
     kueue_tas,
+    kueue_tas_balanced,
+    kueue_tas_tree,
     maintenance,
     maintenance_spec,
     metrics,
@@ -35,7 +37,7 @@ from kilter.sim.failure_model import FailureSettings
 from kilter.sim.gangs import Gang, gang_for
 from kilter.sim.maintenance import MaintenanceSimulation
 from kilter.sim.maintenance_spec import MaintenanceSettings
-from kilter.sim.placement import Policy, Releasing
+from kilter.sim.placement import PlacementPolicy, Releasing
 from kilter.sim.policies import POLICIES, make_policy
 from kilter.sim.regions import Region, simulate_regions
 from kilter.sim.run import Run, simulate
@@ -50,7 +52,7 @@ __all__ = [
     "MaintenanceSettings",
     "MaintenanceSimulation",
     "Outcome",
-    "Policy",
+    "PlacementPolicy",
     "Region",
     "Releasing",
     "Run",
@@ -66,6 +68,8 @@ __all__ = [
     "gang_for",
     "gangs",
     "kueue_tas",
+    "kueue_tas_balanced",
+    "kueue_tas_tree",
     "maintenance",
     "maintenance_spec",
     "make_policy",

@@ -80,7 +80,7 @@ from kilter.quota.usage import WorkloadInfo
 from kilter.sim.failure_model import FailureSettings
 from kilter.sim.gangs import Gang, RequestMode, domains_per_block, gang_for, min_domains, resolved_mode
 from kilter.sim.maintenance_spec import MaintenanceSettings
-from kilter.sim.placement import Asking, Nodes, Policy, Releasing
+from kilter.sim.placement import Asking, Nodes, PlacementPolicy, Releasing
 from kilter.sim.queues import QueueSetup
 from kilter.sim.split_hold import WaitSettings, make_hold
 from kilter.sim.trace import TraceJob
@@ -151,7 +151,7 @@ class Simulation:
         self,
         fleet: Fleet,
         jobs: Sequence[TraceJob],
-        policy: Policy,
+        policy: PlacementPolicy,
         queues: QueueSetup,
         config: SimConfig,
         *,

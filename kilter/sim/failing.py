@@ -62,7 +62,7 @@ import numpy as np
 from kilter.sim.engine import SimConfig, Simulation
 from kilter.sim.failure_model import FailureClock, FailureSettings, NodeClock
 from kilter.sim.gangs import Gang
-from kilter.sim.placement import Nodes, Policy, free_gpus
+from kilter.sim.placement import Nodes, PlacementPolicy, free_gpus
 from kilter.sim.queues import QueueSetup
 from kilter.sim.trace import TraceJob
 from kilter.topology import repair
@@ -105,7 +105,7 @@ class FailingSimulation(Simulation):
         self,
         fleet: Fleet,
         jobs: Sequence[TraceJob],
-        policy: Policy,
+        policy: PlacementPolicy,
         queues: QueueSetup,
         config: SimConfig,
         *,

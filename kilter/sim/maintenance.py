@@ -57,7 +57,7 @@ from kilter.sim.failing import FailingSimulation
 from kilter.sim.failure_model import FailureClock, FailureSettings
 from kilter.sim.gangs import Gang
 from kilter.sim.maintenance_spec import MaintenanceSettings
-from kilter.sim.placement import Nodes, Policy
+from kilter.sim.placement import Nodes, PlacementPolicy
 from kilter.sim.queues import QueueSetup
 from kilter.sim.split_hold import RuntimeEstimates
 from kilter.sim.trace import TraceJob
@@ -131,7 +131,7 @@ class MaintenanceSimulation(FailingSimulation):
         self,
         fleet: Fleet,
         jobs: Sequence[TraceJob],
-        policy: Policy,
+        policy: PlacementPolicy,
         queues: QueueSetup,
         config: SimConfig,
         *,

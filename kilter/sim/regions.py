@@ -57,11 +57,11 @@ from kilter.model.errors import InputError
 from kilter.quota.available import available
 from kilter.sim.engine import UNBOUNDED, SimConfig, Simulation
 from kilter.sim.gangs import Gang, gang_for, resolved_mode
-from kilter.sim.placement import Nodes, Policy, free_gpus
+from kilter.sim.placement import Nodes, PlacementPolicy, free_gpus
 from kilter.sim.policies import make_policy
 from kilter.sim.queues import QueueSetup, queue_setup
 from kilter.sim.trace import TraceJob
-from kilter.topology import regions as dispatch
+from kilter.topology import regions as topology_regions
 from kilter.topology.fleet import Fleet
 
 __all__ = [
@@ -88,7 +88,7 @@ def _halvings(size: int) -> list[int]:
     return [size >> k for k in range(size.bit_length()) if size >> k]
 
 
-def rooms_of(fleet: Fleet) -> tuple[dispatch.DomainRoom, ...]:
+def rooms_of(fleet: Fleet) -> tuple[topology_regions.DomainRoom, ...]:
     """Each domain's room now, as ``gangs.inventory`` publishes it: free GPUs on usable nodes, and the most pods of
     the largest size its nodes take (a whole node of its platform first, then halves, down to 1 GPU)."""
     bm = fleet.bitmap
@@ -104,14 +104,14 @@ def rooms_of(fleet: Fleet) -> tuple[dispatch.DomainRoom, ...]:
         platform = fleet.platforms[p]
         shape = next(((fits[s][d], s) for s in _halvings(platform.gpus_per_node) if fits[s][d] > 0), None)
         pods, size = shape if shape is not None else (0, platform.gpus_per_node)
-        rooms.append(dispatch.DomainRoom(platform.name, free_sum[d], pods, size))
+        rooms.append(topology_regions.DomainRoom(platform.name, free_sum[d], pods, size))
     return tuple(rooms)
 
 
-def ask_for(gang: Gang, fleet: Fleet, *, home: str, queue: str) -> dispatch.GangAsk:
+def ask_for(gang: Gang, fleet: Fleet, *, home: str, queue: str) -> topology_regions.GangAsk:
     """The gang as a peer's dispatcher sees it (``GangAsk.of_pod_sets``, as the live dispatcher makes it): its
     largest pods as the shape, the GPUs of the smaller ones besides."""
-    return dispatch.GangAsk.of_pod_sets(
+    return topology_regions.GangAsk.of_pod_sets(
         gang.pod_sets, platforms=(fleet.platforms[gang.platform].name,), home=home, queue=queue
     )
 
@@ -125,7 +125,7 @@ class RegionalSimulation(Simulation):
         name: str,
         fleet: Fleet,
         jobs: Sequence[TraceJob],
-        policy: Policy,
+        policy: PlacementPolicy,
         queues: QueueSetup,
         config: SimConfig,
         *,
@@ -225,8 +225,11 @@ class RegionalSimulation(Simulation):
 
 
 def _views(
-    sims: Sequence[RegionalSimulation], rooms: Sequence[tuple[dispatch.DomainRoom, ...]], tenant: str, platform: str
-) -> list[dispatch.RegionView]:
+    sims: Sequence[RegionalSimulation],
+    rooms: Sequence[tuple[topology_regions.DomainRoom, ...]],
+    tenant: str,
+    platform: str,
+) -> list[topology_regions.RegionView]:
     """Each region as a peer sees it: its rooms, and the tenant's quota headroom on ``platform`` (none where its
     ClusterQueue there has no flavor of it)."""
     out = []
@@ -242,13 +245,13 @@ def _views(
             ]
             if free:
                 headroom[tenant] = max(free)
-        out.append(dispatch.RegionView(sim.name, room, headroom))
+        out.append(topology_regions.RegionView(sim.name, room, headroom))
     return out
 
 
 def kilter_targets(
     sims: Sequence[RegionalSimulation],
-    rooms: Sequence[tuple[dispatch.DomainRoom, ...]],
+    rooms: Sequence[tuple[topology_regions.DomainRoom, ...]],
     *,
     home: int,
     tenant: str,
@@ -265,7 +268,7 @@ def kilter_targets(
             platform = sim.fleet.platforms[p]
             gang = gang_for(-1, gpus, platform, p, resolved_mode(sim.config.topology))
             ask = ask_for(gang, sim.fleet, home=names[home], queue=tenant)
-            chosen = dispatch.nominate(ask, _views(sims, rooms, tenant, platform.name))
+            chosen = topology_regions.nominate(ask, _views(sims, rooms, tenant, platform.name))
             if chosen:
                 return [names.index(name) for name in chosen]
     return []
@@ -313,7 +316,7 @@ class _Pool:
         self.groups: dict[tuple[int, str, int], dict[int, None]] = {}  # kilter: waiting jobs by what ranks them
         self.sent: dict[tuple[int, str, int], list[int]] = {}  # kilter: where each group is sent now
         self.fresh: set[int] = set()
-        self.rooms: list[tuple[int, tuple[dispatch.DomainRoom, ...]]] = [(-1, ()) for _ in sims]
+        self.rooms: list[tuple[int, tuple[topology_regions.DomainRoom, ...]]] = [(-1, ()) for _ in sims]
 
     # ------------------------------------------------------------------ copies
 
@@ -379,7 +382,7 @@ class _Pool:
         job = self.jobs[j]
         return self.homes[j], job.queue, job.gpus
 
-    def room(self, k: int) -> tuple[dispatch.DomainRoom, ...]:
+    def room(self, k: int) -> tuple[topology_regions.DomainRoom, ...]:
         version, rooms = self.rooms[k]
         if version != self.sims[k].version:
             rooms = rooms_of(self.sims[k].fleet)

@@ -17,7 +17,7 @@ from kilter.sim.engine import Progress, SimConfig, Simulation
 from kilter.sim.failing import FailingSimulation
 from kilter.sim.maintenance import MaintenanceSimulation
 from kilter.sim.metrics import metrics
-from kilter.sim.placement import Policy
+from kilter.sim.placement import PlacementPolicy
 from kilter.sim.policies import make_policy
 from kilter.sim.queues import queue_setup
 from kilter.sim.slurm_backfill import SlurmSimulation
@@ -39,7 +39,7 @@ class Run:
 def simulate(
     make_fleet: Callable[[], Fleet],
     jobs: Sequence[TraceJob],
-    policy: str | Policy,
+    policy: str | PlacementPolicy,
     *,
     queue_objects: Sequence[Any] = (),
     config: SimConfig | None = None,

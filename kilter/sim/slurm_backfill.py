@@ -58,7 +58,7 @@ import numpy.typing as npt
 from kilter.quota.available import available
 from kilter.sim.engine import SimConfig, Simulation
 from kilter.sim.gangs import Gang
-from kilter.sim.placement import Nodes, Policy, free_gpus
+from kilter.sim.placement import Nodes, PlacementPolicy, free_gpus
 from kilter.sim.queues import QueueSetup
 from kilter.sim.slurm_block import SlurmBlock
 from kilter.sim.slurm_cycle import BackfillCycle, BackfillSettings, Cycle, Partition, Running
@@ -87,7 +87,7 @@ class SlurmSimulation(Simulation):
         self,
         fleet: Fleet,
         jobs: Sequence[TraceJob],
-        policy: Policy,
+        policy: PlacementPolicy,
         queues: QueueSetup,
         config: SimConfig,
         *,

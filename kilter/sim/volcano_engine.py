@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from kilter.quota.bound_queues import Verdict
 from kilter.sim.engine import UNBOUNDED, SimConfig, Simulation
 from kilter.sim.gangs import Gang
-from kilter.sim.placement import Nodes, Policy
+from kilter.sim.placement import Nodes, PlacementPolicy
 from kilter.sim.queues import QueueSetup
 from kilter.sim.trace import TraceJob
 from kilter.sim.volcano_queues import VolcanoQueues
@@ -38,7 +38,7 @@ class VolcanoSimulation(Simulation):
         self,
         fleet: Fleet,
         jobs: Sequence[TraceJob],
-        policy: Policy,
+        policy: PlacementPolicy,
         queues: QueueSetup,
         config: SimConfig,
         *,

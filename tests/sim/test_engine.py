@@ -12,7 +12,7 @@ from kilter.sim import fleetspec
 from kilter.sim.engine import SimConfig, Simulation
 from kilter.sim.gangs import Gang
 from kilter.sim.metrics import metrics
-from kilter.sim.placement import Nodes, Policy
+from kilter.sim.placement import Nodes, PlacementPolicy
 from kilter.sim.policies import make_policy
 from kilter.sim.queues import queue_setup
 from kilter.sim.trace import TraceJob
@@ -20,7 +20,9 @@ from kilter.topology.fleet import Fleet
 from tests.sim.conftest import jobs, nvl72
 
 
-def simulate(fleet: Fleet, trace: list[TraceJob], policy: str | Policy = "kilter", **config: Any) -> Simulation:
+def simulate(
+    fleet: Fleet, trace: list[TraceJob], policy: str | PlacementPolicy = "kilter", **config: Any
+) -> Simulation:
     queues = queue_setup([], fleet, Counter(j.queue for j in trace))
     chosen = make_policy(policy) if isinstance(policy, str) else policy
     sim = Simulation(fleet, trace, chosen, queues, SimConfig(**config))
@@ -38,7 +40,7 @@ def gpus_in_use_at(sim: Simulation, t: float) -> int:
 class Recorder:
     """A policy that remembers what the wrapped one answered."""
 
-    def __init__(self, inner: Policy) -> None:
+    def __init__(self, inner: PlacementPolicy) -> None:
         self.inner = inner
         self.name = inner.name
         self.answers: list[tuple[Gang, Nodes]] = []
