@@ -49,8 +49,6 @@ def run_maintenance(args: argparse.Namespace) -> int:
     for flag, value in (("--sweep", args.sweep), ("--plot", args.plot)):
         if value is not None:
             raise InputError(f"{flag} cannot be combined with --maintenance")
-    if args.quota == "volcano":
-        raise InputError("--maintenance runs Kueue's admission (--quota fifo or fair)")
     config = sim_config(args)
     jobs, queue_objects, make_fleet = one_fleet_inputs(args)
     rollouts: list[tuple[str, Run]] = []
