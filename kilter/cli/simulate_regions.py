@@ -45,8 +45,6 @@ def run_regions(args: argparse.Namespace) -> int:
     for flag, value in (("--sweep", args.sweep), ("--plot", args.plot), ("--node-mtbf", args.node_mtbf)):
         if value is not None:
             raise InputError(f"{flag} cannot be combined with --regions")
-    if args.quota == "volcano":
-        raise InputError("--regions runs Kueue's admission (--quota fifo or fair)")
     config = sim_config(args)
     jobs = load_jobs(args.trace, gpu_scale=args.gpu_scale, time_scale=args.time_scale, limit=args.limit, seed=args.seed)
     spare_nodes = read_spare_nodes(args.spare_nodes_per_domain)

@@ -20,19 +20,26 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from kilter.sim.engine import SimConfig, Simulation
 from kilter.sim.failing import NodeFailures
 from kilter.sim.failure_model import FailureClock, FailureSettings, NoFailures
+from kilter.sim.kueue_cycles import KueueCycles
 from kilter.sim.maintenance import Maintenance
+from kilter.sim.parts import Admission
 from kilter.sim.placement import PlacementPolicy
 from kilter.sim.queues import QueueSetup
 from kilter.sim.trace import TraceJob
 from kilter.sim.volcano_engine import VolcanoSession
 from kilter.topology.fleet import Fleet
 
-__all__ = ["build"]
+__all__ = ["admission_for", "build"]
+
+
+def admission_for(config: SimConfig) -> Callable[[Simulation], Admission]:
+    """The maker of the admission step ``config`` asks for: Volcano's session, or Kueue's cycles."""
+    return VolcanoSession if config.quota == "volcano" else KueueCycles
 
 
 def build(
@@ -49,9 +56,7 @@ def build(
     failures with it)."""
     if config.maintenance is not None and config.failures is None:  # a kill loses the work since a checkpoint
         config = dataclasses.replace(config, failures=FailureSettings(math.inf, seed=config.split_wait.seed))
-    sim = Simulation(fleet, jobs, policy, queues, config, samples=samples)
-    if config.quota == "volcano":
-        sim.admission = VolcanoSession(sim)
+    sim = Simulation(fleet, jobs, policy, queues, config, admission=admission_for(config), samples=samples)
     if config.failures is not None:
         if clock is None and not math.isfinite(config.failures.node_mtbf_h):
             clock = NoFailures()

@@ -70,7 +70,6 @@ from kilter.quota.available import potential_available
 from kilter.quota.config import FairSharingConfig
 from kilter.quota.usage import WorkloadInfo
 from kilter.sim.gangs import Gang, domains_per_block, gang_for, min_domains, resolved_mode
-from kilter.sim.kueue_cycles import KueueCycles
 from kilter.sim.parts import UNBOUNDED, Admission, Part
 from kilter.sim.placement import Asking, Nodes, PlacementPolicy, Releasing
 from kilter.sim.queues import QueueSetup
@@ -104,8 +103,10 @@ class Simulation:
         queues: QueueSetup,
         config: SimConfig,
         *,
+        admission: Callable[[Simulation], Admission],
         samples: int = 2000,
     ) -> None:
+        """``admission`` makes the run's admission step over it (``compose.build`` picks it, and the parts)."""
         if int(fleet.bitmap.node_used_gpus.sum()):
             raise ValueError("the simulation starts from an idle fleet")
         self.fleet = fleet
@@ -153,7 +154,7 @@ class Simulation:
         span = jobs[-1].submit_s if jobs else 0.0
         self._sample_every = max(span, 1.0) / max(samples, 1)
         self._next_sample = 0.0
-        self.admission: Admission = KueueCycles(self)
+        self.admission: Admission = admission(self)
         self.parts: list[Part] = []
 
     def add(self, part: Part) -> None:

@@ -118,3 +118,7 @@ class KueueCycles:
 
     def capacity_grew(self) -> None:
         """Nothing of its own to forget: the engine's bounds are the cycles' bounds."""
+
+    def withdraw(self, j: int) -> bool:
+        """A waiting job is in the engine's queue until it starts: nothing of the cycles' holds it."""
+        return False

@@ -42,6 +42,11 @@ class Admission(Protocol):
 
     def capacity_grew(self) -> None: ...
 
+    def withdraw(self, j: int) -> bool:
+        """Take waiting job ``j`` back (its copy started in another region): True when the admission held it itself
+        (Volcano's enqueued jobs, charged to their queue), False when it waits in the engine's queue."""
+        ...
+
 
 class Part:
     """Events a run adds, and what it does at the engine's moments; every hook does nothing unless overridden."""

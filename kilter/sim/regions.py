@@ -1,7 +1,9 @@
 """One trace over several regions, dispatched four ways: what a global pool buys over regional silos.
 
 Each region is a whole simulation of its own (``RegionalSimulation``: its
-fleet, its Kueue queues, its placement policy, kilter's by default), and the
+fleet, its queues under Kueue's admission or, with ``--quota volcano``,
+Volcano's (``compose.admission_for``), its placement policy, kilter's by
+default), and the
 regions share one clock. A job belongs to a *home* region
 (``region_split``). What differs is where copies of a waiting job are queued;
 the first region to admit a copy wins and every other copy is withdrawn:
@@ -30,12 +32,13 @@ GPUs held meanwhile count as busy but not useful. No region ever reads a
 job's duration from another; dispatch decisions read only the summaries.
 
 At each instant gangs end first, then arrivals are queued (and timers
-fire), then every region runs its Kueue cycles, in an order drawn at random
+fire), then every region runs its admission, in an order drawn at random
 from the seed for each instant: the race between regions that could admit
 the same job at once has no fixed winner. For ``kilter``, dispatch rounds
-and cycles then alternate until a round starts nothing. Preemption and node
-failures are regional matters this model leaves out (``simulate_regions``
-refuses them).
+and cycles then alternate until a round starts nothing. Preemption (and
+Volcano's reclaim, which follows it), node failures and maintenance are
+regional matters this model leaves out (``simulate_regions`` refuses them).
+A copy withdrawn from Volcano's queues takes its queue's charge with it.
 
 The module runs to about 500 lines because the regional engine, the shared
 clock and the four dispatchers share one bookkeeping of copies; the spec
@@ -55,6 +58,7 @@ import numpy as np
 
 from kilter.model.errors import InputError
 from kilter.quota.available import available
+from kilter.sim.compose import admission_for
 from kilter.sim.engine import UNBOUNDED, SimConfig, Simulation
 from kilter.sim.gangs import Gang, gang_for, resolved_mode
 from kilter.sim.placement import Nodes, PlacementPolicy, free_gpus
@@ -132,7 +136,7 @@ class RegionalSimulation(Simulation):
         home: Sequence[str],
         delay_s: float,
     ) -> None:
-        super().__init__(fleet, jobs, policy, queues, config)
+        super().__init__(fleet, jobs, policy, queues, config, admission=admission_for(config))
         self.name = name
         self.usable_gpus = int(fleet.bitmap.domain_usable_gpus.sum())
         self.version = 0  # grows whenever a gang starts or ends here: the room summary is stale
@@ -160,7 +164,8 @@ class RegionalSimulation(Simulation):
         if j not in self._queued:
             return
         self._queued.discard(j)
-        self._unqueue(self.cq_of[j], j)
+        if not self.admission.withdraw(j):  # Volcano's session holds what it enqueued; the rest is queued here
+            self._unqueue(self.cq_of[j], j)
         self._waiting -= 1
         if self.hold is not None:
             self.hold.parked.discard(j)
@@ -195,7 +200,7 @@ class RegionalSimulation(Simulation):
         return ended
 
     def schedule(self, now: float) -> list[int]:
-        """Run this region's Kueue cycles at ``now``; the jobs that started here."""
+        """Run this region's admission at ``now``; the jobs that started here."""
         self._started = []
         self._schedule(now)
         return self._started
@@ -474,8 +479,8 @@ def simulate_regions(
     if not math.isfinite(delay_s) or delay_s < 0:
         raise InputError(f"the dispatch delay must be 0 s or more, got {delay_s!r}")
     config = config or SimConfig()
-    if config.failures is not None or config.quota != "kueue":
-        raise InputError("--regions runs Kueue's admission without node failures (no --quota volcano, --node-mtbf)")
+    if config.failures is not None or config.maintenance is not None:
+        raise InputError("--regions runs without node failures or maintenance (no --node-mtbf, --maintenance)")
     names = [r.name for r in regions]
     home_names = [names[h] for h in homes]
     tenants = Counter(j.queue for j in jobs)

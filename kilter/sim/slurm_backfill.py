@@ -58,6 +58,7 @@ import numpy.typing as npt
 from kilter.quota.available import available
 from kilter.sim.engine import SimConfig, Simulation
 from kilter.sim.gangs import Gang
+from kilter.sim.kueue_cycles import KueueCycles
 from kilter.sim.placement import Nodes, PlacementPolicy, free_gpus
 from kilter.sim.queues import QueueSetup
 from kilter.sim.slurm_block import SlurmBlock
@@ -97,7 +98,8 @@ class SlurmSimulation(Simulation):
     ) -> None:
         if not isinstance(policy, SlurmBlock):
             raise ValueError("SlurmSimulation places with SlurmBlock")
-        super().__init__(fleet, jobs, policy, queues, config, samples=samples)
+        # Kueue's cycles never run (``_schedule`` is Slurm's); they charge the GrpTRES limits, the ClusterQueues' quota
+        super().__init__(fleet, jobs, policy, queues, config, admission=KueueCycles, samples=samples)
         self.slurm = policy
         self.settings = settings or BackfillSettings()
         self.on_cycle = on_cycle

@@ -121,6 +121,20 @@ class VolcanoSession:
         self._bound.release(j)
         self._reclaim_bound.update(dict.fromkeys(self.sim.cq_names, UNBOUNDED))
 
+    @property
+    def charged(self) -> int:
+        """How many jobs the queues hold a charge for now (enqueued or running)."""
+        return len(self._bound.view.jobs)
+
+    def withdraw(self, j: int) -> bool:
+        """An enqueued job leaves the session with its queue's charge (what found no victims may find some now)."""
+        if j not in self._inqueue:
+            return False
+        self._inqueue.remove(j)
+        self._bound.release(j)
+        self._reclaim_bound.update(dict.fromkeys(self.sim.cq_names, UNBOUNDED))
+        return True
+
     def capacity_grew(self) -> None:
         """A node came back (or a gang ended): a job that found no victims may place on what they free now."""
         self._reclaim_bound.update(dict.fromkeys(self.sim.cq_names, UNBOUNDED))

@@ -71,7 +71,7 @@ def placed(trace: list[TraceJob], policy: str = "kilter") -> dict[int, list[int]
     """Each job's nodes where the run without failures put them (a failing run is the same until a failure)."""
     fleet = nvl72(2)
     recorder = Recorder(make_policy(policy))
-    Simulation(fleet, trace, recorder, queue_setup([], fleet, Counter(j.queue for j in trace)), SimConfig()).run()
+    build(fleet, trace, recorder, queue_setup([], fleet, Counter(j.queue for j in trace)), SimConfig()).run()
     return {g.job: nodes.tolist() for g, nodes in recorder.answers}
 
 

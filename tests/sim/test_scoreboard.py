@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from kilter.sim.compose import build
 from kilter.sim.engine import SimConfig, Simulation, slowdown_factor
 from kilter.sim.metrics import BOUNDED_SLOWDOWN_FLOOR_S, metrics, versus_best
 from kilter.sim.placement import PlacementPolicy
@@ -26,7 +27,7 @@ def simulate(
 ) -> Simulation:
     queues = queue_setup([], fleet, Counter(j.queue for j in trace))
     chosen = make_policy(policy) if isinstance(policy, str) else policy
-    sim = Simulation(fleet, trace, chosen, queues, SimConfig(**config))
+    sim = build(fleet, trace, chosen, queues, SimConfig(**config))
     sim.run()
     return sim
 

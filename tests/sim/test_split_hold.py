@@ -35,7 +35,7 @@ def simulate(trace: list[TraceJob], policy: Any = "kilter", *, fleet: Fleet | No
     config.setdefault("split_wait", ORACLE)
     queues = queue_setup([], fleet, Counter(j.queue for j in trace))
     chosen = make_policy(policy) if isinstance(policy, str) else policy
-    sim = Simulation(fleet, trace, chosen, queues, SimConfig(**config))
+    sim = build(fleet, trace, chosen, queues, SimConfig(**config))
     sim.run()
     return sim
 
@@ -250,6 +250,6 @@ def test_a_queue_whose_annotation_turns_waiting_off_does_not_wait() -> None:
     fleet = nvl72(2)
     trace = crowded(100)
     queues = queue_setup(objects, fleet, Counter(j.queue for j in trace))
-    sim = Simulation(fleet, trace, make_policy("kilter"), queues, SimConfig(split_wait=ORACLE))
+    sim = build(fleet, trace, make_policy("kilter"), queues, SimConfig(split_wait=ORACLE))
     sim.run()
     assert sim.hold is None and sim.outcome.start[2] == 1.0
