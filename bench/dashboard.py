@@ -27,7 +27,7 @@ from typing import Any
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from kilter.cli import simulate
+from kilter.cli import simulate_inputs
 from kilter.cli.demo_compare import DEMO_GPU_SCALE, DEMO_JOBS, demo_objects
 from kilter.cli.demo_scheduler import ExtenderPlacement, ExtenderServer
 from kilter.cli.sources import DEMO_QUEUES
@@ -148,7 +148,9 @@ def render(panels: dict[str, dict[str, list[tuple[float, float]]]], out: Path, t
 
 
 def main(out: Path = OUT, jobs: int = DEMO_JOBS) -> dict[str, Any]:
-    trace_jobs = simulate.load_jobs("synthetic:philly", gpu_scale=DEMO_GPU_SCALE, time_scale=1.0, limit=jobs, seed=0)
+    trace_jobs = simulate_inputs.load_jobs(
+        "synthetic:philly", gpu_scale=DEMO_GPU_SCALE, time_scale=1.0, limit=jobs, seed=0
+    )
     objects = demo_objects()
     scrapes: list[Scrape] = []
     with tempfile.TemporaryDirectory() as tmp:

@@ -37,6 +37,10 @@ __all__ = [
     "serve_grpc",
     "serve_pool",
     "simulate",
+    "simulate_inputs",
+    "simulate_maintenance",
+    "simulate_regions",
+    "simulate_report",
     "sources",
     "spare_flag",
 ]

@@ -29,13 +29,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from kilter.cli import render, simulate
+from kilter.cli import render, simulate_inputs, simulate_report
 from kilter.cli.demo_scheduler import ExtenderPlacement, ExtenderServer
 from kilter.cli.sources import DEMO_QUEUES
 from kilter.sim import fleetspec, run
 from kilter.sim.engine import SimConfig, Simulation
 from kilter.sim.metrics import versus_best
-from kilter.sim.placement import Policy
+from kilter.sim.placement import PlacementPolicy
 from kilter.sim.plot import plot_runs
 from kilter.sim.trace import TraceJob
 from kilter.state import snapshot
@@ -74,7 +74,7 @@ def demo_objects() -> list[dict[str, Any]]:
 
 def run_comparison(args: argparse.Namespace) -> dict[str, Any]:
     """Run every demo policy; print progress; return the report (policies' metrics, the PNG's path)."""
-    jobs: list[TraceJob] = simulate.load_jobs(
+    jobs: list[TraceJob] = simulate_inputs.load_jobs(
         args.trace or "synthetic:philly", gpu_scale=args.gpu_scale, time_scale=1.0, limit=args.jobs, seed=args.seed
     )
     objects = demo_objects()
@@ -92,7 +92,7 @@ def run_comparison(args: argparse.Namespace) -> dict[str, Any]:
         path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}))
         with ExtenderServer(path) as server:
             for name in DEMO_POLICIES:
-                policy: Policy | str = ExtenderPlacement(server) if name == "kilter" else name
+                policy: PlacementPolicy | str = ExtenderPlacement(server) if name == "kilter" else name
                 started = time.perf_counter()
                 r = run.simulate(
                     lambda: fleetspec.fleet_from_objects(objects),
@@ -101,7 +101,7 @@ def run_comparison(args: argparse.Namespace) -> dict[str, Any]:
                     queue_objects=queue_objects,
                     config=config,
                     seed=args.seed,
-                    progress=simulate.progress_bar(name + (" (HTTP)" if name == "kilter" else "")),
+                    progress=simulate_inputs.progress_bar(name + (" (HTTP)" if name == "kilter" else "")),
                 )
                 r.metrics["wallSeconds"] = round(time.perf_counter() - started, 1)
                 if isinstance(policy, ExtenderPlacement):
@@ -137,17 +137,17 @@ def short_verdict(versus: dict[str, Any]) -> str:
 
 
 def print_comparison(report: dict[str, Any]) -> None:
-    rows = [(name, *(m[k] for k, _ in simulate.COLUMNS)) for name, m in report["policies"].items()]
+    rows = [(name, *(m[k] for k, _ in simulate_report.COLUMNS)) for name, m in report["policies"].items()]
     print(
         f"{report['jobs']} jobs of {report['trace']} (GPUs x{report['gpuScale']}) on the idle demo fleet, "
         "the demo cluster's four Kueue queues with fair sharing; kilter answered over HTTP by a real kilter serve\n"
     )
-    print(render.table(("POLICY", *(h for _, h in simulate.COLUMNS)), rows), end="")
+    print(render.table(("POLICY", *(h for _, h in simulate_report.COLUMNS)), rows), end="")
     classes = [
-        (name, *(m["classes"][key][k] for key, _ in simulate.CLASSES for k, _ in simulate.CLASS_COLUMNS))
+        (name, *(m["classes"][key][k] for key, _ in simulate_report.CLASSES for k, _ in simulate_report.CLASS_COLUMNS))
         for name, m in report["policies"].items()
     ]
-    headers = ("POLICY", *(f"{c} {h}" for _, c in simulate.CLASSES for _, h in simulate.CLASS_COLUMNS))
+    headers = ("POLICY", *(f"{c} {h}" for _, c in simulate_report.CLASSES for _, h in simulate_report.CLASS_COLUMNS))
     print("\nBy job class (1-DOMAIN: jobs one scale-up domain can hold; MULTI-DOMAIN: the rest):")
     print(render.table(headers, classes), end="")
     if report.get("versus"):

@@ -1,85 +1,38 @@
 """``kilter simulate``: replay a trace on a fleet under placement and quota policies, and compare them.
 
-The module runs past 500 lines because every simulation flag is checked and reported here, beside the parser, and
-``--regions`` (``kilter.sim.regions``) adds its own runner and table over the same flags.
+The flags are parsed here and run here for a comparison of policies; reading the inputs and settings is
+``simulate_inputs``'s, the tables and report ``simulate_report``'s, and ``--regions`` and ``--maintenance`` run in
+``simulate_regions`` and ``simulate_maintenance``.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import math
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from kilter.cli import render, sources
-from kilter.cli.spare_flag import add_spare_argument, read_spare_nodes
-from kilter.model.annotations import SPARE_NODES_PER_DOMAIN
-from kilter.model.durations import parse_duration
+from kilter.cli.simulate_inputs import one_fleet_inputs, policies, progress_bar, sim_config, sweep_values
+from kilter.cli.simulate_maintenance import run_maintenance
+from kilter.cli.simulate_regions import run_regions
+from kilter.cli.simulate_report import COLUMNS, FAILURE_COLUMNS, class_table, report, versus_kilter
+from kilter.cli.spare_flag import add_spare_argument
 from kilter.model.errors import InputError
-from kilter.sim import fleetspec, region_split, synthetic
-from kilter.sim.engine import SPLIT_MODELS, Progress, SimConfig
-from kilter.sim.failure_model import DEFAULT_RESTART_S, FAILURE_POLICIES, FailureSettings
-from kilter.sim.maintenance_spec import ORDERS, MaintenanceSettings, parse_maintenance
-from kilter.sim.metrics import versus_best
-from kilter.sim.placement import waits_for_fewer_domains
+from kilter.sim import synthetic
+from kilter.sim.engine import SPLIT_MODELS, SimConfig
+from kilter.sim.failure_model import DEFAULT_RESTART_S, FAILURE_POLICIES
 from kilter.sim.plot import plot_runs
 from kilter.sim.policies import POLICIES
-from kilter.sim.regions import DISPATCHERS, Region, RegionRun, simulate_regions
 from kilter.sim.run import Run, simulate
-from kilter.sim.split_hold import RUNTIME_ESTIMATES, WAIT_CLOCKS, WAIT_HOLDS, WaitSettings
-from kilter.sim.trace import TraceJob, read_trace
-from kilter.state import cluster, snapshot
+from kilter.sim.split_hold import RUNTIME_ESTIMATES, WAIT_CLOCKS, WAIT_HOLDS
+from kilter.sim.trace import TraceJob
 from kilter.topology import split_wait
-from kilter.topology.catalog import Catalog
-from kilter.topology.fleet import Fleet, build_fleet
-from kilter.topology.health import DEFAULTS, HealthSignals
+from kilter.topology.fleet import Fleet
 
-__all__ = ["add_parser", "load_fleet", "load_jobs", "run", "with_spares"]
-
-SPARE_KINDS = ("ResourceFlavor", "ClusterQueue", "Cohort")
-
-COLUMNS = (
-    ("jobs", "JOBS"),
-    ("completed", "DONE"),
-    ("neverFit", "NEVER FIT"),
-    ("meanWaitSeconds", "MEAN WAIT s"),
-    ("p95WaitSeconds", "P95 WAIT s"),
-    ("maxWaitSeconds", "MAX WAIT s"),
-    ("meanJctSeconds", "MEAN JCT s"),
-    ("p95BoundedSlowdown", "P95 BSLD"),
-    ("utilization", "UTIL"),
-    ("usefulUtilization", "USEFUL"),
-    ("singleDomainFraction", "1-DOMAIN"),
-    ("meanDomainsPerGang", "DOMAINS/MIN"),
-    ("fragmentation", "FRAG"),
-    ("jainFairness", "JAIN"),
-    ("preemptions", "PREEMPT"),
-    ("splitWaited", "SPLIT WAITS"),
-    ("splitWaitMeanSeconds", "MEAN SPLIT WAIT s"),
-)
-CLASS_COLUMNS = (
-    ("jobs", "JOBS"),
-    ("meanWaitSeconds", "MEAN WAIT s"),
-    ("p95WaitSeconds", "P95 WAIT s"),
-    ("meanJctSeconds", "MEAN JCT s"),
-)
-CLASSES = (("oneDomain", "1-DOMAIN"), ("multiDomain", "MULTI-DOMAIN"))
-FAILURE_COLUMNS = (
-    ("failurePolicy", "ON FAILURE"),
-    ("failuresInjected", "FAILURES"),
-    ("gangsHitByFailures", "GANGS HIT"),
-    ("failureEvictions", "REQUEUED"),
-    ("goodput", "GOODPUT"),
-    ("gpuHoursLostToFailures", "LOST GPU-h"),
-    ("repairs", "REPAIRS"),
-    ("repairsSameDomainFraction", "SAME DOMAIN"),
-    ("meanResumeSeconds", "MEAN RESUME s"),
-    ("p95ResumeSeconds", "P95 RESUME s"),
-)
+__all__ = ["add_parser", "rank_by_slowdown", "run"]
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -242,175 +195,6 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.set_defaults(func=run)
 
 
-def load_jobs(spec: str, *, gpu_scale: int, time_scale: float, limit: int | None, seed: int) -> list[TraceJob]:
-    if gpu_scale < 1:
-        raise InputError("--gpu-scale must be at least 1")
-    if not time_scale > 0:
-        raise InputError("--time-scale must be above 0")
-    if limit is not None and limit < 1:
-        raise InputError("--limit must be at least 1")
-    if spec.startswith("synthetic:"):
-        profile = spec.removeprefix("synthetic:")
-        if profile not in synthetic.PROFILES:
-            raise InputError(f"unknown synthetic profile {profile!r} (known: {', '.join(sorted(synthetic.PROFILES))})")
-        return synthetic.generate(profile, jobs=limit, seed=seed, gpu_scale=gpu_scale, time_scale=time_scale)
-    return read_trace(Path(spec), gpu_scale=gpu_scale, time_scale=time_scale, limit=limit)
-
-
-def load_fleet(
-    path: Path, *, seed: int, catalog: Catalog | None = None, health: HealthSignals = DEFAULTS
-) -> Callable[[], Fleet]:
-    """A maker of fresh idle fleets from a fleet spec or a snapshot (whose bound pods are left out); ``health``
-    judges a snapshot's Nodes (a spec's generated nodes carry no health signal)."""
-    docs = snapshot.load_documents(path)
-    if len(docs) == 1 and isinstance(docs[0], dict) and "kind" not in docs[0]:
-        spec = fleetspec.parse_spec(docs[0], seed=seed, catalog=catalog)
-        return lambda: fleetspec.fleet_from_spec(spec, catalog)
-    state = cluster.load(path, catalog=catalog)
-    if not state.nodes:
-        raise InputError(f"{path}: neither a fleet spec ({{platforms: [...]}}) nor a snapshot with Nodes")
-    return lambda: build_fleet(
-        state.nodes, catalog=catalog, topologies=state.topologies, hypernodes=state.hypernodes, health=health
-    )
-
-
-def _one_fleet_inputs(args: argparse.Namespace) -> tuple[list[TraceJob], list[Any], Callable[[], Fleet]]:
-    """The trace's jobs, the queue file's objects and the fleet maker (spares kept) of a run on one fleet."""
-    jobs = load_jobs(args.trace, gpu_scale=args.gpu_scale, time_scale=args.time_scale, limit=args.limit, seed=args.seed)
-    if not jobs:
-        raise InputError("the trace has no jobs")
-    spare_nodes = read_spare_nodes(args.spare_nodes_per_domain)
-    queue_objects = snapshot.load_documents(args.queues) if args.queues else []
-    health = sources.health_of(args.health_signals)
-    make_fleet = with_spares(load_fleet(args.fleet, seed=args.seed, health=health), queue_objects, spare_nodes)
-    return jobs, queue_objects, make_fleet
-
-
-def with_spares(make_fleet: Callable[[], Fleet], queue_objects: list[Any], default: int) -> Callable[[], Fleet]:
-    """``make_fleet`` whose fleets keep the spare nodes ``--spare-nodes-per-domain`` and the queue file's
-    ``kilter.dev/spare-nodes-per-domain`` annotations ask for (``topology.spare_settings``; kilter's placement
-    holds them out, the baselines do not know of them). A bad annotation is refused here, as the webhook would."""
-    state = cluster.from_objects([o for o in queue_objects if isinstance(o, dict) and o.get("kind") in SPARE_KINDS])
-    state.spare_nodes_default = default
-    if not default and not any(SPARE_NODES_PER_DOMAIN in o.metadata.annotations for o in _spare_objects(state)):
-        return make_fleet
-
-    def make() -> Fleet:
-        fleet = make_fleet()
-        problems = state.hold_spares(fleet)
-        if problems:
-            raise InputError(problems[0])
-        return fleet
-
-    return make
-
-
-def _spare_objects(state: cluster.ClusterState) -> list[Any]:
-    return [*state.flavors, *state.cluster_queues, *state.cohorts]
-
-
-def policies(text: str) -> list[str]:
-    names = list(POLICIES) if text == "all" else [n.strip() for n in text.split(",") if n.strip()]
-    unknown = [n for n in names if n not in POLICIES]
-    if unknown or not names:
-        raise InputError(f"unknown policy {unknown[0] if unknown else text!r} (known: {', '.join(POLICIES)}, all)")
-    return names
-
-
-def progress_bar(label: str) -> Progress | None:
-    if not sys.stderr.isatty():
-        return None
-    last = [0.0]
-
-    def show(done: int, total: int) -> None:
-        now = time.monotonic()
-        if now - last[0] < 0.2 and done < total:
-            return
-        last[0] = now
-        width = 30
-        filled = width * done // max(total, 1)
-        print(f"\r{label:<16} [{'#' * filled}{'.' * (width - filled)}] {done}/{total}", end="", file=sys.stderr)
-        if done >= total:
-            print(file=sys.stderr)
-
-    return show
-
-
-def sweep_values(text: str | None) -> list[float]:
-    if not text:
-        return []
-    try:
-        values = [float(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise InputError(f"--sweep: expected numbers separated by commas, got {text!r}") from None
-    if not values or any(not 0 <= v <= 100 for v in values):
-        raise InputError("--sweep: every slowdown must be between 0 and 100")
-    return values
-
-
-def wait_settings(args: argparse.Namespace) -> WaitSettings:
-    """The split-wait flags, checked as the annotations are."""
-    if not 0 <= args.split_wait <= split_wait.MAX_FACTOR:
-        raise InputError(f"--split-wait must be between 0 and {split_wait.MAX_FACTOR:g} (0 turns waiting off)")
-    max_s = parse_duration(args.split_wait_max, path="--split-wait-max")
-    return WaitSettings(
-        args.split_wait,
-        max_s,
-        args.runtime_estimate,
-        args.seed,
-        holds=args.split_wait_holds,
-        clock=args.split_wait_clock,
-        split_slowdown=told_slowdown(args.split_wait_slowdown),
-    )
-
-
-def told_slowdown(text: str) -> float | None:
-    """``--split-wait-slowdown``: a number from 0 to 100, or ``true`` (None: the simulation's own)."""
-    if text.strip().lower() == "true":
-        return None
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not 0 <= value <= 100:
-        raise InputError(f"--split-wait-slowdown: expected a number from 0 to 100 or 'true', got {text!r}")
-    return value
-
-
-def failure_settings(args: argparse.Namespace) -> FailureSettings | None:
-    """The failure flags, checked; None when nodes never fail."""
-    given = {
-        "--repair-hours": args.repair_hours,
-        "--checkpoint-minutes": args.checkpoint_minutes,
-        "--restart-minutes": args.restart_minutes,
-        "--failure-policy": args.failure_policy,
-    }
-    rollout = getattr(args, "maintenance", None) is not None  # its kills lose the work since the last checkpoint
-    if args.node_mtbf is None:
-        kept = ("--checkpoint-minutes", "--restart-minutes") if rollout else ()
-        stray = next((flag for flag, value in given.items() if value is not None and flag not in kept), None)
-        if stray is not None:
-            raise InputError(f"{stray} needs --node-mtbf (nodes never fail without it)")
-        if not rollout:
-            return None
-    elif not 0 < args.node_mtbf < 1e9:
-        raise InputError("--node-mtbf must be a number of hours above 0")
-    mtbf_h = math.inf if args.node_mtbf is None else args.node_mtbf  # inf: checkpoints only, no node fails
-    defaults = FailureSettings(mtbf_h)
-    repair_h = defaults.repair_h if args.repair_hours is None else args.repair_hours
-    checkpoint_min = defaults.checkpoint_s / 60 if args.checkpoint_minutes is None else args.checkpoint_minutes
-    restart_min = defaults.restart_s / 60 if args.restart_minutes is None else args.restart_minutes
-    for flag, value in (
-        ("--repair-hours", repair_h),
-        ("--checkpoint-minutes", checkpoint_min),
-        ("--restart-minutes", restart_min),
-    ):
-        if not 0 <= value < 1e9:
-            raise InputError(f"{flag} must be 0 or more")
-    policy = None if args.failure_policy in (None, "auto") else args.failure_policy
-    return FailureSettings(mtbf_h, repair_h, checkpoint_min * 60, restart_min * 60, policy, args.seed)
-
-
 def run(args: argparse.Namespace) -> int:
     if args.regions is not None:
         if args.maintenance is not None:
@@ -421,7 +205,7 @@ def run(args: argparse.Namespace) -> int:
     names = policies(args.policy)
     sweep = sweep_values(args.sweep)
     config = sim_config(args)
-    jobs, queue_objects, make_fleet = _one_fleet_inputs(args)
+    jobs, queue_objects, make_fleet = one_fleet_inputs(args)
     runs: list[Run] = []
     for name in names:
         started = time.perf_counter()
@@ -475,218 +259,6 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def class_table(runs: list[Run]) -> str:
-    """Each policy's wait and JCT apart for one-domain and multi-domain jobs."""
-    headers = ("POLICY", *(f"{c} {h}" for _, c in CLASSES for _, h in CLASS_COLUMNS))
-    rows = [(r.policy, *(r.metrics["classes"][key][k] for key, _ in CLASSES for k, _ in CLASS_COLUMNS)) for r in runs]
-    return render.table(headers, rows)
-
-
-def versus_kilter(runs: list[Run]) -> dict[str, Any]:
-    """kilter against the best of the policies that run without kilter's rule (``metrics.versus_best``)."""
-    others = [r.policy for r in runs if not waits_for_fewer_domains(r.simulation.policy)]
-    return versus_best({r.policy: r.metrics for r in runs}, ours="kilter", others=others)
-
-
-def sim_config(args: argparse.Namespace) -> SimConfig:
-    """The simulation settings the flags ask for, checked."""
-    for flag in ("split_slowdown", "block_slowdown"):
-        if not 0 <= getattr(args, flag) <= 100:
-            raise InputError(f"--{flag.replace('_', '-')} must be between 0 and 100")
-    return SimConfig(
-        topology=args.topology_request,
-        fair=args.quota in ("fair", "volcano"),  # the Volcano verbs run Kueue's fair-sharing preemption
-        quota="volcano" if args.quota == "volcano" else "kueue",
-        split_slowdown=args.split_slowdown,
-        block_slowdown=args.block_slowdown,
-        split_model=args.split_model,
-        split_wait=wait_settings(args),
-        failures=failure_settings(args),
-    )
-
-
-REGION_COLUMNS = (
-    ("completed", "DONE"),
-    ("neverRan", "NEVER RAN"),
-    ("meanWaitSeconds", "MEAN WAIT s"),
-    ("p95WaitSeconds", "P95 WAIT s"),
-    ("meanJctSeconds", "MEAN JCT s"),
-    ("utilization", "UTIL"),
-    ("usefulUtilization", "USEFUL"),
-)
-REGION_TAIL = (
-    ("leastDomainsFraction", "LEAST DOMAINS"),
-    ("awayFromHome", "AWAY"),
-    ("copiesPerJob", "COPIES/JOB"),
-)
-
-
-def run_regions(args: argparse.Namespace) -> int:
-    """``--regions``: the trace split over regions, each dispatcher run in turn (``kilter.sim.regions``)."""
-    spec = region_split.parse_regions(args.regions)
-    names = policies(args.policy)
-    if len(names) != 1:
-        raise InputError("--regions compares dispatchers under one placement policy: give one --policy")
-    for flag, value in (("--sweep", args.sweep), ("--plot", args.plot), ("--node-mtbf", args.node_mtbf)):
-        if value is not None:
-            raise InputError(f"{flag} cannot be combined with --regions")
-    if args.quota == "volcano":
-        raise InputError("--regions runs Kueue's admission (--quota fifo or fair)")
-    config = sim_config(args)
-    jobs = load_jobs(args.trace, gpu_scale=args.gpu_scale, time_scale=args.time_scale, limit=args.limit, seed=args.seed)
-    spare_nodes = read_spare_nodes(args.spare_nodes_per_domain)
-    queue_objects = snapshot.load_documents(args.queues) if args.queues else []
-    health = sources.health_of(args.health_signals)
-    paths = [Path(f) if f else args.fleet for f in spec.fleets]
-    makers = [with_spares(load_fleet(p, seed=args.seed, health=health), queue_objects, spare_nodes) for p in paths]
-    regions = [Region(name, make) for name, make in zip(spec.names, makers, strict=True)]
-    capacity = [int(make().bitmap.domain_usable_gpus.sum()) for make in makers]
-    homes = region_split.assign_homes(jobs, capacity, spec.split)
-    runs: list[RegionRun] = []
-    for dispatcher in DISPATCHERS:
-        started = time.perf_counter()
-        r = simulate_regions(
-            regions, jobs, homes, dispatcher, policy=names[0], queue_objects=queue_objects, config=config,
-            delay_s=spec.delay_s, seed=args.seed,
-        )  # fmt: skip
-        r.metrics["wallSeconds"] = round(time.perf_counter() - started, 2)
-        runs.append(r)
-    if args.output != "table":
-        data = {
-            "trace": args.trace,
-            "placement": names[0],
-            "split": spec.split,
-            "dispatchDelaySeconds": spec.delay_s,
-            "regions": [
-                {"name": n, "fleet": str(p), "usableGpus": c, "homeJobs": homes.count(i)}
-                for i, (n, p, c) in enumerate(zip(spec.names, paths, capacity, strict=True))
-            ],
-            "dispatchers": {r.dispatcher: r.metrics for r in runs},
-        }
-        print(render.dump(data, args.output), end="")
-        return 0
-    headers = ("DISPATCHER", *(h for _, h in REGION_COLUMNS), *(f"UTIL {n}" for n in spec.names))
-    rows = [
-        (
-            r.dispatcher,
-            *(r.metrics[k] for k, _ in REGION_COLUMNS),
-            *(r.metrics["regionUtilization"][n] for n in spec.names),
-            *(r.metrics[k] for k, _ in REGION_TAIL),
-        )
-        for r in runs
-    ]
-    print(render.table((*headers, *(h for _, h in REGION_TAIL)), rows), end="")
-    split = ", ".join(
-        f"{n} {homes.count(i)} ({c} GPUs)" for i, (n, c) in enumerate(zip(spec.names, capacity, strict=True))
-    )
-    print(f"\nhome jobs by region: {split}; split={spec.split}, delay={spec.delay_s:g}s, placement {names[0]}")
-    return 0
-
-
-MAINTENANCE_COLUMNS = (
-    ("domainsMaintained", "DOMAINS"),
-    ("steps", "STEPS"),
-    ("jobsKilled", "KILLED"),
-    ("gpuHoursLostToMaintenance", "LOST GPU-h"),
-    ("gpuHoursIdleCordoned", "IDLE GPU-h"),
-    ("rolloutHours", "ROLLOUT h"),
-    ("mostDomainsOut", "MOST OUT"),
-)
-TRACE_COLUMNS = (
-    ("completed", "DONE"),
-    ("meanWaitSeconds", "MEAN WAIT s"),
-    ("p95WaitSeconds", "P95 WAIT s"),
-    ("meanJctSeconds", "MEAN JCT s"),
-    ("utilization", "UTIL"),
-)
-
-
-def run_maintenance(args: argparse.Namespace) -> int:
-    """``--maintenance``: the trace with no rollout, then with kilter's and the naive one (``kilter.sim.maintenance``),
-    under one placement policy, on fresh fleets of the same seed."""
-    spec = parse_maintenance(args.maintenance)
-    names = policies(args.policy)
-    if len(names) != 1:
-        raise InputError("--maintenance compares rollouts under one placement policy: give one --policy")
-    for flag, value in (("--sweep", args.sweep), ("--plot", args.plot)):
-        if value is not None:
-            raise InputError(f"{flag} cannot be combined with --maintenance")
-    if args.quota == "volcano":
-        raise InputError("--maintenance runs Kueue's admission (--quota fifo or fair)")
-    config = sim_config(args)
-    jobs, queue_objects, make_fleet = _one_fleet_inputs(args)
-    rollouts: list[tuple[str, Run]] = []
-    assert config.failures is not None
-    failures = config.failures if math.isfinite(config.failures.node_mtbf_h) else None
-    baseline = dataclasses.replace(config, failures=failures)  # no rollout: nothing is killed, no checkpoint matters
-    for order in (None, *ORDERS):
-        label: str = order or "none"
-        started = time.perf_counter()
-        r = simulate(
-            make_fleet, jobs, names[0], queue_objects=queue_objects,
-            config=dataclasses.replace(config, maintenance=spec.ordered_by(order)) if order else baseline,
-            seed=args.seed, progress=progress_bar(f"maintenance {label}"),
-        )  # fmt: skip
-        r.metrics["wallSeconds"] = round(time.perf_counter() - started, 2)
-        rollouts.append((label, r))
-    if args.output != "table":
-        data = {
-            **report([r for _, r in rollouts], args),
-            "placement": names[0],
-            "maintenance": maintenance_report(spec, config.failures),
-            "rollouts": {label: r.metrics for label, r in rollouts},
-        }
-        del data["policies"]
-        print(render.dump(data, args.output), end="")
-        return 0
-    rows = [
-        (label, *(r.metrics.get(k, "-") for k, _ in MAINTENANCE_COLUMNS), *(r.metrics[k] for k, _ in TRACE_COLUMNS))
-        for label, r in rollouts
-    ]
-    headers = ("MAINTENANCE", *(h for _, h in MAINTENANCE_COLUMNS), *(h for _, h in TRACE_COLUMNS))
-    print(render.table(headers, rows), end="")
-    f = config.failures
-    window = f", window {split_wait.format_duration(spec.window_s)}" if spec.window_s is not None else ""
-    print(
-        f"\nrollout from {split_wait.format_duration(spec.at_s)}, {split_wait.format_duration(spec.step_s)} per "
-        f"domain, k={spec.k}, waits at most {split_wait.format_duration(spec.max_wait_s)}{window}; checkpoints every "
-        f"{f.checkpoint_s / 60:g} min; runtime estimates {config.split_wait.runtime_estimate}; placement {names[0]}"
-    )
-    for label, r in rollouts:
-        if "withinWindow" in r.metrics:
-            print(f"{label}: {'within' if r.metrics['withinWindow'] else 'NOT within'} the window")
-    return 0
-
-
-def maintenance_report(spec: MaintenanceSettings, failures: FailureSettings) -> dict[str, Any]:
-    """The rollout's settings as a report carries them (the runtime estimate is the split wait's, reported there)."""
-    return {
-        "atSeconds": spec.at_s,
-        "stepSeconds": spec.step_s,
-        "k": spec.k,
-        "maxWaitSeconds": spec.max_wait_s,
-        "windowSeconds": spec.window_s,
-        "checkpointMinutes": failures.checkpoint_s / 60,
-        "restartMinutes": failures.restart_s / 60,
-    }
-
-
-def failure_report(config: SimConfig, args: argparse.Namespace) -> dict[str, Any]:
-    """The failure and spare settings a report ran with (nothing when nodes never failed and no spares were held)."""
-    spares = read_spare_nodes(args.spare_nodes_per_domain)
-    out: dict[str, Any] = {"spareNodesPerDomain": spares} if spares else {}
-    f = config.failures
-    if f is not None and math.isfinite(f.node_mtbf_h):
-        out["failures"] = {
-            "nodeMtbfHours": f.node_mtbf_h,
-            "repairHours": f.repair_h,
-            "checkpointMinutes": f.checkpoint_s / 60,
-            "restartMinutes": f.restart_s / 60,
-            "policy": f.policy or "auto",
-        }
-    return out
-
-
 def rank_by_slowdown(
     make_fleet: Callable[[], Fleet],
     jobs: list[TraceJob],
@@ -718,28 +290,3 @@ def rank_by_slowdown(
             }
         )
     return out
-
-
-def report(runs: list[Run], args: argparse.Namespace) -> dict[str, Any]:
-    first = runs[0].simulation
-    return {
-        "trace": args.trace,
-        "fleet": str(args.fleet),
-        "quota": args.quota,
-        "topologyRequest": args.topology_request,
-        "splitSlowdown": args.split_slowdown,
-        "blockSlowdown": args.block_slowdown,
-        "splitModel": args.split_model,
-        "splitWait": {
-            "factor": args.split_wait,
-            "maxSeconds": parse_duration(args.split_wait_max, path="--split-wait-max"),
-            "runtimeEstimate": args.runtime_estimate,
-            "holds": args.split_wait_holds,
-            "clock": args.split_wait_clock,
-            "splitSlowdown": first.config.split_wait.split_slowdown,
-            "policies": [r.policy for r in runs if r.simulation.hold is not None],
-        },
-        **failure_report(first.config, args),
-        "queueOf": first.queues.queue_of,
-        "policies": {r.policy: r.metrics for r in runs},
-    }

@@ -1,22 +1,29 @@
 """Trace-driven simulation of placement and quota policies over kilter's own topology and quota code."""
 
 from kilter.sim import (
+    compose,
     engine,
     failing,
     failure_model,
     fleetspec,
     gangs,
+    kueue_cycles,
     kueue_tas,
+    kueue_tas_balanced,
+    kueue_tas_tree,
     maintenance,
     maintenance_spec,
     metrics,
+    parts,
     placement,
     plot,
     policies,
     queues,
     region_split,
+    regional,
     regions,
     run,
+    run_settings,
     simple,
     slurm_backfill,
     slurm_block,
@@ -29,28 +36,32 @@ from kilter.sim import (
     volcano_engine,
     volcano_queues,
 )
+from kilter.sim.compose import build
 from kilter.sim.engine import Outcome, SimConfig, Simulation, Timeline
-from kilter.sim.failing import FailingSimulation
+from kilter.sim.failing import NodeFailures
 from kilter.sim.failure_model import FailureSettings
 from kilter.sim.gangs import Gang, gang_for
-from kilter.sim.maintenance import MaintenanceSimulation
+from kilter.sim.maintenance import Maintenance
 from kilter.sim.maintenance_spec import MaintenanceSettings
-from kilter.sim.placement import Policy, Releasing
+from kilter.sim.parts import Admission, Part
+from kilter.sim.placement import PlacementPolicy, Releasing
 from kilter.sim.policies import POLICIES, make_policy
 from kilter.sim.regions import Region, simulate_regions
 from kilter.sim.run import Run, simulate
 from kilter.sim.trace import TraceJob, read_trace
-from kilter.sim.volcano_engine import VolcanoSimulation
+from kilter.sim.volcano_engine import VolcanoSession
 
 __all__ = [
     "POLICIES",
-    "FailingSimulation",
+    "Admission",
     "FailureSettings",
     "Gang",
+    "Maintenance",
     "MaintenanceSettings",
-    "MaintenanceSimulation",
+    "NodeFailures",
     "Outcome",
-    "Policy",
+    "Part",
+    "PlacementPolicy",
     "Region",
     "Releasing",
     "Run",
@@ -58,26 +69,34 @@ __all__ = [
     "Simulation",
     "Timeline",
     "TraceJob",
-    "VolcanoSimulation",
+    "VolcanoSession",
+    "build",
+    "compose",
     "engine",
     "failing",
     "failure_model",
     "fleetspec",
     "gang_for",
     "gangs",
+    "kueue_cycles",
     "kueue_tas",
+    "kueue_tas_balanced",
+    "kueue_tas_tree",
     "maintenance",
     "maintenance_spec",
     "make_policy",
     "metrics",
+    "parts",
     "placement",
     "plot",
     "policies",
     "queues",
     "read_trace",
     "region_split",
+    "regional",
     "regions",
     "run",
+    "run_settings",
     "simple",
     "simulate",
     "simulate_regions",

@@ -31,8 +31,11 @@ means no job of its queue at least as large fits either until then; queues
 keep one FIFO per job size, and a pass touches the heads of those FIFOs that
 are still below their queue's bound, never the whole backlog.
 
-``volcano_engine.VolcanoSimulation`` swaps this admission step for Volcano's
-(``SimConfig.quota = "volcano"``; ``run.simulate`` picks the class).
+Kueue's cycles are one admission step (``kueue_cycles``); ``volcano_engine``
+has Volcano's (``SimConfig.quota = "volcano"``). What a run adds besides,
+node failures and a maintenance rollout, are parts (``parts.Part``) with
+events of their own; ``compose.build`` puts a run together from its
+configuration, so any of them combine.
 
 Placement has a price (``SimConfig.split_model``): a gang spread over more
 scale-up domains than it needs runs ``1 + split_slowdown × extra domains``
@@ -49,13 +52,6 @@ TAS behind kilter's AdmissionCheck) a *preferred* gang may instead wait for
 fewer domains (``split_hold``, the servers' ``topology.split_wait`` rule): it
 fitted, so it bounds nothing; it is parked, and the jobs behind it go on.
 Time then also moves to the moment a parked gang's budget runs out.
-
-``failing.FailingSimulation`` adds node failures through three hooks
-(``_next_event_s``, ``_on_events``, ``_holding``) that do nothing here;
-``maintenance.MaintenanceSimulation`` adds a rollout through the same ones
-and ``_ran_to_end``. The
-module runs past 500 lines because the run loop, the queues and the
-accounting share one class's state; the hooks keep what failures add out.
 """
 
 from __future__ import annotations
@@ -65,85 +61,37 @@ import heapq
 import math
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Literal
+from typing import TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
-from kilter.quota.admit import nominee_order
-from kilter.quota.available import add_usage, available, potential_available, remove_usage
+from kilter.quota.available import potential_available
 from kilter.quota.config import FairSharingConfig
-from kilter.quota.preempt import find_targets
-from kilter.quota.shares import Shares
 from kilter.quota.usage import WorkloadInfo
-from kilter.sim.failure_model import FailureSettings
-from kilter.sim.gangs import Gang, RequestMode, domains_per_block, gang_for, resolved_mode
-from kilter.sim.maintenance_spec import MaintenanceSettings
-from kilter.sim.placement import Asking, Nodes, Policy, Releasing
+from kilter.sim.gangs import Gang, domains_per_block, gang_for, resolved_mode
+from kilter.sim.parts import UNBOUNDED, Admission, Part
+from kilter.sim.placement import Asking, Nodes, PlacementPolicy, Releasing
 from kilter.sim.queues import QueueSetup
-from kilter.sim.split_hold import WaitSettings, make_hold
+from kilter.sim.run_settings import SPLIT_MODELS, Outcome, QuotaMode, SimConfig, SplitModel, Timeline, slowdown_factor
+from kilter.sim.split_hold import make_hold
 from kilter.sim.trace import TraceJob
 from kilter.topology.fleet import Fleet
 
-__all__ = ["SPLIT_MODELS", "Outcome", "SimConfig", "Simulation", "SplitModel", "Timeline", "slowdown_factor"]
+__all__ = [
+    "SPLIT_MODELS",
+    "UNBOUNDED",
+    "Outcome",
+    "QuotaMode",
+    "SimConfig",
+    "Simulation",
+    "SplitModel",
+    "Timeline",
+    "slowdown_factor",
+]
 
 Progress = Callable[[int, int], None]
-UNBOUNDED = 1 << 62  # no job has failed yet: every size may be tried
-QuotaMode = Literal["kueue", "volcano"]
-SplitModel = Literal["per-domain", "step", "none"]
-SPLIT_MODELS: tuple[SplitModel, ...] = ("per-domain", "step", "none")
-
-
-@dataclass(frozen=True)
-class SimConfig:
-    topology: RequestMode = "auto"
-    fair: bool = False
-    split_slowdown: float = 0.2
-    block_slowdown: float = 0.1
-    split_model: SplitModel = "per-domain"  # how a split's price grows with its extra domains (module docstring)
-    # Kueue's cycles, or the Volcano verbs' bound-queue rules (VolcanoSimulation; ``fair`` then selects Kueue's
-    # fair-sharing preemption rules, which ``kilter serve``'s verbs run)
-    quota: QuotaMode = "kueue"
-    split_wait: WaitSettings = field(default_factory=WaitSettings)  # the rent-or-buy rule for kilter (split_hold)
-    failures: FailureSettings | None = None  # node failures and how gangs recover (failing); None: nodes never fail
-    maintenance: MaintenanceSettings | None = None  # a rollout over every domain (sim.maintenance); None: none
-
-
-@dataclass
-class Outcome:
-    """Per job, in trace order: when it started and ended (NaN if never), and how it was placed."""
-
-    start: npt.NDArray[np.float64]
-    end: npt.NDArray[np.float64]
-    run: npt.NDArray[np.float64]
-    domains: npt.NDArray[np.int32]
-    min_domains: npt.NDArray[np.int32]
-    crossed_block: npt.NDArray[np.bool_]
-    never: dict[int, str] = field(default_factory=dict)
-
-
-@dataclass
-class Timeline:
-    """Time-weighted sums over the time jobs were present, and a sampled series for plots."""
-
-    present_s: float = 0.0
-    busy_gpu_s: float = 0.0
-    useful_gpu_s: float = 0.0  # what the busy GPUs would have needed unslowed: busy x duration / run time
-    available_gpu_s: float = 0.0
-    stranded_share_s: float = 0.0
-    times: list[float] = field(default_factory=list)
-    used: list[int] = field(default_factory=list)
-    queue_used: list[list[int]] = field(default_factory=list)
-
-
-def slowdown_factor(config: SimConfig, *, extra: int, crossed: bool) -> float:
-    """How many times longer a gang runs with ``extra`` domains over its fewest, ``crossed`` a block it could have
-    stayed under, under the run's split model (module docstring)."""
-    if config.split_model == "none":
-        return 1.0
-    split = config.split_slowdown * (max(extra, 0) if config.split_model == "per-domain" else float(extra > 0))
-    return 1.0 + split + (config.block_slowdown if crossed else 0.0)
+P = TypeVar("P", bound=Part)
 
 
 class Simulation:
@@ -151,12 +99,14 @@ class Simulation:
         self,
         fleet: Fleet,
         jobs: Sequence[TraceJob],
-        policy: Policy,
+        policy: PlacementPolicy,
         queues: QueueSetup,
         config: SimConfig,
         *,
+        admission: Callable[[Simulation], Admission],
         samples: int = 2000,
     ) -> None:
+        """``admission`` makes the run's admission step over it (``compose.build`` picks it, and the parts)."""
         if int(fleet.bitmap.node_used_gpus.sum()):
             raise ValueError("the simulation starts from an idle fleet")
         self.fleet = fleet
@@ -204,6 +154,16 @@ class Simulation:
         span = jobs[-1].submit_s if jobs else 0.0
         self._sample_every = max(span, 1.0) / max(samples, 1)
         self._next_sample = 0.0
+        self.admission: Admission = admission(self)
+        self.parts: list[Part] = []
+
+    def add(self, part: Part) -> None:
+        """Add a part to the run (before it runs); it is told of the engine's moments after those added before."""
+        self.parts.append(part)
+
+    def part(self, kind: type[P]) -> P | None:
+        """The run's part of this kind, if it has one."""
+        return next((p for p in self.parts if isinstance(p, kind)), None)
 
     # ------------------------------------------------------------------ the run
 
@@ -246,18 +206,28 @@ class Simulation:
         return self.outcome
 
     def _next_event_s(self) -> float:
-        """When a subclass's own next event is due (``failing``: a node fails or returns, a gang resumes)."""
-        return math.inf
+        """When a part's next event is due (a node fails or returns, a gang resumes, a rollout steps)."""
+        return min((p.next_event_s() for p in self.parts), default=math.inf)
 
     def _on_events(self, now: float) -> None:
-        """A subclass's events due at ``now``, after the gangs ending at ``now`` ended, before arrivals queue."""
+        """The parts' events due at ``now``, after the gangs ending at ``now`` ended, before arrivals queue."""
+        for p in self.parts:
+            p.on_events(now)
 
     def _holding(self) -> bool:
-        """A subclass still has gangs that hold nodes or wait for them outside the queue and the running heap."""
-        return False
+        """A part still has gangs that hold nodes or wait for them outside the queue and the running heap."""
+        return any(p.holding() for p in self.parts)
 
     def _ran_to_end(self, j: int) -> None:
-        """Job ``j`` ran to its end (an eviction is no end); ``maintenance`` learns its runtime estimates here."""
+        """Job ``j`` ran to its end (an eviction is no end): the parts learn from it."""
+        for p in self.parts:
+            p.ran_to_end(j)
+
+    def _schedule(self, now: float) -> None:
+        """One scheduling pass: what the parts resume first (a repair), then the admission's."""
+        for p in self.parts:
+            p.before_schedule(now)
+        self.admission.schedule(now)
 
     # ------------------------------------------------------------------ queues
 
@@ -305,58 +275,6 @@ class Simulation:
         else:  # a job it preempted went back in ahead of it
             fifo.remove(j)
 
-    def _schedule(self, now: float) -> None:
-        """One pass of Kueue cycles until no queue has a head left below its bound."""
-        cq_bound = self._cq_bound
-        tree = self.queues.tree
-        while self._waiting:
-            heads = {}
-            for cq in self.cq_names:
-                j = self._head(cq, cq_bound[cq])
-                if j is not None:
-                    heads[cq] = self._info(j)
-            if not heads:
-                return
-            for info, _ in nominee_order(tree, heads, config=self.fair, now=now):
-                j = int(info.uid)
-                if self._admit(j, now):
-                    self._unqueue(info.cluster_queue, j)
-                    self._waiting -= 1
-                elif j not in self._parked:  # a parked gang fitted: it bounds nothing
-                    cq_bound[info.cluster_queue] = min(cq_bound[info.cluster_queue], self.jobs[j].gpus)
-
-    def _admit(self, j: int, now: float) -> bool:
-        job = self.jobs[j]
-        cq = self.queues.tree.cluster_queues[self.cq_of[j]]
-        place_bound = self._place_bound
-        reserved = self.hold.reserved.pop(j, None) if self.hold is not None else None
-        if reserved is not None:  # a held gang's own reservation is no obstacle to it
-            self._uncharge(j, cq.name, fr=reserved, gpus=job.gpus)
-        held: tuple[str, str] | None = None
-        for platform, flavor in self.queues.flavors[cq.name]:
-            if job.gpus >= place_bound.get(platform, UNBOUNDED):
-                continue
-            p = self.fleet.platforms[platform]
-            fr = (flavor, p.device_resource)
-            gang = self._gang(j, platform)
-            if available(cq, fr) < job.gpus:
-                nodes = self._preempt(j, gang, cq.name, fr, now) if cq.preemption is not None else None
-            else:
-                nodes = self._place(gang, now) if self._free_on(platform) >= gang.gpus else None
-                if nodes is None:
-                    place_bound[platform] = min(place_bound.get(platform, UNBOUNDED), job.gpus)
-            if nodes is not None and not self._holds(gang, nodes, now):
-                self._start(j, gang, nodes, cq.name, fr, now)
-                return True
-            held = held or (fr if nodes is not None else None)
-        if held is not None and self.hold is not None and self.hold.keeps_quota:
-            self._charge(j, cq.name, fr=held, gpus=job.gpus)  # admitted by quota, waiting for its placement
-            self.hold.reserved[j] = held
-        elif reserved is not None:  # its quota went back without a start: what it blocked may fit now
-            self._place_bound.clear()
-            self._cq_bound.update(dict.fromkeys(self.cq_names, UNBOUNDED))
-        return False
-
     def _place(self, gang: Gang, now: float) -> Nodes | None:
         """The policy's nodes; one that binds as it places (``preview``: kilter over HTTP) is judged by the rule on
         its preview first, so a gang held back is never bound and unbound (the caller's ``_holds`` agrees)."""
@@ -375,27 +293,6 @@ class Simulation:
         if self._release is not None:
             self._release(gang.job)
         return True
-
-    def _preempt(self, j: int, gang: Gang, cq: str, fr: tuple[str, str], now: float) -> Nodes | None:
-        """Where job ``j`` goes after evicting what the quota engine picks, or None (and nothing evicted).
-
-        Targets are evicted only when the gang then places on what they free,
-        as Kueue's TAS checks the topology of a preemption's outcome; an
-        eviction that would not let the gang start would only waste work.
-        """
-        tree = self.queues.tree
-        admitted = {name: list(infos.values()) for name, infos in self._admitted.items()}
-        result = find_targets(
-            tree,
-            admitted,
-            tree.cluster_queues[cq],
-            self._info(j),
-            {fr: gang.gpus},
-            config=self.fair,
-            shares=Shares(tree, now=now),
-            now=now,
-        )
-        return self._evict_and_place(gang, [int(t.workload.uid) for t in result.targets], now=now)
 
     def _evict_and_place(self, gang: Gang, victims: Sequence[int], *, now: float) -> Nodes | None:
         """Where the gang goes once ``victims`` are evicted and queued again, or None (and nothing evicted): also
@@ -466,10 +363,15 @@ class Simulation:
         bm = self.fleet.bitmap
         return int(bm.domain_free_gpus[self._platform_domains[platform]].sum())
 
-    def _book_nodes(self, j: int, book: Callable[[int, int], None]) -> None:
+    def _book_nodes(self, j: int, book: Callable[[int, int], None]) -> int:
+        """Book (or release) job ``j``'s pods; the GPUs booked (a pod whose node failed, at -1, holds none)."""
         gang, nodes, _ = self._booked[j]
+        held = 0
         for node, gpus in zip(nodes.tolist(), gang.pod_gpus(), strict=True):
-            book(node, gpus)
+            if node >= 0:
+                book(node, gpus)
+                held += gpus
+        return held
 
     # ------------------------------------------------------------------ gangs on nodes
 
@@ -493,6 +395,8 @@ class Simulation:
         heapq.heappush(self._running, (float(o.end[j]), j))
         if self.hold is not None:
             self.hold.started(gang, n_doms, now)
+        for p in self.parts:
+            p.started(j, gang, nodes, now)
 
     def _slowdown(self, gang: Gang, nodes: Nodes) -> tuple[float, int, int, bool]:
         """How much longer the gang runs on ``nodes`` than unsplit (the factor), its domains, the fewest it could
@@ -511,9 +415,12 @@ class Simulation:
         self._cq_bound.update(dict.fromkeys(self.cq_names, UNBOUNDED))
         if self.hold is not None:
             self.hold.capacity_grew()
+        self.admission.capacity_grew()
+        for p in self.parts:
+            p.capacity_grew()
 
     def _finish(self, j: int) -> None:
-        self._book_nodes(j, self.fleet.bitmap.release)
+        freed = self._book_nodes(j, self.fleet.bitmap.release)
         gang, _, fr = self._booked.pop(j)
         cq = self.cq_of[j]
         del self._admitted[cq][j]
@@ -521,17 +428,17 @@ class Simulation:
         self._capacity_grew()
         if self._release is not None:
             self._release(j)
-        self._used -= gang.gpus
+        self._used -= freed
         self._useful -= self._weight.pop(j)
         self._queue_used[self._cq_index[cq]] -= gang.gpus
+        for p in self.parts:
+            p.finished(j)
 
     def _charge(self, j: int, cq: str, *, fr: tuple[str, str], gpus: int) -> None:
-        """Job ``j`` started: its ClusterQueue holds its GPUs of ``fr``."""
-        add_usage(self.queues.tree.cluster_queues[cq], fr, gpus)
+        self.admission.charge(j, cq, fr=fr, gpus=gpus)  # it started, or holds its quota while the split wait holds it
 
     def _uncharge(self, j: int, cq: str, *, fr: tuple[str, str], gpus: int) -> None:
-        """Job ``j`` ended or was evicted: what ``_charge`` booked goes."""
-        remove_usage(self.queues.tree.cluster_queues[cq], fr, gpus)
+        self.admission.uncharge(j, cq, fr=fr, gpus=gpus)  # it ended or was evicted
 
     def _find_never(self) -> None:
         """Jobs that could not start even on the idle fleet with their queue's whole reach: reported, not queued."""
@@ -565,6 +472,12 @@ class Simulation:
     # ------------------------------------------------------------------ accounting
 
     def _account(self, t0: float, t1: float) -> None:
+        """Time passed from ``t0`` to ``t1``: the engine's sums (while any job is present), then the parts'."""
+        self._account_present(t0, t1)
+        for p in self.parts:
+            p.account(t0, t1)
+
+    def _account_present(self, t0: float, t1: float) -> None:
         dt = t1 - t0
         if dt <= 0 or not (self._waiting or self._running or self._holding()):
             return

@@ -22,7 +22,15 @@ from typing import Literal, Protocol
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["DEFAULT_RESTART_S", "FAILURE_POLICIES", "FailureClock", "FailurePolicy", "FailureSettings", "NodeClock"]
+__all__ = [
+    "DEFAULT_RESTART_S",
+    "FAILURE_POLICIES",
+    "FailureClock",
+    "FailurePolicy",
+    "FailureSettings",
+    "NoFailures",
+    "NodeClock",
+]
 
 FailurePolicy = Literal["kilter", "kilter-replan", "kueue-tas", "requeue"]
 FAILURE_POLICIES: tuple[FailurePolicy, ...] = ("kilter", "kilter-replan", "kueue-tas", "requeue")
@@ -64,6 +72,19 @@ class FailureClock(Protocol):
     def next_s(self) -> float: ...
 
     def pop(self) -> tuple[float, int, bool]: ...
+
+
+class NoFailures:
+    """The failure clock of a run whose nodes never fail (a rollout without ``--node-mtbf``)."""
+
+    def __init__(self) -> None:
+        self.down: set[int] = set()
+
+    def next_s(self) -> float:
+        return math.inf
+
+    def pop(self) -> tuple[float, int, bool]:
+        raise IndexError("no node fails")
 
 
 class NodeClock:

@@ -46,38 +46,23 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from kilter.sim.engine import SimConfig
-from kilter.sim.failing import FailingSimulation
-from kilter.sim.failure_model import FailureClock, FailureSettings
+from kilter.sim.failing import NodeFailures
 from kilter.sim.gangs import Gang
 from kilter.sim.maintenance_spec import MaintenanceSettings
-from kilter.sim.placement import Nodes, Policy
-from kilter.sim.queues import QueueSetup
+from kilter.sim.parts import Part
+from kilter.sim.placement import Nodes
 from kilter.sim.split_hold import RuntimeEstimates
-from kilter.sim.trace import TraceJob
 from kilter.topology import maintenance as planner
-from kilter.topology.fleet import Fleet
 
-__all__ = ["DomainRecord", "MaintenanceSimulation", "Rollout", "rollout_metrics"]
+if TYPE_CHECKING:
+    from kilter.sim.engine import Simulation
 
-
-class _NoFailures:
-    """The failure clock of a rollout without ``--node-mtbf``: no node ever fails."""
-
-    def __init__(self) -> None:
-        self.down: set[int] = set()
-
-    def next_s(self) -> float:
-        return math.inf
-
-    def pop(self) -> tuple[float, int, bool]:
-        raise IndexError("no node fails")
+__all__ = ["DomainRecord", "Maintenance", "Rollout", "rollout_metrics"]
 
 
 @dataclass
@@ -126,30 +111,16 @@ class _Cordon:
     jobs: set[int]
 
 
-class MaintenanceSimulation(FailingSimulation):
-    def __init__(
-        self,
-        fleet: Fleet,
-        jobs: Sequence[TraceJob],
-        policy: Policy,
-        queues: QueueSetup,
-        config: SimConfig,
-        *,
-        samples: int = 2000,
-        clock: FailureClock | None = None,
-    ) -> None:
-        """``config.failures`` gives the checkpoints and restart time (nodes fail only if its MTBF is finite); the
-        defaults of ``FailureSettings`` when it is None."""
-        rollout = config.maintenance
-        if rollout is None:
-            raise ValueError("MaintenanceSimulation needs SimConfig.maintenance")
-        if config.failures is None:
-            config = replace(config, failures=FailureSettings(math.inf, seed=config.split_wait.seed))
-        assert config.failures is not None
-        if clock is None and not math.isfinite(config.failures.node_mtbf_h):
-            clock = _NoFailures()
-        super().__init__(fleet, jobs, policy, queues, config, samples=samples, clock=clock)
+class Maintenance(Part):
+    """A rollout over every domain while the trace runs (module docstring); its kills roll gangs back to their
+    checkpoints as ``failures`` does, and nodes failing meanwhile come back cordoned where their domain is."""
+
+    def __init__(self, sim: Simulation, failures: NodeFailures, rollout: MaintenanceSettings) -> None:
+        self.sim = sim
+        self.failures = failures
+        failures.keep_out.append(self._keeps_out)
         self.settings_m: MaintenanceSettings = rollout
+        fleet, jobs, config = sim.fleet, sim.jobs, sim.config
         bm = fleet.bitmap
         self._node_start = bm.domain_node_start.copy()
         self._was_usable = bm.node_usable_flags.copy() != 0
@@ -157,7 +128,7 @@ class MaintenanceSimulation(FailingSimulation):
         self._index = {name: d for d, name in enumerate(fleet.domain_ids)}
         self._left = planner.naive_order(fleet.domain_ids)
         self._estimates = RuntimeEstimates(
-            config.split_wait.runtime_estimate, jobs, self.cq_of, seed=config.split_wait.seed
+            config.split_wait.runtime_estimate, jobs, sim.cq_of, seed=config.split_wait.seed
         )
         self._run_began: dict[int, float] = {}
         self._cordoned: dict[int, _Cordon] = {}
@@ -166,20 +137,19 @@ class MaintenanceSimulation(FailingSimulation):
         self._steps = 0
         self.rollout = Rollout(self.settings_m.order, self._begin_at)
 
-    # ------------------------------------------------------------------ the engine's hooks
+    # ------------------------------------------------------------------ the engine's moments
 
-    def _next_event_s(self) -> float:
+    def next_event_s(self) -> float:
         drains = (c.record.planned_drain_s for c in self._cordoned.values())
         backs = (r.drained_s + self.settings_m.step_s for r in self._out.values())
         first = self._begin_at if not self._steps else math.inf
-        return min(super()._next_event_s(), first, *drains, *backs)
+        return min((first, *drains, *backs))
 
-    def _holding(self) -> bool:
+    def holding(self) -> bool:
         """The rollout is not over: the run goes on until the last domain is back, even on an idle fleet."""
-        return bool(self._left or self._cordoned or self._out) or super()._holding()
+        return bool(self._left or self._cordoned or self._out)
 
-    def _on_events(self, now: float) -> None:
-        super()._on_events(now)
+    def on_events(self, now: float) -> None:
         grew = False
         for d, record in sorted(self._out.items()):
             if record.drained_s + self.settings_m.step_s <= now:
@@ -192,7 +162,7 @@ class MaintenanceSimulation(FailingSimulation):
         while self._drain_due(now):  # a kill at one drain may empty another cordoned domain: look again
             grew = True  # the kills freed GPUs elsewhere
         if grew:
-            self._capacity_grew()
+            self.sim._capacity_grew()
 
     def _drain_due(self, now: float) -> bool:
         """Drain the first cordoned domain whose moment has come: its planned one, or the jobs it waits for have
@@ -206,24 +176,21 @@ class MaintenanceSimulation(FailingSimulation):
                 return True
         return False
 
-    def _start(self, j: int, gang: Gang, nodes: Nodes, cq: str, fr: tuple[str, str], now: float) -> None:
-        super()._start(j, gang, nodes, cq, fr, now)
+    def started(self, j: int, gang: Gang, nodes: Nodes, now: float) -> None:
         self._run_began[j] = now
 
-    def _ran_to_end(self, j: int) -> None:
+    def ran_to_end(self, j: int) -> None:
         """Learn from its last run, from its last start to its end, as a Workload's last admission shows it."""
-        self._estimates.finished(j, float(self.outcome.end[j]) - self._run_began[j])
+        self._estimates.finished(j, float(self.sim.outcome.end[j]) - self._run_began[j])
 
-    def _come_back(self, node: int) -> None:
+    def _keeps_out(self, node: int) -> bool:
         """A repaired node of a cordoned or drained domain stays cordoned until its domain is back."""
-        d = int(self.fleet.node_domain[node])
-        if d not in self._cordoned and d not in self._out:
-            super()._come_back(node)
+        d = int(self.sim.fleet.node_domain[node])
+        return d in self._cordoned or d in self._out
 
-    def _account(self, t0: float, t1: float) -> None:
-        super()._account(t0, t1)
+    def account(self, t0: float, t1: float) -> None:
         if t1 > t0 and self._cordoned:
-            used = self.fleet.bitmap.node_used_gpus
+            used = self.sim.fleet.bitmap.node_used_gpus
             for d in self._cordoned:
                 busy = int(used[self._node_start[d] : self._node_start[d + 1]].sum())
                 self.rollout.idle_gpu_s += max(0, int(self._capacity[d]) - busy) * (t1 - t0)
@@ -248,11 +215,11 @@ class MaintenanceSimulation(FailingSimulation):
             record = DomainRecord(name, self._steps, now, drain_s, waits)
             self.rollout.domains.append(record)
             lo, hi = int(self._node_start[d]), int(self._node_start[d + 1])
-            self._cordoned[d] = _Cordon(record, self._still_on(d, set(self._booked)))
-            bm = self.fleet.bitmap
+            self._cordoned[d] = _Cordon(record, self._still_on(d, set(self.sim._booked)))
+            bm = self.sim.fleet.bitmap
             for node in range(lo, hi):
                 bm.set_usable(node, False)
-        self._usable_gpus = int(self.fleet.bitmap.domain_usable_gpus.sum())
+        self.sim._usable_gpus = int(self.sim.fleet.bitmap.domain_usable_gpus.sum())
         self._steps += 1
         self.rollout.most_out = max(self.rollout.most_out, len(self._cordoned) + len(self._out))
 
@@ -265,17 +232,17 @@ class MaintenanceSimulation(FailingSimulation):
     def _works(self, now: float) -> list[planner.Work]:
         """The running jobs on the domains left, as a cluster knows them (module docstring)."""
         left = {self._index[name] for name in self._left}
-        every = self.settings.checkpoint_s
+        every = self.failures.settings.checkpoint_s
         out = []
-        for j in sorted(self._booked):
-            gang, nodes, _ = self._booked[j]
+        for j in sorted(self.sim._booked):
+            gang, nodes, _ = self.sim._booked[j]
             placement: Counter[str] = Counter()
             for node, gpus in zip(nodes.tolist(), gang.pod_gpus(), strict=True):
                 if node >= 0:
-                    placement[self.fleet.domain_ids[int(self.fleet.node_domain[node])]] += gpus
+                    placement[self.sim.fleet.domain_ids[int(self.sim.fleet.node_domain[node])]] += gpus
             if not any(self._index[name] in left for name in placement):
                 continue
-            p = self._progress[j]
+            p = self.failures.progress[j]
             expected = self._estimates.of(j)
             end = self._run_began[j] + expected if expected is not None else None
             out.append(
@@ -296,7 +263,7 @@ class MaintenanceSimulation(FailingSimulation):
         lo, hi = int(self._node_start[d]), int(self._node_start[d + 1])
         out = set()
         for j in jobs:
-            booked = self._booked.get(j)
+            booked = self.sim._booked.get(j)
             if booked is not None and bool(((booked[1] >= lo) & (booked[1] < hi)).any()):
                 out.add(j)
         return out
@@ -305,29 +272,29 @@ class MaintenanceSimulation(FailingSimulation):
         """Kill what still runs on ``d`` (each job back to its checkpoint and its queue); ``d`` is out for a step."""
         record = self._cordoned.pop(d).record
         for j in sorted(running):
-            gang = self._booked[j][0]
-            self.rollout.lost_gpu_s += self._halt(j, gang, self._progress[j], now)
-            self._requeue(j)
+            gang = self.sim._booked[j][0]
+            self.rollout.lost_gpu_s += self.failures.halt(j, gang, self.failures.progress[j], now)
+            self.failures.requeue(j)
             record.killed.append(j)
         record.drained_s = now
         self._out[d] = record
 
     def _uncordon(self, d: int) -> None:
-        bm = self.fleet.bitmap
-        down = self.clock.down
+        bm = self.sim.fleet.bitmap
+        down = self.failures.clock.down
         for node in range(int(self._node_start[d]), int(self._node_start[d + 1])):
             if self._was_usable[node] and node not in down:
                 bm.set_usable(node, True)
-        self._usable_gpus = int(bm.domain_usable_gpus.sum())
+        self.sim._usable_gpus = int(bm.domain_usable_gpus.sum())
 
 
-def rollout_metrics(sim: MaintenanceSimulation) -> dict[str, Any]:
+def rollout_metrics(part: Maintenance) -> dict[str, Any]:
     """What the rollout cost (module docstring), GPU-hours and hours rounded to 0.1."""
-    r = sim.rollout
-    m = sim.settings_m
+    r = part.rollout
+    m = part.settings_m
     killed = [j for d in r.domains for j in d.killed]
     end = r.end_s
-    done = len(r.domains) == len(sim.fleet.domain_ids) and not np.isnan(end)
+    done = len(r.domains) == len(part.sim.fleet.domain_ids) and not np.isnan(end)
     out: dict[str, Any] = {
         "maintenanceOrder": r.order,
         "domainsMaintained": sum(1 for d in r.domains if not np.isnan(d.back_s)),

@@ -34,7 +34,7 @@
   from their first hold to their start, and how many of them started split
   all the same when their budget ran out.
 
-With node failures (``failing``; these keys appear only then):
+With node failures (``failing``; these keys appear only then, also beside a rollout's):
 
 - ``goodput``: useful GPU-hours over GPU-hours held. Useful is each
   finished gang's GPUs x its unslowed duration, the work it had to do;
@@ -67,8 +67,8 @@ from typing import Any
 import numpy as np
 
 from kilter.sim.engine import Outcome, Simulation, Timeline
-from kilter.sim.failing import FailingSimulation
-from kilter.sim.maintenance import MaintenanceSimulation, rollout_metrics
+from kilter.sim.failing import NodeFailures
+from kilter.sim.maintenance import Maintenance, rollout_metrics
 
 __all__ = ["BOUNDED_SLOWDOWN_FLOOR_S", "job_classes", "metrics", "versus_best"]
 
@@ -97,7 +97,7 @@ def split_waits(sim: Simulation) -> dict[str, Any]:
     }
 
 
-def failure_metrics(sim: FailingSimulation) -> dict[str, Any]:
+def failure_metrics(sim: Simulation, failures: NodeFailures) -> dict[str, Any]:
     """What failures cost (module docstring)."""
     o = sim.outcome
     ran = ~np.isnan(o.end)
@@ -105,10 +105,10 @@ def failure_metrics(sim: FailingSimulation) -> dict[str, Any]:
     duration = np.fromiter((j.duration_s for j in sim.jobs), dtype=np.float64, count=len(sim.jobs))
     useful = float((gpus * duration)[ran].sum())
     held = sim.timeline.busy_gpu_s
-    st = sim.stats
+    st = failures.stats
     resume = np.asarray(st.resume_s, dtype=np.float64)
     return {
-        "failurePolicy": sim.recovery,
+        "failurePolicy": failures.recovery,
         "failuresInjected": st.injected,
         "gangsHitByFailures": st.gangs_hit,
         "failureEvictions": st.evictions,
@@ -147,6 +147,7 @@ def job_classes(
 
 
 def metrics(sim: Simulation) -> dict[str, Any]:
+    failures, rollout = sim.part(NodeFailures), sim.part(Maintenance)
     o: Outcome = sim.outcome
     tl: Timeline = sim.timeline
     submit = np.fromiter((j.submit_s for j in sim.jobs), dtype=np.float64, count=len(sim.jobs))
@@ -192,8 +193,8 @@ def metrics(sim: Simulation) -> dict[str, Any]:
         "preemptions": sim.preemptions,
         "crossedBlockFraction": round(float(o.crossed_block[ran].mean()), 4) if ran.any() else 0.0,
         **split_waits(sim),
-        **(failure_metrics(sim) if isinstance(sim, FailingSimulation) and sim.injects_failures else {}),
-        **(rollout_metrics(sim) if isinstance(sim, MaintenanceSimulation) else {}),
+        **(failure_metrics(sim, failures) if failures is not None and failures.injects_failures else {}),
+        **(rollout_metrics(rollout) if rollout is not None else {}),
         "queues": per_queue,
     }
 

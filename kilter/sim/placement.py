@@ -26,13 +26,22 @@ import numpy.typing as npt
 from kilter.sim.gangs import Gang
 from kilter.topology.fleet import Fleet
 
-__all__ = ["Asking", "Nodes", "PerPlatform", "Policy", "Releasing", "Waiting", "free_gpus", "waits_for_fewer_domains"]
+__all__ = [
+    "Asking",
+    "Nodes",
+    "PerPlatform",
+    "PlacementPolicy",
+    "Releasing",
+    "Waiting",
+    "free_gpus",
+    "waits_for_fewer_domains",
+]
 
 Nodes = npt.NDArray[np.int32]
 T = TypeVar("T")
 
 
-class Policy(Protocol):
+class PlacementPolicy(Protocol):
     name: str
 
     def place(self, fleet: Fleet, gang: Gang) -> Nodes | None: ...

@@ -30,14 +30,14 @@ from collections.abc import Callable
 
 from kilter.model.errors import InputError
 from kilter.sim.kueue_tas import KueueTas
-from kilter.sim.placement import Policy
+from kilter.sim.placement import PlacementPolicy
 from kilter.sim.simple import FirstFit, KilterPlacement, Spread
 from kilter.sim.slurm_block import SlurmBlock
 from kilter.sim.volcano_binpack import VolcanoBinpack, VolcanoHyperNode
 
 __all__ = ["POLICIES", "make_policy"]
 
-POLICIES: dict[str, Callable[[int], Policy]] = {
+POLICIES: dict[str, Callable[[int], PlacementPolicy]] = {
     "kilter": lambda seed: KilterPlacement(),
     "kueue-tas": lambda seed: KueueTas(),
     "kueue-tas-balanced": lambda seed: KueueTas(name="kueue-tas-balanced", balanced=True),
@@ -51,7 +51,7 @@ POLICIES: dict[str, Callable[[int], Policy]] = {
 }
 
 
-def make_policy(name: str, *, seed: int = 0) -> Policy:
+def make_policy(name: str, *, seed: int = 0) -> PlacementPolicy:
     try:
         return POLICIES[name](seed)
     except KeyError:

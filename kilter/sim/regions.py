@@ -1,7 +1,9 @@
 """One trace over several regions, dispatched four ways: what a global pool buys over regional silos.
 
 Each region is a whole simulation of its own (``RegionalSimulation``: its
-fleet, its Kueue queues, its placement policy, kilter's by default), and the
+fleet, its queues under Kueue's admission or, with ``--quota volcano``,
+Volcano's (``compose.admission_for``), its placement policy, kilter's by
+default), and the
 regions share one clock. A job belongs to a *home* region
 (``region_split``). What differs is where copies of a waiting job are queued;
 the first region to admit a copy wins and every other copy is withdrawn:
@@ -30,16 +32,16 @@ GPUs held meanwhile count as busy but not useful. No region ever reads a
 job's duration from another; dispatch decisions read only the summaries.
 
 At each instant gangs end first, then arrivals are queued (and timers
-fire), then every region runs its Kueue cycles, in an order drawn at random
+fire), then every region runs its admission, in an order drawn at random
 from the seed for each instant: the race between regions that could admit
 the same job at once has no fixed winner. For ``kilter``, dispatch rounds
-and cycles then alternate until a round starts nothing. Preemption and node
-failures are regional matters this model leaves out (``simulate_regions``
-refuses them).
+and cycles then alternate until a round starts nothing. Preemption (and
+Volcano's reclaim, which follows it), node failures and maintenance are
+regional matters this model leaves out (``simulate_regions`` refuses them).
+A copy withdrawn from Volcano's queues takes its queue's charge with it.
 
-The module runs to about 500 lines because the regional engine, the shared
-clock and the four dispatchers share one bookkeeping of copies; the spec
-and the split of the trace into homes are ``region_split``'s.
+The regional engine is ``regional``'s; the spec and the split of the trace
+into homes are ``region_split``'s.
 """
 
 from __future__ import annotations
@@ -55,13 +57,13 @@ import numpy as np
 
 from kilter.model.errors import InputError
 from kilter.quota.available import available
-from kilter.sim.engine import UNBOUNDED, SimConfig, Simulation
+from kilter.sim.engine import SimConfig
 from kilter.sim.gangs import Gang, gang_for, resolved_mode
-from kilter.sim.placement import Nodes, Policy
 from kilter.sim.policies import make_policy
-from kilter.sim.queues import QueueSetup, queue_setup
+from kilter.sim.queues import queue_setup
+from kilter.sim.regional import RegionalSimulation
 from kilter.sim.trace import TraceJob
-from kilter.topology import regions as dispatch
+from kilter.topology import regions as topology_regions
 from kilter.topology import rooms
 from kilter.topology.fleet import Fleet
 
@@ -85,130 +87,25 @@ INCREMENTAL_BATCH = 3  # getNextNominatedWorkers: batchSize := 3
 INCREMENTAL_ROUND_S = 300.0  # incrementalDispatcherRoundTimeout = 5 * time.Minute
 
 
-def rooms_of(fleet: Fleet) -> tuple[dispatch.DomainRoom, ...]:
+def rooms_of(fleet: Fleet) -> tuple[topology_regions.DomainRoom, ...]:
     """Each domain's room now, as ``gangs.inventory`` publishes it (``topology.rooms.domain_rooms``)."""
     return rooms.domain_rooms(fleet)
 
 
-def ask_for(gang: Gang, fleet: Fleet, *, home: str, queue: str) -> dispatch.GangAsk:
+def ask_for(gang: Gang, fleet: Fleet, *, home: str, queue: str) -> topology_regions.GangAsk:
     """The gang as a peer's dispatcher sees it (``GangAsk.of_pod_sets``, as the live dispatcher makes it): its
     largest pods as the shape, the GPUs of the smaller ones besides."""
-    return dispatch.GangAsk.of_pod_sets(
+    return topology_regions.GangAsk.of_pod_sets(
         gang.pod_sets, platforms=(fleet.platforms[gang.platform].name,), home=home, queue=queue
     )
 
 
-class RegionalSimulation(Simulation):
-    """One region's queues and placement, stepped from outside: copies of jobs are offered and withdrawn, and a
-    job starting away from its home pays the dispatch delay (module docstring)."""
-
-    def __init__(
-        self,
-        name: str,
-        fleet: Fleet,
-        jobs: Sequence[TraceJob],
-        policy: Policy,
-        queues: QueueSetup,
-        config: SimConfig,
-        *,
-        home: Sequence[str],
-        delay_s: float,
-    ) -> None:
-        super().__init__(fleet, jobs, policy, queues, config)
-        self.name = name
-        self.usable_gpus = int(fleet.bitmap.domain_usable_gpus.sum())
-        self.version = 0  # grows whenever a gang starts or ends here: the room summary is stale
-        self._home = home
-        self._delay_s = delay_s
-        self._queued: set[int] = set()
-        self._started: list[int] = []
-        self._clock = 0.0
-        self._find_never()
-
-    def could_ever_run(self, j: int) -> bool:
-        """Job ``j`` fits this region's idle fleet with its queue's whole reach."""
-        return j not in self.outcome.never
-
-    def offer(self, j: int) -> bool:
-        """Queue a copy of job ``j`` here; False when one is queued already or it could never run here."""
-        if j in self._queued or not self.could_ever_run(j):
-            return False
-        self._enqueue(j)
-        self._queued.add(j)
-        return True
-
-    def withdraw(self, j: int) -> None:
-        """Take job ``j``'s copy away (it started elsewhere, or is no longer sent here), with any quota it held."""
-        if j not in self._queued:
-            return
-        self._queued.discard(j)
-        self._unqueue(self.cq_of[j], j)
-        self._waiting -= 1
-        if self.hold is not None:
-            self.hold.parked.discard(j)
-            held = self.hold.reserved.pop(j, None)
-            if held is not None:
-                self._uncharge(j, self.cq_of[j], fr=held, gpus=self.jobs[j].gpus)
-                self._place_bound.clear()
-                self._cq_bound.update(dict.fromkeys(self.cq_names, UNBOUNDED))
-
-    def next_event_s(self) -> float:
-        """When a gang may end here or a held gang's budget runs out (a stale end is a harmless extra stop)."""
-        end = self._running[0][0] if self._running else math.inf
-        return min(end, self.hold.next_wake() if self.hold is not None else math.inf)
-
-    def advance(self, now: float) -> bool:
-        """Move this region's clock to ``now``: account the time, end the gangs due. Did any end?"""
-        self._account(self._clock, now)
-        if now > self._clock:
-            self._evicted_now.clear()
-        self._clock = now
-        if self.hold is not None and self.hold.wake(now):
-            self._cq_bound.update(dict.fromkeys(self.cq_names, UNBOUNDED))
-        ended = False
-        while self._running and self._running[0][0] <= now:
-            end, j = heapq.heappop(self._running)
-            if j not in self._booked or self.outcome.end[j] != end:
-                continue
-            self._finish(j)
-            if self.hold is not None:
-                self.hold.finished(j, float(self.outcome.run[j]))
-            ended = True
-        return ended
-
-    def schedule(self, now: float) -> list[int]:
-        """Run this region's Kueue cycles at ``now``; the jobs that started here."""
-        self._started = []
-        self._schedule(now)
-        return self._started
-
-    def is_busy(self) -> bool:
-        return bool(self._waiting or self._booked)
-
-    def _start(self, j: int, gang: Gang, nodes: Nodes, cq: str, fr: tuple[str, str], now: float) -> None:
-        super()._start(j, gang, nodes, cq, fr, now)
-        self.version += 1
-        self._queued.discard(j)
-        self._started.append(j)
-        if self._home[j] == self.name or self._delay_s <= 0:
-            return
-        o = self.outcome
-        o.start[j] += self._delay_s
-        o.end[j] += self._delay_s
-        heapq.heappush(self._running, (float(o.end[j]), j))  # the entry without the delay is now stale
-        held_s = float(o.end[j]) - now
-        useful = gang.gpus * self.jobs[j].duration_s / held_s if held_s > 0 else 0.0
-        self._useful += useful - self._weight[j]
-        self._weight[j] = useful
-
-    def _finish(self, j: int) -> None:
-        super()._finish(j)
-        self.version += 1
-
-
 def _views(
-    sims: Sequence[RegionalSimulation], rooms: Sequence[tuple[dispatch.DomainRoom, ...]], tenant: str, platform: str
-) -> list[dispatch.RegionView]:
+    sims: Sequence[RegionalSimulation],
+    rooms: Sequence[tuple[topology_regions.DomainRoom, ...]],
+    tenant: str,
+    platform: str,
+) -> list[topology_regions.RegionView]:
     """Each region as a peer sees it: its rooms, and the tenant's quota headroom on ``platform`` (none where its
     ClusterQueue there has no flavor of it)."""
     out = []
@@ -224,13 +121,13 @@ def _views(
             ]
             if free:
                 headroom[tenant] = max(free)
-        out.append(dispatch.RegionView(sim.name, room, headroom))
+        out.append(topology_regions.RegionView(sim.name, room, headroom))
     return out
 
 
 def kilter_targets(
     sims: Sequence[RegionalSimulation],
-    rooms: Sequence[tuple[dispatch.DomainRoom, ...]],
+    rooms: Sequence[tuple[topology_regions.DomainRoom, ...]],
     *,
     home: int,
     tenant: str,
@@ -247,7 +144,7 @@ def kilter_targets(
             platform = sim.fleet.platforms[p]
             gang = gang_for(-1, gpus, platform, p, resolved_mode(sim.config.topology))
             ask = ask_for(gang, sim.fleet, home=names[home], queue=tenant)
-            chosen = dispatch.nominate(ask, _views(sims, rooms, tenant, platform.name))
+            chosen = topology_regions.nominate(ask, _views(sims, rooms, tenant, platform.name))
             if chosen:
                 return [names.index(name) for name in chosen]
     return []
@@ -295,7 +192,7 @@ class _Pool:
         self.groups: dict[tuple[int, str, int], dict[int, None]] = {}  # kilter: waiting jobs by what ranks them
         self.sent: dict[tuple[int, str, int], list[int]] = {}  # kilter: where each group is sent now
         self.fresh: set[int] = set()
-        self.rooms: list[tuple[int, tuple[dispatch.DomainRoom, ...]]] = [(-1, ()) for _ in sims]
+        self.rooms: list[tuple[int, tuple[topology_regions.DomainRoom, ...]]] = [(-1, ()) for _ in sims]
 
     # ------------------------------------------------------------------ copies
 
@@ -361,7 +258,7 @@ class _Pool:
         job = self.jobs[j]
         return self.homes[j], job.queue, job.gpus
 
-    def room(self, k: int) -> tuple[dispatch.DomainRoom, ...]:
+    def room(self, k: int) -> tuple[topology_regions.DomainRoom, ...]:
         version, rooms = self.rooms[k]
         if version != self.sims[k].version:
             rooms = rooms_of(self.sims[k].fleet)
@@ -453,8 +350,8 @@ def simulate_regions(
     if not math.isfinite(delay_s) or delay_s < 0:
         raise InputError(f"the dispatch delay must be 0 s or more, got {delay_s!r}")
     config = config or SimConfig()
-    if config.failures is not None or config.quota != "kueue":
-        raise InputError("--regions runs Kueue's admission without node failures (no --quota volcano, --node-mtbf)")
+    if config.failures is not None or config.maintenance is not None:
+        raise InputError("--regions runs without node failures or maintenance (no --node-mtbf, --maintenance)")
     names = [r.name for r in regions]
     home_names = [names[h] for h in homes]
     tenants = Counter(j.queue for j in jobs)

@@ -58,7 +58,8 @@ import numpy.typing as npt
 from kilter.quota.available import available
 from kilter.sim.engine import SimConfig, Simulation
 from kilter.sim.gangs import Gang
-from kilter.sim.placement import Nodes, Policy, free_gpus
+from kilter.sim.kueue_cycles import KueueCycles
+from kilter.sim.placement import Nodes, PlacementPolicy, free_gpus
 from kilter.sim.queues import QueueSetup
 from kilter.sim.slurm_block import SlurmBlock
 from kilter.sim.slurm_cycle import BackfillCycle, BackfillSettings, Cycle, Partition, Running
@@ -87,7 +88,7 @@ class SlurmSimulation(Simulation):
         self,
         fleet: Fleet,
         jobs: Sequence[TraceJob],
-        policy: Policy,
+        policy: PlacementPolicy,
         queues: QueueSetup,
         config: SimConfig,
         *,
@@ -97,7 +98,8 @@ class SlurmSimulation(Simulation):
     ) -> None:
         if not isinstance(policy, SlurmBlock):
             raise ValueError("SlurmSimulation places with SlurmBlock")
-        super().__init__(fleet, jobs, policy, queues, config, samples=samples)
+        # Kueue's cycles never run (``_schedule`` is Slurm's); they charge the GrpTRES limits, the ClusterQueues' quota
+        super().__init__(fleet, jobs, policy, queues, config, admission=KueueCycles, samples=samples)
         self.slurm = policy
         self.settings = settings or BackfillSettings()
         self.on_cycle = on_cycle

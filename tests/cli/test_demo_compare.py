@@ -14,7 +14,7 @@ from kilter.cli.main import main
 from kilter.cli.sources import DEMO_QUEUES
 from kilter.sim import fleetspec, run, synthetic
 from kilter.sim.engine import SimConfig
-from kilter.sim.placement import Policy
+from kilter.sim.placement import PlacementPolicy
 from kilter.sim.simple import KilterPlacement
 from kilter.state import snapshot
 
@@ -62,7 +62,7 @@ def test_kilter_over_http_places_every_gang_as_the_planner_does_in_process(tmp_p
     queue_objects = snapshot.load_documents(DEMO_QUEUES)
     outcomes = []
     with ExtenderServer(path) as server:
-        policies: list[Policy] = [KilterPlacement(), ExtenderPlacement(server)]
+        policies: list[PlacementPolicy] = [KilterPlacement(), ExtenderPlacement(server)]
         for policy in policies:
             r = run.simulate(
                 lambda: fleetspec.fleet_from_objects(objects),

@@ -87,7 +87,6 @@ def test_simulate_table_gains_the_failure_columns(files: tuple[Path, Path], caps
         (["--node-mtbf", "nan"], "--node-mtbf must be a number of hours above 0"),
         (["--node-mtbf", "10", "--checkpoint-minutes", "-5"], "--checkpoint-minutes must be 0 or more"),
         (["--node-mtbf", "10", "--restart-minutes", "-1"], "--restart-minutes must be 0 or more"),
-        (["--node-mtbf", "10", "--quota", "volcano"], "Kueue's admission only"),
     ],
 )
 def test_simulate_bad_failure_flags_exit_2_with_one_line(
@@ -118,3 +117,21 @@ def test_simulate_injects_failures_into_the_real_philly_trace_when_it_is_there(
     for name, m in json.loads(out)["policies"].items():
         assert m["completed"] + m["neverFit"] == 500, name
         assert m["failuresInjected"] > 0, name
+
+
+def test_simulate_injects_failures_under_volcano_queues(
+    files: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    fleet, trace = files
+    code, out, _ = run(
+        capsys, "simulate", "--fleet", str(fleet), "--trace", str(trace), "--node-mtbf", "5", "--quota", "volcano",
+        "--policy", "kilter,kueue-tas", "-o", "json",
+    )  # fmt: skip
+    assert code == 0
+    data = json.loads(out)
+    assert data["quota"] == "volcano" and data["failures"]["nodeMtbfHours"] == 5
+    for name in ("kilter", "kueue-tas"):
+        m = data["policies"][name]
+        assert m["failuresInjected"] > 0 and m["gangsHitByFailures"] > 0
+        assert m["failurePolicy"] == name  # each policy's own recovery, as under Kueue's admission
+    assert data["policies"]["kilter"]["repairs"] > 0 and data["policies"]["kueue-tas"]["failureEvictions"] > 0

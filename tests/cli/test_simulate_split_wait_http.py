@@ -10,7 +10,7 @@ import numpy as np
 from kilter.cli.demo_scheduler import ExtenderPlacement, ExtenderServer
 from kilter.sim import fleetspec, run
 from kilter.sim.engine import SimConfig
-from kilter.sim.placement import Policy
+from kilter.sim.placement import PlacementPolicy
 from kilter.sim.simple import KilterPlacement
 from kilter.sim.split_hold import WaitSettings
 from kilter.topology import fleetgen
@@ -31,7 +31,7 @@ def test_a_gang_held_back_over_http_leaves_no_pod_behind_and_starts_where_the_pl
     config = SimConfig(split_wait=WaitSettings(runtime_estimate="oracle", holds="nothing"))
     outcomes = []
     with ExtenderServer(path) as server:
-        policies: list[Policy] = [KilterPlacement(), ExtenderPlacement(server)]
+        policies: list[PlacementPolicy] = [KilterPlacement(), ExtenderPlacement(server)]
         for policy in policies:
             r = run.simulate(lambda: fleetspec.fleet_from_objects(objects), trace, policy, config=config)
             outcomes.append(r.simulation.outcome)

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from kilter.cli.main import main
-from kilter.cli.simulate import load_fleet, with_spares
+from kilter.cli.simulate_inputs import load_fleet, with_spares
 from tests.cli.test_simulate_cli import FLEET, TRACE
 from tests.extenders.conftest import write_snapshot
 from tests.topology.builders import CLIQUE, TIER1, node_dict

@@ -9,10 +9,11 @@ import numpy as np
 import pytest
 
 from kilter.sim import fleetspec
+from kilter.sim.compose import build
 from kilter.sim.engine import SimConfig, Simulation
 from kilter.sim.gangs import Gang
 from kilter.sim.metrics import metrics
-from kilter.sim.placement import Nodes, Policy
+from kilter.sim.placement import Nodes, PlacementPolicy
 from kilter.sim.policies import make_policy
 from kilter.sim.queues import queue_setup
 from kilter.sim.trace import TraceJob
@@ -20,10 +21,12 @@ from kilter.topology.fleet import Fleet
 from tests.sim.conftest import jobs, nvl72
 
 
-def simulate(fleet: Fleet, trace: list[TraceJob], policy: str | Policy = "kilter", **config: Any) -> Simulation:
+def simulate(
+    fleet: Fleet, trace: list[TraceJob], policy: str | PlacementPolicy = "kilter", **config: Any
+) -> Simulation:
     queues = queue_setup([], fleet, Counter(j.queue for j in trace))
     chosen = make_policy(policy) if isinstance(policy, str) else policy
-    sim = Simulation(fleet, trace, chosen, queues, SimConfig(**config))
+    sim = build(fleet, trace, chosen, queues, SimConfig(**config))
     sim.run()
     return sim
 
@@ -38,7 +41,7 @@ def gpus_in_use_at(sim: Simulation, t: float) -> int:
 class Recorder:
     """A policy that remembers what the wrapped one answered."""
 
-    def __init__(self, inner: Policy) -> None:
+    def __init__(self, inner: PlacementPolicy) -> None:
         self.inner = inner
         self.name = inner.name
         self.answers: list[tuple[Gang, Nodes]] = []
@@ -197,7 +200,7 @@ def run_teams(objects: list[dict[str, Any]], *, fair: bool) -> Simulation:
     trace = jobs(*[(0, 1000, 4, "a")] * 18, *[(10, 100, 4, "b")] * 4)
     fleet = nvl72(1)
     queues = queue_setup(objects, fleet, Counter(j.queue for j in trace))
-    sim = Simulation(fleet, trace, make_policy("kilter"), queues, SimConfig(fair=fair))
+    sim = build(fleet, trace, make_policy("kilter"), queues, SimConfig(fair=fair))
     sim.run()
     return sim
 
@@ -233,7 +236,7 @@ def test_under_preemption_every_job_still_runs_to_the_end_exactly_once() -> None
     trace = synthetic.generate("philly", jobs=3000, seed=0, gpu_scale=4)
     fleet = fleet_from_objects(demo_objects())
     queues = queue_setup(snapshot.load_documents(DEMO_QUEUES), fleet, Counter(j.queue for j in trace))
-    sim = Simulation(fleet, trace, make_policy("spread"), queues, SimConfig(fair=True))
+    sim = build(fleet, trace, make_policy("spread"), queues, SimConfig(fair=True))
     sim.run()
     assert sim.preemptions > 0
     assert not np.isnan(sim.outcome.end).any()
@@ -269,7 +272,7 @@ def test_a_preemption_whose_gang_would_not_place_evicts_nothing_and_restores_wha
     fleet = nvl72(1)
     policy = Refusing({18})  # b's job never places, even on what a's jobs would free
     objects = two_teams({"reclaimWithinCohort": "Any", "withinClusterQueue": "Never"})
-    sim = Simulation(fleet, trace, policy, queue_setup(objects, fleet, Counter(j.queue for j in trace)), SimConfig())
+    sim = build(fleet, trace, policy, queue_setup(objects, fleet, Counter(j.queue for j in trace)), SimConfig())
     sim.run()
     assert sim.preemptions == 0
     assert sim.outcome.start[:18].tolist() == [0.0] * 18  # a's jobs ran undisturbed
@@ -335,7 +338,7 @@ def test_a_job_evicted_at_an_instant_preempts_no_one_until_the_clock_moves() -> 
         )
     )
     queues = queue_setup(objects, fleet, Counter(j.queue for j in trace))
-    sim = Simulation(fleet, trace, Bounded(500), queues, SimConfig(fair=True))
+    sim = build(fleet, trace, Bounded(500), queues, SimConfig(fair=True))
     sim.run()
     o = sim.outcome
     # At 10 x would take w and y back (Kueue's rules allow it) and w would reclaim x again, forever: x, evicted at

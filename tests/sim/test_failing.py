@@ -9,8 +9,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from kilter.sim.engine import SimConfig, Simulation
-from kilter.sim.failing import FailingSimulation
+from kilter.sim.compose import build
+from kilter.sim.engine import QuotaMode, SimConfig, Simulation
+from kilter.sim.failing import FailureStats, NodeFailures
 from kilter.sim.failure_model import FailurePolicy, FailureSettings, NodeClock
 from kilter.sim.metrics import metrics
 from kilter.sim.policies import make_policy
@@ -46,21 +47,31 @@ def settings(recovery: FailurePolicy | None = None, **kw: Any) -> FailureSetting
 
 def run_failing(
     trace: list[TraceJob], *events: tuple[float, int, bool], policy: str = "kilter", fleet: Fleet | None = None,
-    **kw: Any,
-) -> FailingSimulation:  # fmt: skip
+    quota: QuotaMode = "kueue", **kw: Any,
+) -> Simulation:  # fmt: skip
     fleet = fleet or nvl72(2)
     queues = queue_setup([], fleet, Counter(j.queue for j in trace))
-    config = SimConfig(failures=settings(**kw))
-    sim = FailingSimulation(fleet, trace, make_policy(policy), queues, config, clock=Script(*events))
+    config = SimConfig(failures=settings(**kw), quota=quota, fair=quota == "volcano")
+    sim = build(fleet, trace, make_policy(policy), queues, config, clock=Script(*events))
     sim.run()
     return sim
+
+
+def failures_of(sim: Simulation) -> NodeFailures:
+    failures = sim.part(NodeFailures)
+    assert failures is not None
+    return failures
+
+
+def stats_of(sim: Simulation) -> FailureStats:
+    return failures_of(sim).stats
 
 
 def placed(trace: list[TraceJob], policy: str = "kilter") -> dict[int, list[int]]:
     """Each job's nodes where the run without failures put them (a failing run is the same until a failure)."""
     fleet = nvl72(2)
     recorder = Recorder(make_policy(policy))
-    Simulation(fleet, trace, recorder, queue_setup([], fleet, Counter(j.queue for j in trace)), SimConfig()).run()
+    build(fleet, trace, recorder, queue_setup([], fleet, Counter(j.queue for j in trace)), SimConfig()).run()
     return {g.job: nodes.tolist() for g, nodes in recorder.answers}
 
 
@@ -86,8 +97,8 @@ def test_a_failure_rolls_the_whole_gang_back_to_its_last_checkpoint(checkpoint_s
     node = placed(ALONE)[0][0]
     sim = run_failing(ALONE, (2000.0, node, True), checkpoint_s=checkpoint_s)
     assert sim.outcome.end[0] == pytest.approx(end)
-    assert sim.stats.lost_gpu_s == pytest.approx(lost_gpu_s)
-    assert sim.stats.resume_s == [300.0]
+    assert stats_of(sim).lost_gpu_s == pytest.approx(lost_gpu_s)
+    assert stats_of(sim).resume_s == [300.0]
 
 
 def test_goodput_is_useful_gpu_hours_over_gpu_hours_held() -> None:
@@ -111,7 +122,7 @@ def test_kilter_repairs_in_the_failed_nodes_domain_where_it_has_room_as_topology
     want = repair.repair(fleet, 0, nodes[1:], [repair.Replacement(4, nodes[0])])
     assert not isinstance(want, str)
     sim = run_failing(ALONE, (2000.0, nodes[0], True))
-    assert sim.stats.repairs == sim.stats.repairs_same_domain == 1
+    assert stats_of(sim).repairs == stats_of(sim).repairs_same_domain == 1
     assert want[0].step == "same-domain"
     assert sim.fleet.node_domain[want[0].node] == sim.fleet.node_domain[nodes[0]]
     assert sim.outcome.domains[0] == 1
@@ -120,7 +131,7 @@ def test_kilter_repairs_in_the_failed_nodes_domain_where_it_has_room_as_topology
 def test_kilter_repairs_in_another_domain_when_the_failed_nodes_rack_is_full() -> None:
     node = placed(FULL_RACK)[1][0]
     sim = run_failing(FULL_RACK, (2000.0, node, True))
-    assert sim.stats.repairs == 1 and sim.stats.repairs_same_domain == 0 and sim.stats.evictions == 0
+    assert stats_of(sim).repairs == 1 and stats_of(sim).repairs_same_domain == 0 and stats_of(sim).evictions == 0
     # The gang now spans two racks: its 2400 s of work left run 1.2 times as long (split slowdown 0.2).
     assert sim.outcome.end[1] == pytest.approx(2000 + 300 + 2400 * 1.2)
 
@@ -133,9 +144,9 @@ def test_a_gang_that_requires_one_domain_is_repaired_only_inside_it_as_the_serve
     queues = queue_setup([], fleet, Counter(j.queue for j in FULL_RACK))
     config = SimConfig(topology="required", failures=settings())
     clock = Script((2000.0, node, True), (6000.0, node, False))
-    sim = FailingSimulation(fleet, FULL_RACK, make_policy("kilter"), queues, config, clock=clock)
+    sim = build(fleet, FULL_RACK, make_policy("kilter"), queues, config, clock=clock)
     sim.run()
-    assert sim.stats.repairs == sim.stats.repairs_same_domain == 1 and sim.stats.evictions == 0
+    assert stats_of(sim).repairs == stats_of(sim).repairs_same_domain == 1 and stats_of(sim).evictions == 0
     assert sim.outcome.end[1] == pytest.approx(6000 + 300 + 2400)
 
 
@@ -145,22 +156,30 @@ def test_kilter_keeps_its_survivors_and_waits_for_room_when_no_node_is_free() ->
     node = placed(trace)[0][0]
     sim = run_failing(trace, (1000.0, node, True), (4000.0, node, False))
     # Repaired when its own node returns at 4000 (first rung), computing at 4300; 3600 - 0 (no checkpoint yet) left.
-    assert sim.stats.evictions == 0 and sim.stats.repairs == sim.stats.repairs_same_domain == 1
+    assert stats_of(sim).evictions == 0 and stats_of(sim).repairs == stats_of(sim).repairs_same_domain == 1
     assert sim.outcome.end[0] == pytest.approx(4000 + 300 + 3600)
-    assert sim.stats.resume_s == [3300.0]
+    assert stats_of(sim).resume_s == [3300.0]
 
 
 def test_kueue_tas_swaps_one_node_within_the_domain() -> None:
     node = placed(ALONE, "kueue-tas")[0][0]
     sim = run_failing(ALONE, (2000.0, node, True), policy="kueue-tas")
-    assert (sim.stats.repairs, sim.stats.repairs_same_domain, sim.stats.evictions) == (1, 1, 0)
+    assert (
+        stats_of(sim).repairs,
+        stats_of(sim).repairs_same_domain,
+        stats_of(sim).evictions,
+    ) == (1, 1, 0)
     assert sim.outcome.end[0] == pytest.approx(2000 + 300 + 2400)
 
 
 def test_kueue_tas_evicts_and_requeues_when_the_domain_has_no_room() -> None:
     node = placed(FULL_RACK, "kueue-tas")[1][0]
     sim = run_failing(FULL_RACK, (2000.0, node, True), policy="kueue-tas")
-    assert (sim.stats.repairs, sim.stats.evictions, sim.stats.evictions_second_failure) == (0, 1, 0)
+    assert (
+        stats_of(sim).repairs,
+        stats_of(sim).evictions,
+        stats_of(sim).evictions_second_failure,
+    ) == (0, 1, 0)
     # Requeued at 2000 and admitted again at once (the other rack is free), from its 1200 s checkpoint; its wait
     # is still that for its first start.
     assert sim.outcome.start[1] == 0.0
@@ -171,25 +190,33 @@ def test_kueue_tas_evicts_on_a_second_failure_while_a_replacement_is_pending() -
     nodes = placed(ALONE, "kueue-tas")[0]
     # The second pod's node fails 100 s after the first, inside the 300 s restart: evicted, not swapped again.
     sim = run_failing(ALONE, (2000.0, nodes[0], True), (2100.0, nodes[1], True), policy="kueue-tas")
-    assert (sim.stats.repairs, sim.stats.evictions, sim.stats.gangs_hit) == (1, 1, 1)
-    assert sim.stats.evictions_second_failure == 1
+    assert (stats_of(sim).repairs, stats_of(sim).evictions, stats_of(sim).gangs_hit) == (
+        1,
+        1,
+        1,
+    )
+    assert stats_of(sim).evictions_second_failure == 1
     assert sim.outcome.start[0] == 0.0
     assert sim.outcome.end[0] == pytest.approx(2100 + 300 + 2400)
-    assert sim.stats.resume_s == [400.0]
+    assert stats_of(sim).resume_s == [400.0]
 
 
 def test_kueue_tas_swaps_again_for_a_failure_after_the_gang_resumed() -> None:
     nodes = placed(ALONE, "kueue-tas")[0]
     sim = run_failing(ALONE, (2000.0, nodes[0], True), (2500.0, nodes[1], True), policy="kueue-tas")
-    assert (sim.stats.repairs, sim.stats.evictions, sim.stats.gangs_hit) == (2, 0, 2)
+    assert (stats_of(sim).repairs, stats_of(sim).evictions, stats_of(sim).gangs_hit) == (
+        2,
+        0,
+        2,
+    )
 
 
 def test_requeue_evicts_the_whole_gang_and_frees_all_its_nodes() -> None:
     node = placed(FULL_RACK)[1][0]
     sim = run_failing(FULL_RACK, (2000.0, node, True), policy="kilter", recovery="requeue")
-    assert (sim.stats.repairs, sim.stats.evictions) == (0, 1)
+    assert (stats_of(sim).repairs, stats_of(sim).evictions) == (0, 1)
     assert sim.outcome.start[1] == 0.0 and sim.outcome.end[1] == pytest.approx(2000 + 300 + 2400)
-    assert sim.stats.lost_gpu_s == pytest.approx(800 * 8)
+    assert stats_of(sim).lost_gpu_s == pytest.approx(800 * 8)
 
 
 def test_a_failed_node_is_unusable_until_it_returns() -> None:
@@ -235,9 +262,9 @@ def test_every_policy_sees_the_same_failures_at_the_same_times() -> None:
         assert config.failures is not None
         clock = Recording(fleet.bitmap.node_usable_flags != 0, config.failures)
         queues = queue_setup([], fleet, Counter(j.queue for j in trace))
-        sim = FailingSimulation(fleet, trace, make_policy(policy), queues, config, clock=clock)
+        sim = build(fleet, trace, make_policy(policy), queues, config, clock=clock)
         sim.run()
-        assert sim.recovery == {"kilter": "kilter", "kueue-tas": "kueue-tas"}.get(policy, "requeue")
+        assert failures_of(sim).recovery == {"kilter": "kilter", "kueue-tas": "kueue-tas"}.get(policy, "requeue")
         fired.append(clock.fired)
     n = min(len(f) for f in fired)
     assert n > 4
@@ -270,12 +297,19 @@ def test_without_failures_the_failing_simulation_gives_the_plain_simulations_res
     assert "goodput" not in plain.metrics
 
 
-def test_volcano_admission_with_failures_is_refused_with_a_clear_error() -> None:
-    from kilter.model.errors import InputError
-
-    config = SimConfig(quota="volcano", failures=FailureSettings(node_mtbf_h=10.0))
-    with pytest.raises(InputError, match="Kueue's admission"):
-        simulate(lambda: nvl72(1), ALONE, "kilter", config=config)
+def test_under_volcano_admission_a_requeued_gang_goes_back_through_the_session_and_resumes() -> None:
+    # As under Kueue's cycles: evicted at 2000 with 800 s since its 1200 s checkpoint, the 8-GPU gang is enqueued and
+    # allocated again at once (its queue's charge went with it), restarts for 300 s and has 2400 s left.
+    node = placed(FULL_RACK)[1][0]
+    sim = run_failing(FULL_RACK, (2000.0, node, True), policy="kilter", recovery="requeue", quota="volcano")
+    assert (stats_of(sim).repairs, stats_of(sim).evictions) == (0, 1)
+    assert sim.outcome.start[1] == 0.0 and sim.outcome.end[1] == pytest.approx(2000 + 300 + 2400)
+    assert stats_of(sim).lost_gpu_s == pytest.approx(800 * 8)
+    # kilter's repair keeps the gang's quota under Volcano too: its lost pod goes to the other rack (its own is full),
+    # the gang is never requeued and runs its 2400 s left 1.2 times as long (split slowdown 0.2).
+    sim = run_failing(FULL_RACK, (2000.0, node, True), policy="kilter", quota="volcano")
+    assert (stats_of(sim).repairs, stats_of(sim).repairs_same_domain, stats_of(sim).evictions) == (1, 0, 0)
+    assert sim.outcome.end[1] == pytest.approx(2000 + 300 + 2400 * 1.2)
 
 
 def test_a_job_that_only_fits_a_fleet_with_no_node_down_does_not_keep_the_run_going_forever() -> None:
@@ -301,10 +335,14 @@ def test_a_requeued_gang_leaves_no_stale_end_behind_to_stretch_the_run() -> None
 def test_kilter_replan_repairs_in_the_gangs_domains_and_requeues_rather_than_add_one() -> None:
     nodes = placed(ALONE)[0]
     sim = run_failing(ALONE, (2000.0, nodes[0], True), recovery="kilter-replan")
-    assert (sim.stats.repairs, sim.stats.repairs_same_domain, sim.stats.evictions) == (1, 1, 0)
+    assert (
+        stats_of(sim).repairs,
+        stats_of(sim).repairs_same_domain,
+        stats_of(sim).evictions,
+    ) == (1, 1, 0)
     node = placed(FULL_RACK)[1][0]
     sim = run_failing(FULL_RACK, (2000.0, node, True), recovery="kilter-replan")
-    assert (sim.stats.repairs, sim.stats.evictions) == (0, 1)
+    assert (stats_of(sim).repairs, stats_of(sim).evictions) == (0, 1)
     # Planned again whole in the free rack: one domain, no slowdown, from its 1200 s checkpoint.
     assert sim.outcome.domains[1] == 1 and sim.outcome.end[1] == pytest.approx(2000 + 300 + 2400)
 
@@ -316,6 +354,6 @@ def test_a_repair_may_take_the_rack_spare_that_new_plans_leave_alone() -> None:
     # 100 s: the repair takes the spare, and the small job waits for the gang's end at 4,000 s.
     trace = jobs((0, 3600, 68), (50, 100, 4))
     sim = run_failing(trace, (100.0, 3, True), fleet=fleet)
-    assert sim.stats.repairs == sim.stats.repairs_same_domain == 1 and sim.stats.evictions == 0
+    assert stats_of(sim).repairs == stats_of(sim).repairs_same_domain == 1 and stats_of(sim).evictions == 0
     assert sim.outcome.domains[0] == 1 and sim.outcome.end[0] == pytest.approx(100 + 300 + 3600)
     assert sim.outcome.start[1] == pytest.approx(4000.0)

@@ -69,7 +69,6 @@ def test_a_bad_spec_is_refused_naming_what_is_wrong(text: str, message: str) -> 
         (["--maintenance", "step=-1h"], "is not a duration"),
         (["--maintenance", "k=1", "--policy", "kilter,spread"], "give one --policy"),
         (["--maintenance", "k=1", "--regions", "2"], "--maintenance cannot be combined with --regions"),
-        (["--maintenance", "k=1", "--quota", "volcano"], "Kueue's admission"),
         (["--maintenance", "k=1", "--repair-hours", "2"], "--repair-hours needs --node-mtbf"),
         (["--checkpoint-minutes", "10"], "--checkpoint-minutes needs --node-mtbf"),
     ],
@@ -129,3 +128,22 @@ def test_the_table_shows_the_three_rollouts_side_by_side(
     assert [line.split()[0] for line in lines[1:4]] == ["none", "kilter", "naive"]
     assert lines[2].split()[1:3] == ["4", "4"]  # four racks, one a step
     assert "k=1" in lines[-1] and "runtime estimates learned" in lines[-1]
+
+
+@pytest.mark.parametrize("quota", ["fifo", "volcano"])
+def test_node_failures_and_a_rollout_run_together_in_one_run(
+    files: tuple[Path, Path], capsys: pytest.CaptureFixture[str], quota: str
+) -> None:
+    # 72 trays failing every 20 h each over a trace of some 10 h: each rollout meets failures, and still maintains
+    # every rack and runs every job; the failure figures are shown beside the rollout's, also under Volcano's queues.
+    fleet, trace = files
+    args = ["--maintenance", "at=2h,step=2h,k=2", "--node-mtbf", "20", "--repair-hours", "1", "--quota", quota]
+    assert main(["simulate", "--fleet", str(fleet), "--trace", str(trace), *args, "-o", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["quota"] == quota and data["failures"]["nodeMtbfHours"] == 20
+    for order in ("none", "kilter", "naive"):
+        m = data["rollouts"][order]
+        assert m["failuresInjected"] > 0 and m["completed"] == m["jobs"] == 60
+        if order != "none":
+            assert m["domainsMaintained"] == 4 and m["rolloutHours"] is not None
+            assert "jobsKilled" in m and "gpuHoursLostToFailures" in m

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import random
@@ -35,9 +36,11 @@ from kilter.sim.regions import (
 )
 from kilter.sim.simple import KilterPlacement
 from kilter.sim.trace import TraceJob, read_trace
+from kilter.sim.volcano_engine import VolcanoSession
 from kilter.topology.fleet import Fleet
 from tests.conftest import SHARED_DATA
 from tests.sim.conftest import jobs, nvl72
+from tests.sim.test_engine import two_teams
 
 PHILLY = SHARED_DATA / "traces" / "philly" / "philly.csv"
 
@@ -160,6 +163,32 @@ def test_no_job_is_admitted_twice_and_each_runs_where_the_pool_says(dispatcher: 
     assert max(where.values()) == 1
     assert {j: r.sims.index(sim) for j, sim in started_in(r)} == {j: k for j, k in enumerate(r.where) if k >= 0}
     assert r.metrics["completed"] == len(trace) - (0 if dispatcher != "silo" else r.metrics["neverRan"])
+
+
+@pytest.mark.parametrize("dispatcher", DISPATCHERS)
+def test_under_volcano_queues_a_withdrawn_copy_takes_its_charge_along_and_every_job_runs_once(
+    dispatcher: Dispatcher,
+) -> None:
+    # Teams a and b of 72 GPUs each (one cohort, no preemption) in every region, twice what a one-rack region holds,
+    # under Volcano's queues: copies are enqueued (and charged) where quota permits though no nodes are free, and
+    # withdrawn from all but the region that starts them. A charge left behind would hold its queue's quota for good;
+    # every job still runs once, and no charge is left at the end.
+    trace, homes = busy_trace(60, seed=7, regions=3)
+    trace = [dataclasses.replace(job, queue="ab"[i % 2], gpus=min(job.gpus, 72)) for i, job in enumerate(trace)]
+    teams = two_teams(None)
+    for team in teams:
+        team["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]["nominalQuota"] = 72
+    volcano = SimConfig(quota="volcano", fair=True)
+    r = run(
+        [region("a", 1), region("b", 1), region("c", 2)], trace, homes, dispatcher,
+        queue_objects=teams, config=volcano,
+    )  # fmt: skip
+    where = Counter(j for j, _ in started_in(r))
+    assert max(where.values()) == 1
+    assert {j: r.sims.index(sim) for j, sim in started_in(r)} == {j: k for j, k in enumerate(r.where) if k >= 0}
+    assert r.metrics["completed"] == len(trace)
+    for sim in r.sims:
+        assert isinstance(sim.admission, VolcanoSession) and sim.admission.charged == 0
 
 
 @pytest.mark.parametrize("dispatcher", ["kilter", "all-at-once", "incremental"])
@@ -316,7 +345,7 @@ def test_simulate_regions_reports_every_dispatcher(tmp_path: Path, capsys: pytes
         pytest.param(["--regions", "eu,EU"], "DNS label", id="a bad spec"),
         pytest.param(["--regions", "2", "--policy", "kilter,spread"], "one --policy", id="several policies"),
         pytest.param(["--regions", "2", "--sweep", "0,1"], "--sweep cannot", id="with a sweep"),
-        pytest.param(["--regions", "2", "--quota", "volcano"], "Kueue's admission", id="with Volcano's quota"),
+        pytest.param(["--regions", "2", "--node-mtbf", "10"], "--node-mtbf cannot", id="with node failures"),
     ],
 )
 def test_simulate_regions_refuses_what_it_does_not_model_in_one_line(

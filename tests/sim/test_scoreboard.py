@@ -11,9 +11,10 @@ from typing import Any
 import numpy as np
 import pytest
 
+from kilter.sim.compose import build
 from kilter.sim.engine import SimConfig, Simulation, slowdown_factor
 from kilter.sim.metrics import BOUNDED_SLOWDOWN_FLOOR_S, metrics, versus_best
-from kilter.sim.placement import Policy
+from kilter.sim.placement import PlacementPolicy
 from kilter.sim.policies import make_policy
 from kilter.sim.queues import queue_setup
 from kilter.sim.trace import TraceJob
@@ -21,10 +22,12 @@ from kilter.topology.fleet import Fleet
 from tests.sim.conftest import jobs, nvl72
 
 
-def simulate(fleet: Fleet, trace: list[TraceJob], policy: str | Policy = "kilter", **config: Any) -> Simulation:
+def simulate(
+    fleet: Fleet, trace: list[TraceJob], policy: str | PlacementPolicy = "kilter", **config: Any
+) -> Simulation:
     queues = queue_setup([], fleet, Counter(j.queue for j in trace))
     chosen = make_policy(policy) if isinstance(policy, str) else policy
-    sim = Simulation(fleet, trace, chosen, queues, SimConfig(**config))
+    sim = build(fleet, trace, chosen, queues, SimConfig(**config))
     sim.run()
     return sim
 

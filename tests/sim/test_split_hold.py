@@ -11,6 +11,7 @@ import pytest
 
 from kilter.model.errors import InputError
 from kilter.sim import fleetspec, synthetic
+from kilter.sim.compose import build
 from kilter.sim.engine import SimConfig, Simulation
 from kilter.sim.gangs import Gang, gang_for
 from kilter.sim.metrics import metrics
@@ -19,7 +20,6 @@ from kilter.sim.policies import make_policy
 from kilter.sim.queues import queue_setup
 from kilter.sim.split_hold import WaitSettings
 from kilter.sim.trace import TraceJob
-from kilter.sim.volcano_engine import VolcanoSimulation
 from kilter.state import snapshot
 from kilter.topology.fleet import Fleet
 from kilter.topology.split_wait import fewest_domains_idle
@@ -35,7 +35,7 @@ def simulate(trace: list[TraceJob], policy: Any = "kilter", *, fleet: Fleet | No
     config.setdefault("split_wait", ORACLE)
     queues = queue_setup([], fleet, Counter(j.queue for j in trace))
     chosen = make_policy(policy) if isinstance(policy, str) else policy
-    sim = Simulation(fleet, trace, chosen, queues, SimConfig(**config))
+    sim = build(fleet, trace, chosen, queues, SimConfig(**config))
     sim.run()
     return sim
 
@@ -193,7 +193,7 @@ def test_under_volcano_quota_a_held_gang_stays_enqueued_and_starts_whole() -> No
     trace = crowded(100)
     queues = queue_setup([], fleet, Counter(j.queue for j in trace))
     config = SimConfig(quota="volcano", fair=True, split_wait=ORACLE)
-    sim = VolcanoSimulation(fleet, trace, make_policy("kilter"), queues, config)
+    sim = build(fleet, trace, make_policy("kilter"), queues, config)
     sim.run()
     assert sim.outcome.start[2] == 100.0 and sim.outcome.domains[2] == 1
 
@@ -250,6 +250,6 @@ def test_a_queue_whose_annotation_turns_waiting_off_does_not_wait() -> None:
     fleet = nvl72(2)
     trace = crowded(100)
     queues = queue_setup(objects, fleet, Counter(j.queue for j in trace))
-    sim = Simulation(fleet, trace, make_policy("kilter"), queues, SimConfig(split_wait=ORACLE))
+    sim = build(fleet, trace, make_policy("kilter"), queues, SimConfig(split_wait=ORACLE))
     sim.run()
     assert sim.hold is None and sim.outcome.start[2] == 1.0

@@ -7,13 +7,14 @@ from typing import Any
 
 import numpy as np
 
+from kilter.sim.compose import build
 from kilter.sim.engine import SimConfig, Simulation
 from kilter.sim.metrics import metrics
 from kilter.sim.policies import make_policy
 from kilter.sim.queues import queue_setup
 from kilter.sim.run import simulate
 from kilter.sim.trace import TraceJob
-from kilter.sim.volcano_engine import VolcanoSimulation
+from kilter.sim.volcano_engine import VolcanoSession
 from kilter.topology.fleet import Fleet
 from tests.sim.conftest import jobs, nvl72
 from tests.sim.test_engine import two_teams
@@ -24,7 +25,7 @@ RECLAIM = {"reclaimWithinCohort": "Any", "withinClusterQueue": "Never"}
 
 def run(fleet: Fleet, trace: list[TraceJob], objects: list[dict[str, Any]], policy: str = "kilter") -> Simulation:
     queues = queue_setup(objects, fleet, Counter(j.queue for j in trace))
-    sim = VolcanoSimulation(fleet, trace, make_policy(policy), queues, VOLCANO)
+    sim = build(fleet, trace, make_policy(policy), queues, VOLCANO)
     sim.run()
     return sim
 
@@ -36,7 +37,7 @@ def teams_trace() -> list[TraceJob]:
 
 def test_simulate_picks_the_volcano_admission_when_asked() -> None:
     r = simulate(lambda: nvl72(1), jobs((0, 100, 8)), "kilter", config=VOLCANO)
-    assert isinstance(r.simulation, VolcanoSimulation)
+    assert isinstance(r.simulation.admission, VolcanoSession)
     assert type(simulate(lambda: nvl72(1), jobs((0, 100, 8)), "kilter").simulation) is Simulation
 
 
