@@ -26,7 +26,7 @@ from kilter.quota.drs import DRS, LendableCache, compare, dominant_resource_shar
 from kilter.quota.preempt import PreemptionResult, Target, find_targets
 from kilter.quota.shares import Shares
 from kilter.quota.status import NodeStatus, ResourceStatus, apply_usage, tree_status
-from kilter.quota.tree import FR, Node, Problem, Quota, QuotaTree, build_tree
+from kilter.quota.tree import FR, Problem, Quota, QuotaNode, QuotaTree, build_tree
 from kilter.quota.usage import Ledger, WorkloadInfo, workload_infos
 
 __all__ = [
@@ -38,11 +38,11 @@ __all__ = [
     "FairSharingConfig",
     "Ledger",
     "LendableCache",
-    "Node",
     "NodeStatus",
     "PreemptionResult",
     "Problem",
     "Quota",
+    "QuotaNode",
     "QuotaTree",
     "ResourceStatus",
     "Shares",

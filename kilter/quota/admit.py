@@ -32,7 +32,7 @@ from kilter.quota.config import FairSharingConfig
 from kilter.quota.drs import DRS, compare
 from kilter.quota.preempt import PreemptionResult, find_targets
 from kilter.quota.shares import Shares
-from kilter.quota.tree import FR, Node, QuotaTree
+from kilter.quota.tree import FR, QuotaNode, QuotaTree
 from kilter.quota.usage import WorkloadInfo
 from kilter.quota.whatif import Journal
 
@@ -75,7 +75,7 @@ class Assignment:
     reason: str = ""
 
 
-def assign_flavors(cq: Node, requests: Mapping[str, int]) -> Assignment:
+def assign_flavors(cq: QuotaNode, requests: Mapping[str, int]) -> Assignment:
     """Kueue's flavor assignment for a workload's total requests in ``cq``."""
     wanted = {r: v for r, v in requests.items() if v > 0}
     covered = {r for res, _ in cq.groups for r in res}
@@ -139,7 +139,7 @@ def _queue_key(w: WorkloadInfo, lq_usage: Mapping[tuple[str, str], float] | None
 @dataclass
 class _Entry:
     workload: WorkloadInfo
-    cq: Node
+    cq: QuotaNode
     assignment: Assignment
 
 
@@ -158,7 +158,7 @@ class _Tournament:
         self.cache: dict[str, dict[int, DRS]] = {}
         self.paths: dict[str, set[int]] = {}
 
-    def served(self, cq: Node) -> None:
+    def served(self, cq: QuotaNode) -> None:
         """Forget the shares a change in ``cq``'s usage may have moved."""
         changed = {id(n) for n in (cq, *cq.ancestors()) if n.parent is not None}
         for uid in [u for u, path in self.paths.items() if path & changed]:
@@ -181,7 +181,7 @@ class _Tournament:
             self.paths[uid] = {id(n) for n in (entry.cq, *entry.cq.ancestors()) if n.parent is not None}
         return cached
 
-    def pop(self, root: Node, heads: dict[str, _Entry]) -> _Entry | None:
+    def pop(self, root: QuotaNode, heads: dict[str, _Entry]) -> _Entry | None:
         drs: dict[tuple[int, str], DRS] = {}
         live: set[int] = set()
         for entry in heads.values():
@@ -193,7 +193,7 @@ class _Tournament:
         return self._run(root, heads, drs, live)
 
     def _run(
-        self, cohort: Node, heads: dict[str, _Entry], drs: dict[tuple[int, str], DRS], live: set[int]
+        self, cohort: QuotaNode, heads: dict[str, _Entry], drs: dict[tuple[int, str], DRS], live: set[int]
     ) -> _Entry | None:
         """The winner under ``cohort``, descending only into cohorts with a head below them (``live``)."""
         candidates: list[_Entry] = []
@@ -214,7 +214,7 @@ class _Tournament:
                 best = current
         return best
 
-    def _less(self, a: _Entry, b: _Entry, cohort: Node, drs: Mapping[tuple[int, str], DRS]) -> bool:
+    def _less(self, a: _Entry, b: _Entry, cohort: QuotaNode, drs: Mapping[tuple[int, str], DRS]) -> bool:
         a_drs = drs[(id(cohort), a.workload.uid)]
         b_drs = drs[(id(cohort), b.workload.uid)]
         if self.config.prioritize_non_borrowing:

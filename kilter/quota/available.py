@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from kilter.quota import amount
-from kilter.quota.tree import FR, Node
+from kilter.quota.tree import FR, QuotaNode
 
 __all__ = [
     "add_usage",
@@ -27,7 +27,7 @@ __all__ = [
 ]
 
 
-def local_available(node: Node, fr: FR) -> int:
+def local_available(node: QuotaNode, fr: FR) -> int:
     """Guaranteed quota of ``fr`` that exceeds usage and that the parent cannot see."""
     return max(0, node.local.get(fr, 0) - node.usage.get(fr, 0))
 
@@ -35,7 +35,7 @@ def local_available(node: Node, fr: FR) -> int:
 _NOTHING: Mapping[int, int] = {}
 
 
-def available(node: Node, fr: FR, *, less: Mapping[int, int] = _NOTHING) -> int:
+def available(node: QuotaNode, fr: FR, *, less: Mapping[int, int] = _NOTHING) -> int:
     """Capacity of ``fr`` the node can use now (``available`` in Kueue); may be negative.
 
     ``less`` lowers the usage of nodes (by ``id``) for a what-if without touching the tree.
@@ -58,7 +58,7 @@ def available(node: Node, fr: FR, *, less: Mapping[int, int] = _NOTHING) -> int:
     return avail
 
 
-def potential_available(node: Node, fr: FR) -> int:
+def potential_available(node: QuotaNode, fr: FR) -> int:
     """The most of ``fr`` the node could use with no usage anywhere (``potentialAvailable``)."""
     path = [node, *node.ancestors()]
     pot = path[-1].subtree.get(fr, 0)
@@ -70,9 +70,9 @@ def potential_available(node: Node, fr: FR) -> int:
     return pot
 
 
-def add_usage(node: Node, fr: FR, value: int) -> None:
+def add_usage(node: QuotaNode, fr: FR, value: int) -> None:
     """Book ``value`` on the node and push what its local quota cannot hold to the parent."""
-    n: Node | None = node
+    n: QuotaNode | None = node
     while n is not None and value:
         used = n.usage.get(fr, 0)
         spare = max(0, n.local.get(fr, 0) - used)
@@ -83,9 +83,9 @@ def add_usage(node: Node, fr: FR, value: int) -> None:
         n = n.parent
 
 
-def remove_usage(node: Node, fr: FR, value: int) -> None:
+def remove_usage(node: QuotaNode, fr: FR, value: int) -> None:
     """Undo ``add_usage``: take back what the node had stored in its parent, up the tree."""
-    n: Node | None = node
+    n: QuotaNode | None = node
     while n is not None and value:
         used = n.usage.get(fr, 0)
         stored_in_parent = used - n.local.get(fr, 0)
@@ -99,12 +99,12 @@ def remove_usage(node: Node, fr: FR, value: int) -> None:
         n = n.parent
 
 
-def fits_within_quota(node: Node, requests: Mapping[FR, int]) -> bool:
+def fits_within_quota(node: QuotaNode, requests: Mapping[FR, int]) -> bool:
     """Usage plus ``requests`` stays within the node's subtree quota on every flavor/resource
     (the fit half of Kueue's ``QuantitiesFitInQuota``; no borrowing)."""
     return all(node.usage.get(fr, 0) + v <= node.subtree.get(fr, 0) for fr, v in requests.items())
 
 
-def is_within_nominal(node: Node, frs: Iterable[FR]) -> bool:
+def is_within_nominal(node: QuotaNode, frs: Iterable[FR]) -> bool:
     """No usage above the subtree quota on any of ``frs`` (``IsWithinNominalInResources``)."""
     return all(node.usage.get(fr, 0) <= node.subtree.get(fr, 0) for fr in frs)

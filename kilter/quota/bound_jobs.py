@@ -26,7 +26,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from kilter.quota.tree import FR, Node
+from kilter.quota.tree import FR, QuotaNode
 from kilter.quota.usage import WorkloadInfo
 
 __all__ = [
@@ -119,7 +119,7 @@ def requests(job: BoundJob) -> dict[str, int]:
     return {r: v for r, v in job.minimum.items() if v > 0}
 
 
-def usage_of(job: BoundJob, cq: Node, *, amounts: Mapping[str, int], flavors: FlavorMatch) -> dict[FR, int]:
+def usage_of(job: BoundJob, cq: QuotaNode, *, amounts: Mapping[str, int], flavors: FlavorMatch) -> dict[FR, int]:
     """``amounts`` of the job charged per (flavor, resource) of ``cq``.
 
     Each resource goes to the first flavor of its group that the job's node

@@ -43,7 +43,7 @@ from kilter.quota.config import FairSharingConfig
 from kilter.quota.preempt import PreemptionResult, find_targets
 from kilter.quota.shares import Shares
 from kilter.quota.status import apply_usage
-from kilter.quota.tree import FR, Node, QuotaTree
+from kilter.quota.tree import FR, QuotaNode, QuotaTree
 from kilter.quota.usage import WorkloadInfo
 from kilter.quota.whatif import Journal
 
@@ -198,7 +198,7 @@ class BoundQueues:
         if cq_name is not None:
             self._uncharge(job_key, self.tree.cluster_queues[cq_name])
 
-    def _uncharge(self, key: str, cq: Node) -> None:
+    def _uncharge(self, key: str, cq: QuotaNode) -> None:
         ws = self.admitted.setdefault(cq.name, [])
         old = next((w for w in ws if w.key == key), None)
         if old is not None:
@@ -221,7 +221,7 @@ class BoundQueues:
             self.admitted[cq_name].append(workload_info(job, cq_name, reserved=True, usage=usage))
 
     @contextmanager
-    def _lifted(self, job: BoundJob, cq: Node) -> Iterator[dict[str, list[WorkloadInfo]]]:
+    def _lifted(self, job: BoundJob, cq: QuotaNode) -> Iterator[dict[str, list[WorkloadInfo]]]:
         """The tree without ``job``'s own charge, for a decision about it; the admitted lists without it."""
         journal = Journal()
         own = self._charged(job.key, cq.name)
@@ -233,7 +233,13 @@ class BoundQueues:
             journal.undo()
 
     def _targets(
-        self, job: BoundJob, cq: Node, *, usage: Mapping[FR, int], admitted: dict[str, list[WorkloadInfo]], now: float
+        self,
+        job: BoundJob,
+        cq: QuotaNode,
+        *,
+        usage: Mapping[FR, int],
+        admitted: dict[str, list[WorkloadInfo]],
+        now: float,
     ) -> PreemptionResult:
         preemptor = workload_info(job, cq.name, reserved=False, usage={})
         shares = Shares(self.tree, now=now)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from kilter.quota import amount
 from kilter.quota.available import potential_available
-from kilter.quota.tree import FR, Node
+from kilter.quota.tree import FR, QuotaNode
 
 __all__ = ["DRS", "LendableCache", "compare", "dominant_resource_share"]
 
@@ -74,7 +74,7 @@ class LendableCache:
     def __init__(self) -> None:
         self._by_parent: dict[int, dict[str, int]] = {}
 
-    def of(self, parent: Node) -> dict[str, int]:
+    def of(self, parent: QuotaNode) -> dict[str, int]:
         key = id(parent)
         cached = self._by_parent.get(key)
         if cached is None:
@@ -86,7 +86,7 @@ class LendableCache:
 
 
 def dominant_resource_share(
-    node: Node,
+    node: QuotaNode,
     request: Mapping[FR, int] | None = None,
     *,
     lendable: LendableCache | None = None,

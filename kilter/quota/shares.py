@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from kilter.quota import decay
 from kilter.quota.drs import DRS, LendableCache, dominant_resource_share
 from kilter.quota.policy import DecayState
-from kilter.quota.tree import FR, Node, QuotaTree
+from kilter.quota.tree import FR, QuotaNode, QuotaTree
 
 __all__ = ["Shares"]
 
@@ -28,7 +28,7 @@ class Shares:
                 node.policy.decay, node.usage, now=now, half_life_s=node.policy.half_life_s
             )
 
-    def of(self, node: Node, request: Mapping[FR, int] | None = None) -> DRS:
+    def of(self, node: QuotaNode, request: Mapping[FR, int] | None = None) -> DRS:
         state = self.states.get(id(node))
         usage = decay.effective_usage(node.usage, state) if state is not None else None
         return dominant_resource_share(node, request, lendable=self.lendable, usage=usage)

@@ -19,7 +19,7 @@ from kilter.quota import decay
 from kilter.quota.available import available, is_within_nominal, potential_available
 from kilter.quota.drs import DRS, LendableCache, dominant_resource_share
 from kilter.quota.policy import DecayState
-from kilter.quota.tree import FR, Node, QuotaTree
+from kilter.quota.tree import FR, QuotaNode, QuotaTree
 
 __all__ = ["NodeStatus", "ResourceStatus", "apply_usage", "tree_status"]
 
@@ -61,18 +61,18 @@ def apply_usage(tree: QuotaTree, per_cq: Mapping[str, Mapping[FR, int]]) -> None
     tree.recompute()
 
 
-def _frs(node: Node) -> list[FR]:
+def _frs(node: QuotaNode) -> list[FR]:
     declared = list(node.quotas)
     extra = sorted(fr for fr in node.subtree if fr not in node.quotas)
     return declared + extra
 
 
-def _borrowed(node: Node, fr: FR) -> int:
+def _borrowed(node: QuotaNode, fr: FR) -> int:
     """Usage above the node's own quota (for a ClusterQueue its nominal quota, for a Cohort its subtree's)."""
     return max(0, node.usage.get(fr, 0) - node.subtree.get(fr, 0)) if node.parent is not None else 0
 
 
-def _lent(node: Node, fr: FR) -> int:
+def _lent(node: QuotaNode, fr: FR) -> int:
     """The most of the node's unused lendable quota its siblings can be using (module docstring)."""
     if node.parent is None:
         return 0
@@ -84,7 +84,7 @@ def _lent(node: Node, fr: FR) -> int:
     return min(unused, others)
 
 
-def node_status(node: Node, lendable: LendableCache, *, now: float) -> NodeStatus:
+def node_status(node: QuotaNode, lendable: LendableCache, *, now: float) -> NodeStatus:
     state = None
     usage_for_share = None
     if node.policy.half_life_s:

@@ -31,7 +31,7 @@ from kilter.model.kueue import ClusterQueue, ClusterQueuePreemption, Cohort, Res
 from kilter.quota import amount
 from kilter.quota.policy import Policy, parse_policy
 
-__all__ = ["COHORT_CYCLE", "FR", "INVALID_SPEC", "Node", "Problem", "Quota", "QuotaTree", "build_tree"]
+__all__ = ["COHORT_CYCLE", "FR", "INVALID_SPEC", "Problem", "Quota", "QuotaNode", "QuotaTree", "build_tree"]
 
 FR = tuple[str, str]  # (flavor, resource)
 COHORT_CYCLE = "CohortCycleDetected"  # Kueue's ClusterQueueActiveReasonCohortCycleDetected
@@ -60,7 +60,7 @@ class Problem:
 
 
 @dataclass(eq=False)
-class Node:
+class QuotaNode:
     """A ClusterQueue or a Cohort in the tree."""
 
     name: str
@@ -76,9 +76,9 @@ class Node:
     groups: list[tuple[tuple[str, ...], tuple[str, ...]]] = field(default_factory=list)
     admission_mode: str = ""
     parent_name: str = ""
-    parent: Node | None = None
-    child_cohorts: list[Node] = field(default_factory=list)  # by name
-    child_cqs: list[Node] = field(default_factory=list)  # by name
+    parent: QuotaNode | None = None
+    child_cohorts: list[QuotaNode] = field(default_factory=list)  # by name
+    child_cqs: list[QuotaNode] = field(default_factory=list)  # by name
     subtree: dict[FR, int] = field(default_factory=dict)
     local: dict[FR, int] = field(default_factory=dict)  # localQuota where a lending limit sets one
     usage: dict[FR, int] = field(default_factory=dict)
@@ -88,14 +88,14 @@ class Node:
         return self.kind == "Cohort"
 
     @property
-    def children(self) -> list[Node]:
+    def children(self) -> list[QuotaNode]:
         return [*self.child_cohorts, *self.child_cqs]
 
     def local_quota(self, fr: FR) -> int:
         """The part of the subtree quota that a lending limit keeps from the parent (kept by ``recompute``)."""
         return self.local.get(fr, 0)
 
-    def ancestors(self) -> Iterator[Node]:
+    def ancestors(self) -> Iterator[QuotaNode]:
         node = self.parent
         while node is not None:
             yield node
@@ -108,7 +108,7 @@ class Node:
                 return n.policy.min_runtime_s
         return None
 
-    def root(self) -> Node:
+    def root(self) -> QuotaNode:
         node = self
         while node.parent is not None:
             node = node.parent
@@ -117,20 +117,22 @@ class Node:
 
 @dataclass
 class QuotaTree:
-    cluster_queues: dict[str, Node]
-    cohorts: dict[str, Node]
+    cluster_queues: dict[str, QuotaNode]
+    cohorts: dict[str, QuotaNode]
     problems: list[Problem] = field(default_factory=list)
-    _nodes_under: dict[int, tuple[list[Node], list[Node]]] = field(default_factory=dict, repr=False, compare=False)
+    _nodes_under: dict[int, tuple[list[QuotaNode], list[QuotaNode]]] = field(
+        default_factory=dict, repr=False, compare=False
+    )
 
-    def cohorts_under(self, root: Node) -> list[Node]:
+    def cohorts_under(self, root: QuotaNode) -> list[QuotaNode]:
         """The cohorts of ``root``'s tree, children first; kept, as the tree's shape never changes."""
         return self._under(root)[0]
 
-    def cluster_queues_under(self, root: Node) -> list[Node]:
+    def cluster_queues_under(self, root: QuotaNode) -> list[QuotaNode]:
         """The ClusterQueues of ``root``'s tree, in the same order; kept likewise."""
         return self._under(root)[1]
 
-    def _under(self, root: Node) -> tuple[list[Node], list[Node]]:
+    def _under(self, root: QuotaNode) -> tuple[list[QuotaNode], list[QuotaNode]]:
         cached = self._nodes_under.get(id(root))
         if cached is None:
             nodes = self.post_order(root)
@@ -139,12 +141,12 @@ class QuotaTree:
         return cached
 
     @cached_property
-    def decaying(self) -> list[Node]:
+    def decaying(self) -> list[QuotaNode]:
         """Nodes with ``kilter.dev/usage-half-life``: the only ones whose share needs a decay state."""
         return [n for n in [*self.cluster_queues.values(), *self.cohorts.values()] if n.policy.half_life_s]
 
     @property
-    def roots(self) -> list[Node]:
+    def roots(self) -> list[QuotaNode]:
         """Top-level cohorts and cohort-less ClusterQueues, by name."""
         tops = [c for c in self.cohorts.values() if c.parent is None and c.active]
         tops += [q for q in self.cluster_queues.values() if q.parent is None and q.active]
@@ -159,14 +161,14 @@ class QuotaTree:
             more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
             raise ConfigError(first + more)
 
-    def inactive_cluster_queues(self) -> list[Node]:
+    def inactive_cluster_queues(self) -> list[QuotaNode]:
         """The ClusterQueues that admit nothing (their spec is invalid, or a cohort above them is), by name."""
         return [self.cluster_queues[n] for n in sorted(self.cluster_queues) if not self.cluster_queues[n].active]
 
-    def post_order(self, root: Node) -> list[Node]:
+    def post_order(self, root: QuotaNode) -> list[QuotaNode]:
         """Every node under ``root``, children before parents (an explicit stack, no recursion)."""
-        out: list[Node] = []
-        stack: list[tuple[Node, bool]] = [(root, False)]
+        out: list[QuotaNode] = []
+        stack: list[tuple[QuotaNode, bool]] = [(root, False)]
         while stack:
             node, done = stack.pop()
             if done:
@@ -183,7 +185,7 @@ class QuotaTree:
         for root in self.roots:
             self.recompute_under(root)
 
-    def recompute_under(self, root: Node) -> None:
+    def recompute_under(self, root: QuotaNode) -> None:
         """``recompute`` for the one tree under ``root``."""
         for node in self.post_order(root):
             node.subtree = {fr: q.nominal for fr, q in node.quotas.items()}
@@ -290,12 +292,12 @@ def _node(
     obj: ClusterQueue | Cohort,
     parent_name: str,
     problems: list[Problem],
-) -> Node:
+) -> QuotaNode:
     """A node with its weight, quotas and policy; any problem found leaves it inactive."""
     name = obj.metadata.name
     n_before = len(problems)
     fair = obj.spec.fair_sharing
-    node = Node(
+    node = QuotaNode(
         name=name,
         kind=kind,
         parent_name=parent_name,
@@ -319,7 +321,7 @@ def build_tree(cluster_queues: Iterable[ClusterQueue], cohorts: Iterable[Cohort]
     """The tree these objects describe, with problems reported instead of raised."""
     problems: list[Problem] = []
     cos = {co.metadata.name: _node("Cohort", co, co.spec.parent_cohort, problems) for co in cohorts}
-    cqs: dict[str, Node] = {}
+    cqs: dict[str, QuotaNode] = {}
     for cq in cluster_queues:
         node = _node("ClusterQueue", cq, cq.spec.parent, problems)
         node.preemption = cq.spec.preemption
@@ -329,7 +331,7 @@ def build_tree(cluster_queues: Iterable[ClusterQueue], cohorts: Iterable[Cohort]
 
     for node in [*cos.values(), *cqs.values()]:
         if node.parent_name and node.parent_name not in cos:
-            cos[node.parent_name] = Node(name=node.parent_name, kind="Cohort", explicit=False)
+            cos[node.parent_name] = QuotaNode(name=node.parent_name, kind="Cohort", explicit=False)
 
     for co_node in sorted(cos.values(), key=lambda n: n.name):
         if co_node.parent_name:
@@ -347,12 +349,12 @@ def build_tree(cluster_queues: Iterable[ClusterQueue], cohorts: Iterable[Cohort]
     return tree
 
 
-def _disable_cycles(cos: dict[str, Node], problems: list[Problem]) -> None:
+def _disable_cycles(cos: dict[str, QuotaNode], problems: list[Problem]) -> None:
     """Mark cohorts on a parent cycle (and their subtrees) inactive, as Kueue does; cut the cycle."""
     state: dict[str, int] = {}
     for start in sorted(cos):
-        chain: list[Node] = []
-        node: Node | None = cos[start]
+        chain: list[QuotaNode] = []
+        node: QuotaNode | None = cos[start]
         while node is not None and state.get(node.name, 0) == 0:
             state[node.name] = 1
             chain.append(node)

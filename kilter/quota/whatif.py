@@ -12,24 +12,24 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from kilter.quota.available import add_usage, remove_usage
-from kilter.quota.tree import FR, Node
+from kilter.quota.tree import FR, QuotaNode
 
 __all__ = ["Journal"]
 
 
 class Journal:
     def __init__(self) -> None:
-        self._log: list[tuple[Node, Mapping[FR, int], int]] = []
+        self._log: list[tuple[QuotaNode, Mapping[FR, int], int]] = []
 
     def __len__(self) -> int:
         return len(self._log)
 
-    def add(self, node: Node, usage: Mapping[FR, int]) -> None:
+    def add(self, node: QuotaNode, usage: Mapping[FR, int]) -> None:
         for fr, v in usage.items():
             add_usage(node, fr, v)
         self._log.append((node, usage, +1))
 
-    def remove(self, node: Node, usage: Mapping[FR, int]) -> None:
+    def remove(self, node: QuotaNode, usage: Mapping[FR, int]) -> None:
         for fr, v in usage.items():
             remove_usage(node, fr, v)
         self._log.append((node, usage, -1))

@@ -23,7 +23,7 @@ from kilter.quota.preempt.common import (
     fits,
     take,
 )
-from kilter.quota.tree import FR, Node, QuotaTree
+from kilter.quota.tree import FR, QuotaNode, QuotaTree
 from kilter.quota.usage import WorkloadInfo
 from kilter.quota.whatif import Journal
 
@@ -42,7 +42,7 @@ def _borrows_within_cohort(bwc: BorrowWithinCohort | None, w: WorkloadInfo, pree
 
 def classical_targets(
     tree: QuotaTree,
-    cq: Node,
+    cq: QuotaNode,
     preemptor: WorkloadInfo,
     usage: Mapping[FR, int],
     candidates: list[WorkloadInfo],

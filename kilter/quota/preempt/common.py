@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from kilter.quota.available import available, fits_within_quota, is_within_nominal
-from kilter.quota.tree import FR, Node, QuotaTree
+from kilter.quota.tree import FR, QuotaNode, QuotaTree
 from kilter.quota.usage import WorkloadInfo
 from kilter.quota.whatif import Journal
 
@@ -51,7 +51,7 @@ class PreemptionResult:
     reason: str = ""
 
 
-def fits(cq: Node, usage: Mapping[FR, int], *, allow_borrowing: bool = True) -> bool:
+def fits(cq: QuotaNode, usage: Mapping[FR, int], *, allow_borrowing: bool = True) -> bool:
     """``workloadFits``: every flavor/resource within ``available`` (and nominal when borrowing is not allowed)."""
     for fr, v in usage.items():
         if v > available(cq, fr):
@@ -101,7 +101,7 @@ def _within_policy(policy: str, w: WorkloadInfo, preemptor: WorkloadInfo) -> boo
 
 
 def own_candidates(
-    admitted: Mapping[str, Sequence[WorkloadInfo]], cq: Node, preemptor: WorkloadInfo, frs: set[FR]
+    admitted: Mapping[str, Sequence[WorkloadInfo]], cq: QuotaNode, preemptor: WorkloadInfo, frs: set[FR]
 ) -> list[WorkloadInfo]:
     """``withinClusterQueue`` candidates: the preemptor's own queue's workloads its policy allows."""
     within = cq.preemption.within_cluster_queue if cq.preemption else "Never"
@@ -116,8 +116,8 @@ def own_candidates(
 
 def reclaim_candidates(
     admitted: Mapping[str, Sequence[WorkloadInfo]],
-    cq: Node,
-    other: Node,
+    cq: QuotaNode,
+    other: QuotaNode,
     preemptor: WorkloadInfo,
     frs: set[FR],
     *,
@@ -144,7 +144,7 @@ def take(tree: QuotaTree, w: WorkloadInfo, reason: str, journal: Journal) -> Tar
 
 
 def fill_back(
-    cq: Node,
+    cq: QuotaNode,
     usage: Mapping[FR, int],
     tree: QuotaTree,
     targets: list[Target],

@@ -17,14 +17,14 @@ from dataclasses import dataclass
 from kilter.quota import amount
 from kilter.quota.available import available, is_within_nominal
 from kilter.quota.preempt.common import fits, own_candidates, reclaim_candidates
-from kilter.quota.tree import FR, Node, QuotaTree
+from kilter.quota.tree import FR, QuotaNode, QuotaTree
 from kilter.quota.usage import WorkloadInfo
 from kilter.quota.whatif import Journal
 
 __all__ = ["Scope", "find_scope", "is_beyond_reach"]
 
 
-def _caps(node: Node, frs: set[FR]) -> bool:
+def _caps(node: QuotaNode, frs: set[FR]) -> bool:
     """The node's borrowing limit, not its parent, bounds what it can take of every contested flavor/resource."""
     if node.parent is None:
         return False
@@ -44,7 +44,7 @@ def _caps(node: Node, frs: set[FR]) -> bool:
 class Scope:
     """Where room can come from: the subtree of ``root`` and its allowed candidates, per ClusterQueue."""
 
-    root: Node
+    root: QuotaNode
     candidates: dict[str, list[WorkloadInfo]]
     hopeless: bool
     out_of_reach: bool = False
@@ -53,7 +53,7 @@ class Scope:
 def find_scope(
     tree: QuotaTree,
     admitted: Mapping[str, Sequence[WorkloadInfo]],
-    cq: Node,
+    cq: QuotaNode,
     preemptor: WorkloadInfo,
     usage: Mapping[FR, int],
     frs: set[FR],
@@ -100,7 +100,7 @@ def find_scope(
         journal.undo()
 
 
-def is_beyond_reach(tree: QuotaTree, cq: Node, usage: Mapping[FR, int], frs: set[FR]) -> bool:
+def is_beyond_reach(tree: QuotaTree, cq: QuotaNode, usage: Mapping[FR, int], frs: set[FR]) -> bool:
     """Whether the preemptor would not fit even with all usage of every other borrowing queue gone.
 
     That bound needs no look at single workloads, so a request no preemption can
@@ -143,8 +143,8 @@ def _total(workloads: Sequence[WorkloadInfo], frs: set[FR]) -> dict[FR, int]:
     return {fr: sum(w.usage.get(fr, 0) for w in workloads) for fr in frs}
 
 
-def _inside(node: Node, top: Node) -> bool:
-    n: Node | None = node
+def _inside(node: QuotaNode, top: QuotaNode) -> bool:
+    n: QuotaNode | None = node
     while n is not None:
         if n is top:
             return True

@@ -18,7 +18,7 @@ from kilter.quota.preempt.common import PreemptionResult, candidates_order, fill
 from kilter.quota.preempt.fairsharing.target import fair_targets
 from kilter.quota.preempt.scope import find_scope
 from kilter.quota.shares import Shares
-from kilter.quota.tree import FR, Node, QuotaTree
+from kilter.quota.tree import FR, QuotaNode, QuotaTree
 from kilter.quota.usage import WorkloadInfo
 from kilter.quota.whatif import Journal
 
@@ -28,7 +28,7 @@ __all__ = ["find_targets"]
 def find_targets(
     tree: QuotaTree,
     admitted: Mapping[str, Sequence[WorkloadInfo]],
-    cq: Node,
+    cq: QuotaNode,
     preemptor: WorkloadInfo,
     usage: Mapping[FR, int],
     *,

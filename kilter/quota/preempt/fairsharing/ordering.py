@@ -15,7 +15,7 @@ from functools import cmp_to_key
 
 from kilter.quota.drs import DRS, compare
 from kilter.quota.shares import Shares
-from kilter.quota.tree import Node
+from kilter.quota.tree import QuotaNode
 from kilter.quota.usage import WorkloadInfo
 
 __all__ = ["Ordering"]
@@ -30,8 +30,8 @@ class Ordering:
 
     def __init__(
         self,
-        preemptor_cq: Node,
-        root: Node,
+        preemptor_cq: QuotaNode,
+        root: QuotaNode,
         by_cq: Mapping[str, list[WorkloadInfo]],
         shares: Shares,
         order: Callable[[WorkloadInfo, WorkloadInfo], int],
@@ -47,14 +47,14 @@ class Ordering:
         self.cmp = order
         self._drs: dict[int, DRS] = {}
 
-    def share(self, node: Node) -> DRS:
+    def share(self, node: QuotaNode) -> DRS:
         """A node's share, kept until the next preemption changes usage (``changed``)."""
         drs = self._drs.get(id(node))
         if drs is None:
             drs = self._drs[id(node)] = self.shares.of(node)
         return drs
 
-    def changed(self, cq: Node) -> None:
+    def changed(self, cq: QuotaNode) -> None:
         """Usage moved in ``cq``: only it and its ancestors can have new shares."""
         for node in (cq, *cq.ancestors()):
             self._drs.pop(id(node), None)
@@ -66,21 +66,21 @@ class Ordering:
             self.sorted.add(name)
         return ws
 
-    def has(self, cq: Node) -> bool:
+    def has(self, cq: QuotaNode) -> bool:
         return cq.name in self.by_cq and self.pos.get(cq.name, 0) < len(self.by_cq[cq.name])
 
-    def head(self, cq: Node) -> WorkloadInfo:
+    def head(self, cq: QuotaNode) -> WorkloadInfo:
         return self._list(cq.name)[self.pos.get(cq.name, 0)]
 
-    def pop(self, cq: Node) -> WorkloadInfo:
+    def pop(self, cq: QuotaNode) -> WorkloadInfo:
         w = self.head(cq)
         self.pos[cq.name] = self.pos.get(cq.name, 0) + 1
         return w
 
-    def drop(self, cq: Node) -> None:
+    def drop(self, cq: QuotaNode) -> None:
         self.pruned.add(id(cq))
 
-    def targets(self) -> Iterator[Node]:
+    def targets(self) -> Iterator[QuotaNode]:
         if self.root is self.preemptor:
             while self.has(self.preemptor):
                 yield self.preemptor
@@ -90,8 +90,8 @@ class Ordering:
             if t is not None:
                 yield t
 
-    def _next(self, cohort: Node) -> Node | None:
-        best_cq: tuple[Node, DRS] | None = None
+    def _next(self, cohort: QuotaNode) -> QuotaNode | None:
+        best_cq: tuple[QuotaNode, DRS] | None = None
         for cq in cohort.child_cqs:
             if id(cq) in self.pruned:
                 continue
@@ -108,7 +108,7 @@ class Ordering:
             c = compare(drs, best_cq[1])
             if c > 0 or (c == 0 and self.cmp(self.head(cq), self.head(best_cq[0])) < 0):
                 best_cq = (cq, drs)
-        best_co: tuple[Node, DRS] | None = None
+        best_co: tuple[QuotaNode, DRS] | None = None
         for co in cohort.child_cohorts:
             if id(co) in self.pruned:
                 continue

@@ -30,14 +30,14 @@ from kilter.quota.preempt.fairsharing.ordering import Ordering
 from kilter.quota.preempt.fairsharing.strategy import is_satisfied, is_unsatisfiable, less_than_initial_share
 from kilter.quota.preempt.scope import Scope
 from kilter.quota.shares import Shares
-from kilter.quota.tree import FR, Node, QuotaTree
+from kilter.quota.tree import FR, QuotaNode, QuotaTree
 from kilter.quota.usage import WorkloadInfo
 from kilter.quota.whatif import Journal
 
 __all__ = ["fair_targets"]
 
 
-def _almost_lcas(p: Node, t: Node) -> tuple[Node, Node]:
+def _almost_lcas(p: QuotaNode, t: QuotaNode) -> tuple[QuotaNode, QuotaNode]:
     """The children of the lowest common ancestor on the preemptor's and the target's paths."""
     t_path = [t, *t.ancestors()]
     t_ids = {id(n): i for i, n in enumerate(t_path)}
@@ -51,7 +51,7 @@ def _almost_lcas(p: Node, t: Node) -> tuple[Node, Node]:
 
 def fair_targets(
     tree: QuotaTree,
-    cq: Node,
+    cq: QuotaNode,
     usage: Mapping[FR, int],
     scope: Scope,
     frs: set[FR],
