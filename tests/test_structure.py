@@ -1,16 +1,27 @@
-"""The package's shape: no import cycles, and no long module without a reason in its docstring."""
+"""The package's shape: no import cycles, no module past 600 lines, and past 500 only those listed here, with why."""
 
 from __future__ import annotations
 
-import ast
-import re
 from pathlib import Path
 
 import grimp
 
 PACKAGE = Path(__file__).resolve().parent.parent / "kilter"
 MAX_LINES = 500
-LONG_REASON = re.compile(r"\blines\b.*\bbecause\b", re.DOTALL)
+HARD_LIMIT = 600
+LONG_MODULES = {
+    "kilter/_native/protoview.pyx": (
+        "the wire walker is one loop: varints, length-delimited fields, the schema's slots and the sharing tables "
+        "are read together per byte, and the twin mirrors it as one module"
+    ),
+    "kilter/cli/serve.py": (
+        "the flags, the wiring of one state into every server and its writers' leader gating are one command's; "
+        "each server lives in its own package"
+    ),
+    "kilter/state/store.py": (
+        "objects, bookings, assumptions and reservations move together under one event and must be read in one place"
+    ),
+}
 
 
 def strongly_connected(edges: dict[str, set[str]]) -> list[list[str]]:
@@ -75,18 +86,21 @@ def test_no_module_of_kilter_takes_part_in_an_import_cycle() -> None:
     assert strongly_connected(edges) == []
 
 
-def docstring(path: Path) -> str:
-    text = path.read_text()
-    if path.suffix == ".py":
-        return ast.get_docstring(ast.parse(text)) or ""
-    match = re.search(r'^"""(.*?)"""', text, re.DOTALL | re.MULTILINE)  # a .pyx: its first string
-    return match.group(1) if match else ""
+def test_no_module_runs_past_600_lines() -> None:
+    assert {name: lines for name, lines in module_lengths().items() if lines > HARD_LIMIT} == {}
 
 
-def test_a_module_over_500_lines_says_in_its_docstring_why() -> None:
-    long = {}
-    for path in sorted([*PACKAGE.rglob("*.py"), *PACKAGE.rglob("*.pyx")]):
-        lines = path.read_text().count("\n")
-        if lines > MAX_LINES and not LONG_REASON.search(docstring(path)):
-            long[str(path.relative_to(PACKAGE.parent))] = lines
-    assert long == {}
+def test_the_modules_past_500_lines_are_exactly_the_reviewed_ones() -> None:
+    # A new long module is added here, with its reason, in a reviewed change; one that shrank is taken off.
+    long = {name for name, lines in module_lengths().items() if lines > MAX_LINES}
+    assert long == set(LONG_MODULES)
+    assert all(len(reason) > 40 for reason in LONG_MODULES.values())
+
+
+def module_lengths() -> dict[str, int]:
+    """Lines of every Python and Cython module of the package but the generated gRPC stubs."""
+    return {
+        str(path.relative_to(PACKAGE.parent)): path.read_text().count("\n")
+        for path in sorted([*PACKAGE.rglob("*.py"), *PACKAGE.rglob("*.pyx")])
+        if not path.name.endswith(("_pb2.py", "_pb2_grpc.py"))
+    }

@@ -16,10 +16,6 @@ tolerations, node selector, a container's resources) is decoded once per
 distinct byte string and the same value handed to every object carrying it.
 Views are never mutated, so sharing is invisible but for memory: a pod costs
 about a quarter of what a JSON decode builds. Equals ``twin.protoview``.
-
-The module runs past 500 lines because the wire walker is one loop:
-varints, length-delimited fields, the schema's slots and the sharing tables
-are read together per byte, and the twin mirrors it as one module.
 """
 
 import os

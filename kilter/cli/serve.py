@@ -4,9 +4,7 @@ State comes from the cluster (``--kubeconfig``/``--in-cluster``: list/watch,
 bindings, Events and plan records through its API server), a snapshot file
 (``--snapshot``, watched and reloaded) or ``--demo``. ``--config`` reads a
 Configuration file under the flags given (``configuration``) and re-reads it
-when it changes (``config_reload``). The module runs past 500 lines because
-the flags, the wiring of one state into every server, and its writers'
-leader gating are one command's; each server lives in its own package.
+when it changes (``config_reload``).
 """
 
 from __future__ import annotations

@@ -45,9 +45,6 @@ An assumed booking lasts ``assume_ttl_s`` (``ASSUME_TTL_S``) unless the feed
 shows the pod first: the bind verb is reachable by anyone who reaches
 kilter's port, and a booking the feed never confirms (a forged or failed
 bind, a pod deleted meanwhile) must not hold GPUs for ever.
-
-The module runs past 500 lines because objects, bookings, assumptions and
-reservations move together under one event and must be read in one place.
 """
 
 from __future__ import annotations

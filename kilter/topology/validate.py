@@ -46,10 +46,6 @@ catalog with ``--platforms``). The old ``kilter.dev/topology-ack=true``,
 which a node can set on itself, acknowledges nothing; a domain in error that
 carries it says so (``ack-ignored``).
 
-The module runs to about 400 lines because the shape, the disputes and the
-acknowledgement are one judgement (``judge``), which the fleet model and
-``validate`` must reach alike.
-
 The nodes' health (Ready, cordons, health signals) is not judged here:
 that is the fleet's availability, which changes by the minute; this is the
 shape, which should not.

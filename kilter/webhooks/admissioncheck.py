@@ -45,10 +45,6 @@ costs no writes, and Kueue no Job events, while nothing but the clock moves.
 over the state the watches keep current), so room that frees up is seen
 within a round, and it wakes early for the moment a waiting gang's budget
 runs out: no Workload change is needed to end a wait.
-
-The module runs past 400 lines because the decision and the controller
-that writes it share the entry's rules (what is news, which transition time
-an entry keeps); they part when either grows.
 """
 
 from __future__ import annotations
