@@ -40,7 +40,7 @@ MAX_PODS = 1 << 18
 
 T = TypeVar("T")
 _asks: dict[tuple[str, str, str], tuple[Pod, tuple[str, ...], tuple[str, int]]] = {}
-_indices: dict[tuple[str, str, str], tuple[Pod, ranks.PodIndex | str | None]] = {}
+_indices: dict[tuple[str, str, str], tuple[Pod, ranks.RankLabel | str | None]] = {}
 _groups: dict[tuple[str, str, str], tuple[Pod, str]] = {}
 _places: dict[tuple[str, str, str], tuple[Pod, int, tuple[ranks.Shape, ...], ranks.Place | str | None]] = {}
 _times: dict[tuple[str, str, str], tuple[Pod, str | None, float | None]] = {}
@@ -111,7 +111,7 @@ def held(
     return out
 
 
-def index_of(pod: Pod) -> ranks.PodIndex | str | None:
+def index_of(pod: Pod) -> ranks.RankLabel | str | None:
     """``ranks.read_index`` of the pod, remembered with the pod object."""
     return _once(_indices, pod, ranks.read_index)
 

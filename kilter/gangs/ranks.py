@@ -77,7 +77,7 @@ __all__ = [
     "LWS_WORKER_INDEX",
     "ROLE_ORDER",
     "Place",
-    "PodIndex",
+    "RankLabel",
     "Shape",
     "Taken",
     "group_of",
@@ -108,7 +108,7 @@ _NUMBER = re.compile(r"[0-9]{1,9}")
 
 
 @dataclass(frozen=True)
-class PodIndex:
+class RankLabel:
     """What a pod's labels say of its place: its index, and what the index counts within.
 
     ``group`` names the pod set the index counts in ("" when the pod does
@@ -178,7 +178,7 @@ def group_of(pod: Pod) -> str:
     return ""
 
 
-def read_index(pod: Pod) -> PodIndex | str | None:
+def read_index(pod: Pod) -> RankLabel | str | None:
     """The pod's index by the first source it carries (module docstring); None for none, or why it is unusable."""
     labels, notes = pod.metadata.labels, pod.metadata.annotations
     job_raw = _get(pod, JOBSET_JOB_INDEX)
@@ -190,11 +190,11 @@ def read_index(pod: Pod) -> PodIndex | str | None:
         if isinstance(job, str) or isinstance(index, str):
             return job if isinstance(job, str) else str(index)
         jobs = _number(JOBSET_REPLICAS, _get(pod, JOBSET_REPLICAS) or "")
-        return PodIndex(JOBSET_JOB_INDEX, index, group_of(pod), job, jobs if isinstance(jobs, int) else None)
+        return RankLabel(JOBSET_JOB_INDEX, index, group_of(pod), job, jobs if isinstance(jobs, int) else None)
     for key, across in ((KUBEFLOW_REPLICA_INDEX, False), (LWS_WORKER_INDEX, True)):
         if key in labels:
             index = _number(key, labels[key])
-            return index if isinstance(index, str) else PodIndex(key, index, group_of(pod), across=across)
+            return index if isinstance(index, str) else RankLabel(key, index, group_of(pod), across=across)
     named = notes.get(KUEUE_POD_GROUP_INDEX_LABEL)
     for key, raw in (
         (KUEUE_POD_GROUP_INDEX, labels.get(KUEUE_POD_GROUP_INDEX)),
@@ -203,7 +203,7 @@ def read_index(pod: Pod) -> PodIndex | str | None:
     ):
         if raw is not None:
             index = _number(key, raw)
-            return index if isinstance(index, str) else PodIndex(key, index)
+            return index if isinstance(index, str) else RankLabel(key, index)
     return None
 
 
@@ -225,7 +225,7 @@ def _offset(pod: Pod) -> int:
 
 
 def place_of(
-    pod: Pod, gpus: int, shapes: Sequence[Shape], *, index: Callable[[Pod], PodIndex | str | None] | None = None
+    pod: Pod, gpus: int, shapes: Sequence[Shape], *, index: Callable[[Pod], RankLabel | str | None] | None = None
 ) -> Place | str | None:
     """The rank slot the pod is held to among the gang's pod sets ``shapes`` (each whole, in order).
 
@@ -259,7 +259,7 @@ def place_of(
     return Place(shape.name, rank)
 
 
-def _pod_set_of(pod: Pod, found: PodIndex, gpus: int, shapes: Sequence[Shape]) -> tuple[int | None, int | None]:
+def _pod_set_of(pod: Pod, found: RankLabel, gpus: int, shapes: Sequence[Shape]) -> tuple[int | None, int | None]:
     """Which of ``shapes`` the pod is in, and its rank there when finding the pod set gave it (an index counting
     across pod sets); (None, None) when no pod set is the pod's."""
     named = pod.metadata.labels.get(KUEUE_POD_SET)

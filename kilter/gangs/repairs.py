@@ -210,7 +210,7 @@ def _plan(
     request: GangRequest,
     platform: str,
     survivors: Sequence[int],
-    chosen: Sequence[repair.Choice],
+    chosen: Sequence[repair.RepairChoice],
     places: Sequence[Place | None],
     homes: dict[Place, str],
     holders: dict[Place, str],

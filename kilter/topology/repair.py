@@ -48,7 +48,7 @@ import numpy.typing as npt
 from kilter._native import domains, gang
 from kilter.topology.fleet import Fleet
 
-__all__ = ["STEPS", "Choice", "Replacement", "Step", "describe", "repair", "within", "within_level"]
+__all__ = ["STEPS", "RepairChoice", "Replacement", "Step", "describe", "repair", "within", "within_level"]
 
 Step = Literal["same-node", "same-domain", "reclaim", "gang-domain", "new-domain"]
 STEPS: tuple[Step, ...] = ("same-node", "same-domain", "reclaim", "gang-domain", "new-domain")
@@ -65,7 +65,7 @@ class Replacement:
 
 
 @dataclass(frozen=True)
-class Choice:
+class RepairChoice:
     """Where one replacement goes (a fleet node index), by which rung, and how far (in topology levels above the
     domain: 0 same domain, 1 same block ...) from the domain it was measured from."""
 
@@ -82,7 +82,7 @@ def repair(
     *,
     node_ok: npt.NDArray[np.bool_] | None = None,
     reclaimable: npt.NDArray[np.int32] | None = None,
-) -> tuple[Choice, ...] | str:
+) -> tuple[RepairChoice, ...] | str:
     """A node for each of ``wanted`` on ``platform`` (an index into ``fleet.platforms``), near ``survivors`` (the
     fleet indices of the gang's bound pods' nodes), or why there is none (module docstring).
 
@@ -103,9 +103,9 @@ def repair(
     fallback = int(np.argmax(in_gang)) if len(survivors) else -1
     homes = [w.home if w.home is not None and 0 <= w.home < fleet.n_nodes else None for w in wanted]
     refs = [int(node_domain[h]) if h is not None else fallback for h in homes]
-    chosen: list[Choice | None] = [None] * len(wanted)
+    chosen: list[RepairChoice | None] = [None] * len(wanted)
 
-    def take(i: int, choice: Choice) -> None:
+    def take(i: int, choice: RepairChoice) -> None:
         chosen[i] = choice
         free[choice.node] -= wanted[i].gpus
         in_gang[node_domain[choice.node]] += 1
@@ -118,12 +118,12 @@ def repair(
     for i, home in enumerate(homes):  # every rank whose node is back first: no other replacement may take it
         allowed = wanted[i].allowed
         if home is not None and free[home] >= wanted[i].gpus and (allowed is None or allowed[home]):
-            take(i, Choice(home, "same-node", 0))
+            take(i, RepairChoice(home, "same-node", 0))
     for i, ref in enumerate(refs):  # then every rank that can stay in its domain
         if chosen[i] is None and ref >= 0:
             here = np.flatnonzero(room(i) & (node_domain == ref))
             if len(here):
-                take(i, Choice(_best_fit(free, here), "same-domain", 0))
+                take(i, RepairChoice(_best_fit(free, here), "same-domain", 0))
     if reclaimable is not None:  # then every rank that can stay by taking back a lent spare
         back = reclaimable.astype(np.int32)
         for i, ref in enumerate(refs):
@@ -133,7 +133,7 @@ def repair(
                     taken_back = wanted[i].gpus - min(int(free[node]), wanted[i].gpus)
                     back[node] -= taken_back
                     free[node] += taken_back  # ``take`` then books the whole pod on the freed node
-                    take(i, Choice(node, "reclaim", 0))
+                    take(i, RepairChoice(node, "reclaim", 0))
     for i, want in enumerate(wanted):
         if chosen[i] is not None:
             continue
@@ -171,7 +171,7 @@ def _elsewhere(
     room: npt.NDArray[np.bool_],
     ref: int,
     still: Sequence[Replacement],
-) -> Choice | None:
+) -> RepairChoice | None:
     """The third rung: the nearest domain with room (``room``: the nodes this replacement fits and may use), one
     the gang uses before a new one."""
     fits = np.flatnonzero(room)
@@ -182,9 +182,9 @@ def _elsewhere(
     near = int(distance.min())
     ours = (distance == near) & (in_gang[doms] > 0)
     if ours.any():
-        return Choice(_best_fit(free, fits[ours]), "gang-domain", near)
+        return RepairChoice(_best_fit(free, fits[ours]), "gang-domain", near)
     nodes = fits[distance == near]
-    return Choice(_best_fit(free, _best_new_domain(fleet, free, nodes, still)), "new-domain", near)
+    return RepairChoice(_best_fit(free, _best_new_domain(fleet, free, nodes, still)), "new-domain", near)
 
 
 def _best_new_domain(
@@ -239,7 +239,7 @@ def _distances(fleet: Fleet, ref: int) -> npt.NDArray[np.int32]:
     return out
 
 
-def describe(fleet: Fleet, choice: Choice) -> str:
+def describe(fleet: Fleet, choice: RepairChoice) -> str:
     """The rung a choice took, in words: "same scale-up domain", "a domain the gang uses, same <block>" ..."""
     if choice.step == "same-node":
         return "its own node, usable again"

@@ -21,7 +21,7 @@ def test_bound_pods_with_a_record_are_read_as_they_arrive(monkeypatch: pytest.Mo
     read: list[str] = []
     real = ranks.read_index
 
-    def counted(pod: Pod) -> ranks.PodIndex | str | None:
+    def counted(pod: Pod) -> ranks.RankLabel | str | None:
         read.append(pod.metadata.name)
         return real(pod)
 
@@ -38,7 +38,7 @@ def test_bound_pods_with_a_record_are_read_as_they_arrive(monkeypatch: pytest.Mo
     held = store.pod_named("ml", "w0")
     assert held is not None
     found = pod_facts.index_of(held)
-    assert isinstance(found, ranks.PodIndex) and found.index == 0 and read == ["w0"]  # answered from the memo
+    assert isinstance(found, ranks.RankLabel) and found.index == 0 and read == ["w0"]  # answered from the memo
     assert pod_facts.record_time(held, records.record_time) == ("{}", None)
 
 

@@ -26,7 +26,7 @@ def test_the_same_object_answers_from_the_memo_and_a_replaced_object_is_read_aga
     second = pod(8, 5)
     assert pod_facts.gpu_ask(second, RESOURCES) == ("nvidia.com/gpu", 8)
     found = pod_facts.index_of(second)
-    assert isinstance(found, ranks.PodIndex) and found.index == 5
+    assert isinstance(found, ranks.RankLabel) and found.index == 5
 
 
 def test_the_memo_is_kept_with_the_object_not_its_content() -> None:

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kilter.gangs import ranks
-from kilter.gangs.ranks import Place, PodIndex, Shape, place_of, read_index
+from kilter.gangs.ranks import Place, RankLabel, Shape, place_of, read_index
 from kilter.model import codec
 from kilter.model.core_v1 import Pod
 from kilter.state.store import ADDED, DELETED, ClusterStore, Event
@@ -47,34 +47,34 @@ def test_the_keys_are_spelled_as_upstream_writes_them() -> None:
 @pytest.mark.parametrize(
     ("labels", "annotations", "want"),
     [
-        pytest.param({}, {JOB: "3"}, PodIndex(JOB, 3), id="Job: the annotation"),
-        pytest.param({JOB: "3"}, {}, PodIndex(JOB, 3), id="Job: the label (Kubernetes 1.28+)"),
+        pytest.param({}, {JOB: "3"}, RankLabel(JOB, 3), id="Job: the annotation"),
+        pytest.param({JOB: "3"}, {}, RankLabel(JOB, 3), id="Job: the label (Kubernetes 1.28+)"),
         pytest.param(
             {JS_INDEX: "1", JS_NAME: "workers", JS_REPLICAS: "2", JOB: "3"},
             {JOB: "3"},
-            PodIndex(JS_INDEX, 3, "workers", 1, 2),
+            RankLabel(JS_INDEX, 3, "workers", 1, 2),
             id="JobSet: Job index, completion index, replicated job and its Job count",
         ),
         pytest.param(
-            {}, {JS_INDEX: "0", JS_NAME: "w", JOB: "2"}, PodIndex(JS_INDEX, 2, "w", 0, None), id="JobSet: annotations"
+            {}, {JS_INDEX: "0", JS_NAME: "w", JOB: "2"}, RankLabel(JS_INDEX, 2, "w", 0, None), id="JobSet: annotations"
         ),
         pytest.param(
-            {KF_INDEX: "2", KF_TYPE: "Worker"}, {}, PodIndex(KF_INDEX, 2, "worker"), id="Kubeflow: within its type"
+            {KF_INDEX: "2", KF_TYPE: "Worker"}, {}, RankLabel(KF_INDEX, 2, "worker"), id="Kubeflow: within its type"
         ),
-        pytest.param({LWS: "0"}, {}, PodIndex(LWS, 0, across=True), id="LeaderWorkerSet: leader 0, across pod sets"),
-        pytest.param({KUEUE_INDEX: "5"}, {}, PodIndex(KUEUE_INDEX, 5), id="Kueue pod group: its index label"),
+        pytest.param({LWS: "0"}, {}, RankLabel(LWS, 0, across=True), id="LeaderWorkerSet: leader 0, across pod sets"),
+        pytest.param({KUEUE_INDEX: "5"}, {}, RankLabel(KUEUE_INDEX, 5), id="Kueue pod group: its index label"),
         pytest.param(
             {"apps.kubernetes.io/pod-index": "4"},
             {KUEUE_INDEX_LABEL: "apps.kubernetes.io/pod-index"},
-            PodIndex("apps.kubernetes.io/pod-index", 4),
+            RankLabel("apps.kubernetes.io/pod-index", 4),
             id="Kueue pod group: the label its annotation names",
         ),
-        pytest.param({KUEUE_INDEX: "1"}, {JOB: "7"}, PodIndex(KUEUE_INDEX, 1), id="the first source found wins"),
+        pytest.param({KUEUE_INDEX: "1"}, {JOB: "7"}, RankLabel(KUEUE_INDEX, 1), id="the first source found wins"),
         pytest.param({"app": "x"}, {KUEUE_INDEX_LABEL: "absent"}, None, id="no index"),
     ],
 )
 def test_each_source_is_read_by_its_own_keys(
-    labels: dict[str, str], annotations: dict[str, str], want: PodIndex | None
+    labels: dict[str, str], annotations: dict[str, str], want: RankLabel | None
 ) -> None:
     assert read_index(pod(labels, annotations)) == want
 

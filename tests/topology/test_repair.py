@@ -11,7 +11,7 @@ import pytest
 
 from kilter.model.core_v1 import Node, Pod
 from kilter.topology.fleet import Fleet, build_fleet
-from kilter.topology.repair import Choice, Replacement, describe, repair
+from kilter.topology.repair import RepairChoice, Replacement, describe, repair
 from tests.topology.builders import CLIQUE, TIER1, node, pod
 
 TIER2 = "fabric.topograph.run/tier-2"
@@ -30,7 +30,7 @@ def idx(fleet: Fleet, name: str) -> int:
     return fleet.node_index[name]
 
 
-def names(fleet: Fleet, choices: Sequence[Choice]) -> list[str]:
+def names(fleet: Fleet, choices: Sequence[RepairChoice]) -> list[str]:
     return [fleet.node_names[c.node] for c in choices]
 
 
