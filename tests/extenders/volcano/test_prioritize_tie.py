@@ -55,8 +55,7 @@ def labelled_jobs() -> list[dict[str, Any]]:
 
 
 def free_trays() -> list[dict[str, Any]]:
-    labels = lambda n: {CLIQUE: n.split("-")[0]}  # noqa: E731
-    return [vp.node_info(n, gpus=4, labels=labels(n)) for n in TRAYS if n not in USED]
+    return [vp.node_info(n, gpus=4, labels={CLIQUE: n.split("-")[0]}) for n in TRAYS if n not in USED]
 
 
 def top(scores: dict[str, int]) -> set[str]:
