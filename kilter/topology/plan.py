@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from functools import partial
+from functools import cached_property, partial
 
 import numpy as np
 import numpy.typing as npt
@@ -78,6 +78,31 @@ class GangRequest:
     clique: CliqueFacts | None = None  # its ComputeDomain's facts; the planner applies the rule (``cliques.narrow``)
     levels: tuple[int, int] | None = None  # (required, preferred) planner levels of every pod set, for an asker
     # that numbers levels (``LEVEL_NONE``, ``LEVEL_DOMAIN``, above) rather than naming them by label: the simulator
+
+    @cached_property
+    def shape(self) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.int32], int]:
+        """Pods and GPUs per pod of each pod set as the planner reads them, and the pods in all: made once per
+        request (it is immutable), so an asker of many what-ifs with one request pays for them once."""
+        counts = np.array([ps.count for ps in self.pod_sets], dtype=np.int32)
+        gpus = np.array([ps.gpus_per_pod for ps in self.pod_sets], dtype=np.int32)
+        return counts, gpus, int(counts.sum())
+
+    @cached_property
+    def numbered_levels(self) -> npt.NDArray[np.int32] | None:
+        """(required, preferred, slice size, slice level) rows of every pod set from ``levels``, as the planner
+        reads them (None without ``levels``: they are read from each pod set's labels, per platform)."""
+        if self.levels is None:
+            return None
+        required, preferred = self.levels
+        if self.one_domain and (required == gang.NONE or required > gang.DOMAIN):
+            required, preferred = int(gang.DOMAIN), min(preferred, int(gang.DOMAIN))
+        row = (required, preferred, 1, int(gang.NONE))
+        return np.array([row] * len(self.pod_sets), dtype=np.int32).T.copy()
+
+    @cached_property
+    def selective(self) -> bool:
+        """Whether a pod set's spec may rule out nodes by labels or taints (else eligibility is not computed)."""
+        return any(_narrows(ps.spec) for ps in self.pod_sets)
 
 
 @dataclass(frozen=True)
@@ -159,12 +184,6 @@ def _levels(
     """Per pod set (required, preferred, slice size, slice level), or the reason a level is unknown."""
     out = []
     for ps in request.pod_sets:
-        if request.levels is not None:
-            required, preferred = request.levels
-            if request.one_domain and (required == gang.NONE or required > gang.DOMAIN):
-                required, preferred = int(gang.DOMAIN), min(preferred, int(gang.DOMAIN))
-            out.append((required, preferred, 1, int(gang.NONE)))
-            continue
         tr = ps.topology
         levels = []
         for key in (tr.required, tr.preferred, tr.slice_level):
@@ -280,7 +299,7 @@ def _decide(fleet: Fleet, request: GangRequest, hold_spares: bool) -> _Placed | 
     mask = None if request.node_ok is None else request.node_ok.astype(bool)
     if mask is not None and mask.shape != (fleet.n_nodes,):
         raise ValueError(f"node_ok has {mask.shape[0]} nodes, the fleet {fleet.n_nodes}")
-    for ps in request.pod_sets:
+    for ps in request.pod_sets if request.selective else ():
         m = eligibility.node_mask(fleet, ps.spec, path=f"pod set {ps.name}: spec") if _narrows(ps.spec) else None
         if m is not None:
             mask = m if mask is None else (mask & m)
@@ -303,17 +322,18 @@ def _place_on(
     fleet: Fleet, request: GangRequest, candidates: Sequence[tuple[int, Platform]], node_ok: np.ndarray | None
 ) -> tuple[list[_Placed], list[Why]]:
     """Each candidate platform's answer, and why the others hold none."""
-    counts = np.array([ps.count for ps in request.pod_sets], dtype=np.int32)
-    gpus = np.array([ps.gpus_per_pod for ps in request.pod_sets], dtype=np.int32)
-    pods = sum(ps.count for ps in request.pod_sets)
+    counts, gpus, pods = request.shape
     placed: list[_Placed] = []
     whys: list[Why] = []
     for index, platform in candidates:
-        levels, problem = _levels(fleet, request, platform)
-        if problem:
-            whys.append(partial(str, problem))
-            continue
-        required, preferred, slice_size, slice_level = np.array(levels, dtype=np.int32).T.copy()
+        numbered = request.numbered_levels
+        if numbered is None:
+            levels, problem = _levels(fleet, request, platform)
+            if problem:
+                whys.append(partial(str, problem))
+                continue
+            numbered = np.array(levels, dtype=np.int32).T.copy()
+        required, preferred, slice_size, slice_level = numbered
         status, out, info = _native_plan(
             fleet, counts, gpus, required, preferred, slice_size, slice_level, index, node_ok, pods
         )
@@ -394,6 +414,8 @@ def rank_order(fleet: Fleet, nodes: npt.NDArray[np.int32]) -> npt.NDArray[np.int
 def _ranked(fleet: Fleet, counts: npt.NDArray[np.int32], out: npt.NDArray[np.int32]) -> npt.NDArray[np.int32]:
     """The planner's answer with each pod set's nodes in rank order (``rank_order``), pod sets kept in order: one
     sort with the pod set as its first key."""
+    if len(out) <= 1:
+        return out
     if len(counts) == 1:
         return rank_order(fleet, out)
     doms = fleet.node_domain[out]

@@ -374,11 +374,9 @@ class VolcanoExtender:
             return None
         key = shaping.gang_key(task.job)
         gang, members = self.shapes.gang(task.job, fleet, self.sessions.current)
-        if gang is None and key not in self.gangs.plans:
-            gang = self._labelled(task)  # no Volcano gang: a gang its pod's labels name, as the extender plans it
-            if gang is None:
-                return None
-        elif gang is None or (task.uid not in members and key not in self.gangs.plans):
+        if gang is None and key not in self.gangs.plans:  # no Volcano gang: one its pod's labels name, if any
+            gang, members = self._labelled(task), frozenset({task.uid})
+        if gang is None or (task.uid not in members and key not in self.gangs.plans):
             return self.gangs.plans.get(key)
         plan = self.gangs.plan_for(gang, self._pod_of(task), gpus)
         if plan is not None and plan.waiting:
