@@ -35,7 +35,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kilter.gangs.planning import plan_gangs
+from kilter.gangs.planning import joined, plan_gangs
 from kilter.gangs.waits import NO_WAIT, Waits
 from kilter.model.errors import InputError, NoGpus
 from kilter.model.jobs import PodSetSpec, read_job
@@ -47,7 +47,7 @@ from kilter.quota.tree import build_tree
 from kilter.quota.usage import Ledger, WorkloadInfo, admitted_keys, workload_infos
 from kilter.state.cluster import KUEUE, ClusterState
 from kilter.topology.fleet import Fleet
-from kilter.topology.plan import GangRequest, Plan, commit, joined
+from kilter.topology.plan import GangRequest, Plan, commit
 from kilter.topology.split_wait import SplitWait, WaitDecision, fewest_domains_idle
 
 __all__ = [

@@ -23,7 +23,7 @@ from kilter.topology.fleet import Fleet
 from kilter.topology.plan import GangRequest, Plan, commit, gang_request, plan_gang
 from kilter.topology.split_wait import WaitDecision
 
-__all__ = ["GangPlanned", "Wait", "plan_gangs", "plan_job", "plan_job_waits", "plan_object", "plan_to_dict"]
+__all__ = ["GangPlanned", "Wait", "joined", "plan_gangs", "plan_job", "plan_job_waits", "plan_object", "plan_to_dict"]
 
 Wait = Callable[[Sequence[PodSetSpec], GangRequest, Plan], WaitDecision]  # one gang's pod sets, request and plan
 
@@ -85,6 +85,30 @@ def plan_gangs(
                 for node, gpus in zip(plan.node_indices, plan.gpus, strict=True):
                     fleet.bitmap.release(node, gpus)
     return out
+
+
+def joined(name: str, plans: Sequence[Plan]) -> Plan:
+    """The plans of a job's gangs as one: when each is feasible, their pod sets (and pods) gang after gang in
+    order and their reasons joined; else infeasible for the reasons of those that are. One gang's plan comes back
+    as it is."""
+    if len(plans) == 1:
+        return plans[0]
+    ignored = tuple(n for p in plans for n in p.ignored)
+    if not all(p.feasible for p in plans):
+        return Plan(False, "; ".join(p.reason for p in plans if not p.feasible), name, ignored=ignored)
+    return Plan(
+        True,
+        "; ".join(p.reason for p in plans),
+        name,
+        next((p.platform for p in plans if p.platform), None),
+        tuple(ps for p in plans for ps in p.pod_sets),
+        tuple(sorted({d for p in plans for d in p.domains})),
+        tuple(sorted({g for p in plans for g in p.groups})),
+        next((p.group_level for p in plans if p.group_level), None),
+        ignored,
+        tuple(n for p in plans for n in p.node_indices),
+        tuple(g for p in plans for g in p.gpus),
+    )
 
 
 def plan_object(

@@ -4,7 +4,8 @@ An NVIDIA ComputeDomain runs an IMEX daemon on every node its pods land on,
 and IMEX shares GPU memory only inside one NVLink clique; the domain itself
 places nothing, so without a scheduler's help its pods spread over racks
 (dra-driver-nvidia-gpu issue 804). Two ComputeDomains in one clique conflict
-(issue 892). ``narrow`` turns both rules into what the planner reads:
+(issue 892). ``constraint`` turns both rules into what the planner reads
+(``plan.with_clique`` applies it to a request):
 
 * ``one_domain``: every pod of the gang in one scale-up domain — the clique,
   which the fleet keys on the whole ``nvidia.com/gpu.clique`` value
@@ -23,18 +24,15 @@ every caller of the planner applies the same one.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from kilter._native import domains as native_domains
 from kilter.topology.fleet import Fleet
 
-if TYPE_CHECKING:
-    from kilter.topology.plan import GangRequest
-
-__all__ = ["CliqueFacts", "narrow"]
+__all__ = ["CliqueFacts", "Constraint", "constraint"]
 
 
 @dataclass(frozen=True)
@@ -47,14 +45,18 @@ class CliqueFacts:
     spans: bool = False  # its owner lets its pods spread over several cliques
 
 
-def narrow(fleet: Fleet, request: GangRequest) -> GangRequest:
-    """``request`` held to its ComputeDomain's clique and away from the others' (module docstring): ``one_domain``
-    unless the domain spans cliques, ``node_ok`` narrowed (an existing ``node_ok`` is kept and narrowed further),
-    and ``note`` saying so. The facts are consumed (``clique`` becomes None), so narrowing twice is narrowing once.
-    A request without ``clique`` comes back unchanged."""
-    facts = request.clique
-    if facts is None:
-        return request
+@dataclass(frozen=True)
+class Constraint:
+    """What the rule asks of the planner for one gang of a ComputeDomain."""
+
+    one_domain: bool  # every pod in one scale-up domain (the clique)
+    node_ok: npt.NDArray[np.bool_]  # [node]: the gang may use the node
+    note: str  # what the plan's reason says of the rule
+
+
+def constraint(fleet: Fleet, facts: CliqueFacts) -> Constraint:
+    """The rule for a gang of the ComputeDomain ``facts`` describe (module docstring): one clique unless it spans
+    cliques, only the clique where its pods run, none another ComputeDomain holds, no node without a clique."""
     detached = (fleet.bitmap.domain_flags & native_domains.DETACHED) != 0
     own = set() if facts.spans else set(facts.own) - {int(d) for d in np.flatnonzero(detached)}
     ok = ~detached[fleet.node_domain]
@@ -62,17 +64,7 @@ def narrow(fleet: Fleet, request: GangRequest) -> GangRequest:
         ok &= ~np.isin(fleet.node_domain, sorted(facts.taken))
     if own:
         ok &= np.isin(fleet.node_domain, sorted(own))
-    if request.node_ok is not None:
-        ok &= request.node_ok.astype(bool)
-    note = _note(fleet, facts, own)
-    note = f"{request.note}; {note}" if request.note else note
-    return replace(
-        request,
-        clique=None,
-        one_domain=request.one_domain or not facts.spans,
-        node_ok=np.ascontiguousarray(ok, dtype=np.uint8),
-        note=note,
-    )
+    return Constraint(not facts.spans, ok, _note(fleet, facts, own))
 
 
 def _note(fleet: Fleet, facts: CliqueFacts, own: set[int]) -> str:

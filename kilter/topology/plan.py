@@ -46,10 +46,10 @@ __all__ = [
     "PodSetRequest",
     "commit",
     "gang_request",
-    "joined",
     "plan_gang",
     "plan_nodes",
     "rank_order",
+    "with_clique",
 ]
 
 
@@ -75,7 +75,7 @@ class GangRequest:
     node_ok: npt.NDArray[np.uint8] | None = field(default=None, compare=False, repr=False)  # [node]: 1 = may use
     note: str = ""  # who narrowed the request and how (``one_domain``, ``node_ok``), added to the plan's reason
     spares_lent: npt.NDArray[np.bool_] | None = field(default=None, compare=False, repr=False)  # [domain] (``spares``)
-    clique: CliqueFacts | None = None  # its ComputeDomain's facts; the planner applies the rule (``cliques.narrow``)
+    clique: CliqueFacts | None = None  # its ComputeDomain's facts; the planner applies the rule (``with_clique``)
     levels: tuple[int, int] | None = None  # (required, preferred) planner levels of every pod set, for an asker
     # that numbers levels (``LEVEL_NONE``, ``LEVEL_DOMAIN``, above) rather than naming them by label: the simulator
 
@@ -235,7 +235,7 @@ def plan_gang(fleet: Fleet, request: GangRequest, *, hold_spares: bool = True) -
     AdmissionCheck and the simulator), so every one gets the same rules.
     Nodes are those the pod sets' selectors admit and ``request.node_ok``
     allows; a request carrying ``clique`` facts is first held to its
-    ComputeDomain's clique (``cliques.narrow``). A ``one_domain`` request requires one scale-up domain of each pod
+    ComputeDomain's clique (``with_clique``). A ``one_domain`` request requires one scale-up domain of each pod
     set; when the best plan still puts two pod sets in different domains, each
     domain with room for the whole gang is tried alone, fewest free GPUs first
     (best fit; ties by index), and the first that holds it is the plan.
@@ -243,7 +243,7 @@ def plan_gang(fleet: Fleet, request: GangRequest, *, hold_spares: bool = True) -
     new plan does, but those ``request.spares_lent`` (its pods are
     preemptible there); a repair of a running gang may use them.
     """
-    request = cliques.narrow(fleet, request)
+    request = with_clique(fleet, request)
     found = _decide(fleet, request, hold_spares)
     if isinstance(found, _Placed):
         plan = _plan_from_nodes(fleet, request, fleet.platforms[found.platform], found.nodes)
@@ -256,8 +256,26 @@ def plan_nodes(fleet: Fleet, request: GangRequest, *, hold_spares: bool = True) 
     """The nodes ``plan_gang`` chooses, one per pod in its plan's order (pod set after pod set, each in rank order),
     or None when it finds no plan: the same decision, without the names and reasons only people read, for an asker
     of many what-ifs (the simulator asks about every job of a trace)."""
-    found = _decide(fleet, cliques.narrow(fleet, request), hold_spares)
+    found = _decide(fleet, with_clique(fleet, request), hold_spares)
     return found.nodes if isinstance(found, _Placed) else None
+
+
+def with_clique(fleet: Fleet, request: GangRequest) -> GangRequest:
+    """``request`` held to its ComputeDomain's clique and away from the others' (``cliques.constraint``):
+    ``one_domain`` unless the domain spans cliques, ``node_ok`` narrowed (one the request has is narrowed further)
+    and ``note`` saying so. The facts are consumed (``clique`` becomes None), so applying it twice is applying it
+    once; a request without ``clique`` comes back unchanged."""
+    if request.clique is None:
+        return request
+    rule = cliques.constraint(fleet, request.clique)
+    ok = rule.node_ok if request.node_ok is None else rule.node_ok & request.node_ok.astype(bool)
+    return replace(
+        request,
+        clique=None,
+        one_domain=request.one_domain or rule.one_domain,
+        node_ok=np.ascontiguousarray(ok, dtype=np.uint8),
+        note=f"{request.note}; {rule.note}" if request.note else rule.note,
+    )
 
 
 Why = Callable[[], str]
@@ -460,30 +478,6 @@ def _plan_from_nodes(fleet: Fleet, request: GangRequest, platform: Platform, out
         request.ignored,
         tuple(nodes),
         tuple(gpus),
-    )
-
-
-def joined(name: str, plans: Sequence[Plan]) -> Plan:
-    """The plans of a job's gangs as one: when each is feasible, their pod sets (and pods) gang after gang in
-    order and their reasons joined; else infeasible for the reasons of those that are. One gang's plan comes back
-    as it is."""
-    if len(plans) == 1:
-        return plans[0]
-    ignored = tuple(n for p in plans for n in p.ignored)
-    if not all(p.feasible for p in plans):
-        return Plan(False, "; ".join(p.reason for p in plans if not p.feasible), name, ignored=ignored)
-    return Plan(
-        True,
-        "; ".join(p.reason for p in plans),
-        name,
-        next((p.platform for p in plans if p.platform), None),
-        tuple(ps for p in plans for ps in p.pod_sets),
-        tuple(sorted({d for p in plans for d in p.domains})),
-        tuple(sorted({g for p in plans for g in p.groups})),
-        next((p.group_level for p in plans if p.group_level), None),
-        ignored,
-        tuple(n for p in plans for n in p.node_indices),
-        tuple(g for p in plans for g in p.gpus),
     )
 
 

@@ -69,7 +69,7 @@ from kilter.gangs import records
 from kilter.gangs.decisions import Decision, DecisionFeed
 from kilter.gangs.identity import GangKey
 from kilter.gangs.keys import PlanKeys
-from kilter.gangs.planning import plan_gangs
+from kilter.gangs.planning import joined, plan_gangs
 from kilter.gangs.waits import NO_WAIT, Waits
 from kilter.kube.api import ApiError, ApiServer, object_path
 from kilter.kube.events import EventRecorder, Involved
@@ -81,7 +81,7 @@ from kilter.state.cluster import ClusterState
 from kilter.state.store import ClusterStore
 from kilter.topology.fleet import Fleet
 from kilter.topology.labels import HOSTNAME_LABEL
-from kilter.topology.plan import GangRequest, Plan, joined
+from kilter.topology.plan import GangRequest, Plan
 from kilter.topology.split_wait import WaitDecision
 
 __all__ = [
