@@ -40,10 +40,12 @@ from kilter.gangs import GangBook, PlanKeys, identify, pod_facts
 from kilter.gangs.records import PLAN_ANNOTATION, PlanRecord, encode
 from kilter.model import codec
 from kilter.model.core_v1 import Pod
+from kilter.sim.gangs import Gang
+from kilter.sim.simple import gang_request
 from kilter.state.feed import settle
 from kilter.state.store import ClusterStore
 from kilter.topology import repair
-from kilter.topology.plan import place_pods
+from kilter.topology.plan import plan_gang
 
 TARGETS = {"one_decision_ms": 1.0, "five_node_repair_512_ms": 5.0}
 KEYS = PlanKeys([b"b" * 32], source="bench")
@@ -84,9 +86,9 @@ def scenario(size: int, failures: int, seed: int = 0) -> tuple[ClusterStore, Gan
     store.replace([*nodes, *pods])
     fleet = store.fleet()
     platform = next(i for i, p in enumerate(fleet.platforms) if p.name.startswith("GB200"))
-    chosen = place_pods(fleet, platform, [(size, 4)])
-    assert chosen is not None, f"the fleet has no room for a {size}-pod gang"
-    ranked = [fleet.node_names[n] for n in chosen.tolist()]
+    chosen = plan_gang(fleet, gang_request(fleet, Gang(0, platform, ((size, 4),), "preferred")))
+    assert chosen.feasible, f"the fleet has no room for a {size}-pod gang"
+    ranked = [fleet.node_names[n] for n in chosen.node_indices]
     record = PlanRecord(f"ml/gang/train-{size}", time.time() - 86400, tuple((n, 4) for n in ranked))
     rng = random.Random(seed)
     failed = sorted(rng.sample(range(size), failures))

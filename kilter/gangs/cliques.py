@@ -1,26 +1,17 @@
-"""A ComputeDomain's gang in one NVLink clique, and two ComputeDomains never in one: the planner's request narrowed.
+"""A ComputeDomain's gang in one NVLink clique, and two ComputeDomains never in one: the facts the rule reads.
 
-An NVIDIA ComputeDomain runs an IMEX daemon on every node its pods land on,
-and IMEX shares GPU memory only inside one NVLink clique; the domain itself
-places nothing, so without a scheduler's help its pods spread over racks
-(dra-driver-nvidia-gpu issue 804). Two ComputeDomains in one clique conflict
-(issue 892). ``Cliques.constrain`` turns both rules into what the planner
-reads, for the pod that asks (a gang's first pod, or a replacement of a
-running gang's):
+The rule itself is ``kilter.topology.cliques`` (why, and what it narrows);
+the planner applies it to any request that carries ``CliqueFacts``. Here
+those facts are gathered from the state, for the pod that asks (a gang's
+first pod, or a replacement of a running gang's):
 
-* ``one_domain``: every pod of the gang in one scale-up domain — the clique,
-  which the fleet keys on the whole ``nvidia.com/gpu.clique`` value
-  ``<clusterUUID>.<cliqueId>``, so equal clique ids under two cluster UUIDs
-  stay two domains. Unless the ComputeDomain carries
-  ``kilter.dev/compute-domain-spans-cliques: "true"``.
-* ``node_ok``: where the domain's pods already run (bound, bound by kilter and
-  not yet seen, or held by another gang's plan of the same domain), only that
-  clique; never a clique holding a pod, a plan's slot, or the driver's node
+* ``own``: where the domain's pods already run (bound, bound by kilter and
+  not yet seen, or held by another gang's plan of the same domain);
+* ``taken``: cliques holding a pod, a plan's slot, or the driver's node
   label (``resource.nvidia.com/computeDomain``) of another ComputeDomain the
   state holds — unless both domains carry
-  ``kilter.dev/compute-domain-shares-cliques: "true"``; never a node without a
-  clique (GPU Feature Discovery drops the label when the fabric is unhealthy,
-  and such a node cannot join an IMEX domain).
+  ``kilter.dev/compute-domain-shares-cliques: "true"``;
+* ``spans``: the domain carries ``kilter.dev/compute-domain-spans-cliques: "true"``.
 
 A pod that joins no ComputeDomain gets its request back unchanged.
 """
@@ -31,12 +22,12 @@ from dataclasses import replace
 
 import numpy as np
 
-from kilter._native import domains as native_domains
 from kilter.gangs import compute_domains
 from kilter.gangs.running import placed_domains
 from kilter.model.core_v1 import Pod
 from kilter.model.nvidia_dra import COMPUTE_DOMAIN_NODE_LABEL, ComputeDomain
 from kilter.state.store import ClusterStore
+from kilter.topology.cliques import CliqueFacts
 from kilter.topology.fleet import Fleet
 from kilter.topology.plan import GangRequest
 
@@ -56,24 +47,17 @@ class Cliques:
         self._owners: dict[str, Name] = {}  # gang key -> the ComputeDomain its plan was made for
 
     def constrain(self, store: ClusterStore, request: GangRequest, *, pod: Pod, gang: str) -> GangRequest:
-        """``request`` (gang ``gang``, asked for by ``pod``) held to its ComputeDomain's clique and away from other
-        ComputeDomains' (module docstring); unchanged for a pod in no ComputeDomain. A job's pod template serves
-        as ``pod`` too (``Pod(metadata=..., spec=template.spec)`` with the job's namespace)."""
+        """``request`` (gang ``gang``, asked for by ``pod``) carrying what the rule reads of its ComputeDomain
+        (module docstring), which the planner applies; unchanged for a pod in no ComputeDomain. A job's pod
+        template serves as ``pod`` too (``Pod(metadata=..., spec=template.spec)`` with the job's namespace)."""
         cd = compute_domains.domain_of(store, pod.metadata.namespace, compute_domains.templates(pod.spec))
         if cd is None:
             return request
         fleet = store.fleet()
         own, taken = self._held(store, fleet, cd, gang)
-        spans = compute_domains.spans_cliques(cd)
-        detached = (fleet.bitmap.domain_flags & native_domains.DETACHED) != 0
-        own = set() if spans else own - {int(d) for d in np.flatnonzero(detached)}  # a node without a clique is none
-        ok = ~detached[fleet.node_domain]
-        if taken:
-            ok &= ~np.isin(fleet.node_domain, sorted(taken))
-        if own:
-            ok &= np.isin(fleet.node_domain, sorted(own))
-        note = _note(fleet, cd, own=own, taken=taken, spans=spans)
-        return replace(request, one_domain=not spans, node_ok=np.ascontiguousarray(ok, dtype=np.uint8), note=note)
+        name = f"{cd.metadata.namespace}/{cd.metadata.name}"
+        facts = CliqueFacts(name, frozenset(own), frozenset(taken), compute_domains.spans_cliques(cd))
+        return replace(request, clique=facts)
 
     def _held(self, store: ClusterStore, fleet: Fleet, cd: ComputeDomain, gang: str) -> tuple[set[int], set[int]]:
         """The domains (fleet indices) ``cd``'s pods and other gangs' plans for it hold, and those that pods,
@@ -112,14 +96,3 @@ def _labelled(fleet: Fleet, uids: set[str]) -> set[int]:
     codes, values = fleet.label_codes(COMPUTE_DOMAIN_NODE_LABEL)
     wanted = [code for value, code in values.items() if value in uids]
     return {int(d) for d in np.unique(fleet.node_domain[np.isin(codes, wanted)])} if wanted else set()
-
-
-def _note(fleet: Fleet, cd: ComputeDomain, *, own: set[int], taken: set[int], spans: bool) -> str:
-    """What the plan's reason says of the ComputeDomain's rules."""
-    where = f"ComputeDomain {cd.metadata.namespace}/{cd.metadata.name}"
-    parts = [f"{where}: any number of cliques" if spans else f"{where}: one clique"]
-    if own:
-        parts.append("where its pods run: " + ", ".join(fleet.domain_ids[d] for d in sorted(own)))
-    if taken:
-        parts.append(f"{len(taken)} clique{'s' if len(taken) != 1 else ''} of other ComputeDomains left out")
-    return "; ".join(parts)

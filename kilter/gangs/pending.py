@@ -35,9 +35,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kilter.gangs.waits import Waits
-from kilter.model.errors import InputError
-from kilter.model.jobs import read_job
+from kilter.gangs.planning import joined, plan_gangs
+from kilter.gangs.waits import NO_WAIT, Waits
+from kilter.model.errors import InputError, NoGpus
+from kilter.model.jobs import PodSetSpec, read_job
 from kilter.quota import amount
 from kilter.quota.admit import ADMIT, NEVER, PREEMPT, Decision, admission_order, by_cluster_queue
 from kilter.quota.config import FairSharingConfig
@@ -46,8 +47,8 @@ from kilter.quota.tree import build_tree
 from kilter.quota.usage import Ledger, WorkloadInfo, admitted_keys, workload_infos
 from kilter.state.cluster import KUEUE, ClusterState
 from kilter.topology.fleet import Fleet
-from kilter.topology.plan import GangRequest, Plan, commit, gang_request, plan_gang
-from kilter.topology.split_wait import SplitWait, fewest_domains_idle
+from kilter.topology.plan import GangRequest, Plan, commit
+from kilter.topology.split_wait import SplitWait, WaitDecision, fewest_domains_idle
 
 __all__ = [
     "ADMISSION_CHECKS",
@@ -166,34 +167,37 @@ def _topology(
     fleet: Fleet, obj: Mapping[str, Any], waits: Waits, booked: list[Plan]
 ) -> tuple[str, str, Plan | None, int, float | None, GangRequest | None]:
     """The topology rung for a workload its quota lets in: (reason, message, plan, fewest domains, wait end,
-    request)."""
+    request). Every gang of the job is planned (``plan_gangs``); a split-wait annotation that does not read is
+    misconfigured, as the AdmissionCheck rejects it."""
+
+    def wait(pod_sets: Sequence[PodSetSpec], request: GangRequest, plan: Plan) -> WaitDecision:
+        if not plan.feasible:
+            return NO_WAIT
+        return waits.for_object(obj, [ps.template for ps in pod_sets], request, plan, fleet)
+
     try:
         job = read_job(obj)
-        gang = job.gangs[0] if job.gangs else []
-        request = gang_request(job.name, gang, fleet.catalog)
+        planned = plan_gangs(fleet, job, wait=wait, keep=False)
+    except NoGpus:
+        return NEXT_IN_LINE, "fits its quota; it asks for no GPUs, so topology does not hold it", None, 0, None, None
     except InputError as exc:
-        if "asks for GPUs" in str(exc):
-            return (
-                NEXT_IN_LINE,
-                "fits its quota; it asks for no GPUs, so topology does not hold it",
-                None,
-                0,
-                None,
-                None,
-            )
         return MISCONFIGURED, str(exc), None, 0, None, None
-    plan = plan_gang(fleet, request)
-    least = _least(fleet, request, plan)
-    gpus = sum(ps.count * ps.gpus_per_pod for ps in request.pod_sets)
+    if not planned:
+        return NEXT_IN_LINE, "fits its quota; it asks for no GPUs, so topology does not hold it", None, 0, None, None
+    plan = joined(job.name, [g.plan for g in planned])
+    request = planned[0].request
+    each = [_least(fleet, g.request, g.plan) for g in planned]
+    least = sum(each) if all(each) else 0  # one gang's (0 when the idle fleet cannot hold it), or every gang's
+    gpus = sum(ps.count * ps.gpus_per_pod for g in planned for ps in g.request.pod_sets)
     within = f"in at most {least} domain{'s' if least != 1 else ''}" if least else "(more than the idle fleet holds)"
-    if any(ps.topology.required for ps in request.pod_sets):
+    if any(ps.topology.required for g in planned for ps in g.request.pod_sets):
         within = "as its required topology asks"
     if not plan.feasible:
         return TOPOLOGY_FAILED, f"needs {gpus} GPUs {within}; the best now: {plan.reason}", plan, least, None, request
-    decision = waits.for_object(obj, [ps.template for ps in gang], request, plan, fleet)
-    if decision.wait:
-        why = decision.standing or decision.reason
-        return WAITING_FOR_DOMAINS, f"needs {gpus} GPUs {within}; {why}", plan, least, decision.until_s, request
+    waiting = next((g.wait for g in planned if g.wait.wait), None)
+    if waiting is not None:
+        why = waiting.standing or waiting.reason
+        return WAITING_FOR_DOMAINS, f"needs {gpus} GPUs {within}; {why}", plan, least, waiting.until_s, request
     commit(fleet, plan)
     booked.append(plan)
     where = ", ".join(plan.domains)

@@ -1,7 +1,8 @@
-"""The plan a job would get, as ``kilter plan -o json`` prints it and the gRPC ``Plan`` answers it.
+"""The plan a job would get, as ``kilter plan -o json`` prints it, the gRPC ``Plan`` answers it and the
+AdmissionCheck and the pending view judge it.
 
-One implementation for both callers: the command plans on a fleet of its
-own, the server on its live fleet. A job of several gangs books each
+One implementation for every caller (``plan_gangs``): the command plans on a
+fleet of its own, the servers on their live fleet. A job of several gangs books each
 feasible gang before the next is planned (they will run side by side); with
 ``keep=False`` those bookings are undone before returning, so that a
 server's what-if leaves its fleet as it found it (it runs on the event-loop
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from kilter.gangs.waits import NO_WAIT, Waits
@@ -21,7 +23,7 @@ from kilter.topology.fleet import Fleet
 from kilter.topology.plan import GangRequest, Plan, commit, gang_request, plan_gang
 from kilter.topology.split_wait import WaitDecision
 
-__all__ = ["Wait", "plan_job", "plan_job_waits", "plan_object", "plan_to_dict"]
+__all__ = ["GangPlanned", "Wait", "joined", "plan_gangs", "plan_job", "plan_job_waits", "plan_object", "plan_to_dict"]
 
 Wait = Callable[[Sequence[PodSetSpec], GangRequest, Plan], WaitDecision]  # one gang's pod sets, request and plan
 
@@ -34,27 +36,79 @@ def plan_job(fleet: Fleet, job: JobSpec, *, platform: str | None = None) -> list
 def plan_job_waits(
     fleet: Fleet, job: JobSpec, *, platform: str | None = None, wait: Wait | None = None, keep: bool = True
 ) -> list[tuple[Plan, WaitDecision]]:
-    """``plan_job`` with each gang's wait for fewer domains (``wait``; None: no gang waits). A gang that waits holds
-    nothing, so the next gang is planned as if it were not there. ``keep=False`` undoes the bookings made between
-    gangs before returning (a what-if on a fleet someone else reads)."""
-    out = []
+    """``plan_job`` with each gang's wait for fewer domains (``plan_gangs``)."""
+    return [(g.plan, g.wait) for g in plan_gangs(fleet, job, platform=platform, wait=wait, keep=keep)]
+
+
+@dataclass(frozen=True)
+class GangPlanned:
+    """One gang of a job as planned: what it asked, its plan, and whether it waits for fewer domains."""
+
+    pod_sets: tuple[PodSetSpec, ...]
+    request: GangRequest
+    plan: Plan
+    wait: WaitDecision
+
+
+def plan_gangs(
+    fleet: Fleet,
+    job: JobSpec,
+    *,
+    name: str | None = None,
+    platform: str | None = None,
+    wait: Wait | None = None,
+    keep: bool = True,
+) -> list[GangPlanned]:
+    """Every gang of ``job`` planned in turn, each gang's wait for fewer domains judged by ``wait`` (None: no gang
+    waits). A feasible gang of a job of several that does not wait is booked before the next is planned (they will
+    run side by side); a gang that waits holds nothing, so the next gang is planned as if it were not there.
+    ``keep=False`` undoes those bookings before returning (a what-if on a fleet someone else reads). Gangs are
+    named ``name`` (default the job's), ``<name>/group-<i>`` when there are several. InputError (``NoGpus`` when
+    a gang asks for no GPUs) when a gang cannot be read as a request."""
+    base = job.name if name is None else name
+    out: list[GangPlanned] = []
     booked: list[Plan] = []
     try:
         for i, pod_sets in enumerate(job.gangs):
-            name = job.name if len(job.gangs) == 1 else f"{job.name}/group-{i}"
-            request = gang_request(name, pod_sets, fleet.catalog, platform=platform)
+            request = gang_request(
+                base if len(job.gangs) == 1 else f"{base}/group-{i}", pod_sets, fleet.catalog, platform=platform
+            )
             plan = plan_gang(fleet, request)
             decision = wait(pod_sets, request, plan) if wait is not None else NO_WAIT
             if plan.feasible and not decision.wait and len(job.gangs) > 1:
                 commit(fleet, plan)
                 booked.append(plan)
-            out.append((plan, decision))
+            out.append(GangPlanned(tuple(pod_sets), request, plan, decision))
     finally:
         if not keep:
             for plan in reversed(booked):
                 for node, gpus in zip(plan.node_indices, plan.gpus, strict=True):
                     fleet.bitmap.release(node, gpus)
     return out
+
+
+def joined(name: str, plans: Sequence[Plan]) -> Plan:
+    """The plans of a job's gangs as one: when each is feasible, their pod sets (and pods) gang after gang in
+    order and their reasons joined; else infeasible for the reasons of those that are. One gang's plan comes back
+    as it is."""
+    if len(plans) == 1:
+        return plans[0]
+    ignored = tuple(n for p in plans for n in p.ignored)
+    if not all(p.feasible for p in plans):
+        return Plan(False, "; ".join(p.reason for p in plans if not p.feasible), name, ignored=ignored)
+    return Plan(
+        True,
+        "; ".join(p.reason for p in plans),
+        name,
+        next((p.platform for p in plans if p.platform), None),
+        tuple(ps for p in plans for ps in p.pod_sets),
+        tuple(sorted({d for p in plans for d in p.domains})),
+        tuple(sorted({g for p in plans for g in p.groups})),
+        next((p.group_level for p in plans if p.group_level), None),
+        ignored,
+        tuple(n for p in plans for n in p.node_indices),
+        tuple(g for p in plans for g in p.gpus),
+    )
 
 
 def plan_object(

@@ -33,7 +33,7 @@ from kilter.model.core_v1 import Pod
 from kilter.model.errors import InputError
 from kilter.topology import eligibility, pod_gpus, repair
 from kilter.topology.fleet import Fleet
-from kilter.topology.plan import GangRequest, Plan, PlannedPodSet
+from kilter.topology.plan import GangRequest, Plan, PlannedPodSet, with_clique
 
 __all__ = ["Repair", "Repaired", "plan_repair", "recorded"]
 
@@ -86,6 +86,7 @@ def plan_repair(
     ranks held, the GPUs per node the repair may take back by preemption
     (``GangBook``: lent spares; the ladder's ``reclaim`` rung).
     """
+    request = with_clique(fleet, request)  # a ComputeDomain's clique rule, as the planner applies it
     at = fleet.node_index
     survivors = [at[n] for p in members if (n := p.spec.node_name) and n in at]
     on = fleet.bitmap.domain_platforms[fleet.node_domain[np.asarray(survivors, dtype=np.intp)]]

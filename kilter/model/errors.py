@@ -2,7 +2,9 @@
 
     KilterError
     ├── InputError        a bad body, snapshot, job, annotation or flag; carries a JSON path
-    │   └── TooLarge      input over a documented bound (a pool peer's message): refused before it costs more
+    │   ├── TooLarge      input over a documented bound (a pool peer's message): refused before it costs more
+    │   ├── NoGpus        a job none of whose pod sets asks for GPUs: nothing for the planner to place
+    │   └── UnsupportedKind  an object of a kind kilter does not read as a job
     ├── ConfigError       configuration that contradicts itself (cohort cycle, limits)
     └── UnknownPlatform   a platform name that neither the catalog nor an override defines
 
@@ -11,7 +13,7 @@
 
 from __future__ import annotations
 
-__all__ = ["ConfigError", "InputError", "KilterError", "TooLarge", "UnknownPlatform"]
+__all__ = ["ConfigError", "InputError", "KilterError", "NoGpus", "TooLarge", "UnknownPlatform", "UnsupportedKind"]
 
 
 class KilterError(Exception):
@@ -33,6 +35,14 @@ class InputError(KilterError):
 class TooLarge(InputError):
     """Input larger than a documented bound: unlike a malformed field, a sign of a faulty or hostile sender, which
     the receiver may then leave alone for a while."""
+
+
+class NoGpus(InputError):
+    """A gang none of whose pod sets asks for GPUs: not wrong, only nothing to place (callers let such jobs by)."""
+
+
+class UnsupportedKind(InputError):
+    """An object whose kind kilter does not read as a job: not wrong, only not kilter's to judge."""
 
 
 class ConfigError(KilterError):

@@ -17,7 +17,7 @@ from typing import Any
 
 from kilter.model import codec
 from kilter.model.core_v1 import PodTemplateSpec
-from kilter.model.errors import InputError
+from kilter.model.errors import InputError, UnsupportedKind
 from kilter.model.kueue import Workload
 
 __all__ = [
@@ -390,7 +390,7 @@ def read_job(obj: Any) -> JobSpec:
     group = api_version.rpartition("/")[0]
     reader = _READERS.get((group, kind))
     if reader is None:
-        raise InputError(f"unsupported kind {api_version}/{kind}; kilter plans {', '.join(supported_kinds())}")
+        raise UnsupportedKind(f"unsupported kind {api_version}/{kind}; kilter plans {', '.join(supported_kinds())}")
     meta = _map(obj, "metadata", "$")
     gangs = reader(obj)
     return JobSpec(

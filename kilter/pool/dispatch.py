@@ -44,7 +44,7 @@ from typing import Any
 from kilter.kube.api import ApiError, ApiServer, object_path
 from kilter.kube.owned import manager_fields, owned
 from kilter.model.annotations import AVOID_REGIONS, DATA_REGION, REGIONS, parse_regions
-from kilter.model.errors import InputError, KilterError
+from kilter.model.errors import InputError, KilterError, NoGpus
 from kilter.model.jobs import read_job
 from kilter.model.kueue import KUEUE_GROUP, true_condition
 from kilter.pool.inventory import RegionInventory
@@ -196,19 +196,21 @@ def where_of(w: Waiting) -> Where:
 
 
 def gang_ask(w: Waiting, catalog: Catalog, home: str, where: Where | None = None) -> GangAsk:
-    """What ``topology.regions`` ranks for ``w``: the gang's platforms and shape (its largest pods, and the GPUs of
-    the smaller ones), its queue, and its region annotations. InputError when the gang cannot be read as one
-    (no GPU pod set, a device resource the catalog does not know...)."""
+    """What ``topology.regions`` ranks for ``w``: the platforms and shape of its pods, every gang's (its largest
+    pods, and the GPUs of the smaller ones), its queue, and its region annotations. InputError when a gang cannot
+    be read as one (no GPU pod set, a device resource the catalog does not know...)."""
     where = where if where is not None else where_of(w)
     job = read_job(dict(w.obj))
-    request = gang_request(f"{w.namespace}/{w.name}", job.gangs[0], catalog)
+    if not job.gangs:
+        raise NoGpus(f"{w.namespace}/{w.name}: no pod set asks for GPUs")
+    requests = [gang_request(f"{w.namespace}/{w.name}", gang, catalog) for gang in job.gangs]  # every gang
     selector: dict[str, str] = {}
-    for ps in request.pod_sets:
+    for ps in (ps for request in requests for ps in request.pod_sets):
         selector.update(ps.spec.node_selector)
-    platforms = _platforms(catalog, request.resource, selector)
+    platforms = _platforms(catalog, requests[0].resource, selector)
     queue = str((w.obj.get("spec") or {}).get("queueName") or "")
     return GangAsk.of_pod_sets(
-        ((ps.count, ps.gpus_per_pod) for ps in request.pod_sets),
+        ((ps.count, ps.gpus_per_pod) for request in requests for ps in request.pod_sets),
         platforms=platforms,
         home=home,
         queue=f"{w.namespace}/{queue}" if queue else "",

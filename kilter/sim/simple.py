@@ -1,8 +1,8 @@
 """kilter's own placement as the simulator runs it, and the two plainest baselines.
 
 ``KilterPlacement`` is the product: the gang planner of ``kilter.topology``
-(the call the extender makes), asked with the job's topology request at the
-scale-up-domain level. ``Spread`` is kube-scheduler's default scoring,
+through the door every server uses (``plan.plan_gang``), asked with the job's
+topology request at the scale-up-domain level. ``Spread`` is kube-scheduler's default scoring,
 NodeResourcesFit with LeastAllocated: each pod, in turn, to a node with the
 largest free share, ties broken at random as kube-scheduler's ``selectHost``
 does (seeded here). ``FirstFit`` puts each pod on the first node, in name
@@ -17,12 +17,14 @@ import heapq
 import numpy as np
 import numpy.typing as npt
 
+from kilter.model.core_v1 import PodSpec, Toleration
+from kilter.model.jobs import TopologyRequest
 from kilter.sim.gangs import Gang
 from kilter.sim.placement import Nodes, free_gpus
 from kilter.topology import plan
 from kilter.topology.fleet import Fleet
 
-__all__ = ["FirstFit", "KilterPlacement", "Spread", "platform_nodes"]
+__all__ = ["FirstFit", "KilterPlacement", "Spread", "gang_request", "platform_nodes"]
 
 
 def platform_nodes(fleet: Fleet, platform: int) -> npt.NDArray[np.bool_]:
@@ -37,12 +39,40 @@ class KilterPlacement:
     name = "kilter"
     waits_for_fewer_domains = True
 
+    def __init__(self) -> None:
+        self._requests: dict[tuple[str, tuple[tuple[int, int], ...], str], plan.GangRequest] = {}
+
     def place(self, fleet: Fleet, gang: Gang) -> Nodes | None:
-        if gang.topology == "required":
-            return plan.place_pods(fleet, gang.platform, gang.pod_sets, required=plan.LEVEL_DOMAIN)
-        if gang.topology == "preferred":
-            return plan.place_pods(fleet, gang.platform, gang.pod_sets, preferred=plan.LEVEL_DOMAIN)
-        return plan.place_pods(fleet, gang.platform, gang.pod_sets, preferred=plan.LEVEL_NONE)
+        key = (fleet.platforms[gang.platform].name, gang.pod_sets, gang.topology)  # a trace repeats a few shapes
+        request = self._requests.get(key)
+        if request is None:
+            if len(self._requests) >= 4096:
+                self._requests.clear()
+            request = self._requests[key] = gang_request(fleet, gang)
+        return plan.plan_nodes(fleet, request)
+
+
+_ANY_NODE = PodSpec(tolerations=(Toleration(operator="Exists"),))
+"""A simulated pod's spec: no selector, and a toleration of every taint (a trace says nothing of either)."""
+
+_LEVELS = {
+    "required": (plan.LEVEL_DOMAIN, plan.LEVEL_DOMAIN),
+    "preferred": (plan.LEVEL_NONE, plan.LEVEL_DOMAIN),
+    "unconstrained": (plan.LEVEL_NONE, plan.LEVEL_NONE),
+}
+
+
+def gang_request(fleet: Fleet, gang: Gang) -> plan.GangRequest:
+    """``gang`` as the planner's request: its pod sets on its platform, asking its scale-up domain as its topology
+    says (``KilterPlacement``)."""
+    platform = fleet.platforms[gang.platform]
+    pod_sets = tuple(
+        plan.PodSetRequest(f"set-{i}", count, gpus, TopologyRequest(), _ANY_NODE)
+        for i, (count, gpus) in enumerate(gang.pod_sets)
+    )
+    return plan.GangRequest(
+        f"{gang.pods}-pod gang", platform.device_resource, pod_sets, platform.name, levels=_LEVELS[gang.topology]
+    )
 
 
 class Spread:

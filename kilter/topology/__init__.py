@@ -2,6 +2,7 @@
 
 from kilter.topology import (
     catalog,
+    cliques,
     config_file,
     eligibility,
     fleet,
@@ -51,6 +52,7 @@ __all__ = [
     "PodSetRequest",
     "build_fleet",
     "catalog",
+    "cliques",
     "commit",
     "config_file",
     "eligibility",

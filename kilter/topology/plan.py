@@ -14,18 +14,20 @@ them; ``kilter.gangs.ranks`` holds each pod to its rank's node.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from functools import cached_property, partial
 
 import numpy as np
 import numpy.typing as npt
 
 from kilter._native import gang
 from kilter.model.core_v1 import PodSpec
-from kilter.model.errors import InputError
+from kilter.model.errors import InputError, NoGpus
 from kilter.model.jobs import PodSetSpec, TopologyRequest
-from kilter.topology import eligibility, pod_gpus, spares
+from kilter.topology import cliques, eligibility, pod_gpus, spares
 from kilter.topology.catalog import Catalog, Platform
+from kilter.topology.cliques import CliqueFacts
 from kilter.topology.fleet import Fleet
 
 MAX_GANG_PODS = 1_000_000
@@ -44,9 +46,10 @@ __all__ = [
     "PodSetRequest",
     "commit",
     "gang_request",
-    "place_pods",
     "plan_gang",
+    "plan_nodes",
     "rank_order",
+    "with_clique",
 ]
 
 
@@ -72,6 +75,31 @@ class GangRequest:
     node_ok: npt.NDArray[np.uint8] | None = field(default=None, compare=False, repr=False)  # [node]: 1 = may use
     note: str = ""  # who narrowed the request and how (``one_domain``, ``node_ok``), added to the plan's reason
     spares_lent: npt.NDArray[np.bool_] | None = field(default=None, compare=False, repr=False)  # [domain] (``spares``)
+    clique: CliqueFacts | None = None  # its ComputeDomain's facts; the planner applies the rule (``with_clique``)
+    levels: tuple[int, int] | None = None  # (required, preferred) planner levels of every pod set, for an asker
+    # that numbers levels (``LEVEL_NONE``, ``LEVEL_DOMAIN``, above) rather than naming them by label: the simulator
+
+    @cached_property
+    def counts(self) -> npt.NDArray[np.int32]:
+        """Pods of each pod set, as rank order reads them: made once per request (it is immutable), so an asker of
+        many what-ifs with one request pays for them once."""
+        return np.array([ps.count for ps in self.pod_sets], dtype=np.int32)
+
+    @cached_property
+    def numbered_ask(self) -> gang.PodSets | None:
+        """The planner's pod sets with every pod set at ``levels`` (required, preferred; no slices), made once per
+        request (None without ``levels``: they are read from each pod set's labels, per platform)."""
+        if self.levels is None:
+            return None
+        required, preferred = self.levels
+        if self.one_domain and (required == gang.NONE or required > gang.DOMAIN):
+            required, preferred = int(gang.DOMAIN), min(preferred, int(gang.DOMAIN))
+        return gang.PodSets((ps.count, ps.gpus_per_pod, required, preferred, 1, int(gang.NONE)) for ps in self.pod_sets)
+
+    @cached_property
+    def selective(self) -> bool:
+        """Whether a pod set's spec may rule out nodes by labels or taints (else eligibility is not computed)."""
+        return any(_narrows(ps.spec) for ps in self.pod_sets)
 
 
 @dataclass(frozen=True)
@@ -132,7 +160,7 @@ def gang_request(
         chosen = resource
         requests.append(PodSetRequest(ps.name, ps.count, n, ps.topology, ps.template.spec))
     if chosen is None or not requests:
-        raise InputError(f"{name}: no pod set asks for GPUs ({', '.join(resources)})")
+        raise NoGpus(f"{name}: no pod set asks for GPUs ({', '.join(resources)})")
     pods = sum(ps.count for ps in requests)
     if pods > MAX_GANG_PODS:
         raise InputError(f"{name}: a gang of {pods} pods is beyond kilter's limit of {MAX_GANG_PODS}")
@@ -199,10 +227,13 @@ def _failure(fleet: Fleet, request: GangRequest, platform: Platform, answer: gan
 
 
 def plan_gang(fleet: Fleet, request: GangRequest, *, hold_spares: bool = True) -> Plan:
-    """Plan the gang on the best platform the fleet offers for its device resource.
+    """Plan the gang on the best platform the fleet offers for its device resource: the one door into the planner.
 
+    Every caller plans through here (the servers, ``kilter plan``, the
+    AdmissionCheck and the simulator), so every one gets the same rules.
     Nodes are those the pod sets' selectors admit and ``request.node_ok``
-    allows. A ``one_domain`` request requires one scale-up domain of each pod
+    allows; a request carrying ``clique`` facts is first held to its
+    ComputeDomain's clique (``with_clique``). A ``one_domain`` request requires one scale-up domain of each pod
     set; when the best plan still puts two pod sets in different domains, each
     domain with room for the whole gang is tried alone, fewest free GPUs first
     (best fit; ties by index), and the first that holds it is the plan.
@@ -210,11 +241,68 @@ def plan_gang(fleet: Fleet, request: GangRequest, *, hold_spares: bool = True) -
     new plan does, but those ``request.spares_lent`` (its pods are
     preemptible there); a repair of a running gang may use them.
     """
-    plan = _plan_gang(fleet, request, hold_spares)
+    request = with_clique(fleet, request)
+    found = _decide(fleet, request, hold_spares)
+    if isinstance(found, _Placed):
+        plan = _plan_from_nodes(fleet, request, fleet.platforms[found.platform], found.nodes)
+    else:
+        plan = Plan(False, "; ".join(why() for why in found), request.name, ignored=request.ignored)
     return replace(plan, reason=f"{plan.reason} ({request.note})") if request.note else plan
 
 
-def _plan_gang(fleet: Fleet, request: GangRequest, hold_spares: bool) -> Plan:
+def plan_nodes(fleet: Fleet, request: GangRequest, *, hold_spares: bool = True) -> npt.NDArray[np.int32] | None:
+    """The nodes ``plan_gang`` chooses, one per pod in its plan's order (pod set after pod set, each in rank order),
+    or None when it finds no plan: the same decision, without the names and reasons only people read, for an asker
+    of many what-ifs (the simulator asks about every job of a trace)."""
+    found = _decide(fleet, with_clique(fleet, request), hold_spares)
+    return found.nodes if isinstance(found, _Placed) else None
+
+
+def with_clique(fleet: Fleet, request: GangRequest) -> GangRequest:
+    """``request`` held to its ComputeDomain's clique and away from the others' (``cliques.constraint``):
+    ``one_domain`` unless the domain spans cliques, ``node_ok`` narrowed (one the request has is narrowed further)
+    and ``note`` saying so. The facts are consumed (``clique`` becomes None), so applying it twice is applying it
+    once; a request without ``clique`` comes back unchanged."""
+    if request.clique is None:
+        return request
+    rule = cliques.constraint(fleet, request.clique)
+    ok = rule.node_ok if request.node_ok is None else rule.node_ok & request.node_ok.astype(bool)
+    return replace(
+        request,
+        clique=None,
+        one_domain=request.one_domain or rule.one_domain,
+        node_ok=np.ascontiguousarray(ok, dtype=np.uint8),
+        note=f"{request.note}; {rule.note}" if request.note else rule.note,
+    )
+
+
+Why = Callable[[], str]
+"""Why a platform holds no plan, written only when someone reads it."""
+
+
+@dataclass
+class _Placed:
+    """The planner's answer on one platform: its nodes in plan order (``_ranked``)."""
+
+    fleet: Fleet
+    platform: int
+    nodes: npt.NDArray[np.int32]
+
+    def domains(self) -> int:
+        return len(np.unique(self.fleet.node_domain[self.nodes]))
+
+    def key(self) -> tuple[int, int, int]:
+        """How good the plan is, lower first: (domains, groups of the first level above them, platform)."""
+        doms = np.unique(self.fleet.node_domain[self.nodes])
+        groups = 0
+        if self.fleet.levels.up_keys:
+            ids = np.unique(self.fleet.domain_group[0, doms])
+            groups = int((ids >= 0).sum())
+        return len(doms), groups, self.platform
+
+
+def _decide(fleet: Fleet, request: GangRequest, hold_spares: bool) -> _Placed | list[Why]:
+    """The one decision behind ``plan_gang`` and ``plan_nodes``: the chosen platform's nodes, or why none holds it."""
     wanted = fleet.catalog.get(request.platform).name if request.platform else None
     candidates = [
         (i, p)
@@ -222,54 +310,72 @@ def _plan_gang(fleet: Fleet, request: GangRequest, hold_spares: bool) -> Plan:
         if p.device_resource == request.resource and (wanted is None or p.name == wanted)
     ]
     if not candidates:
-        return Plan(
-            False, f"the fleet has no {wanted or request.resource} nodes", request.name, ignored=request.ignored
-        )
+        return [lambda: f"the fleet has no {wanted or request.resource} nodes"]
 
     mask = None if request.node_ok is None else request.node_ok.astype(bool)
     if mask is not None and mask.shape != (fleet.n_nodes,):
         raise ValueError(f"node_ok has {mask.shape[0]} nodes, the fleet {fleet.n_nodes}")
-    for ps in request.pod_sets:
-        m = eligibility.node_mask(fleet, ps.spec, path=f"pod set {ps.name}: spec")
+    for ps in request.pod_sets if request.selective else ():
+        m = eligibility.node_mask(fleet, ps.spec, path=f"pod set {ps.name}: spec") if _narrows(ps.spec) else None
         if m is not None:
             mask = m if mask is None else (mask & m)
     node_ok = None if mask is None else np.ascontiguousarray(mask, dtype=np.uint8)
     if hold_spares:
         node_ok = spares.usable_mask(fleet, node_ok, lent=request.spares_lent)
-    feasible, reasons = _plan_on(fleet, request, candidates, node_ok)
-    together = [kv for kv in feasible if len(kv[1].domains) <= 1 or not request.one_domain]
+    placed, whys = _place_on(fleet, request, candidates, node_ok)
+    if len(placed) == 1 and not request.one_domain:
+        return placed[0]
+    together = [p for p in placed if not request.one_domain or p.domains() <= 1]
     if together:
-        return min(together, key=lambda kv: kv[0])[1]
-    if feasible:
+        return min(together, key=_Placed.key)
+    if placed:
         return _in_one_domain(fleet, request, candidates, node_ok)
     held = spares.note(fleet, lent=request.spares_lent) if hold_spares else ""
-    return Plan(False, "; ".join([*reasons, *([held] if held else [])]), request.name, ignored=request.ignored)
+    return [*whys, *([partial(str, held)] if held else [])]
 
 
-def _plan_on(
+def _place_on(
     fleet: Fleet, request: GangRequest, candidates: Sequence[tuple[int, Platform]], node_ok: np.ndarray | None
-) -> tuple[list[tuple[tuple[int, int, int], Plan]], list[str]]:
-    """Each candidate platform's plan, ranked (domains, groups, platform), and why the others failed."""
-    feasible: list[tuple[tuple[int, int, int], Plan]] = []
-    reasons: list[str] = []
+) -> tuple[list[_Placed], list[Why]]:
+    """Each candidate platform's answer, and why the others hold none."""
+    counts = request.counts
+    placed: list[_Placed] = []
+    whys: list[Why] = []
     for index, platform in candidates:
-        levels, problem = _levels(fleet, request, platform)
-        if problem:
-            reasons.append(problem)
-            continue
-        ask = gang.PodSets((ps.count, ps.gpus_per_pod, *lv) for ps, lv in zip(request.pod_sets, levels, strict=True))
-        answer = gang.plan_gang(fleet.bitmap, ask, index, node_ok)
+        ask = request.numbered_ask
+        if ask is None:
+            levels, problem = _levels(fleet, request, platform)
+            if problem:
+                whys.append(partial(str, problem))
+                continue
+            ask = gang.PodSets(
+                (ps.count, ps.gpus_per_pod, *lv) for ps, lv in zip(request.pod_sets, levels, strict=True)
+            )
+        answer = _native_plan(fleet, ask, index, node_ok)
         if not answer.ok:
-            reasons.append(_failure(fleet, request, platform, answer))
+            whys.append(partial(_failure, fleet, request, platform, answer))
             continue
-        result = _plan_from_nodes(fleet, request, platform, answer.nodes)
-        feasible.append(((len(result.domains), len(result.groups), index), result))
-    return feasible, reasons
+        placed.append(_Placed(fleet, index, _ranked(fleet, counts, answer.nodes)))
+    return placed, whys
+
+
+def _native_plan(
+    fleet: Fleet, ask: gang.PodSets, platform: int, node_ok: npt.NDArray[np.uint8] | None
+) -> gang.PlanResult:
+    """The planner's answer for ``ask`` on one platform: the one call into it."""
+    return gang.plan_gang(fleet.bitmap, ask, platform, node_ok)
+
+
+def _narrows(spec: PodSpec) -> bool:
+    """Whether ``spec`` may rule out nodes by their labels or taints at all: a spec with no selector, no affinity
+    and a toleration of every taint (the simulator's pods) admits every node, and is not read again."""
+    tolerates_all = any(t.operator == "Exists" and not t.key and not t.effect for t in spec.tolerations)
+    return bool(spec.node_selector) or spec.affinity is not None or not tolerates_all
 
 
 def _in_one_domain(
     fleet: Fleet, request: GangRequest, candidates: Sequence[tuple[int, Platform]], node_ok: np.ndarray | None
-) -> Plan:
+) -> _Placed | list[Why]:
     """The plan of a ``one_domain`` gang whose pod sets the planner put in several domains: each domain with
     room for every GPU the gang asks on nodes it may use, tried alone, fewest such free GPUs first; the first
     that holds it all. (Free GPUs on nodes ``node_ok`` rules out, held spares among them, are no room.)"""
@@ -282,11 +388,10 @@ def _in_one_domain(
     room = np.flatnonzero((free >= want) & np.isin(bm.domain_platforms, platforms))
     for d in room[np.lexsort((room, free[room]))]:
         alone = np.ascontiguousarray(allowed & (fleet.node_domain == d), dtype=np.uint8)
-        feasible, _ = _plan_on(fleet, request, candidates, alone)
-        if feasible:
-            return min(feasible, key=lambda kv: kv[0])[1]
-    why = f"{request.name}: its pod sets fit no one scale-up domain together"
-    return Plan(False, why, request.name, ignored=request.ignored)
+        placed, _ = _place_on(fleet, request, candidates, alone)
+        if placed:
+            return min(placed, key=_Placed.key)
+    return [lambda: f"{request.name}: its pod sets fit no one scale-up domain together"]
 
 
 def rank_order(fleet: Fleet, nodes: npt.NDArray[np.int32]) -> npt.NDArray[np.int32]:
@@ -300,16 +405,27 @@ def rank_order(fleet: Fleet, nodes: npt.NDArray[np.int32]) -> npt.NDArray[np.int
     planner answer already in this order comes back unchanged.
     """
     doms = fleet.node_domain[nodes]
+    if len(doms) and (doms == doms[0]).all():
+        return np.sort(nodes, kind="stable")  # one domain: its nodes by index (the common answer, sorted faster)
     keys = [nodes, doms, *(fleet.domain_group[level, doms] for level in range(fleet.domain_group.shape[0]))]
     return nodes[np.lexsort(keys)]  # lexsort: the last key is the first one sorted by, and it is stable
 
 
+def _ranked(fleet: Fleet, counts: npt.NDArray[np.int32], out: npt.NDArray[np.int32]) -> npt.NDArray[np.int32]:
+    """The planner's answer with each pod set's nodes in rank order (``rank_order``), pod sets kept in order: one
+    sort with the pod set as its first key."""
+    if len(out) <= 1:
+        return out
+    if len(counts) == 1:
+        return rank_order(fleet, out)
+    doms = fleet.node_domain[out]
+    groups = (fleet.domain_group[level, doms] for level in range(fleet.domain_group.shape[0]))
+    pod_set = np.repeat(np.arange(len(counts)), counts)
+    return out[np.lexsort([out, doms, *groups, pod_set])]
+
+
 def _plan_from_nodes(fleet: Fleet, request: GangRequest, platform: Platform, out: np.ndarray) -> Plan:
-    out = out.copy()
-    pos = 0
-    for ps in request.pod_sets:
-        out[pos : pos + ps.count] = rank_order(fleet, out[pos : pos + ps.count])
-        pos += ps.count
+    """The plan of the planner's answer ``out``, already in plan order (``_ranked``)."""
     doms = sorted(set(fleet.node_domain[out].tolist()))
     dom_ids = sorted(fleet.domain_ids[d] for d in doms)
     groups: tuple[str, ...] = ()
@@ -345,27 +461,6 @@ def _plan_from_nodes(fleet: Fleet, request: GangRequest, platform: Platform, out
         tuple(nodes),
         tuple(gpus),
     )
-
-
-def place_pods(
-    fleet: Fleet,
-    platform: int,
-    pod_sets: Sequence[tuple[int, int]],
-    *,
-    required: int = LEVEL_NONE,
-    preferred: int = LEVEL_DOMAIN,
-    hold_spares: bool = True,
-) -> npt.NDArray[np.int32] | None:
-    """The nodes ``plan_gang`` would choose for pod sets of (count, GPUs per pod) on one platform, or None.
-
-    The same planner call without names, reasons or node selectors: the
-    simulator asks it about every job of a trace, so it skips what only
-    people read. Levels are ``LEVEL_NONE``, ``LEVEL_DOMAIN`` or a level above; ``hold_spares`` as
-    ``plan_gang``'s.
-    """
-    ask = gang.PodSets((count, gpus, required, preferred, 1, LEVEL_NONE) for count, gpus in pod_sets)
-    answer = gang.plan_gang(fleet.bitmap, ask, platform, spares.usable_mask(fleet, None) if hold_spares else None)
-    return answer.nodes if answer.ok else None
 
 
 def commit(fleet: Fleet, plan: Plan) -> None:

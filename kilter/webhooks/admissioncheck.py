@@ -65,18 +65,20 @@ from kilter.gangs import records
 from kilter.gangs.decisions import Decision, DecisionFeed
 from kilter.gangs.identity import GangKey
 from kilter.gangs.keys import PlanKeys
-from kilter.gangs.waits import Waits
+from kilter.gangs.planning import joined, plan_gangs
+from kilter.gangs.waits import NO_WAIT, Waits
 from kilter.kube.api import ApiError, ApiServer, object_path
 from kilter.kube.events import EventRecorder, Involved
 from kilter.model.annotations import CONTROLLER_NAME, PLAN
-from kilter.model.errors import InputError, KilterError
-from kilter.model.jobs import read_job
+from kilter.model.errors import InputError, KilterError, NoGpus
+from kilter.model.jobs import PodSetSpec, read_job
 from kilter.model.kueue import KUEUE_GROUP, Workload
 from kilter.state.cluster import ClusterState
 from kilter.state.store import ClusterStore
 from kilter.topology.fleet import Fleet
 from kilter.topology.labels import HOSTNAME_LABEL
-from kilter.topology.plan import Plan, gang_request, plan_gang
+from kilter.topology.plan import GangRequest, Plan
+from kilter.topology.split_wait import WaitDecision
 
 __all__ = [
     "CONTROLLER_NAME",
@@ -223,26 +225,27 @@ def _judge(
 ) -> CheckDecision:
     """The decision for ``wl``, its check's name left blank (``decide`` fills it in per Pending entry)."""
     answer = partial(CheckDecision, wl.metadata.namespace, wl.metadata.name, "", workload_uid=wl.metadata.uid)
-    try:
+    name = f"{wl.metadata.namespace}/{wl.metadata.name}"
+
+    def wait(pod_sets: Sequence[PodSetSpec], request: GangRequest, plan: Plan) -> WaitDecision:
+        if waits is None or not plan.feasible:
+            return NO_WAIT
+        return waits.for_object(obj, [ps.template for ps in pod_sets], request, plan, fleet)
+
+    try:  # a split-wait annotation of the job's own that does not read refuses it, saying which
         job = read_job(dict(obj))
-        request = gang_request(f"{wl.metadata.namespace}/{wl.metadata.name}", job.gangs[0], fleet.catalog)
-    except InputError as exc:
-        if "no pod set asks for GPUs" in str(exc):
-            return answer("Ready", "no pod set asks for GPUs: nothing to place")
-        return answer("Rejected", f"kilter cannot plan this workload: {exc}")
+        planned = plan_gangs(fleet, job, name=name, wait=wait, keep=False)
+    except NoGpus:
+        return answer("Ready", "no pod set asks for GPUs: nothing to place")
     except KilterError as exc:
         return answer("Rejected", f"kilter cannot plan this workload: {exc}")
-    plan = plan_gang(fleet, request)
+    plan = joined(name, [g.plan for g in planned])
     if plan.feasible:
-        try:  # a split-wait annotation of the job's own that does not read refuses it, saying which
-            templates = [ps.template for ps in job.gangs[0]]
-            wait = waits.for_object(obj, templates, request, plan, fleet) if waits is not None else None
-        except KilterError as exc:
-            return answer("Rejected", f"kilter cannot plan this workload: {exc}")
-        if wait is not None and wait.wait:  # quota kept, no nodes held: see the module docstring
-            return answer("Pending", wait.standing or wait.reason, until_s=wait.until_s)
+        waiting = next((g.wait for g in planned if g.wait.wait), None)
+        if waiting is not None:  # quota kept, no nodes held: see the module docstring
+            return answer("Pending", waiting.standing or waiting.reason, until_s=waiting.until_s)
         return answer("Ready", f"placed: {plan.reason}", _updates(fleet, plan, wl, at_s, keys), plan=plan)
-    if plan_gang(idle, request).feasible:
+    if all(g.plan.feasible for g in plan_gangs(idle, job, name=name, keep=False)):
         return answer("Retry", f"does not fit now: {plan.reason}", requeue_after_seconds=RETRY_AFTER_S)
     return answer("Rejected", f"can never fit this fleet: {plan.reason}")
 

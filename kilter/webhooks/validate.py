@@ -43,7 +43,7 @@ from kilter.model.annotations import (
     parse_gang_size,
 )
 from kilter.model.core_v1 import PodSpec, pod_request
-from kilter.model.errors import InputError, KilterError
+from kilter.model.errors import InputError, KilterError, NoGpus, UnsupportedKind
 from kilter.model.jobs import PodSetSpec, read_job
 from kilter.model.kueue import ClusterQueue, Cohort, ResourceFlavor
 from kilter.quota import amount
@@ -173,10 +173,8 @@ class Validator:
         _check_waits(notes, path="$.metadata")
         try:
             job = read_job(dict(obj))
-        except InputError as exc:
-            if str(exc).startswith("unsupported kind"):
-                return Verdict()
-            raise
+        except UnsupportedKind:
+            return Verdict()
         for ps in (ps for gang in job.gangs for ps in gang):
             _check_waits(ps.template.metadata.annotations, path=f"{ps.path or ps.name}.metadata")
         for gang in job.gangs:
@@ -207,8 +205,10 @@ class Validator:
         fleet = self.store.idle_fleet()
         try:
             request = gang_request("job", constrained, fleet.catalog)
+        except NoGpus:
+            return ""
         except InputError as exc:
-            return "" if "no pod set asks for GPUs" in str(exc) else str(exc)
+            return str(exc)
         if not any(p.device_resource == request.resource for p in fleet.platforms):
             return ""  # no such GPUs known: nothing to prove
         plan = plan_gang(fleet, request)

@@ -9,7 +9,7 @@ from kilter.gangs import GangBook, identify
 from kilter.model import codec
 from kilter.model.core_v1 import Pod
 from kilter.state.store import ClusterStore
-from kilter.topology.plan import gang_request
+from kilter.topology.plan import gang_request, with_clique
 from tests.extenders.conftest import cluster_objects, pod_json
 from tests.gangs.cd_scenario import cd_pod, compute_domain
 from tests.topology.builders import node_dict
@@ -54,7 +54,8 @@ def test_nodes_without_a_clique_are_no_place_for_a_compute_domain_and_other_pods
     fleet = store.fleet()
     request = gang_request("ml/compute-domain/a", [pod_set("pods", 1, 4)], fleet.catalog)
     book = GangBook(store)
-    narrowed = book.cliques.constrain(store, request, pod=codec.convert(cd_pod("a-0", "a-channel"), Pod), gang="g")
+    facts = book.cliques.constrain(store, request, pod=codec.convert(cd_pod("a-0", "a-channel"), Pod), gang="g")
+    narrowed = with_clique(fleet, facts)  # the rule the planner applies to the facts the book gathered
     assert narrowed.one_domain and narrowed.node_ok is not None
     assert narrowed.node_ok[fleet.node_index["lost-t00"]] == 0 and narrowed.node_ok[fleet.node_index["r1-t00"]] == 1
     assert narrowed.note == "ComputeDomain ml/a: one clique"

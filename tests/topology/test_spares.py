@@ -10,9 +10,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kilter.model.core_v1 import Node, Pod
+from kilter.sim.gangs import Gang
+from kilter.sim.simple import gang_request as sim_request
 from kilter.topology import spares
 from kilter.topology.fleet import Fleet, build_fleet
-from kilter.topology.plan import gang_request, place_pods, plan_gang
+from kilter.topology.plan import gang_request, plan_gang
 from tests.topology.builders import node, pod, rack
 from tests.topology.test_plan import pod_set
 
@@ -141,13 +143,17 @@ def test_a_new_plan_never_uses_a_spare_but_a_repair_may() -> None:
 
 
 @pytest.mark.parametrize("hold", [True, False])
-def test_place_pods_holds_spares_out_as_plan_gang_does(hold: bool) -> None:
+def test_the_simulators_request_holds_spares_out_as_a_servers_does(hold: bool) -> None:
     fleet = fleet_of(rack("r1", 4), wanted=[2])
-    placed = place_pods(fleet, 0, [(3, 4)], hold_spares=hold)
+    placed = plan_gang(fleet, sim_request(fleet, Gang(0, 0, ((3, 4),), "preferred")), hold_spares=hold)
     if hold:
-        assert placed is None  # 4 trays, 2 kept: 3 whole-tray pods do not fit
+        assert not placed.feasible  # 4 trays, 2 kept: 3 whole-tray pods do not fit
     else:
-        assert placed is not None and sorted(fleet.node_names[i] for i in placed) == ["r1-t00", "r1-t01", "r1-t02"]
+        assert placed.feasible and sorted(fleet.node_names[i] for i in placed.node_indices) == [
+            "r1-t00",
+            "r1-t01",
+            "r1-t02",
+        ]
 
 
 def test_per_platform_sums_add_up_the_domains() -> None:

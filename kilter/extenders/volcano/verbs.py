@@ -49,7 +49,8 @@ from kilter.extenders.volcano.notes import Notes
 from kilter.extenders.volcano.quota_view import QuotaViews, offered_victims
 from kilter.extenders.volcano.reading import BodyReader
 from kilter.extenders.volcano.session import Placed, Sessions
-from kilter.gangs import GangBook, GangPlan
+from kilter.gangs import GangBook, GangId, GangPlan, identify
+from kilter.gangs.identity import GANG_LABEL
 from kilter.model.core_v1 import Pod
 from kilter.model.errors import InputError, KilterError
 from kilter.model.kueue import ClusterQueue, Cohort, ResourceFlavor
@@ -361,15 +362,23 @@ class VolcanoExtender:
             return shaping.task_pod(held)
         return self.store.pod(task.uid) or shaping.task_pod(task)
 
+    def _labelled(self, task: vw.TaskHead) -> GangId | None:
+        """The gang the task's Pod names by kilter's gang labels (``kilter.dev/gang``), when its Volcano job is no
+        gang (a PodGroup of one, Volcano's default for a bare pod): planned whole as the extender plans it."""
+        found = identify(self._pod_of(task), self.store)
+        return found if found is not None and found.source == GANG_LABEL else None
+
     def _plan(self, task: vw.TaskHead, gpus: int, fleet: Fleet) -> GangPlan | None:
         """The plan of the task's gang, made on first need; None when the task is placed on its own."""
         if not task.job:
             return None
         key = shaping.gang_key(task.job)
         gang, members = self.shapes.gang(task.job, fleet, self.sessions.current)
+        if gang is None and not self.gangs.is_planned(key):  # no Volcano gang: one its pod's labels name, if any
+            gang, members = self._labelled(task), frozenset({task.uid})
         if gang is None or (task.uid not in members and not self.gangs.is_planned(key)):
             return self.gangs.plan_of(key)
-        plan = self.gangs.plan_for(gang, shaping.task_pod(task), gpus)
+        plan = self.gangs.plan_for(gang, self._pod_of(task), gpus)
         if plan is not None and plan.waiting:
             self.notes.add(task.job, "wait", plan.plan.reason)
         elif plan is not None and plan.feasible:
