@@ -250,3 +250,27 @@ def test_every_gang_of_a_two_gang_job_is_planned_beside_the_first_on_every_path(
     # The servers see the group's pods, four alike, as one pod set (worker index = rank); the job object names
     # a leader pod set and a workers one, each in rank order. Each gang gets the same nodes either way.
     assert [sorted(g) for g in extender] == [sorted(g) for g in planned]
+
+
+def test_a_gang_no_path_can_place_is_refused_for_the_same_reason_on_every_path(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], grpc_server: Any
+) -> None:
+    pods = 40  # 160 GPUs: the two racks' 33 free, healthy trays in the pool hold 33 such pods
+    job = indexed_job()
+    job["spec"]["parallelism"] = job["spec"]["completions"] = pods
+    why = "pod set main needs 40 pods x 4 GPUs; idle, healthy GB200-NVL72 nodes hold 33 such pods"
+    snapshot, job_file = tmp_path / "plan.json", tmp_path / "job.json"
+    write_snapshot(snapshot, fleet())
+    job_file.write_text(json.dumps(job))
+    capsys.readouterr()
+    main(["plan", "--job", str(job_file), "--snapshot", str(snapshot), "-o", "json"])
+    planned = json.loads(capsys.readouterr().out)
+    assert not planned["feasible"] and [g["reason"] for g in planned["gangs"]] == [why]
+    answer = json.loads(grpc_server.stub().Plan(pb.PlanRequest(job=yaml.safe_dump(job).encode())).plan_json)
+    assert answer == planned
+    state = from_objects([*fleet(), admission_check(CHECK, "kilter.dev/topology"), workload("train", pods)])
+    (decision,) = decide(state, state.fleet(), state.idle_fleet())
+    assert (decision.state, decision.message) == ("Rejected", f"can never fit this fleet: {why}")
+    fl: Fleet = from_objects(fleet()).fleet()
+    platform = next(i for i, p in enumerate(fl.platforms) if p.name.startswith("GB200"))
+    assert KilterPlacement().place(fl, Gang(0, platform, ((pods, GPUS),), "preferred")) is None
