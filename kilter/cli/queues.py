@@ -17,7 +17,7 @@ from typing import Any
 from kilter.cli import render, sources
 from kilter.model.errors import InputError
 from kilter.quota import amount, decay
-from kilter.quota.admit import Decision, admission_order, by_cluster_queue
+from kilter.quota.admit import AdmissionDecision, admission_order, by_cluster_queue
 from kilter.quota.afs import AdmissionFairSharingConfig, local_queue_usage
 from kilter.quota.config import FairSharingConfig
 from kilter.quota.policy import parse_duration
@@ -122,7 +122,7 @@ def _node_dict(s: NodeStatus, *, cohort: bool, counts: Mapping[str, int]) -> dic
     return out
 
 
-def _decision_dict(d: Decision) -> dict[str, Any]:
+def _decision_dict(d: AdmissionDecision) -> dict[str, Any]:
     return {
         "position": d.position,
         "cycle": d.cycle,

@@ -40,7 +40,7 @@ from kilter.gangs.waits import NO_WAIT, Waits
 from kilter.model.errors import InputError, NoGpus
 from kilter.model.jobs import PodSetSpec, read_job
 from kilter.quota import amount
-from kilter.quota.admit import ADMIT, NEVER, PREEMPT, Decision, admission_order, by_cluster_queue
+from kilter.quota.admit import ADMIT, NEVER, PREEMPT, AdmissionDecision, admission_order, by_cluster_queue
 from kilter.quota.config import FairSharingConfig
 from kilter.quota.status import apply_usage
 from kilter.quota.tree import build_tree
@@ -125,7 +125,7 @@ def _gpus(requests: Mapping[str, int], devices: frozenset[str]) -> int:
     return sum(v for r, v in requests.items() if r in devices)
 
 
-def _quota_reason(d: Decision) -> tuple[str, str, tuple[Shortfall, ...]]:
+def _quota_reason(d: AdmissionDecision) -> tuple[str, str, tuple[Shortfall, ...]]:
     """Kueue's reason and a message for a workload its quota stops; ("", "", ()) when the quota lets it in."""
     cq = d.workload.cluster_queue
     if d.outcome == NEVER:

@@ -18,7 +18,7 @@ from kilter.quota import (
     usage,
     whatif,
 )
-from kilter.quota.admit import Decision, admission_order, assign_flavors
+from kilter.quota.admit import AdmissionDecision, admission_order, assign_flavors
 from kilter.quota.bound_jobs import BoundJob
 from kilter.quota.bound_queues import BoundQueues
 from kilter.quota.config import FairSharingConfig
@@ -32,9 +32,9 @@ from kilter.quota.usage import Ledger, WorkloadInfo, workload_infos
 __all__ = [
     "DRS",
     "FR",
+    "AdmissionDecision",
     "BoundJob",
     "BoundQueues",
-    "Decision",
     "FairSharingConfig",
     "Ledger",
     "LendableCache",

@@ -41,8 +41,8 @@ __all__ = [
     "NEVER",
     "PREEMPT",
     "WAIT",
+    "AdmissionDecision",
     "Assignment",
-    "Decision",
     "admission_order",
     "assign_flavors",
     "by_cluster_queue",
@@ -114,7 +114,7 @@ def assign_flavors(cq: QuotaNode, requests: Mapping[str, int]) -> Assignment:
 
 
 @dataclass(frozen=True)
-class Decision:
+class AdmissionDecision:
     """What happens to one pending workload when its turn comes."""
 
     position: int
@@ -243,7 +243,7 @@ def admission_order(
     config: FairSharingConfig,
     now: float,
     lq_usage: Mapping[tuple[str, str], float] | None = None,
-) -> list[Decision]:
+) -> list[AdmissionDecision]:
     """Every pending workload in the order Kueue would consider it, with its outcome.
 
     ``admitted`` maps each ClusterQueue to the workloads holding its quota;
@@ -267,7 +267,7 @@ def admission_order(
     by_cq: dict[str, Sequence[WorkloadInfo]] = dict(admitted)
     shares = Shares(tree, now=now)
     journal = Journal()
-    ordered: list[Decision] = []
+    ordered: list[AdmissionDecision] = []
     try:
         cycle = 0
         while any(queues.values()):
@@ -283,7 +283,9 @@ def admission_order(
                 )
     finally:
         journal.undo()
-    return ordered + [Decision(len(ordered) + i + 1, 0, w, NEVER, reason=why) for i, (w, why) in enumerate(homeless)]
+    return ordered + [
+        AdmissionDecision(len(ordered) + i + 1, 0, w, NEVER, reason=why) for i, (w, why) in enumerate(homeless)
+    ]
 
 
 def nominee_order(
@@ -335,12 +337,12 @@ def _decide(
     cycle: int,
     position: int,
     lq_usage: Mapping[tuple[str, str], float] | None,
-) -> Decision:
+) -> AdmissionDecision:
     w, cq = entry.workload, entry.cq
     assignment = assign_flavors(cq, w.requests)
     share = shares.of(cq, assignment.usage) if assignment.usage else None
     if assignment.mode == "nofit":
-        return Decision(position, cycle, w, NEVER, share, reason=assignment.reason)
+        return AdmissionDecision(position, cycle, w, NEVER, share, reason=assignment.reason)
     if assignment.mode == "fit":
         journal.add(cq, assignment.usage)
         admitted[cq.name] = [
@@ -358,9 +360,9 @@ def _decide(
                 usage=assignment.usage,
             ),
         ]
-        return Decision(position, cycle, w, ADMIT, share, assignment.flavors)
+        return AdmissionDecision(position, cycle, w, ADMIT, share, assignment.flavors)
     short = {fr: (v, max(0, available(cq, fr))) for fr, v in assignment.usage.items() if v > available(cq, fr)}
     afs = lq_usage if cq.admission_mode == AFS_MODE else None
     result = find_targets(tree, admitted, cq, w, assignment.usage, config=config, shares=shares, now=now, lq_usage=afs)
     outcome = PREEMPT if result.targets else WAIT
-    return Decision(position, cycle, w, outcome, share, assignment.flavors, result, result.reason, short)
+    return AdmissionDecision(position, cycle, w, outcome, share, assignment.flavors, result, result.reason, short)

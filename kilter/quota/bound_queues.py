@@ -47,12 +47,12 @@ from kilter.quota.tree import FR, QuotaNode, QuotaTree
 from kilter.quota.usage import WorkloadInfo
 from kilter.quota.whatif import Journal
 
-__all__ = ["CLUSTER_QUEUE_ANNOTATION", "BoundQueues", "EnqueueAnswer", "Verdict", "VictimsAnswer", "bind_queues"]
+__all__ = ["CLUSTER_QUEUE_ANNOTATION", "BoundQueues", "EnqueueAnswer", "QueueVerdict", "VictimsAnswer", "bind_queues"]
 
 CLUSTER_QUEUE_ANNOTATION = CLUSTER_QUEUE
 
 
-class Verdict(IntEnum):
+class QueueVerdict(IntEnum):
     """A three-way answer; the values are Volcano's ``util.Permit``/``Abstain``/``Reject``, sent as they are."""
 
     PERMIT = 1
@@ -64,7 +64,7 @@ class Verdict(IntEnum):
 class EnqueueAnswer:
     """``enqueueable``'s answer, with the reason kilter records for the job."""
 
-    status: Verdict
+    status: QueueVerdict
     reason: str
     never: bool = False  # rejected because the job can never fit its ClusterQueue
 
@@ -73,7 +73,7 @@ class EnqueueAnswer:
 class VictimsAnswer:
     """``victims``' answer: PERMIT with the jobs that may lose their quota, else why none may."""
 
-    status: Verdict
+    status: QueueVerdict
     keys: frozenset[str]  # the victims' job keys; empty unless PERMIT
     reason: str
 
@@ -252,20 +252,22 @@ class BoundQueues:
         cq_name = self.cluster_queue(job.queue)
         if cq_name is None:
             if inactive := self.inactive(job.queue):
-                return EnqueueAnswer(Verdict.REJECT, inactive)
-            return EnqueueAnswer(Verdict.ABSTAIN, f"queue {job.queue} is bound to no ClusterQueue kilter knows")
+                return EnqueueAnswer(QueueVerdict.REJECT, inactive)
+            return EnqueueAnswer(QueueVerdict.ABSTAIN, f"queue {job.queue} is bound to no ClusterQueue kilter knows")
         cq = self.tree.cluster_queues[cq_name]
         with self._lifted(job, cq) as admitted:
             assignment = assign_flavors(cq, bound_jobs.requests(job))
             if assignment.mode == "nofit":
-                return EnqueueAnswer(Verdict.REJECT, f"can never be admitted: {assignment.reason}", never=True)
+                return EnqueueAnswer(QueueVerdict.REJECT, f"can never be admitted: {assignment.reason}", never=True)
             if assignment.mode == "fit":
-                return EnqueueAnswer(Verdict.PERMIT, f"fits ClusterQueue {cq_name} ({_flavors(assignment.flavors)})")
+                return EnqueueAnswer(
+                    QueueVerdict.PERMIT, f"fits ClusterQueue {cq_name} ({_flavors(assignment.flavors)})"
+                )
             result = self._targets(job, cq, usage=assignment.usage, admitted=admitted, now=now)
         if result.targets:
             names = ", ".join(t.workload.key for t in result.targets[:5])
-            return EnqueueAnswer(Verdict.PERMIT, f"fits ClusterQueue {cq_name} once reclaimed from {names}")
-        return EnqueueAnswer(Verdict.REJECT, f"waits for quota in ClusterQueue {cq_name}: {result.reason}")
+            return EnqueueAnswer(QueueVerdict.PERMIT, f"fits ClusterQueue {cq_name} once reclaimed from {names}")
+        return EnqueueAnswer(QueueVerdict.REJECT, f"waits for quota in ClusterQueue {cq_name}: {result.reason}")
 
     def overused(self, queue: str) -> tuple[bool, str]:
         """Holding more than it may now: above its nominal quota and beyond what its cohort can lend it now.
@@ -294,9 +296,9 @@ class BoundQueues:
         cq_name = self.cluster_queue(job.queue)
         if cq_name is None:
             if inactive := self.inactive(job.queue):
-                return VictimsAnswer(Verdict.REJECT, frozenset(), inactive)
+                return VictimsAnswer(QueueVerdict.REJECT, frozenset(), inactive)
             return VictimsAnswer(
-                Verdict.ABSTAIN, frozenset(), f"queue {job.queue} is bound to no ClusterQueue kilter knows"
+                QueueVerdict.ABSTAIN, frozenset(), f"queue {job.queue} is bound to no ClusterQueue kilter knows"
             )
         cq = self.tree.cluster_queues[cq_name]
         missing = {
@@ -306,15 +308,15 @@ class BoundQueues:
             assignment = assign_flavors(cq, missing)
             if assignment.mode == "fit":
                 return VictimsAnswer(
-                    Verdict.ABSTAIN, frozenset(), f"fits ClusterQueue {cq_name} without taking anyone's quota"
+                    QueueVerdict.ABSTAIN, frozenset(), f"fits ClusterQueue {cq_name} without taking anyone's quota"
                 )
             if assignment.mode == "nofit":
-                return VictimsAnswer(Verdict.REJECT, frozenset(), f"can never be admitted: {assignment.reason}")
+                return VictimsAnswer(QueueVerdict.REJECT, frozenset(), f"can never be admitted: {assignment.reason}")
             result = self._targets(job, cq, usage=assignment.usage, admitted=admitted, now=now)
         keys = frozenset(t.workload.key for t in result.targets)
         if not keys:
-            return VictimsAnswer(Verdict.REJECT, keys, f"no job's quota may go to it: {result.reason}")
-        return VictimsAnswer(Verdict.PERMIT, keys, f"quota may be taken from {', '.join(sorted(keys)[:5])}")
+            return VictimsAnswer(QueueVerdict.REJECT, keys, f"no job's quota may go to it: {result.reason}")
+        return VictimsAnswer(QueueVerdict.PERMIT, keys, f"quota may be taken from {', '.join(sorted(keys)[:5])}")
 
 
 def _flavors(flavors: Mapping[str, str]) -> str:

@@ -21,7 +21,7 @@ from __future__ import annotations
 from bisect import insort
 from typing import TYPE_CHECKING
 
-from kilter.quota.bound_queues import Verdict
+from kilter.quota.bound_queues import QueueVerdict
 from kilter.sim.gangs import Gang
 from kilter.sim.parts import UNBOUNDED
 from kilter.sim.placement import Nodes
@@ -56,7 +56,7 @@ class VolcanoSession:
             if not heads:
                 return enqueued
             j, cq = min(heads)
-            if self._bound.enqueue(j, now).status == Verdict.PERMIT:
+            if self._bound.enqueue(j, now).status == QueueVerdict.PERMIT:
                 self.sim._unqueue(cq, j)
                 insort(self._inqueue, j)
                 enqueued = True

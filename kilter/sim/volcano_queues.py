@@ -45,7 +45,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from kilter.quota.bound_jobs import BoundJob
-from kilter.quota.bound_queues import BoundQueues, EnqueueAnswer, Verdict
+from kilter.quota.bound_queues import BoundQueues, EnqueueAnswer, QueueVerdict
 from kilter.quota.config import FairSharingConfig
 from kilter.sim.queues import QueueSetup
 from kilter.sim.trace import TraceJob
@@ -139,7 +139,7 @@ class VolcanoQueues:
         for resource in self.kinds(j) or ["gpu"]:
             job = self.record(j, resource)
             answer = self.view.enqueueable(job, now)
-            if answer.status == Verdict.PERMIT:
+            if answer.status == QueueVerdict.PERMIT:
                 self.view.permit(job)
                 return answer
             first = first or answer
@@ -153,7 +153,7 @@ class VolcanoQueues:
     def victims(self, j: int, now: float) -> list[int]:
         """The jobs whose quota job ``j`` may take (``reclaimable`` and ``preemptable``), by index."""
         answer = self.view.victims(self.record(j), now)
-        if answer.status != Verdict.PERMIT:
+        if answer.status != QueueVerdict.PERMIT:
             return []
         return sorted(self._index[k] for k in answer.keys if k in self._index)
 

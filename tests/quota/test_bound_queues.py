@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kilter.quota.bound_jobs import BoundJob, FlavorLabels, held, usage_of
-from kilter.quota.bound_queues import CLUSTER_QUEUE_ANNOTATION, BoundQueues, Verdict, bind_queues
+from kilter.quota.bound_queues import CLUSTER_QUEUE_ANNOTATION, BoundQueues, QueueVerdict, bind_queues
 from kilter.quota.config import FairSharingConfig
 from kilter.quota.tree import FR, QuotaTree
 from tests.quota.builders import cohort, cq, tree
@@ -138,26 +138,34 @@ def test_every_job_is_charged_once_and_the_cohort_sees_what_is_borrowed() -> Non
 @pytest.mark.parametrize(
     ("jobs", "asking", "want", "reason"),
     [
-        pytest.param([], job("n", 48), Verdict.PERMIT, "fits ClusterQueue training", id="48 of 64 free fits"),
+        pytest.param([], job("n", 48), QueueVerdict.PERMIT, "fits ClusterQueue training", id="48 of 64 free fits"),
         pytest.param(
-            [running("a", 48)], job("n", 48), Verdict.PERMIT, "fits ClusterQueue training", id="48+48=96=64+32 borrowed"
+            [running("a", 48)],
+            job("n", 48),
+            QueueVerdict.PERMIT,
+            "fits ClusterQueue training",
+            id="48+48=96=64+32 borrowed",
         ),
         pytest.param(
-            [running("a", 48), running("b", 48)], job("n", 48), Verdict.REJECT, "waits for quota", id="96 used: waits"
+            [running("a", 48), running("b", 48)],
+            job("n", 48),
+            QueueVerdict.REJECT,
+            "waits for quota",
+            id="96 used: waits",
         ),
-        pytest.param([], job("n", 100), Verdict.REJECT, "could ever hold (96)", id="100 > 64+32: never"),
-        pytest.param([], job("n", 4, queue="scratch"), Verdict.ABSTAIN, "bound to no ClusterQueue", id="unbound"),
+        pytest.param([], job("n", 100), QueueVerdict.REJECT, "could ever hold (96)", id="100 > 64+32: never"),
+        pytest.param([], job("n", 4, queue="scratch"), QueueVerdict.ABSTAIN, "bound to no ClusterQueue", id="unbound"),
         pytest.param(
             [running("t", 80)],
             job("n", 32, queue="research"),
-            Verdict.PERMIT,
+            QueueVerdict.PERMIT,
             "once reclaimed from ml/t",  # research's 32 nominal: 96 - 80 = 16 free + the 16 training borrows
             id="research reclaims 16 of its nominal from the borrower",
         ),
     ],
 )
 def test_enqueueable_follows_the_bound_cluster_queue(
-    jobs: list[BoundJob], asking: BoundJob, want: Verdict, reason: str
+    jobs: list[BoundJob], asking: BoundJob, want: QueueVerdict, reason: str
 ) -> None:
     t = pool()
     v = view(t, *jobs)
@@ -172,10 +180,10 @@ def test_a_permitted_job_counts_for_the_next_decision_of_the_session() -> None:
     t = pool()
     v = view(t)
     first, second, third = job("a", 48), job("b", 48), job("c", 48)
-    for record, want in ((first, Verdict.PERMIT), (second, Verdict.PERMIT), (third, Verdict.REJECT)):
+    for record, want in ((first, QueueVerdict.PERMIT), (second, QueueVerdict.PERMIT), (third, QueueVerdict.REJECT)):
         answer = v.enqueueable(record, NOW)
         assert answer.status == want, answer.reason
-        if answer.status == Verdict.PERMIT:
+        if answer.status == QueueVerdict.PERMIT:
             v.permit(record)
     assert usage(t)["training"] == {GB: 96}  # 48 + 48, the third never charged
 
@@ -184,7 +192,7 @@ def test_a_job_already_charged_is_judged_without_its_own_charge() -> None:
     t = pool()
     mine = job("a", 96, phase="Inqueue")  # charged 96 = all training may hold
     v = view(t, mine)
-    assert v.enqueueable(mine, NOW).status == Verdict.PERMIT  # 96 of 96, its own 96 lifted
+    assert v.enqueueable(mine, NOW).status == QueueVerdict.PERMIT  # 96 of 96, its own 96 lifted
     assert usage(t)["training"] == {GB: 96}
 
 
@@ -207,35 +215,35 @@ def test_a_borrower_is_overused_once_its_lender_uses_its_own_nominal() -> None:
         pytest.param(
             [running("t", 80), running("s", 4, queue="research")],
             job("w", 16, queue="research", phase="Inqueue"),
-            Verdict.PERMIT,
+            QueueVerdict.PERMIT,
             {"ml/t"},  # research: 4 + 16 = 20 of its 32, 16 of them lent to training: only the borrower may go
             id="reclaim takes back only from the borrower",
         ),
         pytest.param(
             [running("t", 64)],
             job("w", 48, queue="research", phase="Inqueue"),
-            Verdict.REJECT,
+            QueueVerdict.REJECT,
             set(),  # research asks 48 > its 32 while training is within its 64: no right to evict
             id="no right beyond nominal",
         ),
         pytest.param(
             [running("t", 32)],
             job("w", 16, queue="research", phase="Inqueue"),
-            Verdict.ABSTAIN,
+            QueueVerdict.ABSTAIN,
             set(),  # 16 fits research's free 32: quota is not the obstacle
             id="quota is not the obstacle",
         ),
         pytest.param(
             [running("low", 32, queue="research", priority=1), running("fill", 64)],
             job("high", 16, queue="research", phase="Inqueue", priority=100),
-            Verdict.PERMIT,
+            QueueVerdict.PERMIT,
             {"ml/low"},  # research full with a low-priority job, nothing to borrow: preempt within the queue
             id="preempt lower priority within the queue",
         ),
     ],
 )
 def test_victims_are_the_jobs_kueues_preemption_would_take_quota_from(
-    jobs: list[BoundJob], asking: BoundJob, want: Verdict, keys: set[str]
+    jobs: list[BoundJob], asking: BoundJob, want: QueueVerdict, keys: set[str]
 ) -> None:
     t = pool()
     v = view(t, *jobs, asking)

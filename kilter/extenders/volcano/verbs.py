@@ -54,7 +54,7 @@ from kilter.gangs.identity import GANG_LABEL
 from kilter.model.core_v1 import Pod
 from kilter.model.errors import InputError, KilterError
 from kilter.model.kueue import ClusterQueue, Cohort, ResourceFlavor
-from kilter.quota.bound_queues import BoundQueues, Verdict
+from kilter.quota.bound_queues import BoundQueues, QueueVerdict
 from kilter.quota.config import FairSharingConfig
 from kilter.state.store import ClusterStore
 from kilter.topology import verdicts
@@ -204,7 +204,7 @@ class VolcanoExtender:
         kept = offered_victims(view, answer, job, zip(evictees, raw, strict=True), cross_queue=cross_queue)
         status, reason = answer.status, answer.reason
         if status == vw.PERMIT and not kept:
-            status, reason = Verdict.REJECT, f"{reason}; none of the offered tasks belongs to those jobs"
+            status, reason = QueueVerdict.REJECT, f"{reason}; none of the offered tasks belongs to those jobs"
         self.notes.add(job.key, "reclaimable" if cross_queue else "preemptable", reason)
         body_out = b'{"status":%d,"victims":[%s]}' % (status, b",".join(kept))
         return Answer(200, body_out, "victims" if kept else "none")

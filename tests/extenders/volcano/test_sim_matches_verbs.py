@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from kilter.quota.bound_queues import Verdict
+from kilter.quota.bound_queues import QueueVerdict
 from kilter.quota.config import FairSharingConfig
 from kilter.sim.queues import queue_setup
 from kilter.sim.trace import TraceJob
@@ -106,7 +106,7 @@ def simulator(running: list[Job], asking: list[Job]) -> tuple[list[int], set[str
         fleet, jobs, queues=queue_setup(objects, fleet, Counter(j.queue for j in jobs)), config=FairSharingConfig()
     )
     for j in range(len(running)):  # as the running jobs got there: enqueued, then their tasks placed
-        assert queues.enqueue(j, NOW).status == Verdict.PERMIT
+        assert queues.enqueue(j, NOW).status == QueueVerdict.PERMIT
         [(platform, _)] = queues.platforms(j)
         assert queues.take(j, fleet.platforms[platform].device_resource, node=fleet.node_names[0]) == ""
     first = len(running)
