@@ -77,7 +77,7 @@ from bench.extender import GPU, TOKEN, _images, fleet_objects, full_node, token_
 from kilter.kube.api import ApiServer
 from kilter.model.core_v1 import Node, Pod
 from kilter.state.live import ENDED, LiveFeed, default_resources
-from kilter.state.reflector import Batch, Resource
+from kilter.state.reflector import Batch, WatchedResource
 from kilter.state.store import ClusterStore, Event, Stored
 from kilter.topology import fleetgen
 from kilter.topology.catalog import BUILTIN, Catalog
@@ -1025,7 +1025,7 @@ class TimedStore(ClusterStore):
 class TimedFeed(LiveFeed):
     """The live feed, noting when each resource's first list reached it."""
 
-    def __init__(self, api: ApiServer, store: ClusterStore, resources: Iterable[Resource]) -> None:
+    def __init__(self, api: ApiServer, store: ClusterStore, resources: Iterable[WatchedResource]) -> None:
         super().__init__(api, store, resources)
         self.listed_at: dict[str, float] = {}
         self.decode_s: dict[str, float] = {}

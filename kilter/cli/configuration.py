@@ -254,7 +254,7 @@ class LifecycleSection(_Section):
     )
 
 
-class RuntimeEstimates(_Section):
+class RuntimeEstimateSettings(_Section):
     """What a gang without a declared runtime is expected to take: learned from finished Kueue Workloads."""
 
     window: int = _setting(
@@ -293,7 +293,7 @@ class Configuration(pydantic.BaseModel):
     gangs: Gangs = Gangs()
     split_wait: SplitWaitSection = SplitWaitSection()
     spares: Spares = Spares()
-    runtime_estimates: RuntimeEstimates = RuntimeEstimates()
+    runtime_estimates: RuntimeEstimateSettings = RuntimeEstimateSettings()
     explain: Explain = Explain()
     logging: Logging = Logging()
     lifecycle: LifecycleSection = LifecycleSection()

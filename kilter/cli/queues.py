@@ -21,7 +21,7 @@ from kilter.quota.admit import AdmissionDecision, admission_order, by_cluster_qu
 from kilter.quota.afs import AdmissionFairSharingConfig, local_queue_usage
 from kilter.quota.config import FairSharingConfig
 from kilter.quota.policy import parse_duration
-from kilter.quota.status import NodeStatus, apply_usage, tree_status
+from kilter.quota.status import QuotaNodeStatus, apply_usage, tree_status
 from kilter.quota.tree import build_tree
 from kilter.quota.usage import Ledger, admitted_keys, workload_counts, workload_infos
 from kilter.state import cluster
@@ -85,7 +85,7 @@ def _number(resource: str, value: int | None) -> int | float | None:
     return None if value is None else amount.display(resource, value)
 
 
-def _node_dict(s: NodeStatus, *, cohort: bool, counts: Mapping[str, int]) -> dict[str, Any]:
+def _node_dict(s: QuotaNodeStatus, *, cohort: bool, counts: Mapping[str, int]) -> dict[str, Any]:
     resources = []
     for r in s.resources:
         row: dict[str, Any] = {

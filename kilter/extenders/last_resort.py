@@ -25,7 +25,7 @@ from __future__ import annotations
 import msgspec
 
 from kilter.extenders import wire
-from kilter.extenders.scheduler import Answer
+from kilter.extenders.scheduler import VerbAnswer
 from kilter.extenders.volcano import wire as vw
 from kilter.extenders.volcano.answers import legacy_predicate
 
@@ -45,20 +45,22 @@ def one_line(exc: BaseException) -> str:
     )
 
 
-def internal_error(path: str, message: str) -> Answer:
+def internal_error(path: str, message: str) -> VerbAnswer:
     """The in-protocol answer to a request to ``path`` that failed with ``message`` (one line, no newline)."""
     if path == "/scheduler/filter":
         result = wire.FilterResult(error=message, failed_nodes={}, failed_and_unresolvable_nodes={})
-        return Answer(200, _ENCODER.encode(result), OUTCOME)
+        return VerbAnswer(200, _ENCODER.encode(result), OUTCOME)
     if path == "/scheduler/bind":
-        return Answer(200, _ENCODER.encode(wire.BindingResult(message)), OUTCOME)
+        return VerbAnswer(200, _ENCODER.encode(wire.BindingResult(message)), OUTCOME)
     verb = path.removeprefix("/volcano/") if path.startswith("/volcano/") else ""
     if verb == "predicate":
-        return Answer(200, _ENCODER.encode({"status": message, "code": vw.ERROR}), OUTCOME)
+        return VerbAnswer(200, _ENCODER.encode({"status": message, "code": vw.ERROR}), OUTCOME)
     if verb == "v1.9/predicate":
-        return legacy_predicate(Answer(200, _ENCODER.encode({"status": message, "code": vw.ERROR}), OUTCOME), _ENCODER)
+        return legacy_predicate(
+            VerbAnswer(200, _ENCODER.encode({"status": message, "code": vw.ERROR}), OUTCOME), _ENCODER
+        )
     if verb.removeprefix("v1.9/") == "prioritize":
-        return Answer(200, _ENCODER.encode({"nodeScore": {}, "errorMessage": message}), OUTCOME)
+        return VerbAnswer(200, _ENCODER.encode({"nodeScore": {}, "errorMessage": message}), OUTCOME)
     if verb.removeprefix("v1.9/") in ("allocateFunc", "deallocateFunc"):
-        return Answer(200, _ENCODER.encode({"errorMessage": message}), OUTCOME)
-    return Answer(400, f"{message}\n".encode(), OUTCOME)
+        return VerbAnswer(200, _ENCODER.encode({"errorMessage": message}), OUTCOME)
+    return VerbAnswer(400, f"{message}\n".encode(), OUTCOME)

@@ -41,14 +41,14 @@ from kilter.topology.fleet import ENDED_PHASES, Fleet
 from kilter.topology.plan import MAX_POD_GPUS
 from kilter.topology.score import score_pod, score_pod_json
 
-__all__ = ["Answer", "ApiBinder", "Binder", "SchedulerExtender"]
+__all__ = ["ApiBinder", "Binder", "SchedulerExtender", "VerbAnswer"]
 
 MAX_SCORE = 10
 MAX_SEEN = 100_000  # pods remembered for bind: far more than are pending at once in a 100k-pod cluster
 
 
 @dataclass(frozen=True)
-class Answer:
+class VerbAnswer:
     """An HTTP status and body; ``outcome`` labels the decision in metrics."""
 
     status: int
@@ -170,14 +170,14 @@ class SchedulerExtender:
 
     # ------------------------------------------------------------------ filter
 
-    def filter(self, body: bytes) -> Answer:
+    def filter(self, body: bytes) -> VerbAnswer:
         try:
             args = self._args.decode(body)
             p = self._pod(args.pod)
             fleet = self.store.fleet()
             cand = self._candidates(fleet, args)
             if not p.gpus:
-                return Answer(200, filter_answer.pass_through(args), "not-gpu")
+                return VerbAnswer(200, filter_answer.pass_through(args), "not-gpu")
             plan = self._gang(p)
             found = self._seat(p, plan)
             hold = seats.hold(plan, found) if plan is not None else None
@@ -232,20 +232,20 @@ class SchedulerExtender:
                 outcome=outcome,
             ),
         )
-        return Answer(200, body_out, outcome)
+        return VerbAnswer(200, body_out, outcome)
 
-    def _filter_error(self, message: str) -> Answer:
-        return Answer(200, self._encoder.encode(wire.FilterResult(error=message)), "error")
+    def _filter_error(self, message: str) -> VerbAnswer:
+        return VerbAnswer(200, self._encoder.encode(wire.FilterResult(error=message)), "error")
 
     # ------------------------------------------------------------------ prioritize
 
-    def prioritize(self, body: bytes) -> Answer:
+    def prioritize(self, body: bytes) -> VerbAnswer:
         try:
             args = self._args.decode(body)
             p = self._pod(args.pod)
             fleet = self.store.fleet()
             if not p.gpus:
-                return Answer(200, b"[]", "not-gpu")
+                return VerbAnswer(200, b"[]", "not-gpu")
             plan = self._gang(p)
             found = self._seat(p, plan)
             planned: Sequence[int] = found.nodes if found is not None else ()
@@ -261,9 +261,9 @@ class SchedulerExtender:
                 # A gang pod's GPUs are reserved on its planned nodes: those score top, nothing else scores.
                 scores = np.where(np.isin(index, np.asarray(planned, dtype=np.int32)), MAX_SCORE, 0).astype(np.int8)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            return Answer(400, f"malformed ExtenderArgs: {exc}".encode(), "error")
+            return VerbAnswer(400, f"malformed ExtenderArgs: {exc}".encode(), "error")
         except KilterError as exc:
-            return Answer(400, str(exc).encode(), "error")
+            return VerbAnswer(400, str(exc).encode(), "error")
         scores = np.maximum(scores, 0)
         if names is None and (index >= 0).all():
             body_out = fleet.json_names().host_scores(index, scores)
@@ -287,19 +287,19 @@ class SchedulerExtender:
                 outcome="scored",
             ),
         )
-        return Answer(200, body_out, "scored")
+        return VerbAnswer(200, body_out, "scored")
 
     # ------------------------------------------------------------------ preempt
 
-    def preempt(self, body: bytes) -> Answer:
+    def preempt(self, body: bytes) -> VerbAnswer:
         try:
             args = self._preempt_args.decode(body)
             p = self._pod(args.pod)
             fleet = self.store.fleet()
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            return Answer(400, f"malformed ExtenderPreemptionArgs: {exc}".encode(), "error")
+            return VerbAnswer(400, f"malformed ExtenderPreemptionArgs: {exc}".encode(), "error")
         except KilterError as exc:
-            return Answer(400, str(exc).encode(), "error")
+            return VerbAnswer(400, str(exc).encode(), "error")
         offered: dict[str, wire.MetaVictims] = dict(args.node_name_to_meta_victims or {})
         for node, victims in (args.node_name_to_victims or {}).items():
             metas = [wire.MetaPod(v.metadata.uid) for v in victims.pods or []]
@@ -353,7 +353,7 @@ class SchedulerExtender:
                 outcome="kept" if kept else "none",
             ),
         )
-        return Answer(200, self._encoder.encode(wire.PreemptionResult(kept)), "kept" if kept else "none")
+        return VerbAnswer(200, self._encoder.encode(wire.PreemptionResult(kept)), "kept" if kept else "none")
 
     def _on_node(self, uid: str, node_name: str, index: int | None) -> bool:
         pod = self.store.pod(uid)
@@ -368,7 +368,7 @@ class SchedulerExtender:
 
     # ------------------------------------------------------------------ bind
 
-    def bind_request(self, body: bytes) -> wire.BindingArgs | Answer:
+    def bind_request(self, body: bytes) -> wire.BindingArgs | VerbAnswer:
         """The binding asked for, or the answer that refuses it (the API call happens between these two steps).
 
         The bind verb is reachable by whoever reaches kilter's port, so nothing
@@ -422,10 +422,10 @@ class SchedulerExtender:
         if held.status.phase in ENDED_PHASES:
             raise InputError(f"{where} has ended ({held.status.phase})")
 
-    def bind_failed(self, message: str) -> Answer:
-        return Answer(200, self._encoder.encode(wire.BindingResult(message)), "error")
+    def bind_failed(self, message: str) -> VerbAnswer:
+        return VerbAnswer(200, self._encoder.encode(wire.BindingResult(message)), "error")
 
-    def bound(self, args: wire.BindingArgs) -> Answer:
+    def bound(self, args: wire.BindingArgs) -> VerbAnswer:
         """The binding happened: book the pod where it went now, without waiting for the feed to show it.
 
         A retried bind to the same node books nothing again. A pod the state
@@ -442,13 +442,13 @@ class SchedulerExtender:
             self.store.apply([Event(MODIFIED, bound)])
         seen = self._seen.get(uid)
         if seen is None or seen.node:
-            return Answer(200, self._encoder.encode(wire.BindingResult()), "bound")  # a retry: recorded already
+            return VerbAnswer(200, self._encoder.encode(wire.BindingResult()), "bound")  # a retry: recorded already
         seen.pending, seen.node = False, args.node
         if seen.gpus and args.node in fleet.node_index:
             gang = self.gangs.bound(uid, args.node, seen.gpus, gang=seen.gang, place=seen.place) if seen.gang else None
             if gang is None:
                 self.store.assume(uid, args.node, seen.gpus)
-        return Answer(200, self._encoder.encode(wire.BindingResult()), "bound")
+        return VerbAnswer(200, self._encoder.encode(wire.BindingResult()), "bound")
 
 
 class Binder:

@@ -30,7 +30,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from kilter.extenders import last_resort
 from kilter.extenders.readings import GangReading, SpareReading, VolcanoReading
-from kilter.extenders.scheduler import Answer, Binder, SchedulerExtender
+from kilter.extenders.scheduler import Binder, SchedulerExtender, VerbAnswer
 from kilter.extenders.volcano import VOLCANO_VERBS, VolcanoExtender
 from kilter.extenders.wire import BindingArgs
 from kilter.gangs import GangBook
@@ -295,18 +295,18 @@ class App:
         content_type = "application/json" if answer.status == 200 else "text/plain"
         await self._reply(send, path, answer.status, answer.body, content_type, timing=elapsed)
 
-    def _answer(self, verb: str, body: bytes) -> Answer:
+    def _answer(self, verb: str, body: bytes) -> VerbAnswer:
         if verb == "filter":
             return self.extender.filter(body)
         if verb == "prioritize":
             return self.extender.prioritize(body)
         return self.extender.preempt(body)
 
-    async def _bind(self, body: bytes) -> Answer:
+    async def _bind(self, body: bytes) -> VerbAnswer:
         """Decide on the loop, call the API server on a worker thread, record on the loop again (and tell the
         decision feed, for a pod whose names passed the checks)."""
         request = self.extender.bind_request(body)
-        if isinstance(request, Answer):
+        if isinstance(request, VerbAnswer):
             return request
         loop = asyncio.get_running_loop()
         try:

@@ -62,7 +62,7 @@ __all__ = [
     "WAITING_FOR_PREEMPTED",
     "WAITING_FOR_QUOTA",
     "Pending",
-    "Shortfall",
+    "QuotaShortfall",
     "why_pending",
 ]
 
@@ -81,7 +81,7 @@ QUOTA_REASONS = frozenset(
 
 
 @dataclass(frozen=True)
-class Shortfall:
+class QuotaShortfall:
     """One flavor/resource a workload asks more of than its ClusterQueue has free (base units: cores, GPUs)."""
 
     flavor: str
@@ -108,7 +108,7 @@ class Pending:
     gpus: int
     reason: str
     message: str
-    shortfall: tuple[Shortfall, ...] = ()
+    shortfall: tuple[QuotaShortfall, ...] = ()
     preempts: tuple[str, ...] = ()
     plan: Plan | None = None  # the gang's plan when topology was judged (the best now, or what it takes)
     domains_min: int = 0  # the fewest domains the idle fleet could hold it in (0: unknown or never)
@@ -125,7 +125,7 @@ def _gpus(requests: Mapping[str, int], devices: frozenset[str]) -> int:
     return sum(v for r, v in requests.items() if r in devices)
 
 
-def _quota_reason(d: AdmissionDecision) -> tuple[str, str, tuple[Shortfall, ...]]:
+def _quota_reason(d: AdmissionDecision) -> tuple[str, str, tuple[QuotaShortfall, ...]]:
     """Kueue's reason and a message for a workload its quota stops; ("", "", ()) when the quota lets it in."""
     cq = d.workload.cluster_queue
     if d.outcome == NEVER:
@@ -138,7 +138,7 @@ def _quota_reason(d: AdmissionDecision) -> tuple[str, str, tuple[Shortfall, ...]
     if d.outcome == ADMIT:
         return "", "", ()
     short = tuple(
-        Shortfall(f, r, amount.display(r, asked), amount.display(r, free))
+        QuotaShortfall(f, r, amount.display(r, asked), amount.display(r, free))
         for (f, r), (asked, free) in sorted(d.shortfall.items())
     )
     parts = [

@@ -313,7 +313,7 @@ def _message(raw: bytes, content_type: str = "application/json") -> str:
     return str(message or raw[:200].decode("utf-8", "replace"))
 
 
-def server_context(target: kubeconfigs.Target) -> ssl.SSLContext:
+def server_context(target: kubeconfigs.ApiTarget) -> ssl.SSLContext:
     """A new TLS context for the target's server: its CA (or the system's roots), or no verification with
     ``insecure-skip-tls-verify``; a client certificate is added by ``credentials``."""
     if target.insecure:

@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Protocol
 
 from kilter.kube import exec_credential
-from kilter.kube.exec_credential import ExecConfig, Issued
+from kilter.kube.exec_credential import ExecConfig, PluginCredential
 from kilter.kube.kubeconfig import User
 from kilter.model.errors import InputError
 from kilter.model.files import read_bounded
@@ -91,7 +91,7 @@ class Source(Protocol):
         """Whether to read it again now (``now`` monotonic, ``wall`` Unix seconds), before anyone is refused."""
         ...
 
-    def read(self, now: float) -> Issued:
+    def read(self, now: float) -> PluginCredential:
         """Its credentials now; InputError, one line, when it cannot give them."""
         ...
 
@@ -99,13 +99,13 @@ class Source(Protocol):
 class Written:
     """Credentials the kubeconfig holds itself: read once."""
 
-    def __init__(self, issued: Issued, what: str) -> None:
+    def __init__(self, issued: PluginCredential, what: str) -> None:
         self.issued, self.what = issued, what
 
     def due(self, now: float, wall: float) -> bool:
         return False
 
-    def read(self, now: float) -> Issued:
+    def read(self, now: float) -> PluginCredential:
         return self.issued
 
 
@@ -120,12 +120,12 @@ class TokenFile:
     def due(self, now: float, wall: float) -> bool:
         return now >= self.read_at + FILE_PERIOD_S - LEEWAY_S
 
-    def read(self, now: float) -> Issued:
+    def read(self, now: float) -> PluginCredential:
         self.read_at = now
         token = read_bounded(self.path, MAX_TOKEN_BYTES).decode("utf-8", "replace").strip()
         if not token:
             raise InputError(f"{self.what} is empty")
-        return Issued(token, b"", b"", None)
+        return PluginCredential(token, b"", b"", None)
 
 
 class CertFiles:
@@ -154,15 +154,15 @@ class CertFiles:
         self.checked_at = now
         return self._stamp() != self.seen
 
-    def read(self, now: float) -> Issued:
+    def read(self, now: float) -> PluginCredential:
         self.checked_at, self.seen = now, self._stamp()
-        return Issued("", read_bounded(self.cert, MAX_PEM_BYTES), read_bounded(self.key, MAX_PEM_BYTES), None)
+        return PluginCredential("", read_bounded(self.cert, MAX_PEM_BYTES), read_bounded(self.key, MAX_PEM_BYTES), None)
 
 
 class ExecPlugin:
     """An exec plugin's credentials, run again ``LEEWAY_S`` before they expire."""
 
-    def __init__(self, config: ExecConfig, run: Callable[[ExecConfig], Issued] = exec_credential.run) -> None:
+    def __init__(self, config: ExecConfig, run: Callable[[ExecConfig], PluginCredential] = exec_credential.run) -> None:
         self.config, self.run = config, run
         self.what = f"exec plugin {config.command}"
         self.expires_at: float | None = None
@@ -170,7 +170,7 @@ class ExecPlugin:
     def due(self, now: float, wall: float) -> bool:
         return self.expires_at is not None and wall >= self.expires_at - LEEWAY_S
 
-    def read(self, now: float) -> Issued:
+    def read(self, now: float) -> PluginCredential:
         issued = self.run(self.config)
         self.expires_at = issued.expires_at
         return issued
@@ -189,13 +189,13 @@ def of_user(
     if user.token_file is not None:
         sources.append(TokenFile(user.token_file))
     elif user.token:
-        sources.append(Written(Issued(user.token, b"", b"", None), "the kubeconfig's token"))
+        sources.append(Written(PluginCredential(user.token, b"", b"", None), "the kubeconfig's token"))
     if user.cert_file is not None and user.key_file is not None and not user.cert_data and not user.key_data:
         sources.append(CertFiles(user.cert_file, user.key_file))  # client-go reloads a pair only when both are files
     elif user.cert_data or user.cert_file is not None:
         cert = user.cert_data or _pem(user.cert_file)
         key = user.key_data or _pem(user.key_file)
-        sources.append(Written(Issued("", cert, key, None), "the kubeconfig's client certificate"))
+        sources.append(Written(PluginCredential("", cert, key, None), "the kubeconfig's client certificate"))
     if user.exec is not None:
         sources.append(ExecPlugin(user.exec))
     basic = ""
@@ -234,7 +234,7 @@ class Credentials:
         self.refused_on = ""
         """The request of the last 401 that stood; "" once a request got through."""
         self._lock = threading.Lock()
-        self._issued: list[Issued | None] = [None] * len(self.sources)
+        self._issued: list[PluginCredential | None] = [None] * len(self.sources)
         self._failed: dict[int, tuple[float, str]] = {}  # source index -> (when, why), until it reads again
         self._stale: tuple[str, ...] = ()  # the whys of _failed, replaced whole: /readyz reads it without the lock
         self._pair: tuple[bytes, bytes] = (b"", b"")
@@ -328,7 +328,7 @@ class Credentials:
             log.info("new credentials from %s", ", ".join(s.what for s in self.sources) or "nowhere")
         self._presented = Presented(authorization, self._tls, generation, self._reads)
 
-    def _context(self, issued: Issued, what: str) -> ssl.SSLContext:
+    def _context(self, issued: PluginCredential, what: str) -> ssl.SSLContext:
         """The connection's context with this certificate and key. Python's ssl loads a pair only from a file:
         a private temporary one, removed at once."""
         if self.make_tls is None:

@@ -31,7 +31,7 @@ from typing import Any
 from kilter.model.errors import InputError
 from kilter.model.files import read_bounded
 
-__all__ = ["API_VERSIONS", "ExecConfig", "Issued", "exec_config", "run"]
+__all__ = ["API_VERSIONS", "ExecConfig", "PluginCredential", "exec_config", "run"]
 
 API_VERSIONS = ("client.authentication.k8s.io/v1", "client.authentication.k8s.io/v1beta1")
 """The ExecCredential versions client-go still speaks (v1alpha1 went in 1.24)."""
@@ -55,7 +55,7 @@ class ExecConfig:
 
 
 @dataclass(frozen=True)
-class Issued:
+class PluginCredential:
     """One answer of a plugin: PEM bytes for the pair, and when it stops being valid (Unix seconds; None: never
     said, so valid until the API server refuses it)."""
 
@@ -112,7 +112,7 @@ def _cluster_info(cluster: Mapping[str, Any], base: Path) -> dict[str, Any]:
     return info
 
 
-def run(config: ExecConfig) -> Issued:
+def run(config: ExecConfig) -> PluginCredential:
     """Run the plugin once; what it issued, or InputError naming what went wrong (with its install hint when the
     command is missing, and the last line it wrote to stderr when it failed)."""
     spec: dict[str, Any] = {"interactive": False}
@@ -142,7 +142,7 @@ def run(config: ExecConfig) -> Issued:
     return _issued(done.stdout, config.api_version, what)
 
 
-def _issued(out: bytes, api_version: str, what: str) -> Issued:
+def _issued(out: bytes, api_version: str, what: str) -> PluginCredential:
     """The answer's status, checked as ``refreshCredsLocked`` checks it."""
     try:
         doc = json.loads(out)
@@ -161,7 +161,7 @@ def _issued(out: bytes, api_version: str, what: str) -> Issued:
     if bool(cert) != bool(key):
         raise InputError(f"{what} issued a certificate without its key, or a key without its certificate")
     expires = status.get("expirationTimestamp")
-    return Issued(token, cert.encode(), key.encode(), None if expires is None else _instant(expires, what))
+    return PluginCredential(token, cert.encode(), key.encode(), None if expires is None else _instant(expires, what))
 
 
 def _instant(value: Any, what: str) -> float:

@@ -36,7 +36,7 @@ from kilter.kube.exec_credential import ExecConfig, exec_config
 from kilter.model.errors import InputError
 from kilter.model.files import read_bounded
 
-__all__ = ["SERVICE_ACCOUNT", "Target", "User", "in_cluster", "read"]
+__all__ = ["SERVICE_ACCOUNT", "ApiTarget", "User", "in_cluster", "read"]
 
 SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 """Where the kubelet mounts a pod's service account: ``token`` (projected, replaced before it expires), ``ca.crt``."""
@@ -66,7 +66,7 @@ class User:
 
 
 @dataclass(frozen=True)
-class Target:
+class ApiTarget:
     """The API server and the user: everything ``api.connect`` needs."""
 
     server: str
@@ -80,7 +80,7 @@ class Target:
     """What was read, for messages: the kubeconfig's path, or "the in-cluster config"."""
 
 
-def in_cluster(root: Path = SERVICE_ACCOUNT, environ: Mapping[str, str] = os.environ) -> Target:
+def in_cluster(root: Path = SERVICE_ACCOUNT, environ: Mapping[str, str] = os.environ) -> ApiTarget:
     """The API server and service account of the pod kilter runs in (``rest.InClusterConfig``)."""
     host, port = environ.get("KUBERNETES_SERVICE_HOST", ""), environ.get("KUBERNETES_SERVICE_PORT", "")
     if not host or not port:
@@ -88,10 +88,10 @@ def in_cluster(root: Path = SERVICE_ACCOUNT, environ: Mapping[str, str] = os.env
     server = f"https://[{host}]:{port}" if ":" in host else f"https://{host}:{port}"
     ca = root / "ca.crt"
     user = User(token_file=root / "token")
-    return Target(server, ca if ca.is_file() else None, "", False, user, "the in-cluster config")
+    return ApiTarget(server, ca if ca.is_file() else None, "", False, user, "the in-cluster config")
 
 
-def read(kubeconfig: Path, context: str | None = None) -> Target:
+def read(kubeconfig: Path, context: str | None = None) -> ApiTarget:
     """The cluster and user of ``context`` (default: ``current-context``) in ``kubeconfig`` (a path or a list)."""
     source = str(kubeconfig)
     merged = _merge([Path(p).expanduser() for p in source.split(os.pathsep) if p], source)
@@ -110,7 +110,7 @@ def read(kubeconfig: Path, context: str | None = None) -> Target:
     if user_name:
         user_base, raw = merged.entry("users", user_name, "user")
         user = _user(raw, user_base, source, cluster)
-    return Target(server, ca_file, ca_data, cluster.get("insecure-skip-tls-verify") is True, user, source)
+    return ApiTarget(server, ca_file, ca_data, cluster.get("insecure-skip-tls-verify") is True, user, source)
 
 
 @dataclass

@@ -23,9 +23,9 @@ from kilter.quota.bound_jobs import BoundJob
 from kilter.quota.bound_queues import BoundQueues
 from kilter.quota.config import FairSharingConfig
 from kilter.quota.drs import DRS, LendableCache, compare, dominant_resource_share
-from kilter.quota.preempt import PreemptionResult, Target, find_targets
+from kilter.quota.preempt import PreemptionTargets, Target, find_targets
 from kilter.quota.shares import Shares
-from kilter.quota.status import NodeStatus, ResourceStatus, apply_usage, tree_status
+from kilter.quota.status import QuotaNodeStatus, ResourceStatus, apply_usage, tree_status
 from kilter.quota.tree import FR, Problem, Quota, QuotaNode, QuotaTree, build_tree
 from kilter.quota.usage import Ledger, WorkloadInfo, workload_infos
 
@@ -38,11 +38,11 @@ __all__ = [
     "FairSharingConfig",
     "Ledger",
     "LendableCache",
-    "NodeStatus",
-    "PreemptionResult",
+    "PreemptionTargets",
     "Problem",
     "Quota",
     "QuotaNode",
+    "QuotaNodeStatus",
     "QuotaTree",
     "ResourceStatus",
     "Shares",

@@ -30,7 +30,7 @@ from kilter.quota.afs import AFS_MODE
 from kilter.quota.available import available, fits_within_quota, potential_available
 from kilter.quota.config import FairSharingConfig
 from kilter.quota.drs import DRS, compare
-from kilter.quota.preempt import PreemptionResult, find_targets
+from kilter.quota.preempt import PreemptionTargets, find_targets
 from kilter.quota.shares import Shares
 from kilter.quota.tree import FR, QuotaNode, QuotaTree
 from kilter.quota.usage import WorkloadInfo
@@ -123,7 +123,7 @@ class AdmissionDecision:
     outcome: str
     share: DRS | None = None
     flavors: Mapping[str, str] = field(default_factory=dict)
-    preemption: PreemptionResult | None = None
+    preemption: PreemptionTargets | None = None
     reason: str = ""
     shortfall: Mapping[FR, tuple[int, int]] = field(default_factory=dict)
     """For a workload that must wait or preempt: per flavor/resource it asks more of than is ``available`` when

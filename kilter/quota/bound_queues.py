@@ -40,7 +40,7 @@ from kilter.quota.admit import assign_flavors, by_cluster_queue
 from kilter.quota.available import add_usage, available, remove_usage
 from kilter.quota.bound_jobs import BoundJob, FlavorMatch, workload_info
 from kilter.quota.config import FairSharingConfig
-from kilter.quota.preempt import PreemptionResult, find_targets
+from kilter.quota.preempt import PreemptionTargets, find_targets
 from kilter.quota.shares import Shares
 from kilter.quota.status import apply_usage
 from kilter.quota.tree import FR, QuotaNode, QuotaTree
@@ -240,7 +240,7 @@ class BoundQueues:
         usage: Mapping[FR, int],
         admitted: dict[str, list[WorkloadInfo]],
         now: float,
-    ) -> PreemptionResult:
+    ) -> PreemptionTargets:
         preemptor = workload_info(job, cq.name, reserved=False, usage={})
         shares = Shares(self.tree, now=now)
         return find_targets(self.tree, admitted, cq, preemptor, usage, config=self.config, shares=shares, now=now)

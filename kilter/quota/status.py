@@ -21,7 +21,7 @@ from kilter.quota.drs import DRS, LendableCache, dominant_resource_share
 from kilter.quota.policy import DecayState
 from kilter.quota.tree import FR, QuotaNode, QuotaTree
 
-__all__ = ["NodeStatus", "ResourceStatus", "apply_usage", "tree_status"]
+__all__ = ["QuotaNodeStatus", "ResourceStatus", "apply_usage", "tree_status"]
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,7 @@ class ResourceStatus:
 
 
 @dataclass(frozen=True)
-class NodeStatus:
+class QuotaNodeStatus:
     name: str
     kind: str
     parent: str | None
@@ -84,7 +84,7 @@ def _lent(node: QuotaNode, fr: FR) -> int:
     return min(unused, others)
 
 
-def node_status(node: QuotaNode, lendable: LendableCache, *, now: float) -> NodeStatus:
+def node_status(node: QuotaNode, lendable: LendableCache, *, now: float) -> QuotaNodeStatus:
     state = None
     usage_for_share = None
     if node.policy.half_life_s:
@@ -110,7 +110,7 @@ def node_status(node: QuotaNode, lendable: LendableCache, *, now: float) -> Node
             )
         )
     borrowing = node.parent is not None and not is_within_nominal(node, node.subtree)
-    return NodeStatus(
+    return QuotaNodeStatus(
         name=node.name,
         kind=node.kind,
         parent=node.parent.name if node.parent else (node.parent_name or None),
@@ -125,7 +125,7 @@ def node_status(node: QuotaNode, lendable: LendableCache, *, now: float) -> Node
     )
 
 
-def tree_status(tree: QuotaTree, *, now: float) -> tuple[list[NodeStatus], list[NodeStatus]]:
+def tree_status(tree: QuotaTree, *, now: float) -> tuple[list[QuotaNodeStatus], list[QuotaNodeStatus]]:
     """Status of every ClusterQueue and every Cohort, each list sorted by name."""
     lendable = LendableCache()
     cqs = [node_status(tree.cluster_queues[n], lendable, now=now) for n in sorted(tree.cluster_queues)]

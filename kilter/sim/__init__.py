@@ -43,7 +43,7 @@ from kilter.sim.failure_model import FailureSettings
 from kilter.sim.gangs import Gang, gang_for
 from kilter.sim.maintenance import Maintenance
 from kilter.sim.maintenance_spec import MaintenanceSettings
-from kilter.sim.parts import Admission, Part
+from kilter.sim.parts import AdmissionStep, Part
 from kilter.sim.placement import PlacementPolicy, Releasing
 from kilter.sim.policies import POLICIES, make_policy
 from kilter.sim.regions import Region, simulate_regions
@@ -53,7 +53,7 @@ from kilter.sim.volcano_engine import VolcanoSession
 
 __all__ = [
     "POLICIES",
-    "Admission",
+    "AdmissionStep",
     "FailureSettings",
     "Gang",
     "Maintenance",

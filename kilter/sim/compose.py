@@ -27,7 +27,7 @@ from kilter.sim.failing import NodeFailures
 from kilter.sim.failure_model import FailureClock, FailureSettings, NoFailures
 from kilter.sim.kueue_cycles import KueueCycles
 from kilter.sim.maintenance import Maintenance
-from kilter.sim.parts import Admission
+from kilter.sim.parts import AdmissionStep
 from kilter.sim.placement import PlacementPolicy
 from kilter.sim.queues import QueueSetup
 from kilter.sim.trace import TraceJob
@@ -37,7 +37,7 @@ from kilter.topology.fleet import Fleet
 __all__ = ["admission_for", "build"]
 
 
-def admission_for(config: SimConfig) -> Callable[[Simulation], Admission]:
+def admission_for(config: SimConfig) -> Callable[[Simulation], AdmissionStep]:
     """The maker of the admission step ``config`` asks for: Volcano's session, or Kueue's cycles."""
     return VolcanoSession if config.quota == "volcano" else KueueCycles
 

@@ -47,7 +47,7 @@ What each gang asks for is the run's ``topology`` request, or with ``auto``
 what the policy's operators would configure for a job of its shape
 (``placement.Asking``; ``_gang``).
 
-Under a policy behind kilter's rule (``placement.Waiting``: kilter, and Kueue
+Under a policy behind kilter's rule (``placement.WaitingPolicy``: kilter, and Kueue
 TAS behind kilter's AdmissionCheck) a *preferred* gang may instead wait for
 fewer domains (``split_hold``, the servers' ``topology.split_wait`` rule): it
 fitted, so it bounds nothing; it is parked, and the jobs behind it go on.
@@ -70,7 +70,7 @@ from kilter.quota.available import potential_available
 from kilter.quota.config import FairSharingConfig
 from kilter.quota.usage import WorkloadInfo
 from kilter.sim.gangs import Gang, domains_per_block, gang_for, resolved_mode
-from kilter.sim.parts import UNBOUNDED, Admission, Part
+from kilter.sim.parts import UNBOUNDED, AdmissionStep, Part
 from kilter.sim.placement import Asking, Nodes, PlacementPolicy, Releasing
 from kilter.sim.queues import QueueSetup
 from kilter.sim.run_settings import SPLIT_MODELS, Outcome, QuotaMode, SimConfig, SplitModel, Timeline, slowdown_factor
@@ -103,7 +103,7 @@ class Simulation:
         queues: QueueSetup,
         config: SimConfig,
         *,
-        admission: Callable[[Simulation], Admission],
+        admission: Callable[[Simulation], AdmissionStep],
         samples: int = 2000,
     ) -> None:
         """``admission`` makes the run's admission step over it (``compose.build`` picks it, and the parts)."""
@@ -154,7 +154,7 @@ class Simulation:
         span = jobs[-1].submit_s if jobs else 0.0
         self._sample_every = max(span, 1.0) / max(samples, 1)
         self._next_sample = 0.0
-        self.admission: Admission = admission(self)
+        self.admission: AdmissionStep = admission(self)
         self.parts: list[Part] = []
 
     def add(self, part: Part) -> None:

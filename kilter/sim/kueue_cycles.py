@@ -26,7 +26,7 @@ __all__ = ["KueueCycles"]
 
 
 class KueueCycles:
-    """Kueue's cycles over the engine's queues (``parts.Admission``)."""
+    """Kueue's cycles over the engine's queues (``parts.AdmissionStep``)."""
 
     def __init__(self, sim: Simulation) -> None:
         self.sim = sim

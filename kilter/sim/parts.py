@@ -3,7 +3,7 @@
 A run is ``engine.Simulation`` with the parts its configuration asks for
 (``compose.build``), never a subclass per combination:
 
-* ``Admission``: who decides which waiting job starts, on each scheduling
+* ``AdmissionStep``: who decides which waiting job starts, on each scheduling
   pass, and what a start charges: Kueue's cycles (``kueue_cycles``, the
   default) or Volcano's session (``volcano_engine``).
 * ``Part``: something that happens to the fleet and the gangs on it besides
@@ -26,12 +26,12 @@ from typing import Protocol
 from kilter.sim.gangs import Gang
 from kilter.sim.placement import Nodes
 
-__all__ = ["UNBOUNDED", "Admission", "Part"]
+__all__ = ["UNBOUNDED", "AdmissionStep", "Part"]
 
 UNBOUNDED = 1 << 62  # no job has failed yet: every size may be tried
 
 
-class Admission(Protocol):
+class AdmissionStep(Protocol):
     """One scheduling pass, and what a start books against quota and an end gives back."""
 
     def schedule(self, now: float) -> None: ...

@@ -11,7 +11,7 @@ Two more questions a policy may answer. ``Asking``: how its operators
 configure a job of this shape (Kueue TAS's recommended annotations, Volcano's
 ``highestTierAllowed``, Slurm's ``--segment``), asked once per gang when the
 run lets every policy ask for itself (``--topology-request auto``).
-``Waiting``: whether kilter's split-wait rule stands in front of it (kilter
+``WaitingPolicy``: whether kilter's split-wait rule stands in front of it (kilter
 itself, and Kueue TAS behind kilter's AdmissionCheck).
 """
 
@@ -32,7 +32,7 @@ __all__ = [
     "PerPlatform",
     "PlacementPolicy",
     "Releasing",
-    "Waiting",
+    "WaitingPolicy",
     "free_gpus",
     "waits_for_fewer_domains",
 ]
@@ -67,7 +67,7 @@ class Asking(Protocol):
 
 
 @runtime_checkable
-class Waiting(Protocol):
+class WaitingPolicy(Protocol):
     """A policy behind kilter's split-wait rule (``split_hold``): a *preferred* gang whose plan spans more domains
     than it needs may be held for fewer."""
 
@@ -75,7 +75,7 @@ class Waiting(Protocol):
 
 
 def waits_for_fewer_domains(policy: object) -> bool:
-    return isinstance(policy, Waiting) and policy.waits_for_fewer_domains
+    return isinstance(policy, WaitingPolicy) and policy.waits_for_fewer_domains
 
 
 def free_gpus(fleet: Fleet) -> npt.NDArray[np.int32]:

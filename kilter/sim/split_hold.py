@@ -49,7 +49,7 @@ comparison). Its factor and cap come from the ClusterQueue's
 else ``WaitSettings`` (the ``--split-wait``/``--split-wait-max`` flags).
 
 Which policies the rule stands in front of, each policy says
-(``placement.Waiting``): kilter, and Kueue TAS behind kilter's AdmissionCheck.
+(``placement.WaitingPolicy``): kilter, and Kueue TAS behind kilter's AdmissionCheck.
 """
 
 from __future__ import annotations

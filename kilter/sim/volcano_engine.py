@@ -34,7 +34,7 @@ __all__ = ["VolcanoSession"]
 
 
 class VolcanoSession:
-    """Volcano's enqueue and allocate actions over the engine's queues (``parts.Admission``)."""
+    """Volcano's enqueue and allocate actions over the engine's queues (``parts.AdmissionStep``)."""
 
     def __init__(self, sim: Simulation) -> None:
         self.sim = sim

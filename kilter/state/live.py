@@ -29,7 +29,7 @@ from kilter.model.nvidia_dra import (
     COMPUTE_DOMAIN_VERSION,
 )
 from kilter.state.feed import settle
-from kilter.state.reflector import Batch, Reflector, Resource
+from kilter.state.reflector import Batch, Reflector, WatchedResource
 from kilter.state.store import ClusterStore, Stored
 from kilter.topology import pod_gpus
 from kilter.topology.catalog import Catalog
@@ -57,13 +57,13 @@ def _asks_for_gpus(catalog: Catalog) -> Callable[[Pod], bool]:
     return keep
 
 
-def default_resources(catalog: Catalog) -> list[Resource]:
+def default_resources(catalog: Catalog) -> list[WatchedResource]:
     """Every resource kilter reads: GPU pods only; Nodes and Pods decoded straight into kilter's typed views."""
     return [
-        Resource("", ("v1",), "nodes", "Node", typed=Node),
-        Resource("", ("v1",), "pods", "Pod", field_selector=ENDED, typed=Pod, keep=_asks_for_gpus(catalog)),
+        WatchedResource("", ("v1",), "nodes", "Node", typed=Node),
+        WatchedResource("", ("v1",), "pods", "Pod", field_selector=ENDED, typed=Pod, keep=_asks_for_gpus(catalog)),
         *(
-            Resource(KUEUE, KUEUE_VERSIONS, plural, kind)
+            WatchedResource(KUEUE, KUEUE_VERSIONS, plural, kind)
             for plural, kind in (
                 ("topologies", "Topology"),
                 ("resourceflavors", "ResourceFlavor"),
@@ -75,11 +75,11 @@ def default_resources(catalog: Catalog) -> list[Resource]:
                 ("workloadpriorityclasses", "WorkloadPriorityClass"),
             )
         ),
-        Resource(VOLCANO, ("v1beta1",), "queues", "Queue"),
-        Resource(VOLCANO, ("v1beta1",), "podgroups", "PodGroup"),
-        Resource(HYPERNODES, ("v1alpha1",), "hypernodes", "HyperNode"),
-        Resource("scheduling.k8s.io", ("v1",), "priorityclasses", "PriorityClass"),
-        Resource(COMPUTE_DOMAIN_GROUP, (COMPUTE_DOMAIN_VERSION,), COMPUTE_DOMAIN_PLURAL, COMPUTE_DOMAIN_KIND),
+        WatchedResource(VOLCANO, ("v1beta1",), "queues", "Queue"),
+        WatchedResource(VOLCANO, ("v1beta1",), "podgroups", "PodGroup"),
+        WatchedResource(HYPERNODES, ("v1alpha1",), "hypernodes", "HyperNode"),
+        WatchedResource("scheduling.k8s.io", ("v1",), "priorityclasses", "PriorityClass"),
+        WatchedResource(COMPUTE_DOMAIN_GROUP, (COMPUTE_DOMAIN_VERSION,), COMPUTE_DOMAIN_PLURAL, COMPUTE_DOMAIN_KIND),
     ]
 
 
@@ -112,7 +112,7 @@ class Lag:
 
 class LiveFeed:
     def __init__(
-        self, api: ApiServer, store: ClusterStore, resources: Iterable[Resource], **reflector_options: Any
+        self, api: ApiServer, store: ClusterStore, resources: Iterable[WatchedResource], **reflector_options: Any
     ) -> None:
         self.store = store
         self.reflectors = [Reflector(api, r, self._sink, **reflector_options) for r in resources]
@@ -184,7 +184,7 @@ class LiveFeed:
             self.store.ready = True
 
 
-def list_cluster(api: ApiServer, resources: Iterable[Resource]) -> list[Stored]:
+def list_cluster(api: ApiServer, resources: Iterable[WatchedResource]) -> list[Stored]:
     """Every object of these resources, listed once (what a command reads when pointed at a live cluster)."""
     out: list[Stored] = []
     for resource in resources:

@@ -46,7 +46,7 @@ from kilter.model import codec
 from kilter.model.core_v1 import Node, Pod
 from kilter.state.store import ADDED, DELETED, MODIFIED, Event, Stored
 
-__all__ = ["Batch", "Reflector", "Resource"]
+__all__ = ["Batch", "Reflector", "WatchedResource"]
 
 log = logging.getLogger("kilter.state")
 
@@ -54,7 +54,7 @@ Obj = dict[str, Any]
 
 
 @dataclass(frozen=True)
-class Resource:
+class WatchedResource:
     """What to list and watch, and how to cut it down to what kilter reads."""
 
     group: str
@@ -75,7 +75,7 @@ class Resource:
 class Batch:
     """Events of one resource; ``relist`` (the whole set after a list) replaces what the store held of it."""
 
-    resource: Resource
+    resource: WatchedResource
     events: list[Event] = field(default_factory=list)
     relist: list[Stored] | None = None
     received: float = field(default_factory=time.monotonic)  # when the reflector handed it over: the state's lag
@@ -125,7 +125,7 @@ class Reflector:
     def __init__(
         self,
         api: ApiServer,
-        resource: Resource,
+        resource: WatchedResource,
         sink: Callable[[Batch], None],
         *,
         page_size: int = 500,

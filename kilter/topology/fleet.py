@@ -232,7 +232,7 @@ def build_fleet(
     fabric: list[str] = []
     members = parts.domains_of(found, platforms, levels, fabric)
     warnings.extend(fabric)
-    layout = parts.Layout.of(members, platforms, health, warnings)
+    layout = parts.NodeLayout.of(members, platforms, health, warnings)
     group, group_ids = parts.groups_above(levels, layout.node_labels, layout.node_start)
     taint_class, taint_classes = parts.taint_classes(layout.node_taints)
     gpus = np.asarray(layout.node_gpus, dtype=np.int32)

@@ -4,7 +4,7 @@ Each step is one rule of the fleet (``fleet``'s docstring says them all):
 which nodes are GPU nodes and how many devices each offers (``gpu_nodes``),
 which domain each belongs to and which domain labels are not believed
 (``domains_of``, ``detach_misshapen``), how nodes and domains are numbered
-(``Layout``), the groups above the domains (``groups_above``), the taint
+(``NodeLayout``), the groups above the domains (``groups_above``), the taint
 classes (``taint_classes``) and the GPUs bound pods hold (``booked``).
 """
 
@@ -30,8 +30,8 @@ from kilter.topology.validate import READ_ERRORS, device_counts
 __all__ = [
     "ENDED_PHASES",
     "MAX_NODE_GPUS",
-    "Layout",
     "Members",
+    "NodeLayout",
     "TaintKey",
     "booked",
     "detach_misshapen",
@@ -136,7 +136,7 @@ def domains_of(
 
 
 @dataclass
-class Layout:
+class NodeLayout:
     """Nodes and domains numbered as the bitmap holds them: domains in key order, nodes in name order inside
     them; per node its name, labels, scheduling taints, domain, GPUs and usability; per domain its first node,
     tray size, platform, flags and ID."""
@@ -156,7 +156,9 @@ class Layout:
     node_index: dict[str, int] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, members: Members, platforms: Sequence[Platform], health: HealthSignals, warnings: list[str]) -> Layout:
+    def of(
+        cls, members: Members, platforms: Sequence[Platform], health: HealthSignals, warnings: list[str]
+    ) -> NodeLayout:
         """The layout of ``members``; InputError for a node named twice. A domain ID two platforms share is
         suffixed with the platform (``r1@GB200-NVL72``); a domain with more nodes than its platform's is warned of."""
         out = cls()
@@ -228,7 +230,7 @@ def taint_classes(
 
 def booked(
     pods: Iterable[Pod],
-    layout: Layout,
+    layout: NodeLayout,
     platforms: Sequence[Platform],
     gpus: npt.NDArray[np.int32],
     unreadable_pods: dict[str, str],

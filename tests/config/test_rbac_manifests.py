@@ -29,7 +29,7 @@ from kilter.gangs import GangId, GangPlan, KeySecret, PlanRecorder, Slot, Victim
 from kilter.gangs.key_secret import DEFAULT_ROTATION_S
 from kilter.kube.api import ApiError, ApiServer
 from kilter.state.live import default_resources
-from kilter.state.reflector import Batch, Reflector, Resource
+from kilter.state.reflector import Batch, Reflector, WatchedResource
 from kilter.topology.catalog import BUILTIN, Catalog
 from kilter.topology.plan import Plan
 from kilter.webhooks.admissioncheck import CHECKS, CONTROLLER_NAME, WORKLOADS
@@ -214,12 +214,12 @@ def _ignore(batch: Batch) -> None:
 
 
 @pytest.fixture(scope="module")
-def resources() -> list[Resource]:
+def resources() -> list[WatchedResource]:
     return default_resources(Catalog(BUILTIN))
 
 
 @pytest.fixture(scope="module")
-def feed_requests(resources: list[Resource]) -> list[tuple[str, str]]:
+def feed_requests(resources: list[WatchedResource]) -> list[tuple[str, str]]:
     """Discovery, list and watch of every resource of the live feed, as its reflectors make them."""
     api = _api(tuple(r.plural for r in resources))
     for resource in resources:
@@ -357,7 +357,7 @@ def test_bindings_give_every_role_to_the_service_account_and_nothing_else(rbac_d
 # ---------------------------------------------------------------------------- what kilter's ClusterRoles grant
 
 
-def test_the_feed_may_list_and_watch_everything_it_reads(docs: list[Obj], resources: list[Resource]) -> None:
+def test_the_feed_may_list_and_watch_everything_it_reads(docs: list[Obj], resources: list[WatchedResource]) -> None:
     grants = _grants(one(docs, "ClusterRole", "kilter-read"))
     for r in resources:
         # RBAC rules carry no version: the one plural covers every version the feed may use (v1beta2, v1beta1).

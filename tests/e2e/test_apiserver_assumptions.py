@@ -25,7 +25,7 @@ from kilter.kube.leader import LeaderElector
 from kilter.model.annotations import TOPOLOGY_ACK
 from kilter.model.core_v1 import Node, Pod
 from kilter.state.live import ENDED
-from kilter.state.reflector import Reflector, Resource, _ListPage
+from kilter.state.reflector import Reflector, WatchedResource, _ListPage
 from tests.e2e.conftest import pending_pod
 from tests.topology.builders import CLIQUE
 
@@ -42,7 +42,9 @@ def _create_pods(api: ApiServer, namespace: str, count: int) -> list[dict[str, o
 
 def test_a_paged_pods_list_with_the_phase_selector_arrives_typed_and_whole(api: ApiServer, namespace: str) -> None:
     _create_pods(api, namespace, 5)
-    pods = Resource("", ("v1",), "pods", "Pod", field_selector=f"metadata.namespace={namespace},{ENDED}", typed=Pod)
+    pods = WatchedResource(
+        "", ("v1",), "pods", "Pod", field_selector=f"metadata.namespace={namespace},{ENDED}", typed=Pod
+    )
     listed = Reflector(api, pods, lambda batch: None, page_size=2).list_once()
     assert sorted(p.metadata.name for p in listed if isinstance(p, Pod)) == [f"p{i}" for i in range(5)]
 
@@ -50,8 +52,11 @@ def test_a_paged_pods_list_with_the_phase_selector_arrives_typed_and_whole(api: 
 def test_pods_and_nodes_listed_as_protobuf_decode_to_the_views_their_json_gives(api: ApiServer, namespace: str) -> None:
     _create_pods(api, namespace, 3)
     for resource, path in (
-        (Resource("", ("v1",), "pods", "Pod", field_selector=f"metadata.namespace={namespace}", typed=Pod), "pods"),
-        (Resource("", ("v1",), "nodes", "Node", typed=Node), "nodes"),
+        (
+            WatchedResource("", ("v1",), "pods", "Pod", field_selector=f"metadata.namespace={namespace}", typed=Pod),
+            "pods",
+        ),
+        (WatchedResource("", ("v1",), "nodes", "Node", typed=Node), "nodes"),
     ):
         _, media = api.call_raw("GET", f"/api/v1/{path}?limit=500", accept=protobuf.ACCEPT)
         assert protobuf.is_protobuf(media), media  # kube-apiserver serves core/v1 as protobuf
@@ -144,7 +149,7 @@ def test_an_event_shows_where_kubectl_describe_looks(api: ApiServer, namespace: 
 
 
 def test_a_group_the_server_does_not_serve_is_absent_not_an_error(api: ApiServer) -> None:
-    missing = Resource("e2e.kilter.dev", ("v1",), "widgets", "Widget")
+    missing = WatchedResource("e2e.kilter.dev", ("v1",), "widgets", "Widget")
     assert Reflector(api, missing, lambda batch: None).list_once() == []
 
 

@@ -22,7 +22,7 @@ from kilter.kube.protobuf import ACCEPT
 from kilter.model.core_v1 import Node, Pod
 from kilter.state.live import LiveFeed, default_resources
 from kilter.state.reflector import Reflector
-from kilter.state.reflector import Resource as Watched
+from kilter.state.reflector import WatchedResource as Watched
 from kilter.state.store import ClusterStore, object_key
 from kilter.topology.catalog import BUILTIN, Catalog
 from tests.listwatch import NODES, PODS, ListWatchServer, Resource

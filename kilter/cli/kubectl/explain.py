@@ -52,7 +52,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], common:
 
 
 @dataclass
-class Target:
+class ExplainTarget:
     kind: str
     namespace: str
     name: str
@@ -94,13 +94,13 @@ def _owner_key(namespace: str, workload: Mapping[str, Any]) -> GangKey:
     return GangKey(namespace, "workload", ((workload.get("metadata") or {}).get("name", ""),))
 
 
-def resolve(cluster: Cluster, text: str) -> Target | None:
+def resolve(cluster: Cluster, text: str) -> ExplainTarget | None:
     """What TARGET names, with its gang's pods; None when nothing of that name exists."""
     kind, name = _parse(text)
     ns = cluster.namespace or "default"
     store = cluster.store
     store.index_pods((*INDEXED_LABELS, JOB_NAME), INDEXED_ANNOTATIONS)
-    t = Target(kind, ns, name)
+    t = ExplainTarget(kind, ns, name)
     if kind == "pod":
         pod = store.pod_named(ns, name)
         if pod is None:
@@ -163,7 +163,7 @@ def _quota(cluster: Cluster, workload: Mapping[str, Any] | None) -> tuple[dict[s
     return {"state": "finished or inactive", "reason": "", "message": "neither pending nor holding quota"}, None
 
 
-def story(cluster: Cluster, t: Target) -> dict[str, Any]:
+def story(cluster: Cluster, t: ExplainTarget) -> dict[str, Any]:
     store = cluster.store
     fleet = store.fleet()
     quota, entry = _quota(cluster, t.workload)

@@ -12,7 +12,7 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
-from kilter.extenders.scheduler import Answer
+from kilter.extenders.scheduler import VerbAnswer
 from kilter.extenders.volcano import wire as vw
 from kilter.topology.fleet import Fleet
 
@@ -31,36 +31,38 @@ SCORE_TEXT = [str(v).encode() for v in range(MAX_NODE_SCORE + 1)]
 _ENCODER = msgspec.json.Encoder()
 
 
-def predicate(code: int, reason: str) -> Answer:
+def predicate(code: int, reason: str) -> VerbAnswer:
     """A predicate answer: ``code`` is one of Volcano's framework status codes (``wire.SUCCESS`` ...)."""
-    return Answer(200, _ENCODER.encode({"status": reason, "code": code}), "passed" if code == vw.SUCCESS else "failed")
+    return VerbAnswer(
+        200, _ENCODER.encode({"status": reason, "code": code}), "passed" if code == vw.SUCCESS else "failed"
+    )
 
 
-def node_scores(fleet: Fleet, index: npt.NDArray[np.int32], scaled: npt.NDArray[np.int32]) -> Answer:
+def node_scores(fleet: Fleet, index: npt.NDArray[np.int32], scaled: npt.NDArray[np.int32]) -> VerbAnswer:
     """Scores (0..MAX_NODE_SCORE) of the offered nodes kilter knows (``index`` >= 0), keyed by node name."""
     known = np.flatnonzero(index >= 0)
     scores_json = fleet.json_names().object(index[known], scaled[known].astype(np.int32), SCORE_TEXT)
-    return Answer(200, b'{"nodeScore":' + scores_json + b',"errorMessage":""}', "scored")
+    return VerbAnswer(200, b'{"nodeScore":' + scores_json + b',"errorMessage":""}', "scored")
 
 
-def score_error(message: str) -> Answer:
-    return Answer(200, _ENCODER.encode({"nodeScore": {}, "errorMessage": message}), "error")
+def score_error(message: str) -> VerbAnswer:
+    return VerbAnswer(200, _ENCODER.encode({"nodeScore": {}, "errorMessage": message}), "error")
 
 
-def error_message(message: str, outcome: str) -> Answer:
+def error_message(message: str, outcome: str) -> VerbAnswer:
     """allocateFunc / deallocateFunc's answer with an error (``outcome``: the decisions metric's label)."""
-    return Answer(200, _ENCODER.encode({"errorMessage": message}), outcome)
+    return VerbAnswer(200, _ENCODER.encode({"errorMessage": message}), outcome)
 
 
-def bad_request(exc: Exception) -> Answer:
+def bad_request(exc: Exception) -> VerbAnswer:
     """HTTP 400 with the reason, for the verbs whose answer has no error field."""
-    return Answer(400, str(exc).encode(), "error")
+    return VerbAnswer(400, str(exc).encode(), "error")
 
 
-def legacy_predicate(answer: Answer, encoder: msgspec.json.Encoder) -> Answer:
+def legacy_predicate(answer: VerbAnswer, encoder: msgspec.json.Encoder) -> VerbAnswer:
     """``{"status":[api.Status…]}``, Volcano v1.9's PredicateResponse: empty when the node fits."""
     new = msgspec.json.decode(answer.body)
     if not new["status"]:
-        return Answer(200, b'{"status":[]}', answer.outcome)
+        return VerbAnswer(200, b'{"status":[]}', answer.outcome)
     old = {"status": [{"Code": new["code"], "Reason": new["status"], "Plugin": "kilter"}]}
-    return Answer(200, encoder.encode(old), answer.outcome)
+    return VerbAnswer(200, encoder.encode(old), answer.outcome)

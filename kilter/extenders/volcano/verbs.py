@@ -40,7 +40,7 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
-from kilter.extenders.scheduler import Answer
+from kilter.extenders.scheduler import VerbAnswer
 from kilter.extenders.volcano import answers, placement, quota_jobs, shaping
 from kilter.extenders.volcano import wire as vw
 from kilter.extenders.volcano.events import EventSink, PacedEvents
@@ -115,7 +115,7 @@ class VolcanoExtender:
         self.streamed_fallbacks = 0
         self._ladder = verdicts.Ladder()
         self._encoder = msgspec.json.Encoder()
-        self._handlers: dict[str, Callable[[bytes], Answer]] = {
+        self._handlers: dict[str, Callable[[bytes], VerbAnswer]] = {
             "onSessionOpen": self.session_open,
             "onSessionClose": self.session_close,
             "predicate": self.predicate,
@@ -130,7 +130,7 @@ class VolcanoExtender:
             "deallocateFunc": lambda body: self.allocate(body, allocate=False),
         }
 
-    def call(self, verb: str, body: bytes, *, legacy: bool = False) -> Answer:
+    def call(self, verb: str, body: bytes, *, legacy: bool = False) -> VerbAnswer:
         """One verb; ``legacy`` answers predicate in the list form Volcano read up to v1.9."""
         answer = self._handlers[verb](body)
         if legacy and verb == "predicate" and answer.status == 200:
@@ -143,22 +143,22 @@ class VolcanoExtender:
 
     # ------------------------------------------------------------------ session
 
-    def session_open(self, body: bytes) -> Answer:
+    def session_open(self, body: bytes) -> VerbAnswer:
         try:
             args = self.reader.session_open(body)
         except KilterError as exc:
             self.sessions.lost()
             return answers.bad_request(exc)
         self.sessions.open(args)
-        return Answer(200, b"{}", "opened")
+        return VerbAnswer(200, b"{}", "opened")
 
-    def session_close(self, body: bytes) -> Answer:
+    def session_close(self, body: bytes) -> VerbAnswer:
         self.sessions.close()
-        return Answer(200, b"{}", "closed")
+        return VerbAnswer(200, b"{}", "closed")
 
     # ------------------------------------------------------------------ quota
 
-    def job_enqueueable(self, body: bytes) -> Answer:
+    def job_enqueueable(self, body: bytes) -> VerbAnswer:
         try:
             job = quota_jobs.named_job(self.reader.decode(vw.JobArgs, body).job)
             answer = self.view().enqueueable(job, self.clock())
@@ -169,26 +169,26 @@ class VolcanoExtender:
             self.views.permit(job)
         if answer.never:
             self.warnings.warn(job, "KilterNeverFits", f"kilter refused to enqueue the job: it {answer.reason}")
-        return Answer(200, b'{"status":%d}' % answer.status, _OUTCOMES[answer.status])
+        return VerbAnswer(200, b'{"status":%d}' % answer.status, _OUTCOMES[answer.status])
 
-    def job_enqueued(self, body: bytes) -> Answer:
+    def job_enqueued(self, body: bytes) -> VerbAnswer:
         try:
             job = quota_jobs.named_job(self.reader.decode(vw.JobArgs, body).job)
         except KilterError as exc:
             return answers.bad_request(exc)
         self.notes.add(job.key, "enqueued", "Volcano enqueued the job")
-        return Answer(200, b"{}", "enqueued")
+        return VerbAnswer(200, b"{}", "enqueued")
 
-    def queue_overused(self, body: bytes) -> Answer:
+    def queue_overused(self, body: bytes) -> VerbAnswer:
         try:
             name = quota_jobs.queue_name(self.reader.decode(vw.QueueArgs, body).queue)
             overused, reason = self.view().overused(name)
         except KilterError as exc:
             return answers.bad_request(exc)
         self.notes.add(f"queue/{name}", "overused", reason)
-        return Answer(200, b'{"overused":true}' if overused else b'{"overused":false}', str(overused).lower())
+        return VerbAnswer(200, b'{"overused":true}' if overused else b'{"overused":false}', str(overused).lower())
 
-    def evict(self, body: bytes, *, cross_queue: bool) -> Answer:
+    def evict(self, body: bytes, *, cross_queue: bool) -> VerbAnswer:
         """preemptable (inside the evictor's queue) and reclaimable (from other queues): victims as received."""
         try:
             args = self.reader.decode(vw.EvictArgs, body)
@@ -207,11 +207,11 @@ class VolcanoExtender:
             status, reason = QueueVerdict.REJECT, f"{reason}; none of the offered tasks belongs to those jobs"
         self.notes.add(job.key, "reclaimable" if cross_queue else "preemptable", reason)
         body_out = b'{"status":%d,"victims":[%s]}' % (status, b",".join(kept))
-        return Answer(200, body_out, "victims" if kept else "none")
+        return VerbAnswer(200, body_out, "victims" if kept else "none")
 
     # ------------------------------------------------------------------ placement
 
-    def predicate(self, body: bytes) -> Answer:
+    def predicate(self, body: bytes) -> VerbAnswer:
         try:
             args = self.reader.predicate(body)
             if args.node is None or not args.node.name:
@@ -246,7 +246,7 @@ class VolcanoExtender:
         except KilterError:  # prioritize words the error
             return None
 
-    def prioritize_streamed(self, streamed: StreamedNodes | None) -> Answer | None:
+    def prioritize_streamed(self, streamed: StreamedNodes | None) -> VerbAnswer | None:
         """``prioritize``'s answer from the nodes a ``prioritize_reader`` found while the body arrived.
 
         This is ``prioritize``'s header path with the headers already read: the
@@ -262,7 +262,7 @@ class VolcanoExtender:
             self.streamed_answers += 1
         return answer
 
-    def _streamed(self, streamed: StreamedNodes | None) -> Answer | None:
+    def _streamed(self, streamed: StreamedNodes | None) -> VerbAnswer | None:
         if streamed is None:
             return None
         try:
@@ -274,7 +274,7 @@ class VolcanoExtender:
             return None
         return self._prioritize(task, streamed.index, fleet)
 
-    def prioritize(self, body: bytes) -> Answer:
+    def prioritize(self, body: bytes) -> VerbAnswer:
         """Scores for the known nodes among those offered (0..MAX_NODE_SCORE), keyed by name."""
         try:
             fleet = self.store.fleet()
@@ -283,19 +283,19 @@ class VolcanoExtender:
             return answers.score_error(str(exc))
         return self._prioritize(task, index, fleet)
 
-    def _prioritize(self, task: vw.TaskHead, index: npt.NDArray[np.int32], fleet: Fleet) -> Answer:
+    def _prioritize(self, task: vw.TaskHead, index: npt.NDArray[np.int32], fleet: Fleet) -> VerbAnswer:
         """The answer for ``task`` over the offered nodes, given as fleet indices (-1: unknown)."""
         try:
             _, gpus = shaping.task_gpus(task, fleet)
             if not gpus:
-                return Answer(200, b'{"nodeScore":{},"errorMessage":""}', "not-gpu")
+                return VerbAnswer(200, b'{"nodeScore":{},"errorMessage":""}', "not-gpu")
             plan = self._plan(task, gpus, fleet)
         except KilterError as exc:
             return answers.score_error(str(exc))
         held = placement.seat(plan, self.store, self._pod_of(task), uid=task.uid, gpus=gpus)
         return answers.node_scores(fleet, index, placement.scores(fleet, index, gpus=gpus, plan=plan, held=held))
 
-    def allocate(self, body: bytes, *, allocate: bool) -> Answer:
+    def allocate(self, body: bytes, *, allocate: bool) -> VerbAnswer:
         """allocateFunc (``allocate``) and deallocateFunc: a task took or gave back its node."""
         try:
             task = self.reader.decode(vw.TaskArgs, body).task
@@ -327,15 +327,15 @@ class VolcanoExtender:
             slot = self.gangs.bound(uid, task.node_name, gpus, gang=shaping.gang_key(task.job), place=place)
         if gpus and slot is None and task.node_name in fleet.node_index:
             self.store.assume(uid, task.node_name, gpus)
-        return Answer(200, b'{"errorMessage":""}', "allocated")
+        return VerbAnswer(200, b'{"errorMessage":""}', "allocated")
 
-    def _deallocate(self, uid: str, gpus: int) -> Answer:
+    def _deallocate(self, uid: str, gpus: int) -> VerbAnswer:
         self.views.give_back(uid)
         if gpus and not self.gangs.unbound(uid):
             self.store.forget(uid)
-        return Answer(200, b'{"errorMessage":""}', "deallocated")
+        return VerbAnswer(200, b'{"errorMessage":""}', "deallocated")
 
-    def job_ready(self, body: bytes) -> Answer:
+    def job_ready(self, body: bytes) -> VerbAnswer:
         try:
             args = self.reader.decode(vw.JobArgs, body)
             job = quota_jobs.named_job(args.job)
@@ -346,8 +346,8 @@ class VolcanoExtender:
         off = placement.off_plan_tasks(self.gangs.plan_of(shaping.gang_key(job.key)), fleet, args.job.tasks)
         if off:
             self.notes.add(job.key, "ready", f"not ready: off the gang's plan: {', '.join(off[:5])}")
-            return Answer(200, b'{"status":false}', "off-plan")
-        return Answer(200, b'{"status":true}', "ready")
+            return VerbAnswer(200, b'{"status":false}', "off-plan")
+        return VerbAnswer(200, b'{"status":true}', "ready")
 
     # ------------------------------------------------------------------ gangs
 

@@ -23,7 +23,7 @@ __all__ = [
     "IN_COHORT_FAIR_SHARING",
     "IN_COHORT_RECLAIM_WHILE_BORROWING",
     "IN_COHORT_RECLAMATION",
-    "PreemptionResult",
+    "PreemptionTargets",
     "Target",
     "candidates_order",
     "fill_back",
@@ -46,7 +46,7 @@ class Target:
 
 
 @dataclass(frozen=True)
-class PreemptionResult:
+class PreemptionTargets:
     targets: tuple[Target, ...]
     reason: str = ""
 

@@ -14,7 +14,7 @@ from functools import cmp_to_key
 from kilter.quota.available import available
 from kilter.quota.config import FairSharingConfig
 from kilter.quota.preempt.classical import classical_targets
-from kilter.quota.preempt.common import PreemptionResult, candidates_order, fill_back
+from kilter.quota.preempt.common import PreemptionTargets, candidates_order, fill_back
 from kilter.quota.preempt.fairsharing.target import fair_targets
 from kilter.quota.preempt.scope import find_scope
 from kilter.quota.shares import Shares
@@ -37,7 +37,7 @@ def find_targets(
     now: float,
     lq_usage: Mapping[tuple[str, str], float] | None = None,
     walk_all: bool = False,
-) -> PreemptionResult:
+) -> PreemptionTargets:
     """The workloads to preempt so ``preemptor`` (needing ``usage`` in ``cq``) fits, or why none can.
 
     ``walk_all`` walks every candidate of the cohort as Kueue does, without
@@ -47,7 +47,7 @@ def find_targets(
     """
     frs = {fr for fr, v in usage.items() if v > available(cq, fr)}
     if not frs:
-        return PreemptionResult((), "fits without preemption")
+        return PreemptionTargets((), "fits without preemption")
     scope = find_scope(tree, admitted, cq, preemptor, usage, frs, now=now, walk_all=walk_all)
     candidates = scope.candidates
     if scope.root.parent is not None:
@@ -56,17 +56,17 @@ def find_targets(
             f"the borrowingLimit of {scope.root.kind} {scope.root.name} caps {_names(frs)}: only {where} can make room"
         )
         if not candidates:
-            return PreemptionResult((), f"{capped}, and the preemption policy allows none of them")
+            return PreemptionTargets((), f"{capped}, and the preemption policy allows none of them")
         if scope.hopeless:
-            return PreemptionResult((), f"{capped}, and preempting all it allows would still not be enough")
+            return PreemptionTargets((), f"{capped}, and preempting all it allows would still not be enough")
     if scope.out_of_reach:
-        return PreemptionResult((), "preempting every workload of every borrowing queue would still not make room")
+        return PreemptionTargets((), "preempting every workload of every borrowing queue would still not make room")
     if not candidates:
-        return PreemptionResult((), "no workload may be preempted under the ClusterQueue's preemption policy")
+        return PreemptionTargets((), "no workload may be preempted under the ClusterQueue's preemption policy")
     # Removal never lowers ``available``: if taking every candidate is not enough, no subset is
     # (the answer Kueue reaches after trying them all, without the trying).
     if scope.hopeless:
-        return PreemptionResult((), "preempting every allowed candidate would still not make room")
+        return PreemptionTargets((), "preempting every allowed candidate would still not make room")
     key = candidates_order(cq.name, now, lq_usage)
     journal = Journal()
     try:
@@ -77,8 +77,8 @@ def find_targets(
             flat = sorted((w for ws in candidates.values() for w in ws), key=cmp_to_key(key))
             targets, allow_borrowing = classical_targets(tree, cq, preemptor, usage, flat, frs, journal)
         if targets is None:
-            return PreemptionResult((), "preempting every allowed candidate would still not make room")
-        return PreemptionResult(tuple(fill_back(cq, usage, tree, targets, journal, allow_borrowing=allow_borrowing)))
+            return PreemptionTargets((), "preempting every allowed candidate would still not make room")
+        return PreemptionTargets(tuple(fill_back(cq, usage, tree, targets, journal, allow_borrowing=allow_borrowing)))
     finally:
         journal.undo()
 
