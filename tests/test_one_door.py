@@ -15,7 +15,6 @@ LeaderWorkerSet group, so the AdmissionCheck meets the one-gang job only.)
 from __future__ import annotations
 
 import copy
-import http.client
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,8 +33,9 @@ from kilter.state.cluster import from_objects
 from kilter.topology.fleet import Fleet
 from kilter.webhooks.admissioncheck import decide
 from tests.api.serving import serving
-from tests.extenders.conftest import _Server, pod_json, serve_config, write_snapshot
+from tests.extenders.conftest import Served, _Server, pod_json, serve_config, write_snapshot
 from tests.extenders.volcano import payloads as vp
+from tests.extenders.volcano.conftest import Volcano
 from tests.test_one_placement import NODE_NAMES, fleet, volcano_node
 from tests.webhooks.test_admissioncheck import CHECK, admission_check, workload
 
@@ -103,16 +103,13 @@ def extender_ranks(tmp_path: Path, pods: list[dict[str, Any]], gangs: int) -> Ra
     """kube-scheduler's filter of each pod, in rank order, over every node: the one node each passes."""
     snapshot = tmp_path / "extender.json"
     write_snapshot(snapshot, [*fleet(), *pods])
-    app, _ = build_app(serve_config(snapshot))
+    app, store = build_app(serve_config(snapshot))
     nodes: list[str] = []
     with _Server(app, None) as port:
+        served = Served(app, store, snapshot, port)
         for pod in pods:
-            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-            body = json.dumps({"Pod": pod, "Nodes": None, "NodeNames": NODE_NAMES}).encode()
-            conn.request("POST", "/scheduler/filter", body, {"Content-Type": "application/json"})
-            result = json.loads(conn.getresponse().read())
-            conn.close()
-            assert result["Error"] == ""
+            status, result = served.post("filter", {"Pod": pod, "Nodes": None, "NodeNames": NODE_NAMES})
+            assert status == 200 and result["Error"] == ""
             nodes.append(passing_node(result["NodeNames"]))
     return [nodes[g * PODS : (g + 1) * PODS] for g in range(gangs)]
 
@@ -141,15 +138,8 @@ def volcano_ranks(tmp_path: Path, groups: list[list[dict[str, Any]]]) -> Ranked:
     app, _ = build_app(serve_config(snapshot))
     out: Ranked = []
     with _Server(app, None) as port:
-
-        def post(verb: str, args: Any) -> Any:
-            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-            conn.request("POST", f"/volcano/{verb}", vp.to_go_json(args), {"Content-Type": "application/json"})
-            answer = json.loads(conn.getresponse().read())
-            conn.close()
-            return answer
-
-        post("onSessionOpen", vp.session_open_args(jobs, [], [vp.queue_info("default")]))
+        volcano = Volcano(app, port)
+        assert volcano.post("onSessionOpen", vp.session_open_args(jobs, [], [vp.queue_info("default")]))[0] == 200
         for job, pods in zip(jobs, groups, strict=True):
             by_name = {t["Name"]: t for t in job["Tasks"].values()}
             ranked = []
@@ -158,7 +148,7 @@ def volcano_ranks(tmp_path: Path, groups: list[list[dict[str, Any]]]) -> Ranked:
                 passed = [
                     n
                     for n in NODE_NAMES
-                    if post("predicate", vp.predicate_args(task, volcano_node(n)))["code"] == vp.SUCCESS
+                    if volcano.post("predicate", vp.predicate_args(task, volcano_node(n)))[1]["code"] == vp.SUCCESS
                 ]
                 ranked.append(passing_node(passed))
             out.append(ranked)

@@ -11,7 +11,6 @@ description; it is replaced by ``<gang>`` before reasons are compared.
 from __future__ import annotations
 
 import copy
-import http.client
 import json
 from pathlib import Path
 from typing import Any
@@ -22,8 +21,9 @@ from kilter.cli.main import main
 from kilter.cli.serve import build_app
 from kilter.state.cluster import from_objects
 from kilter.webhooks.admissioncheck import decide
-from tests.extenders.conftest import _Server, cluster_objects, pod_json, serve_config, write_snapshot
+from tests.extenders.conftest import Served, _Server, cluster_objects, pod_json, serve_config, write_snapshot
 from tests.extenders.volcano import payloads as vp
+from tests.extenders.volcano.conftest import Volcano
 from tests.webhooks.test_admissioncheck import CHECK, admission_check, workload
 
 POOL = "example.com/pool"
@@ -69,14 +69,12 @@ def extender_answer(tmp_path: Path) -> tuple[list[str], dict[str, str]]:
     snapshot = tmp_path / "extender.json"
     pods = gang_pods()
     write_snapshot(snapshot, [*fleet(), *pods])
-    app, _ = build_app(serve_config(snapshot))
+    app, store = build_app(serve_config(snapshot))
     with _Server(app, None) as port:
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-        body = json.dumps({"Pod": pods[0], "Nodes": None, "NodeNames": NODE_NAMES}).encode()
-        conn.request("POST", "/scheduler/filter", body, {"Content-Type": "application/json"})
-        result = json.loads(conn.getresponse().read())
-        conn.close()
-    assert result["Error"] == ""
+        status, result = Served(app, store, snapshot, port).post(
+            "filter", {"Pod": pods[0], "Nodes": None, "NodeNames": NODE_NAMES}
+        )
+    assert status == 200 and result["Error"] == ""
     failed = {**result["FailedNodes"], **result["FailedAndUnresolvableNodes"]}
     return sorted(result["NodeNames"]), {n: normal(r) for n, r in failed.items()}
 
@@ -102,17 +100,10 @@ def volcano_answer(tmp_path: Path) -> tuple[list[str], dict[str, str]]:
     app, _ = build_app(serve_config(snapshot))
     passed, failed = [], {}
     with _Server(app, None) as port:
-
-        def post(verb: str, args: Any) -> Any:
-            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-            conn.request("POST", f"/volcano/{verb}", vp.to_go_json(args), {"Content-Type": "application/json"})
-            answer = json.loads(conn.getresponse().read())
-            conn.close()
-            return answer
-
-        post("onSessionOpen", vp.session_open_args([job], [], [vp.queue_info("default")]))
+        volcano = Volcano(app, port)
+        assert volcano.post("onSessionOpen", vp.session_open_args([job], [], [vp.queue_info("default")]))[0] == 200
         for name in NODE_NAMES:
-            answer = post("predicate", vp.predicate_args(first, volcano_node(name)))
+            answer = volcano.post("predicate", vp.predicate_args(first, volcano_node(name)))[1]
             if answer["code"] == vp.SUCCESS:
                 passed.append(name)
             else:

@@ -10,8 +10,6 @@ plans it, and Volcano's prioritize must put r02's trays strictly on top.
 
 from __future__ import annotations
 
-import http.client
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,7 +17,7 @@ from typing import Any
 import pytest
 
 from kilter.cli.serve import build_app
-from tests.extenders.conftest import _Server, pod_json, serve_config, write_snapshot
+from tests.extenders.conftest import Served, _Server, pod_json, serve_config, write_snapshot
 from tests.extenders.volcano import payloads as vp
 from tests.extenders.volcano.conftest import Volcano, open_session, quota_objects
 from tests.topology.builders import CLIQUE, node_dict
@@ -68,14 +66,13 @@ def extender_plan(tmp_path: Path) -> set[str]:
     snapshot = tmp_path / "extender.json"
     pods = [pod_json(f"train-{i}", 4, labels=GANG) for i in range(4)]
     write_snapshot(snapshot, [*objects(), *pods])
-    app, _ = build_app(serve_config(snapshot))
+    app, store = build_app(serve_config(snapshot))
     free = [n for n in TRAYS if n not in USED]
     with _Server(app, None) as port:
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-        body = json.dumps({"Pod": pods[0], "Nodes": None, "NodeNames": free}).encode()
-        conn.request("POST", "/scheduler/prioritize", body, {"Content-Type": "application/json"})
-        answer = json.loads(conn.getresponse().read())
-        conn.close()
+        status, answer = Served(app, store, snapshot, port).post(
+            "prioritize", {"Pod": pods[0], "Nodes": None, "NodeNames": free}
+        )
+    assert status == 200
     return top({h["Host"]: h["Score"] for h in answer})
 
 
