@@ -74,9 +74,5 @@ class PoolFiles:
         self._loaded += 1
         return identity
 
-    @property
-    def version(self) -> int:
-        return self.files.current().version
-
     def current(self) -> Identity:
         return self.files.current()
