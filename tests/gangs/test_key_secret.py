@@ -20,6 +20,7 @@ from kilter.gangs.keys import PlanKeys
 from kilter.kube.api import ApiServer
 from kilter.model.annotations import PLAN_KEY_ROTATED_AT
 from kilter.model.errors import InputError
+from tests.clock import Clock
 from tests.listwatch import SECRETS, ListWatchServer
 
 TOKEN = "key-secret"
@@ -30,14 +31,6 @@ INTERVAL_S = 60.0
 T0 = 1_780_000_000.0  # 2026-05-28T20:26:40Z
 OLD, OTHER = "a" * 64, "c" * 64
 Obj = dict[str, Any]
-
-
-class Clock:
-    def __init__(self, now: float = T0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
 
 
 class Keys:
@@ -105,7 +98,7 @@ def signs_with(keys: PlanKeys, key: str) -> bool:
 
 
 def test_a_missing_secret_is_created_with_one_fresh_key(cluster: ListWatchServer) -> None:
-    keys = replica(cluster, Clock()).load()
+    keys = replica(cluster, Clock(T0)).load()
     assert stored_keys(cluster) == ["k0".ljust(64, "0")]
     meta = stored(cluster)["metadata"]
     assert meta["annotations"][PLAN_KEY_ROTATED_AT] == "2026-05-28T20:26:40Z"
@@ -116,7 +109,7 @@ def test_a_missing_secret_is_created_with_one_fresh_key(cluster: ListWatchServer
 def test_a_shipped_empty_secret_is_filled_in_place_and_never_created(cluster: ListWatchServer) -> None:
     shipped = {"apiVersion": "v1", "kind": "Secret", "type": "Opaque"}
     cluster.add({**shipped, "metadata": {"name": NAME, "namespace": NAMESPACE, "labels": {"app": "kilter"}}})
-    keys = replica(cluster, Clock()).load()
+    keys = replica(cluster, Clock(T0)).load()
     assert stored_keys(cluster) == ["k0".ljust(64, "0")] and signs_with(keys, stored_keys(cluster)[0])
     assert stored(cluster)["metadata"]["labels"] == {"app": "kilter"}
     assert stored(cluster)["metadata"]["annotations"][PLAN_KEY_ROTATED_AT] == "2026-05-28T20:26:40Z"
@@ -127,7 +120,7 @@ def test_two_replicas_filling_one_shipped_secret_end_with_one_key(cluster: ListW
     cluster.add(
         {"apiVersion": "v1", "kind": "Secret", "type": "Opaque", "metadata": {"name": NAME, "namespace": NAMESPACE}}
     )
-    first, second = replica(cluster, Clock(), prefix="a"), replica(cluster, Clock(), prefix="b")
+    first, second = replica(cluster, Clock(T0), prefix="a"), replica(cluster, Clock(T0), prefix="b")
     empty = cluster.get_object(SECRETS, NAMESPACE, NAME)
     first.load()
     filled = second._fill(empty, 0.0)  # read before the first one's PUT: its own PUT is refused (409)
@@ -136,13 +129,13 @@ def test_two_replicas_filling_one_shipped_secret_end_with_one_key(cluster: ListW
 
 def test_an_existing_secret_is_read_and_not_written(cluster: ListWatchServer) -> None:
     cluster.add(secret(holding(OLD)))
-    keys = replica(cluster, Clock()).load()
+    keys = replica(cluster, Clock(T0)).load()
     assert signs_with(keys, OLD)
     assert writes(cluster, "POST") == writes(cluster, "PUT") == 0
 
 
 def test_two_replicas_starting_together_end_with_the_one_key_the_first_created(cluster: ListWatchServer) -> None:
-    clock = Clock()
+    clock = Clock(T0)
     first = replica(cluster, clock, prefix="a")
     drawn = Keys("b")
 
@@ -159,7 +152,7 @@ def test_two_replicas_starting_together_end_with_the_one_key_the_first_created(c
 
 
 def test_the_writer_rotates_after_the_period_keeping_only_the_previous_key(cluster: ListWatchServer) -> None:
-    clock = Clock()
+    clock = Clock(T0)
     cluster.add(secret(holding(OLD, OTHER)))
     writer = replica(cluster, clock)
     writer.load()
@@ -178,7 +171,7 @@ def test_the_writer_rotates_after_the_period_keeping_only_the_previous_key(clust
 
 
 def test_a_new_key_signs_only_after_the_grace_every_replica_reads_it_in(cluster: ListWatchServer) -> None:
-    clock = Clock()
+    clock = Clock(T0)
     cluster.add(secret(holding(OLD)))
     writer, reader = replica(cluster, clock), replica(cluster, clock, writer=False)
     writer.load()
@@ -198,7 +191,7 @@ def test_a_new_key_signs_only_after_the_grace_every_replica_reads_it_in(cluster:
 
 
 def test_a_record_signed_before_the_rotation_still_verifies_after_it(cluster: ListWatchServer) -> None:
-    clock = Clock()
+    clock = Clock(T0)
     writer = replica(cluster, clock)
     signed_before = writer.load().sign(b"record and uid")
     clock.now = T0 + ROTATION_S + 2 * INTERVAL_S
@@ -212,7 +205,7 @@ def test_a_record_signed_before_the_rotation_still_verifies_after_it(cluster: Li
 def test_a_replica_that_does_not_write_never_rotates_but_takes_up_the_writers_rotation(
     cluster: ListWatchServer,
 ) -> None:
-    clock = Clock()
+    clock = Clock(T0)
     cluster.add(secret(holding(OLD)))
     follower = replica(cluster, clock, writer=False)
     follower.load()
@@ -227,7 +220,7 @@ def test_a_replica_that_does_not_write_never_rotates_but_takes_up_the_writers_ro
 
 
 def test_writers_racing_to_rotate_make_one_rotation_and_retry_nothing(cluster: ListWatchServer) -> None:
-    clock = Clock()
+    clock = Clock(T0)
     cluster.add(secret(holding(OLD)))
     first = replica(cluster, clock, prefix="a")
     drawn = Keys("b")
@@ -248,7 +241,7 @@ def test_writers_racing_to_rotate_make_one_rotation_and_retry_nothing(cluster: L
 
 
 def test_a_secret_made_by_hand_without_a_rotation_time_gets_one_and_keeps_its_keys(cluster: ListWatchServer) -> None:
-    clock = Clock()
+    clock = Clock(T0)
     cluster.add(secret(holding(OLD, OTHER), rotated_at=None))
     writer = replica(cluster, clock)
     writer.load()
@@ -277,7 +270,7 @@ def test_a_malformed_secret_is_refused_at_start_naming_it(
 ) -> None:
     cluster.add(malformed)
     with pytest.raises(InputError, match=message) as caught:
-        replica(cluster, Clock()).load()
+        replica(cluster, Clock(T0)).load()
     assert str(caught.value).startswith(f"--plan-key-secret {NAMESPACE}/{NAME}: ")
     assert "\n" not in str(caught.value)
 
@@ -286,7 +279,7 @@ def test_a_malformed_secret_is_refused_at_start_naming_it(
 def test_a_secret_that_turns_malformed_later_leaves_the_last_good_keys_in_use_and_counts_a_failure(
     cluster: ListWatchServer, malformed: Obj, message: str
 ) -> None:
-    clock = Clock()
+    clock = Clock(T0)
     cluster.add(secret(holding(OLD)))
     writer = replica(cluster, clock)
     writer.load()
@@ -308,7 +301,7 @@ def test_a_secret_the_api_server_refuses_is_an_error_at_start_and_a_failure_late
     with pytest.raises(InputError, match=f"--plan-key-secret {NAMESPACE}/{NAME}: API server answered 401"):
         KeySecret(api_of(cluster, token="wrong"), NAMESPACE, NAME).load()
     cluster.add(secret(holding(OLD)))
-    good = replica(cluster, Clock())
+    good = replica(cluster, Clock(T0))
     good.load()
     good.api = api_of(cluster, token="wrong")
     good.refresh()
@@ -316,7 +309,7 @@ def test_a_secret_the_api_server_refuses_is_an_error_at_start_and_a_failure_late
 
 
 def test_a_deleted_secret_is_created_again(cluster: ListWatchServer) -> None:
-    clock = Clock()
+    clock = Clock(T0)
     writer = replica(cluster, clock)
     writer.load()
     cluster.delete("", "secrets", NAMESPACE, NAME)

@@ -17,10 +17,10 @@ from kilter.quota.policy import parse_time
 from kilter.state.cluster import from_objects
 from kilter.state.store import DELETED, MODIFIED, ClusterStore, Event
 from kilter.topology.split_wait import SplitWait
+from tests.clock import Clock
 from tests.gangs.wait_scenario import (
     BUDGET_S,
     FREE,
-    Clock,
     finished_workload,
     fleet_objects,
     gang_pods,

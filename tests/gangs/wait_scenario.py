@@ -114,13 +114,3 @@ def finished_workload(name: str, hours: float, *, gpus: int = 16, cluster_queue:
             },
         },
     }
-
-
-class Clock:
-    """A clock tests move by hand (Unix seconds; the gang book's monotonic clock too)."""
-
-    def __init__(self, now: float) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now

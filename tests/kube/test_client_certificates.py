@@ -19,16 +19,9 @@ from kilter.kube import kubeconfig as kubeconfigs
 from kilter.kube.api import ApiServer, connect, server_context
 from kilter.kube.credentials import CHECK_FILES_S, RETRY_S, of_user
 from kilter.kube.kubeconfig import User
+from tests.clock import Clock
 from tests.kube.auth_kit import Authority, Plugin, kubeconfig
 from tests.listwatch import PODS, ListWatchServer
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @dataclass

@@ -16,19 +16,12 @@ from kilter.kube import kubeconfig as kubeconfigs
 from kilter.kube.api import ApiError, ApiServer, connect
 from kilter.kube.credentials import FILE_PERIOD_S, LEEWAY_S, RETRY_S, Credentials, of_user
 from kilter.kube.kubeconfig import User
+from tests.clock import Clock
 from tests.kube.auth_kit import kubeconfig
 from tests.listwatch import PODS, ListWatchServer
 
 POD = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "ml"}}
 TEST_AGENT = "credentials-tests"  # not kilter serve's: these requests are the test's, not calls RBAC must grant
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture

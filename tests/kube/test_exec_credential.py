@@ -18,18 +18,11 @@ from kilter.kube import kubeconfig as kubeconfigs
 from kilter.kube.api import ApiServer, connect
 from kilter.kube.credentials import LEEWAY_S, of_user
 from kilter.model.errors import InputError
+from tests.clock import Clock
 from tests.kube.auth_kit import EXEC_V1, Plugin, kubeconfig
 from tests.listwatch import PODS, ListWatchServer
 
 T0 = 1_900_000_000.0  # the plugin's clock and kilter's agree: the test sets both
-
-
-class Clock:
-    def __init__(self, now: float) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture

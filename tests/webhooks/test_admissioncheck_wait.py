@@ -28,8 +28,9 @@ from kilter.state.cluster import from_objects
 from kilter.state.store import MODIFIED, ClusterStore, Event
 from kilter.topology.split_wait import SplitWait
 from kilter.webhooks.admissioncheck import Controller, decide
+from tests.clock import Clock
 from tests.fakeapi import FakeApi, running
-from tests.gangs.wait_scenario import BUDGET_S, FREE, Clock, fleet_objects, stamp
+from tests.gangs.wait_scenario import BUDGET_S, FREE, fleet_objects, stamp
 from tests.webhooks.test_admissioncheck import CHECK, admission_check, workload
 
 RESERVED = parse_time("2026-12-01T10:00:00Z", path="test")  # QuotaReserved's lastTransitionTime in ``workload``
