@@ -27,7 +27,7 @@ from kilter.sim.failure_model import DEFAULT_RESTART_S, FAILURE_POLICIES
 from kilter.sim.plot import plot_runs
 from kilter.sim.policies import POLICIES
 from kilter.sim.run import Run, simulate
-from kilter.sim.split_hold import RUNTIME_ESTIMATES, WAIT_CLOCKS, WAIT_HOLDS
+from kilter.sim.split_hold import RUNTIME_ESTIMATES, WAIT_CLOCKS, WAIT_HOLDS, WAIT_PRICES
 from kilter.sim.trace import TraceJob
 from kilter.topology import split_wait
 from kilter.topology.fleet import Fleet
@@ -125,6 +125,13 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         default="quota",
         help="what a gang holds while it waits for fewer domains: its ClusterQueue quota (as a Kueue Workload "
         "waiting on its AdmissionCheck does; default) or nothing (the jobs behind it may take the room)",
+    )
+    p.add_argument(
+        "--split-wait-price",
+        choices=WAIT_PRICES,
+        default="queue",
+        help="what a split is priced by: queue (default: its own slowdown and, while jobs have queued all along "
+        "over its expected run, what it takes from them, which no wait outprices) or own (its own slowdown only)",
     )
     p.add_argument(
         "--split-wait-clock",

@@ -165,6 +165,7 @@ def wait_settings(args: argparse.Namespace) -> WaitSettings:
         args.seed,
         holds=args.split_wait_holds,
         clock=args.split_wait_clock,
+        price=args.split_wait_price,
         split_slowdown=told_slowdown(args.split_wait_slowdown),
     )
 

@@ -201,6 +201,8 @@ class Simulation:
                     done += 1
                 next_job += 1
             self._schedule(now)
+            if hold is not None:
+                hold.observe(now, self._waiting)
             if progress is not None:
                 progress(done, len(jobs))
         return self.outcome

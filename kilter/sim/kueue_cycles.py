@@ -78,7 +78,7 @@ class KueueCycles:
                 sim._start(j, gang, nodes, cq.name, fr, now)
                 return True
             held = held or (fr if nodes is not None else None)
-        if held is not None and sim.hold is not None and sim.hold.keeps_quota:
+        if held is not None and sim.hold is not None and sim.hold.keeps_quota_of(j):
             sim._charge(j, cq.name, fr=held, gpus=job.gpus)  # admitted by quota, waiting for its placement
             sim.hold.reserved[j] = held
         elif reserved is not None:  # its quota went back without a start: what it blocked may fit now

@@ -13,8 +13,18 @@ the jobs behind it in its queue go on (BestEffortFIFO). Until capacity grows
 without asking the planner again; every finish unparks every held gang, and
 so does its own timer when its budget runs out.
 
-Two choices decide what a wait costs the others and how long it can last
-(``WaitSettings``; ``docs/sim/split-wait-study.md`` measures all four):
+What a split is priced by (``price``): ``queue`` (default) — its own
+slowdown and what it takes from the jobs queued behind it
+(``split_wait.QueueLoad``, over the engine's ``backlog.Backlog`` of waiting
+jobs, each held gang's own wait left out): while jobs have waited all along
+a span as long as its expected run, no wait is too dear, and the gang waits
+for its fewest domains as a required gang would, holding no quota (the
+AdmissionCheck's ``Retry``: the room it waits for is the queue's meanwhile);
+or ``own`` — its own slowdown alone, the rule before issue #39.
+
+Two more choices decide what a wait priced by the gang's own slowdown costs
+the others and how long it can last (``WaitSettings``;
+``docs/sim/split-wait-study.md`` measures all four):
 
 - ``holds``: ``quota`` (default) — the held gang keeps its ClusterQueue
   quota reserved, as a Kueue Workload does while it waits for its
@@ -56,7 +66,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -68,17 +78,20 @@ from kilter.sim.gangs import Gang
 from kilter.sim.placement import Nodes, waits_for_fewer_domains
 from kilter.sim.trace import TraceJob
 from kilter.topology import split_wait
+from kilter.topology.backlog import Backlog
 from kilter.topology.fleet import Fleet
 
 __all__ = [
     "RUNTIME_ESTIMATES",
     "WAIT_CLOCKS",
     "WAIT_HOLDS",
+    "WAIT_PRICES",
     "RuntimeEstimate",
     "RuntimeEstimates",
     "SplitHold",
     "WaitClock",
     "WaitHolds",
+    "WaitPrice",
     "WaitSettings",
     "make_hold",
 ]
@@ -89,6 +102,8 @@ WaitHolds = Literal["quota", "nothing"]
 WAIT_HOLDS: tuple[WaitHolds, ...] = ("quota", "nothing")
 WaitClock = Literal["reserved", "submit"]
 WAIT_CLOCKS: tuple[WaitClock, ...] = ("reserved", "submit")
+WaitPrice = Literal["queue", "own"]
+WAIT_PRICES: tuple[WaitPrice, ...] = ("queue", "own")
 
 
 @dataclass(frozen=True)
@@ -103,12 +118,15 @@ class WaitSettings:
     holds: WaitHolds = "quota"
     clock: WaitClock = "reserved"
     split_slowdown: float | None = split_wait.DEFAULT_SPLIT_SLOWDOWN
+    price: WaitPrice = "queue"
 
     def __post_init__(self) -> None:
         if self.runtime_estimate not in RUNTIME_ESTIMATES:
             raise InputError(f"unknown runtime estimate {self.runtime_estimate!r} ({', '.join(RUNTIME_ESTIMATES)})")
         if self.holds not in WAIT_HOLDS or self.clock not in WAIT_CLOCKS:
             raise InputError(f"a held gang holds one of {WAIT_HOLDS}, its clock is one of {WAIT_CLOCKS}")
+        if self.price not in WAIT_PRICES:
+            raise InputError(f"a split is priced by one of {WAIT_PRICES}, not {self.price!r}")
         split_wait.SplitWait(self.factor, self.max_s, self.split_slowdown or 0.0)  # the checks annotations get
 
 
@@ -164,6 +182,7 @@ class SplitHold:
         estimates: RuntimeEstimates,
         keeps_quota: bool = True,
         clock: WaitClock = "reserved",
+        price: WaitPrice = "queue",
     ) -> None:
         self._fleet = fleet
         self._jobs = jobs
@@ -180,6 +199,9 @@ class SplitHold:
         self._least: dict[tuple[int, tuple[tuple[int, int], ...]], int] = {}
         self.waits: list[float] = []
         self.took_split = 0
+        self._for_the_queue: set[int] = set()  # held while the queue is saturated (``keeps_quota_of``)
+        self.backlog = Backlog(rules_horizon(rules)) if price == "queue" else None
+        self._usable = int(fleet.bitmap.domain_usable_gpus.sum())
 
     def fewest_domains(self, gang: Gang) -> int:
         """The fewest domains the gang could use on the idle fleet (failed trays counted), at least 1."""
@@ -202,17 +224,46 @@ class SplitHold:
             return False
         since = self._first_held.get(j, now) if self._clock == "reserved" else self._jobs[j].submit_s
         decision = split_wait.decide(
-            rule, domains_now=used, domains_min=least, expected_runtime_s=self.estimates.of(j), waited_s=now - since
+            rule,
+            domains_now=used,
+            domains_min=least,
+            expected_runtime_s=self.estimates.of(j),
+            waited_s=now - since,
+            load=self._load(now, self.estimates.of(j), self._jobs[j].submit_s),
+            gpus=gang.gpus,
         )
         deadline = now + decision.remaining_s
         if not decision.wait or deadline <= now:  # a budget left below the clock's resolution is spent
             return False
+        if math.isinf(decision.remaining_s):
+            self._for_the_queue.add(j)
+        else:
+            self._for_the_queue.discard(j)
         self.parked.add(j)
         self._first_held.setdefault(j, now)
         if self._deadline.get(j) != deadline:
             self._deadline[j] = deadline
             heapq.heappush(self._timers, (deadline, j))
         return True
+
+    def keeps_quota_of(self, j: int) -> bool:
+        """Whether held gang ``j`` keeps its quota reserved: as ``keeps_quota`` says while it waits out its own
+        budget (the AdmissionCheck's ``Pending``), never while it waits for the queue's sake (``Retry``: holding
+        the quota would keep from the queue the very room the wait is meant to leave it)."""
+        return self.keeps_quota and j not in self._for_the_queue
+
+    def observe(self, now: float, waiting: int) -> None:
+        """After a pass, ``waiting`` jobs wait (the backlog a split is priced by)."""
+        if self.backlog is not None:
+            self.backlog.observe(now, waiting)
+
+    def _load(self, now: float, expected_runtime_s: float | None, waiting_since: float) -> split_wait.QueueLoad | None:
+        """The queue as the gang sees it: the backlog over its expected run, less its own waiting since
+        ``waiting_since``."""
+        if self.backlog is None or expected_runtime_s is None:
+            return None
+        others = self.backlog.mean_of_others(now, expected_runtime_s, waiting_since)
+        return split_wait.QueueLoad(others, self._usable)
 
     def next_wake(self) -> float:
         """When the next held gang's budget runs out (inf when none is held)."""
@@ -241,6 +292,7 @@ class SplitHold:
     def started(self, gang: Gang, domains: int, now: float) -> None:
         j = gang.job
         self.parked.discard(j)
+        self._for_the_queue.discard(j)
         self._deadline.pop(j, None)
         first = self._first_held.pop(j, None)
         if first is not None:
@@ -250,6 +302,12 @@ class SplitHold:
     def finished(self, j: int, run_s: float) -> None:
         """Job ``j`` ran to its end (an eviction is not an end: it teaches nothing)."""
         self.estimates.finished(j, run_s)
+
+
+def rules_horizon(rules: Mapping[str, split_wait.SplitWait]) -> float:
+    """How far back the backlog must reach: the longest window any rule prices a split over (its cap; a run's
+    expected runtimes beyond it are priced over the cap)."""
+    return max((rule.max_s for rule in rules.values() if rule.max_s > 0), default=split_wait.DEFAULT_MAX_S)
 
 
 def make_hold(
@@ -287,4 +345,5 @@ def make_hold(
         estimates=estimates,
         keeps_quota=settings.holds == "quota",
         clock=settings.clock,
+        price=settings.price,
     )

@@ -42,6 +42,7 @@ __all__ = [
     "DEFAULT_SPLIT_SLOWDOWN",
     "SPLIT_WAIT",
     "SPLIT_WAIT_MAX",
+    "QueueLoad",
     "QueueProblem",
     "QueueSettings",
     "Setting",
@@ -89,11 +90,56 @@ class SplitWait:
     def enabled(self) -> bool:
         return self.factor > 0 and self.max_s > 0 and self.split_slowdown > 0
 
-    def budget_s(self, extra_domains: int, expected_runtime_s: float | None) -> float:
-        """How long a gang whose best plan uses ``extra_domains`` more than its minimum may wait in all."""
+    def budget_s(
+        self, extra_domains: int, expected_runtime_s: float | None, load: QueueLoad | None = None, gpus: int = 0
+    ) -> float:
+        """How long a gang of ``gpus`` GPUs whose best plan uses ``extra_domains`` more than its minimum may wait in
+        all: the split's price, its own slowdown and, on a saturated fleet (``load``), what it takes from the queue."""
         if not self.enabled or extra_domains <= 0 or expected_runtime_s is None or expected_runtime_s <= 0:
             return 0.0
-        return min(self.factor * self.split_slowdown * extra_domains * expected_runtime_s, self.max_s)
+        own = self.factor * self.split_slowdown * extra_domains * expected_runtime_s
+        if load is not None and load.saturated:
+            return math.inf  # the cap bounds what a gang pays itself; on a saturated fleet a split costs the queue
+        return min(own * (load.price_multiplier(gpus) if load is not None else 1.0), self.max_s)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueLoad:
+    """The queue a split would cost, as the gang deciding sees it: how many jobs waited for GPUs, on average, over
+    the recent past as long as the gang's expected run (``backlog.Backlog``), and the fleet's usable GPUs.
+
+    A split gang burns ``slowdown × its GPUs × its runtime`` more GPU-seconds
+    than it would in its fewest domains. Where nothing waits those
+    GPU-seconds were idle anyway and cost no one; on a saturated fleet they
+    come out of the backlog, and each waiting job starts about ``extra
+    GPU-seconds ÷ usable GPUs`` later. So the split's full price is its own
+    slowdown times ``1 + waiting jobs × gang GPUs ÷ usable GPUs``
+    (``price_multiplier``): on a long queue it dwarfs any wait within the
+    cap, and the gang waits for its fewest domains as a required one would;
+    on a queue that is empty it is the gang's own slowdown alone. Every term
+    is what a cluster knows; the future queue is forecast by the recent past.
+    """
+
+    waiting_jobs: float
+    usable_gpus: int
+
+    def __post_init__(self) -> None:
+        if not math.isfinite(self.waiting_jobs) or self.waiting_jobs < 0 or self.usable_gpus < 0:
+            raise InputError(f"a queue load counts nothing below 0: {self}")
+
+    def price_multiplier(self, gpus: int) -> float:
+        """The split's full price over its own slowdown (the class docstring)."""
+        if self.saturated:
+            return math.inf
+        if self.usable_gpus <= 0:
+            return 1.0
+        return 1.0 + self.waiting_jobs * max(gpus, 0) / self.usable_gpus
+
+    @property
+    def saturated(self) -> bool:
+        """At least one job waited all along, on average: the backlog outlasts the gang's run, so every extra
+        GPU-second it burns delays every job behind it and no wait is too dear (the class docstring)."""
+        return self.waiting_jobs >= 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,19 +167,25 @@ def decide(
     expected_runtime_s: float | None,
     waited_s: float,
     started_s: float | None = None,
+    load: QueueLoad | None = None,
+    gpus: int = 0,
 ) -> WaitDecision:
     """Wait while the best plan now needs more domains than the minimum and the budget is not yet spent.
 
     ``started_s`` (Unix seconds, optional) is when the clock started, ``waited_s`` before now: given, the
-    decision also says when the budget runs out (``until_s``, ``standing``).
+    decision also says when the budget runs out (``until_s``, ``standing``). ``load`` (optional) prices the
+    split by what it takes from the queue too (``QueueLoad``), for a gang of ``gpus`` GPUs.
     """
     extra = domains_now - domains_min
-    budget = rule.budget_s(extra, expected_runtime_s)
+    budget = rule.budget_s(extra, expected_runtime_s, load, gpus)
     remaining = budget - max(waited_s, 0.0)
     if remaining <= 0:
         return WaitDecision(False)
     plural = "s" if domains_min != 1 else ""
     room = f"for room in {domains_min} domain{plural}; {domains_now} available now"
+    if math.isinf(budget):
+        queued = f"while jobs queue behind it: a split would slow them ({room})"
+        return WaitDecision(True, math.inf, f"waiting {queued}", None, f"waiting {queued}")
     reason = f"waiting up to {format_duration(remaining)} {room}"
     if started_s is None:
         return WaitDecision(True, remaining, reason)

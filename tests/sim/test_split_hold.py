@@ -62,7 +62,9 @@ TOLD_025 = WaitSettings(runtime_estimate="oracle", split_slowdown=0.25)
 
 
 def test_when_the_budget_runs_out_the_gang_starts_split_at_exactly_submit_plus_budget() -> None:
-    sim = simulate(crowded(10_000, (2, 10, 32)), split_wait=TOLD_025)
+    # Priced by its own slowdown alone: job 3, queued behind it, would otherwise make the split dearer.
+    own = WaitSettings(runtime_estimate="oracle", split_slowdown=0.25, price="own")
+    sim = simulate(crowded(10_000, (2, 10, 32)), split_wait=own)
     o = sim.outcome
     # budget = 1 x 0.25 x 1 x 1000 s = 250 s from t=1: no finish comes in time, a timer wakes it at t=251.
     # (Job 3, behind it, found no quota while job 2 kept it; that does not stop job 2 itself at t=251.)
@@ -97,8 +99,9 @@ def test_a_held_gang_bounds_nothing_a_larger_job_behind_it_may_still_start() -> 
     # Job 2 (10 trays) would split over the 8 + 8 free trays and waits (budget 200 s). Job 3 (12 trays, 1 s)
     # is larger, yet it fits too (8 + 4): had job 2's wait counted as "did not fit", no job of 10 trays or more
     # would be tried until a gang ended (t=100). Its own budget, 0.2 x 1 x 1 s, runs out at t=2.2.
+    # (Priced by its own slowdown: job 2 waiting all along job 3's 1 s run would make job 3 wait for the queue.)
     trace = jobs((0, 100, 40), (0, 5000, 40), (1, 1000, 40), (2, 1, 48))
-    sim = simulate(trace, split_wait=WaitSettings(runtime_estimate="oracle", holds="nothing"))
+    sim = simulate(trace, split_wait=WaitSettings(runtime_estimate="oracle", holds="nothing", price="own"))
     assert sim.outcome.start[3] == pytest.approx(2.2) and sim.outcome.domains[3] == 2
     assert sim.outcome.start[2] == 100.0 and sim.outcome.domains[2] == 1
 
@@ -253,3 +256,27 @@ def test_a_queue_whose_annotation_turns_waiting_off_does_not_wait() -> None:
     sim = build(fleet, trace, make_policy("kilter"), queues, SimConfig(split_wait=ORACLE))
     sim.run()
     assert sim.hold is None and sim.outcome.start[2] == 1.0
+
+
+def test_while_jobs_have_queued_all_along_its_run_a_gang_waits_for_its_fewest_domains_holding_no_quota() -> None:
+    # Jobs 0 and 1 take 10 trays of each rack; jobs 2-4 want a whole rack each and queue from t=0 until job 0
+    # ends at t=3000. Job 5 (16 trays, 1000 s) arrives at t=1000 and would split over the 8 + 8 free trays.
+    # Priced by its own slowdown it waits 60 s (the cap), then splits. Priced by the queue, the three jobs that
+    # waited all along its expected run say a split would take GPU-time from a queue that outlasts it: it waits
+    # for a whole rack (after jobs 2-4, older, have had rack 0 in turn) and keeps no quota meanwhile, so job 6
+    # (one tray) starts on arrival instead of behind it.
+    trace = jobs((0, 3000, 40), (0, 5000, 40), (0, 10, 72), (0, 10, 72), (0, 10, 72), (1000, 1000, 64), (1001, 10, 4))
+    queued = simulate(trace, split_wait=WaitSettings(runtime_estimate="oracle", max_s=60))
+    own = simulate(trace, split_wait=WaitSettings(runtime_estimate="oracle", max_s=60, price="own"))
+    assert (own.outcome.start[5], own.outcome.domains[5]) == (1060.0, 2)
+    assert own.outcome.start[6] > 1060.0  # it kept its quota while it waited, and took the trays job 6 wanted
+    assert (queued.outcome.start[5], queued.outcome.domains[5]) == (3030.0, 1)
+    assert queued.outcome.start[6] == 1001.0
+    assert metrics(queued)["splitWaitTookSplit"] == 0
+
+
+def test_a_gang_alone_in_the_queue_is_priced_by_its_own_slowdown() -> None:
+    # crowded(): job 2 is the only job waiting, so the queue price adds nothing to its own 200 s budget.
+    for price in ("queue", "own"):
+        sim = simulate(crowded(10_000), split_wait=WaitSettings(runtime_estimate="oracle", price=price))
+        assert (sim.outcome.start[2], sim.outcome.domains[2]) == (201.0, 2), price

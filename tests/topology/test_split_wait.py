@@ -12,6 +12,7 @@ from kilter.model.errors import InputError
 from kilter.model.kueue import ClusterQueue, Cohort
 from kilter.topology.fleet import build_fleet
 from kilter.topology.split_wait import (
+    QueueLoad,
     SplitWait,
     decide,
     fewest_domains_idle,
@@ -189,3 +190,26 @@ def test_a_queue_setting_that_does_not_read_counts_as_unset_and_is_named_once() 
     assert found.problems[0].line.endswith("; ignored: the setting above it, else the flag's, applies")
     refusal = found.problems[1].refusal()
     assert isinstance(refusal, InputError) and str(refusal).startswith("ClusterQueue a: kilter.dev/split-wait: 'often'")
+
+
+def test_a_split_on_a_saturated_fleet_is_priced_beyond_any_wait_and_the_gang_holds_out() -> None:
+    rule = SplitWait(factor=1.0, max_s=3600.0, split_slowdown=0.2)
+    quiet = QueueLoad(waiting_jobs=0.0, usable_gpus=2880)
+    turning = QueueLoad(waiting_jobs=0.5, usable_gpus=2880)  # half the time one job waited
+    saturated = QueueLoad(waiting_jobs=40.0, usable_gpus=2880)
+    assert rule.budget_s(1, 1000.0, quiet, 64) == pytest.approx(200.0)  # its own slowdown alone
+    # One job waiting half the time is delayed 0.2 x 64 x 1000 / 2880 s per extra GPU-second's share.
+    assert rule.budget_s(1, 1000.0, turning, 64) == pytest.approx(200.0 * (1 + 0.5 * 64 / 2880))
+    assert rule.budget_s(1, 100_000.0, turning, 64) == 3600.0  # the cap bounds what the gang pays itself
+    assert math.isinf(rule.budget_s(1, 1000.0, saturated, 64))  # the cap does not bound what the queue pays
+    assert rule.budget_s(0, 1000.0, saturated, 64) == 0.0  # nothing to wait for
+    waiting = decide(rule, domains_now=2, domains_min=1, expected_runtime_s=1000.0, waited_s=1e6, load=saturated,
+                     gpus=64, started_s=0.0)  # fmt: skip
+    assert waiting.wait and math.isinf(waiting.remaining_s) and waiting.until_s is None
+    assert (
+        waiting.reason
+        == waiting.standing
+        == ("waiting while jobs queue behind it: a split would slow them (for room in 1 domain; 2 available now)")
+    )
+    with pytest.raises(InputError):
+        QueueLoad(waiting_jobs=-1.0, usable_gpus=10)
