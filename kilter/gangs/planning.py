@@ -147,7 +147,7 @@ def _gang_dict(plan: Plan, wait: WaitDecision = NO_WAIT) -> dict[str, Any]:
         "ignoredPodSets": list(plan.ignored),
         "waiting": wait.wait,
         "waitReason": wait.reason,
-        "waitSeconds": math.ceil(wait.remaining_s),
+        "waitSeconds": math.ceil(wait.remaining_s) if math.isfinite(wait.remaining_s) else None,
     }
 
 

@@ -28,6 +28,12 @@ filter and Volcano's predicate through the gang book, the AdmissionCheck,
   holds. A gang whose clock kilter cannot read never waits: its budget
   could never run out.
 
+* what the split costs the queue (``queue_load``): the jobs the cluster's
+  Workloads and PodGroups show waiting over the recent past as long as the
+  gang's expected run, its own wait left out. While they have queued all
+  along, the wait has no end short of room in its fewest domains (the
+  AdmissionCheck then answers ``Retry``: the quota goes back to the queue).
+
 What a waiting gang holds: no nodes (no GPUs reserved, no plan record), but
 a Workload keeps its ClusterQueue's quota, since the AdmissionCheck answers
 ``Pending`` and not ``Retry``. A gang that gives its quota back while it waits
@@ -60,6 +66,7 @@ from typing import Any
 
 from kilter.gangs.identity import GangId, GangKey, in_gang
 from kilter.gangs.learned import LearnedRuntimes, learner_of
+from kilter.gangs.queue_load import backlog_of, usable_gpus
 from kilter.gangs.wait_settings import QueueWaitRules
 from kilter.model.core_v1 import Pod, PodTemplateSpec
 from kilter.model.errors import InputError
@@ -68,9 +75,10 @@ from kilter.quota.policy import parse_time
 from kilter.quota.runtimes import MAX_EXEC_TIME, WINDOW, declared_runtime
 from kilter.state.cluster import ClusterState
 from kilter.state.store import ClusterStore
+from kilter.topology.backlog import Backlog
 from kilter.topology.fleet import Fleet
 from kilter.topology.plan import GangRequest, Plan
-from kilter.topology.split_wait import SplitWait, WaitDecision, decide, fewest_domains_idle
+from kilter.topology.split_wait import QueueLoad, SplitWait, WaitDecision, decide, fewest_domains_idle
 
 __all__ = ["NO_WAIT", "JobFacts", "SplitWaits", "Waits", "facts_of", "fewest_domains", "judge", "might_wait"]
 
@@ -92,6 +100,7 @@ class JobFacts:
     since_s: float | None  # Unix seconds the budget counts from (module docstring); None when kilter cannot tell
     cluster_queue: str | None
     learned: bool  # whether the queue's finished Workloads tell its runtime (Kueue, not Volcano)
+    waited: tuple[float, float | None] | None = None  # its own wait in the backlog (``queue_load``), if any
 
 
 def might_wait(request: GangRequest, plan: Plan) -> bool:
@@ -121,9 +130,12 @@ def judge(
     least: int,
     now_s: float,
     learned: Learned | None,
+    backlog: Backlog | None = None,
+    usable_gpus: int = 0,
 ) -> WaitDecision:
     """Whether a gang whose plan spans more than the ``least`` domains it could have waits now (see the module
-    docstring); ``InputError`` for a bad annotation of its job."""
+    docstring); ``InputError`` for a bad annotation of its job. ``backlog`` (the cluster's, ``queue_load``) and
+    the platform's ``usable_gpus`` price the split by what it takes from the queue too."""
     rule = settings.for_job(facts.cluster_queue, facts.annotations, path=facts.where)
     if not rule.enabled:
         return NO_WAIT
@@ -132,6 +144,9 @@ def judge(
         runtime = learned(facts.cluster_queue, sum(ps.count * ps.gpus_per_pod for ps in request.pod_sets))
     if runtime is None or facts.since_s is None:
         return NO_WAIT
+    load = None
+    if backlog is not None and facts.waited is not None:
+        load = QueueLoad(backlog.mean_of_others(now_s, runtime, *facts.waited), usable_gpus)
     return decide(
         rule,
         domains_now=len(plan.domains),
@@ -139,6 +154,8 @@ def judge(
         expected_runtime_s=runtime,
         waited_s=now_s - facts.since_s,
         started_s=facts.since_s,
+        load=load,
+        gpus=sum(ps.count * ps.gpus_per_pod for ps in request.pod_sets),
     )
 
 
@@ -159,8 +176,10 @@ def facts_of(
     if most is not None:
         labels.setdefault(MAX_EXEC_TIME, str(int(most)))
     since = _time(meta.get("creationTimestamp")) if obj is not None else None
+    waited: tuple[float, float | None] | None = None if since is None else (since, None)
     if kind == "Workload":
         reserved = _reserved_at(status)
+        waited = None if since is None else (since, reserved)
         since = since if reserved is None else reserved
     for pod in pods:
         for key, value in pod.metadata.annotations.items():
@@ -172,6 +191,7 @@ def facts_of(
         if obj is None:
             stamp = _time(pod.metadata.creation_timestamp)
             since = stamp if since is None or (stamp is not None and stamp < since) else since
+            waited = None if since is None else (since, None)
     if kind == "Workload":
         admission = _part(status, "admission")
         admitted = admission.get("clusterQueue")
@@ -181,25 +201,46 @@ def facts_of(
         cq = settings.volcano_queues.get(_string(spec.get("queue")) or "default")
     else:
         cq = settings.cluster_queue_of(namespace, labels.get(QUEUE_LABEL))
-    return JobFacts(f"{kind} {namespace}/{name}", notes, labels, deadline, since, cq, kind != "PodGroup")
+    return JobFacts(f"{kind} {namespace}/{name}", notes, labels, deadline, since, cq, kind != "PodGroup", waited)
 
 
 class Waits:
     """The rule over one state: ``settings`` and ``learned`` as they are now, ``clock`` Unix seconds."""
 
     def __init__(
-        self, settings: Callable[[], QueueWaitRules], learned: Learned | None, clock: Callable[[], float]
+        self,
+        settings: Callable[[], QueueWaitRules],
+        learned: Learned | None,
+        clock: Callable[[], float],
+        backlog: Callable[[], Backlog | None] = lambda: None,
     ) -> None:
         self.settings = settings
         self.learned = learned
         self.clock = clock
+        self.backlog = backlog
 
     @classmethod
     def of_state(cls, state: ClusterState, defaults: SplitWait, *, now_s: float) -> Waits:
-        """What a command judges with: ``state`` read once, its finished Workloads learned from, at ``now_s``."""
+        """What a command judges with: ``state`` read once, its finished Workloads learned from and its waiting
+        ones priced by (``queue_load``), at ``now_s``."""
         settings = QueueWaitRules.build(state, defaults)
         learner = learner_of(state.workloads, state.catalog.device_resources)
-        return cls(lambda: settings, learner.estimate, lambda: now_s)
+        backlog = backlog_of(state)
+        return cls(lambda: settings, learner.estimate, lambda: now_s, lambda: backlog)
+
+    def _judge(self, facts: JobFacts, request: GangRequest, plan: Plan, fleet: Fleet, least: int) -> WaitDecision:
+        """``judge`` with what this state knows: its settings, learned runtimes, clock and backlog."""
+        return judge(
+            self.settings(),
+            facts,
+            request,
+            plan,
+            least=least,
+            now_s=self.clock(),
+            learned=self.learned,
+            backlog=self.backlog(),
+            usable_gpus=usable_gpus(fleet, plan.platform),
+        )
 
     def for_object(
         self,
@@ -221,9 +262,7 @@ class Waits:
             facts = facts_of(kind, ns or "", name or "", obj, pods, self.settings())
             if facts.since_s is None and created_s is not None:
                 facts = dataclasses.replace(facts, since_s=created_s)
-            decision = judge(
-                self.settings(), facts, request, plan, least=least, now_s=self.clock(), learned=self.learned
-            )
+            decision = self._judge(facts, request, plan, fleet, least)
         if kind == "Workload":
             self.record(GangKey(ns or "", "workload", (name or "",)).format(), decision)
         return decision
@@ -254,7 +293,14 @@ class SplitWaits(Waits):
         self._settings: tuple[int, QueueWaitRules] | None = None
         self._logged: frozenset[str] = frozenset()
         self._waiting: dict[str, float] = {}  # gang key -> Unix time its budget runs out
-        super().__init__(self._current, self.runtimes.estimate, wall)
+        self._backlog: tuple[int, Backlog] | None = None
+        super().__init__(self._current, self.runtimes.estimate, wall, self._current_backlog)
+
+    def _current_backlog(self) -> Backlog:
+        """The backlog of the state's version (``queue_load``), read once per version."""
+        if self._backlog is None or self._backlog[0] != self.store.version:
+            self._backlog = (self.store.version, backlog_of(self.store.state()))
+        return self._backlog[1]
 
     def set_defaults(self, defaults: SplitWait) -> None:
         """Use ``defaults`` where nothing in the cluster sets a rule (``kilter serve --config`` reloaded)."""
@@ -295,7 +341,7 @@ class SplitWaits(Waits):
         obj = self.store.get(owner[0], owner[1], key.namespace, key.name) if owner else None
         kind = owner[1] if owner and obj is not None else "pods of gang"
         facts = facts_of(kind, key.namespace, key.name, obj, pods, self.settings())
-        decision = judge(self.settings(), facts, request, plan, least=least, now_s=self.clock(), learned=self.learned)
+        decision = self._judge(facts, request, plan, self.store.fleet(), least)
         self.record(gang.key, decision)
         return decision
 

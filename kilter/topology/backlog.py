@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import bisect
 import math
+from collections.abc import Iterable
 
 from kilter.model.errors import InputError
 
@@ -67,13 +68,35 @@ class Backlog:
         start = now_s - window
         return (self._integral(now_s) - self._integral(start)) / window
 
-    def mean_of_others(self, now_s: float, window_s: float, waiting_since_s: float) -> float:
-        """``mean`` less the asker's own share of it, a job counted as waiting from ``waiting_since_s``: what
-        waited besides it (never below 0)."""
+    @classmethod
+    def of_spans(cls, spans: Iterable[tuple[float, float | None]], *, horizon_s: float) -> Backlog:
+        """The backlog of jobs each waiting over one span (start, end; None: still waiting): what a server reads
+        off its objects (a Workload waits from its creation to its quota reservation), so every replica and a
+        restarted one price alike, with nothing kept."""
+        events: list[tuple[float, int]] = []
+        for start, end in spans:
+            if not math.isfinite(start) or (end is not None and not end > start):
+                continue  # no wait at all, or a span that does not read
+            events.append((start, 1))
+            if end is not None:
+                events.append((end, -1))
+        backlog = cls(horizon_s)
+        waiting = 0
+        for t, step in sorted(events, key=lambda e: (e[0], -e[1])):
+            waiting += step
+            backlog.observe(t, waiting)
+        return backlog
+
+    def mean_of_others(
+        self, now_s: float, window_s: float, waiting_since_s: float, waited_until_s: float | None = None
+    ) -> float:
+        """``mean`` less the asker's own share of it, a job counted as waiting from ``waiting_since_s`` to
+        ``waited_until_s`` (None: now): what waited besides it (never below 0)."""
         window = min(window_s, self.horizon_s)
         if window <= 0:
             return max(self.mean(now_s, window_s) - 1.0, 0.0)
-        own = max(now_s - max(waiting_since_s, now_s - window), 0.0) / window
+        until = now_s if waited_until_s is None else min(waited_until_s, now_s)
+        own = max(until - max(waiting_since_s, now_s - window), 0.0) / window
         return max(self.mean(now_s, window_s) - own, 0.0)
 
     def _integral(self, t: float) -> float:

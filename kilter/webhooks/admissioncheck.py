@@ -28,6 +28,12 @@ the fleet as it is now:
   (``reconcileCheckBasedEviction``); a Pending one leaves the reservation in
   place, and its message is the check controller's to set, as Kueue's own
   ProvisioningRequest controller does to show a request's ETA;
+* it fits, but split, while jobs have queued all along a span as long as
+  its expected run (the split would take GPU-time from a queue that
+  outlasts it, ``topology.split_wait.QueueLoad``): ``Retry`` with
+  ``requeueAfterSeconds`` and the reason (``waiting while jobs queue behind
+  it: ...``). Holding the quota would keep from the queue the very room the
+  wait leaves it, so Kueue gets it back and the Workload tries again;
 * it does not fit now but would on the idle fleet: ``Retry`` with
   ``requeueAfterSeconds`` (Kueue releases the quota and tries again);
 * it could never fit: ``Rejected``, with the reason.
@@ -53,6 +59,7 @@ import asyncio
 import dataclasses
 import json
 import logging
+import math
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -242,6 +249,8 @@ def _judge(
     plan = joined(name, [g.plan for g in planned])
     if plan.feasible:
         waiting = next((g.wait for g in planned if g.wait.wait), None)
+        if waiting is not None and math.isinf(waiting.remaining_s):  # for the queue's sake: quota back
+            return answer("Retry", waiting.reason, requeue_after_seconds=RETRY_AFTER_S)
         if waiting is not None:  # quota kept, no nodes held: see the module docstring
             return answer("Pending", waiting.standing or waiting.reason, until_s=waiting.until_s)
         return answer("Ready", f"placed: {plan.reason}", _updates(fleet, plan, wl, at_s, keys), plan=plan)

@@ -65,3 +65,19 @@ def test_bad_observations_are_refused() -> None:
         backlog.observe(6.0, -1)
     with pytest.raises(InputError):
         Backlog(horizon_s=float("nan"))
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_a_backlog_of_spans_is_the_sum_of_their_overlaps_with_the_window(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    spans: list[tuple[float, float | None]] = []
+    for _ in range(40):
+        start = float(rng.integers(0, 1000))
+        length = int(rng.integers(0, 300))
+        spans.append((start, None if rng.random() < 0.2 else start + length))  # some zero-length, some open
+    now = 1100.0
+    backlog = Backlog.of_spans(spans, horizon_s=5000.0)
+    for window in (50.0, 400.0, 1100.0):
+        lo = now - window
+        overlap = sum(max(min(now if end is None else end, now) - max(start, lo), 0.0) for start, end in spans)
+        assert backlog.mean(now, window) == pytest.approx(overlap / window), window

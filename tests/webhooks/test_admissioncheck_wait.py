@@ -231,3 +231,29 @@ def test_the_wait_is_an_event_on_the_workload_once(api: FakeApi) -> None:
     events.close()
     [event] = [c.body for c in api.calls if c.path.endswith("/events")]
     assert (event["reason"], event["type"], event["message"]) == ("KilterGangWaiting", "Normal", MESSAGE)
+
+
+def queued_since(name: str, created: str) -> dict[str, Any]:
+    """A Workload Kueue has not reserved quota for since ``created``: a job waiting in the queue."""
+    wl = workload(name, 4, reserved=False, checks=[])
+    wl["metadata"]["creationTimestamp"] = created
+    return wl
+
+
+def test_while_jobs_have_queued_all_along_its_expected_run_it_gives_its_quota_back_and_retries() -> None:
+    # One Workload has waited since the day before: over the gang's whole expected run (10 h) a job queued, so
+    # a split would take GPU-time from a queue that outlasts it. It waits for its one rack, not holding the
+    # quota the queue needs meanwhile: Retry (Kueue evicts it, gives the quota back and tries again).
+    objs = [*objects(), queued_since("queued", "2026-11-30T09:00:00Z")]
+    d = decided(objs, RESERVED + 630)
+    assert (d.state, d.requeue_after_seconds, d.pod_set_updates, d.plan) == ("Retry", 60, [], None)
+    assert d.message == (
+        "waiting while jobs queue behind it: a split would slow them (for room in 1 domain; 2 available now)"
+    )
+
+
+def test_a_queue_that_turns_over_leaves_the_wait_priced_by_the_gang_itself() -> None:
+    # The other Workload has waited only since 09:00 today, under a fifth of the 10 h window: the queue does
+    # not outlast the gang's run, the split costs it little, and the gang waits out its own budget, Pending.
+    d = decided([*objects(), queued_since("queued", "2026-12-01T09:00:00Z")], RESERVED + 630)
+    assert d.state == "Pending" and d.message.startswith("waiting until 2026-12-01T12:")
