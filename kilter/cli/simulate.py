@@ -46,7 +46,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument(
         "--trace",
         required=True,
-        help="trace CSV (Philly: timestamp,duration,num_gpus,gpu_time,cluster; or submit_time,duration,gpus[,queue])"
+        help="trace CSV (Philly: timestamp,duration,num_gpus,gpu_time,cluster; submit_time,duration,gpus[,queue]; "
+        "or a Helios cluster_log.csv)"
         f", or synthetic:PROFILE ({', '.join(sorted(synthetic.PROFILES))})",
     )
     p.add_argument("--queues", type=Path, help="Kueue ClusterQueue/Cohort/ResourceFlavor YAML (default: one queue)")

@@ -1,6 +1,6 @@
 """Job traces for the simulator: what was submitted when, for how long, on how many GPUs, to which queue.
 
-Two CSV formats are read, told apart by their header line:
+Three CSV formats are read, told apart by their header line:
 
 - **Philly** (``timestamp,duration,num_gpus,gpu_time,cluster``): Microsoft's Philly trace as the Pollux
   artifact ships it (see ``shared/data/traces/philly/SOURCE.md``). ``timestamp`` is wall-clock
@@ -10,6 +10,15 @@ Two CSV formats are read, told apart by their header line:
   ``duration × num_gpus`` and is ignored.
 - **generic** (``submit_time,duration,gpus[,queue]``): seconds, any origin; without a ``queue`` column, or with a
   blank cell, the job goes to queue ``default``.
+- **Helios** (``job_id,user,vc,gpu_num,cpu_num,node_num,state,submit_time,start_time,end_time,duration,queue``):
+  a ``cluster_log.csv`` of SenseTime's Helios traces (``S-Lab-System-Group/HeliosData``, Hu et al., SC '21), one
+  Slurm job a row. Times are wall-clock ``YYYY-MM-DD HH:MM:SS`` read like Philly's; a job runs for
+  ``end_time - start_time`` and goes to the queue of its ``vc``, the virtual cluster. Helios' own ``queue`` column
+  is the time the job waited, not a queue, and is ignored with ``duration`` (the same difference), ``job_id``,
+  ``user``, ``cpu_num``, ``node_num`` and ``state``: a job that ran held its GPUs whether it completed, failed or
+  was cancelled. Two kinds of row are dropped rather than refused, because the log is full of them: CPU-only jobs
+  (``gpu_num`` 0; about half the log) and jobs that never ran (a blank ``start_time`` or ``end_time``, or an
+  ``end_time`` equal to the ``start_time``: a job cancelled in the queue held nothing to replay).
 
 Rows may come in any order and blank lines are skipped. Jobs are sorted by submit time (stable, so ties keep file
 order), the first submission becomes second 0, and ``TraceJob.id`` is the position after sorting. Anything that
@@ -30,10 +39,23 @@ from pathlib import Path
 
 from kilter.model.errors import InputError
 
-__all__ = ["GENERIC_HEADER", "PHILLY_HEADER", "Row", "TraceJob", "check_scales", "make_jobs", "read_trace"]
+__all__ = [
+    "GENERIC_HEADER",
+    "HELIOS_HEADER",
+    "PHILLY_HEADER",
+    "Row",
+    "TraceJob",
+    "check_scales",
+    "make_jobs",
+    "read_trace",
+]
 
 PHILLY_HEADER = ("timestamp", "duration", "num_gpus", "gpu_time", "cluster")
 GENERIC_HEADER = ("submit_time", "duration", "gpus", "queue")  # queue is optional
+HELIOS_HEADER = (
+    "job_id", "user", "vc", "gpu_num", "cpu_num", "node_num", "state",
+    "submit_time", "start_time", "end_time", "duration", "queue",
+)  # fmt: skip
 DEFAULT_QUEUE = "default"
 
 Row = tuple[float, float, int, str]
@@ -65,17 +87,24 @@ def read_trace(path: Path, *, gpu_scale: int = 1, time_scale: float = 1.0, limit
         parse = _parser_for(tuple(cell.strip().lower() for cell in header), path)
         width = len(header)
         rows: list[Row] = []
+        dropped = 0
         for fields in reader:
             if not fields or (len(fields) == 1 and not fields[0].strip()):
                 continue
             if len(fields) != width:
                 raise InputError(f"{path}:{reader.line_num}: expected {width} fields, got {len(fields)}")
             try:
-                rows.append(parse(fields))
+                row = parse(fields)
             except ValueError as err:
                 raise InputError(f"{path}:{reader.line_num}: {err}") from None
+            if row is None:
+                dropped += 1
+            else:
+                rows.append(row)
     except csv.Error as err:
         raise InputError(f"{path}:{reader.line_num}: {err}") from None
+    if not rows and dropped:
+        raise InputError(f"{path}: none of its {dropped} jobs both asked for GPUs and ran")
     if not rows:
         raise InputError(f"{path}:{reader.line_num + 1}: the trace has no jobs after its header")
     return make_jobs(rows, gpu_scale=gpu_scale, time_scale=time_scale, limit=limit)
@@ -125,14 +154,17 @@ def _read_text(path: Path) -> str:
         raise InputError(f"{path}:{line}: not UTF-8 text (byte {err.start})") from None
 
 
-def _parser_for(header: tuple[str, ...], path: Path) -> Callable[[list[str]], Row]:
+def _parser_for(header: tuple[str, ...], path: Path) -> Callable[[list[str]], Row | None]:
+    """The row parser for a header; a parser returns ``None`` for a row the format drops."""
     if header == PHILLY_HEADER:
         return _philly_row
     if header in (GENERIC_HEADER, GENERIC_HEADER[:3]):
         return _generic_row
+    if header == HELIOS_HEADER:
+        return _helios_row
     raise InputError(
-        f"{path}:1: unknown header {','.join(header)!r}; expected {','.join(PHILLY_HEADER)!r} (Philly) "
-        f"or 'submit_time,duration,gpus[,queue]' (generic)"
+        f"{path}:1: unknown header {','.join(header)!r}; expected {','.join(PHILLY_HEADER)!r} (Philly), "
+        f"'submit_time,duration,gpus[,queue]' (generic) or {','.join(HELIOS_HEADER)!r} (Helios)"
     )
 
 
@@ -146,13 +178,27 @@ def _generic_row(fields: list[str]) -> Row:
     return _number(fields[0], "submit_time"), _duration_s(fields[1]), _gpus(fields[2]), queue
 
 
-def _wall_clock_s(stamp: str) -> float:
+def _helios_row(fields: list[str]) -> Row | None:
+    _job, _user, vc, gpu_num, _cpus, _nodes, _state, submit, start, end, _duration, _waited = fields
+    submit_s = _wall_clock_s(submit.strip(), "submit_time")
+    gpus = _gpu_count(gpu_num)
+    start, end = start.strip(), end.strip()
+    start_s = _wall_clock_s(start, "start_time") if start else None
+    end_s = _wall_clock_s(end, "end_time") if end else None
+    if start_s is not None and end_s is not None and end_s < start_s:
+        raise ValueError(f"end_time {end!r} is before start_time {start!r}")
+    if gpus == 0 or start_s is None or end_s is None or end_s == start_s:
+        return None
+    return submit_s, end_s - start_s, gpus, _queue(vc)
+
+
+def _wall_clock_s(stamp: str, name: str = "timestamp") -> float:
     if not _STAMP.fullmatch(stamp):
-        raise ValueError(f"timestamp {stamp!r} is not YYYY-MM-DD HH:MM:SS")
+        raise ValueError(f"{name} {stamp!r} is not YYYY-MM-DD HH:MM:SS")
     try:
         return (datetime.fromisoformat(stamp) - _EPOCH).total_seconds()
     except ValueError:
-        raise ValueError(f"timestamp {stamp!r} is not a real date and time") from None
+        raise ValueError(f"{name} {stamp!r} is not a real date and time") from None
 
 
 def _number(text: str, name: str) -> float:
@@ -173,12 +219,19 @@ def _duration_s(text: str) -> float:
 
 
 def _gpus(text: str) -> int:
+    value = _gpu_count(text)
+    if value < 1:
+        raise ValueError(f"GPU count {value} is below 1")
+    return value
+
+
+def _gpu_count(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
         raise ValueError(f"GPU count {text.strip()!r} is not a whole number") from None
-    if value < 1:
-        raise ValueError(f"GPU count {value} is below 1")
+    if value < 0:
+        raise ValueError(f"GPU count {value} is below 0")
     return value
 
 

@@ -1,4 +1,4 @@
-"""Reading job traces: both CSV formats, sorting, scaling, limits, and one-line errors for bad input."""
+"""Reading job traces: the three CSV formats, sorting, scaling, limits, and one-line errors for bad input."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from kilter.sim.trace import TraceJob, read_trace
 
 PHILLY = Path(__file__).resolve().parents[3] / "shared/data/traces/philly/philly.csv"
 PHILLY_HEADER = "timestamp,duration,num_gpus,gpu_time,cluster\n"
+HELIOS_HEADER = "job_id,user,vc,gpu_num,cpu_num,node_num,state,submit_time,start_time,end_time,duration,queue\n"
 
 
 def write(tmp_path: Path, text: str | bytes, name: str = "trace.csv") -> Path:
@@ -78,6 +79,46 @@ def test_philly_rows_become_seconds_since_the_first_submission_with_the_cluster_
     ]
 
 
+AT, LATER = "2020-06-09 18:41:01", "2020-06-10 00:00:00"  # a start and an end for the Helios rows below
+
+
+def helios_row(gpus: str, submit: str, start: str, end: str, vc: str = "vcJkd", state: str = "COMPLETED") -> str:
+    """One ``cluster_log.csv`` row; the columns the reader ignores carry plausible values."""
+    return f"1425511,uXBbc,{vc},{gpus},8,1,{state},{submit},{start},{end},0,0\n"
+
+
+def test_helios_gpu_jobs_that_ran_become_seconds_since_the_first_of_them_with_the_vc_as_queue(
+    tmp_path: Path,
+) -> None:
+    path = write(
+        tmp_path,
+        HELIOS_HEADER
+        + "1425511,uXBbc,vcJkd,1,1,1,COMPLETED,2020-06-09 18:41:01,2020-06-09 18:41:01,2020-06-10 04:55:09,36848,0\n"
+        + "1425512,uVMrF,vchbv,4,16,1,FAILED,2020-06-09 18:41:27,2020-06-09 18:41:27,2020-06-09 18:45:36,249,0\n"
+        + helios_row("16", "2020-06-09 23:59:59", "2020-06-10 00:10:00", "2020-06-10 02:10:00", "vcvlY", "CANCELLED")
+        + helios_row("0", "2020-06-09 18:00:00", "2020-06-09 18:00:00", "2020-06-09 19:00:00")  # CPU only
+        + helios_row("8", "2020-06-09 18:42:00", "", "", state="CANCELLED")  # never started
+        + helios_row("8", "2020-06-09 18:43:00", "2020-06-09 19:00:00", "2020-06-09 19:00:00", state="CANCELLED"),
+    )
+    assert read_trace(path) == [
+        TraceJob(0, 0.0, 36_848.0, 1, "vcJkd"),  # the CPU-only job's earlier submission is not second 0
+        TraceJob(1, 26.0, 249.0, 4, "vchbv"),
+        TraceJob(2, 19_138.0, 7_200.0, 16, "vcvlY"),  # end - start; its 10 min in Slurm's queue are not replayed
+    ]
+
+
+def test_a_helios_log_with_no_gpu_job_that_ran_is_an_input_error_counting_what_it_dropped(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        HELIOS_HEADER
+        + helios_row("0", "2020-06-09 18:00:00", "2020-06-09 18:00:00", "2020-06-09 19:00:00")
+        + helios_row("2", "2020-06-09 18:42:00", "", "", state="CANCELLED"),
+    )
+    with pytest.raises(InputError) as caught:
+        read_trace(path)
+    assert str(caught.value) == f"{path}: none of its 2 jobs both asked for GPUs and ran"
+
+
 @pytest.mark.parametrize(
     ("text", "line", "says"),
     [
@@ -96,6 +137,21 @@ def test_philly_rows_become_seconds_since_the_first_submission_with_the_cluster_
         pytest.param(PHILLY_HEADER + "2017-10-01T00:00:00+02:00,1,1,1,a\n", 2, "YYYY-MM-DD", id="a zone"),
         pytest.param(PHILLY_HEADER + "1506816000,1,1,1,a\n", 2, "YYYY-MM-DD", id="epoch seconds"),
         pytest.param(b"submit_time,duration,gpus\n0,1,1\n0,1,\xff\n", 3, "not UTF-8", id="bytes that are not UTF-8"),
+        pytest.param(
+            HELIOS_HEADER + helios_row("1", AT, AT, "yesterday"), 2, "end_time 'yesterday'", id="Helios word end"
+        ),
+        pytest.param(HELIOS_HEADER + helios_row("1", "", AT, LATER), 2, "submit_time ''", id="Helios no submit"),
+        pytest.param(
+            HELIOS_HEADER + helios_row("1", AT, AT, "2020-06-09 18:00:00"),
+            2,
+            "end_time '2020-06-09 18:00:00' is before start_time",
+            id="Helios end before start",
+        ),
+        pytest.param(HELIOS_HEADER + helios_row("-1", AT, AT, LATER), 2, "below 0", id="Helios -1 GPU"),
+        pytest.param(HELIOS_HEADER + helios_row("two", AT, AT, LATER), 2, "whole number", id="Helios word GPU"),
+        pytest.param(
+            HELIOS_HEADER + f"1,u,vc,1,1,1,COMPLETED,{AT},{AT},{LATER},0\n", 2, "expected 12 fields", id="Helios short"
+        ),
     ],
 )
 def test_bad_input_is_an_input_error_naming_the_file_and_line(
