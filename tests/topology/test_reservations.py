@@ -188,7 +188,8 @@ def test_the_earliest_start_matches_exhaustive_search_over_times_domains_and_pod
         assert all(
             avail[n] >= g and int(space.node_domain[n]) in got.domains for n, g in zip(got.nodes, got.gpus, strict=True)
         )
-        assert sum(got.gpus) == sum(c * g for c, g in gang)
+        assert sum(got.gpus) == sum(c * g for c, g in gang)  # the claim is exactly the gang's pods, node by node
+        assert packs(list(got.gpus), sorted((g for c, g in gang for _ in range(c)), reverse=True))
         assert sum(got.pods) == sum(c for c, _ in gang)
     assert starts > 200 and later > 60 and never > 25  # every branch is exercised
 
