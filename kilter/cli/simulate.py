@@ -135,6 +135,14 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "over its expected run, what it takes from them, which no wait outprices) or own (its own slowdown only)",
     )
     p.add_argument(
+        "--reservations",
+        choices=("on", "off"),
+        default="off",
+        help="kilter only: on gives the oldest waiting gang of each ClusterQueue a reservation on the domains "
+        "expected to free soonest, unless jobs have queued all along its expected run, and lets other jobs start "
+        "only where they delay it (backfill); off (default, as kilter serve's extender does today): none",
+    )
+    p.add_argument(
         "--split-wait-clock",
         choices=WAIT_CLOCKS,
         default="reserved",

@@ -166,6 +166,7 @@ def wait_settings(args: argparse.Namespace) -> WaitSettings:
         holds=args.split_wait_holds,
         clock=args.split_wait_clock,
         price=args.split_wait_price,
+        reserve=args.reservations == "on",
         split_slowdown=told_slowdown(args.split_wait_slowdown),
     )
 

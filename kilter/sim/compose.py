@@ -7,7 +7,9 @@ rollout (``maintenance.Maintenance``), whose kills roll gangs back to the
 same checkpoints, so a rollout always comes with the checkpoints (and with
 no node failing unless the failure settings say so). Any of these combine:
 a node failing during a rollout is a failure (counted as one), and comes
-back cordoned while its domain is out.
+back cordoned while its domain is out. Under Kueue's cycles a policy that
+can be steered (kilter's planner) may also get reservations with backfill
+(``reserving.Reserving``, ``--reservations on``).
 
 Slurm's scheduler (``slurm_backfill``) is its own engine, not a part: its
 main scheduler and backfill replace the admission step, and its
@@ -30,6 +32,7 @@ from kilter.sim.maintenance import Maintenance
 from kilter.sim.parts import AdmissionStep
 from kilter.sim.placement import PlacementPolicy
 from kilter.sim.queues import QueueSetup
+from kilter.sim.reserving import Reserving, Steerable
 from kilter.sim.trace import TraceJob
 from kilter.sim.volcano_engine import VolcanoSession
 from kilter.topology.fleet import Fleet
@@ -57,6 +60,11 @@ def build(
     if config.maintenance is not None and config.failures is None:  # a kill loses the work since a checkpoint
         config = dataclasses.replace(config, failures=FailureSettings(math.inf, seed=config.split_wait.seed))
     sim = Simulation(fleet, jobs, policy, queues, config, admission=admission_for(config), samples=samples)
+    kueue = config.quota == "kueue"  # Volcano's session has no backfill
+    if config.split_wait.reserve and sim.hold is not None and isinstance(policy, Steerable) and kueue:
+        reserving = Reserving(sim, sim.hold, policy)
+        sim.reserving = reserving
+        sim.add(reserving)
     if config.failures is not None:
         if clock is None and not math.isfinite(config.failures.node_mtbf_h):
             clock = NoFailures()

@@ -64,16 +64,24 @@ from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 import numpy as np
-import numpy.typing as npt
 
 from kilter.quota.available import potential_available
 from kilter.quota.config import FairSharingConfig
 from kilter.quota.usage import WorkloadInfo
 from kilter.sim.gangs import Gang, domains_per_block, gang_for, resolved_mode
-from kilter.sim.parts import UNBOUNDED, AdmissionStep, Part
+from kilter.sim.parts import UNBOUNDED, AdmissionStep, Part, PlacementCheck
 from kilter.sim.placement import Asking, Nodes, PlacementPolicy, Releasing
 from kilter.sim.queues import QueueSetup
-from kilter.sim.run_settings import SPLIT_MODELS, Outcome, QuotaMode, SimConfig, SplitModel, Timeline, slowdown_factor
+from kilter.sim.run_settings import (
+    SPLIT_MODELS,
+    Outcome,
+    QuotaMode,
+    SimConfig,
+    SplitModel,
+    Timeline,
+    placed_slowdown,
+    slowdown_factor,
+)
 from kilter.sim.split_hold import make_hold
 from kilter.sim.trace import TraceJob
 from kilter.topology.fleet import Fleet
@@ -156,6 +164,7 @@ class Simulation:
         self._next_sample = 0.0
         self.admission: AdmissionStep = admission(self)
         self.parts: list[Part] = []
+        self.reserving: PlacementCheck | None = None  # kilter's reservations with backfill (``compose.build``)
 
     def add(self, part: Part) -> None:
         """Add a part to the run (before it runs); it is told of the engine's moments after those added before."""
@@ -285,7 +294,15 @@ class Simulation:
             seen: Nodes | None = preview(self.fleet, gang)
             if seen is not None and self.hold.holds(gang, seen, now):
                 return seen
-        return self.policy.place(self.fleet, gang)
+        nodes = self.policy.place(self.fleet, gang)
+        if nodes is not None and self.reserving is not None:
+            return self.reserving.check(gang, nodes, now)
+        return nodes
+
+    def turned_away(self) -> bool:
+        """The last ``_place`` found nodes but a reservation kept the gang off them: it does not bound larger
+        jobs, which may end sooner and go ahead."""
+        return self.reserving is not None and self.reserving.refused_now
 
     def _holds(self, gang: Gang, nodes: Nodes, now: float) -> bool:
         """The split-wait rule keeps the gang from starting on ``nodes`` now (it is parked, and a policy that
@@ -339,27 +356,6 @@ class Simulation:
             asked = self._asked[key] = self._asks(self.fleet, bare)
         return dataclasses.replace(asked, job=j)
 
-    def job_min_domains(self) -> npt.NDArray[np.int32]:
-        """Per job, the fewest scale-up domains it could run in on any platform its ClusterQueue may use (0 when it
-        may use none): what sorts it into a job class, the same for every policy of a comparison."""
-        out = np.zeros(len(self.jobs), dtype=np.int32)
-        seen: dict[tuple[str, int], int] = {}
-        for j, job in enumerate(self.jobs):
-            key = (self.cq_of[j], job.gpus)
-            least = seen.get(key)
-            if least is None:
-                least = seen[key] = min(
-                    (
-                        self.fleet.platforms[p].unsplit_domains(
-                            gang_for(j, job.gpus, self.fleet.platforms[p], p, "preferred").pods
-                        )
-                        for p, _ in self.queues.flavors[self.cq_of[j]]
-                    ),
-                    default=0,
-                )
-            out[j] = least
-        return out
-
     def _free_on(self, platform: int) -> int:
         """Free usable GPUs of a platform: no gang of more GPUs can start, whatever the policy."""
         bm = self.fleet.bitmap
@@ -401,15 +397,8 @@ class Simulation:
             p.started(j, gang, nodes, now)
 
     def _slowdown(self, gang: Gang, nodes: Nodes) -> tuple[float, int, int, bool]:
-        """How much longer the gang runs on ``nodes`` than unsplit (the factor), its domains, the fewest it could
-        use, and whether it crosses a block it could have stayed under (module docstring)."""
-        doms = np.unique(self.fleet.node_domain[nodes])
-        least = self.fleet.platforms[gang.platform].unsplit_domains(gang.pods)
-        crossed = False
-        if self._blocks and len(doms) > 1:
-            blocks = len(np.unique(self.fleet.domain_group[0, doms]))
-            crossed = blocks > -(-least // self._blocks[gang.platform])
-        return slowdown_factor(self.config, extra=len(doms) - least, crossed=crossed), len(doms), least, crossed
+        """``run_settings.placed_slowdown`` of the gang on ``nodes`` in this run."""
+        return placed_slowdown(self.config, self.fleet, self._blocks, gang, nodes)
 
     def _capacity_grew(self) -> None:
         """What did not fit may fit now: the bounds on placements and queues are reset."""

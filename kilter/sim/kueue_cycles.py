@@ -72,7 +72,7 @@ class KueueCycles:
                 nodes = self.preempt(j, gang, cq.name, fr, now) if cq.preemption is not None else None
             else:
                 nodes = sim._place(gang, now) if sim._free_on(platform) >= gang.gpus else None
-                if nodes is None:
+                if nodes is None and not sim.turned_away():
                     place_bound[platform] = min(place_bound.get(platform, UNBOUNDED), job.gpus)
             if nodes is not None and not sim._holds(gang, nodes, now):
                 sim._start(j, gang, nodes, cq.name, fr, now)

@@ -33,6 +33,11 @@
   split-wait rule held back for fewer domains (kilter only), the mean time
   from their first hold to their start, and how many of them started split
   all the same when their budget ran out.
+- ``reservations`` (kilter, when it reserves: ``reserving``): reservations
+  made, reserved gangs started, jobs backfilled into a reserved domain ahead
+  of its reservation, jobs steered away from one, placements turned away,
+  and the reserved gangs' start error (start less the start first promised:
+  mean, p50, p95, and the share that started late).
 
 With node failures (``failing``; these keys appear only then, also beside a rollout's):
 
@@ -65,12 +70,15 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from kilter.sim.engine import Outcome, Simulation, Timeline
 from kilter.sim.failing import NodeFailures
+from kilter.sim.gangs import gang_for
 from kilter.sim.maintenance import Maintenance, rollout_metrics
+from kilter.sim.reserving import Reserving
 
-__all__ = ["BOUNDED_SLOWDOWN_FLOOR_S", "job_classes", "metrics", "versus_best"]
+__all__ = ["BOUNDED_SLOWDOWN_FLOOR_S", "job_classes", "job_min_domains", "metrics", "versus_best"]
 
 
 def _mean(values: np.ndarray[Any, Any]) -> float:
@@ -134,7 +142,7 @@ def job_classes(
     least: np.ndarray[Any, Any], wait: np.ndarray[Any, Any], jct: np.ndarray[Any, Any]
 ) -> dict[str, dict[str, float | int]]:
     """Wait and JCT apart for jobs whose fewest domains is one and for the rest; ``least`` is each job's fewest
-    (``Simulation.job_min_domains``, the same for every policy), all three over the jobs that ran."""
+    (``job_min_domains``, the same for every policy), all three over the jobs that ran."""
     out: dict[str, dict[str, float | int]] = {}
     for name, mine in (("oneDomain", least == 1), ("multiDomain", least > 1)):
         out[name] = {
@@ -143,6 +151,28 @@ def job_classes(
             "p95WaitSeconds": round(_p95(wait[mine]), 1),
             "meanJctSeconds": round(_mean(jct[mine]), 1),
         }
+    return out
+
+
+def job_min_domains(sim: Simulation) -> npt.NDArray[np.int32]:
+    """Per job, the fewest scale-up domains it could run in on any platform its ClusterQueue may use (0 when it
+    may use none): what sorts it into a job class, the same for every policy of a comparison."""
+    out = np.zeros(len(sim.jobs), dtype=np.int32)
+    seen: dict[tuple[str, int], int] = {}
+    platforms = sim.fleet.platforms
+    for j, job in enumerate(sim.jobs):
+        key = (sim.cq_of[j], job.gpus)
+        least = seen.get(key)
+        if least is None:
+            flavors = sim.queues.flavors[sim.cq_of[j]]
+            least = seen[key] = min(
+                (
+                    platforms[p].unsplit_domains(gang_for(j, job.gpus, platforms[p], p, "preferred").pods)
+                    for p, _ in flavors
+                ),
+                default=0,
+            )
+        out[j] = least
     return out
 
 
@@ -181,7 +211,7 @@ def metrics(sim: Simulation) -> dict[str, Any]:
         "p95WaitSeconds": round(_p95(wait), 1),
         "maxWaitSeconds": round(float(wait.max()) if len(wait) else 0.0, 1),
         "meanJctSeconds": round(_mean(jct), 1),
-        "classes": job_classes(sim.job_min_domains()[ran], wait, jct),
+        "classes": job_classes(job_min_domains(sim)[ran], wait, jct),
         "p95BoundedSlowdown": round(_p95(bounded), 3),
         "makespanSeconds": round(float(o.end[ran].max() - submit.min()) if ran.any() else 0.0, 1),
         "utilization": round(tl.busy_gpu_s / tl.available_gpu_s, 4) if tl.available_gpu_s else 0.0,
@@ -193,6 +223,7 @@ def metrics(sim: Simulation) -> dict[str, Any]:
         "preemptions": sim.preemptions,
         "crossedBlockFraction": round(float(o.crossed_block[ran].mean()), 4) if ran.any() else 0.0,
         **split_waits(sim),
+        **({"reservations": sim.reserving.metrics()} if isinstance(sim.reserving, Reserving) else {}),
         **(failure_metrics(sim, failures) if failures is not None and failures.injects_failures else {}),
         **(rollout_metrics(rollout) if rollout is not None else {}),
         "queues": per_queue,

@@ -26,7 +26,7 @@ from typing import Protocol
 from kilter.sim.gangs import Gang
 from kilter.sim.placement import Nodes
 
-__all__ = ["UNBOUNDED", "AdmissionStep", "Part"]
+__all__ = ["UNBOUNDED", "AdmissionStep", "Part", "PlacementCheck"]
 
 UNBOUNDED = 1 << 62  # no job has failed yet: every size may be tried
 
@@ -80,3 +80,12 @@ class Part:
 
     def account(self, t0: float, t1: float) -> None:
         """Time passed from ``t0`` to ``t1`` (the engine has accounted it, or found nothing present)."""
+
+
+class PlacementCheck(Protocol):
+    """What may veto or move a placement the policy found (kilter's reservations, ``reserving``): the nodes the
+    gang may start on now, or None; ``refused_now`` says the last call found room but kept the gang off it."""
+
+    refused_now: bool
+
+    def check(self, gang: Gang, nodes: Nodes, now: float) -> Nodes | None: ...

@@ -6,6 +6,7 @@ what it reports read on their own.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -13,11 +14,21 @@ import numpy as np
 import numpy.typing as npt
 
 from kilter.sim.failure_model import FailureSettings
-from kilter.sim.gangs import RequestMode
+from kilter.sim.gangs import Gang, RequestMode
 from kilter.sim.maintenance_spec import MaintenanceSettings
 from kilter.sim.split_hold import WaitSettings
+from kilter.topology.fleet import Fleet
 
-__all__ = ["SPLIT_MODELS", "Outcome", "QuotaMode", "SimConfig", "SplitModel", "Timeline", "slowdown_factor"]
+__all__ = [
+    "SPLIT_MODELS",
+    "Outcome",
+    "QuotaMode",
+    "SimConfig",
+    "SplitModel",
+    "Timeline",
+    "placed_slowdown",
+    "slowdown_factor",
+]
 
 QuotaMode = Literal["kueue", "volcano"]
 SplitModel = Literal["per-domain", "step", "none"]
@@ -75,3 +86,18 @@ def slowdown_factor(config: SimConfig, *, extra: int, crossed: bool) -> float:
         return 1.0
     split = config.split_slowdown * (max(extra, 0) if config.split_model == "per-domain" else float(extra > 0))
     return 1.0 + split + (config.block_slowdown if crossed else 0.0)
+
+
+def placed_slowdown(
+    config: SimConfig, fleet: Fleet, blocks: Sequence[int], gang: Gang, nodes: npt.NDArray[np.int32]
+) -> tuple[float, int, int, bool]:
+    """How much longer the gang runs on ``nodes`` than unsplit (the factor), its domains, the fewest it could use,
+    and whether it crosses a block it could have stayed under (``blocks``: per platform, the most domains one block
+    holds; empty without blocks)."""
+    doms = np.unique(fleet.node_domain[nodes])
+    least = fleet.platforms[gang.platform].unsplit_domains(gang.pods)
+    crossed = False
+    if blocks and len(doms) > 1:
+        groups = len(np.unique(fleet.domain_group[0, doms]))
+        crossed = groups > -(-least // blocks[gang.platform])
+    return slowdown_factor(config, extra=len(doms) - least, crossed=crossed), len(doms), least, crossed

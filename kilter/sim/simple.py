@@ -12,6 +12,7 @@ pods or none) is the simulator's, as Kueue or Volcano would enforce it.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 
 import numpy as np
@@ -50,6 +51,12 @@ class KilterPlacement:
                 self._requests.clear()
             request = self._requests[key] = gang_request(fleet, gang)
         return plan.plan_nodes(fleet, request)
+
+    def place_on(self, fleet: Fleet, gang: Gang, node_ok: npt.NDArray[np.uint8]) -> Nodes | None:
+        """The plan on the nodes ``node_ok`` allows only (steered around a reservation, ``reserving``)."""
+        self.place(fleet, gang)  # the request, made and remembered
+        key = (fleet.platforms[gang.platform].name, gang.pod_sets, gang.topology)
+        return plan.plan_nodes(fleet, dataclasses.replace(self._requests[key], node_ok=node_ok))
 
 
 _ANY_NODE = PodSpec(tolerations=(Toleration(operator="Exists"),))

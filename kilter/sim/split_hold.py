@@ -119,6 +119,7 @@ class WaitSettings:
     clock: WaitClock = "reserved"
     split_slowdown: float | None = split_wait.DEFAULT_SPLIT_SLOWDOWN
     price: WaitPrice = "queue"
+    reserve: bool = False  # the oldest waiting gang of each queue gets a reservation, the rest backfill (reserving)
 
     def __post_init__(self) -> None:
         if self.runtime_estimate not in RUNTIME_ESTIMATES:
@@ -229,7 +230,7 @@ class SplitHold:
             domains_min=least,
             expected_runtime_s=self.estimates.of(j),
             waited_s=now - since,
-            load=self._load(now, self.estimates.of(j), self._jobs[j].submit_s),
+            load=self.load(now, self.estimates.of(j), self._jobs[j].submit_s),
             gpus=gang.gpus,
         )
         deadline = now + decision.remaining_s
@@ -257,7 +258,7 @@ class SplitHold:
         if self.backlog is not None:
             self.backlog.observe(now, waiting)
 
-    def _load(self, now: float, expected_runtime_s: float | None, waiting_since: float) -> split_wait.QueueLoad | None:
+    def load(self, now: float, expected_runtime_s: float | None, waiting_since: float) -> split_wait.QueueLoad | None:
         """The queue as the gang sees it: the backlog over its expected run, less its own waiting since
         ``waiting_since``."""
         if self.backlog is None or expected_runtime_s is None:

@@ -1,6 +1,7 @@
 """Topology-aware placement: the platform catalog, node health, the fleet model, gang plans and node scores."""
 
 from kilter.topology import (
+    backlog,
     catalog,
     cliques,
     config_file,
@@ -51,6 +52,7 @@ __all__ = [
     "PlannedPodSet",
     "Platform",
     "PodSetRequest",
+    "backlog",
     "build_fleet",
     "catalog",
     "cliques",
