@@ -56,7 +56,9 @@ def _args(fleet: Path, trace: str, model: str, split: float, block: float) -> li
     ]  # fmt: skip
 
 
-def _run_one(name: str, args: list[str]) -> str:
+def run_one(name: str, args: list[str], out: Path = OUT) -> str:
+    """Run one ``kilter simulate`` and keep its JSON report as ``out/name.json``, with the command a reader would
+    type (the trace by its file name: where it lies is this machine's business) and the wall time."""
     started = time.perf_counter()
     done = subprocess.run(
         [sys.executable, "-m", "kilter.cli", *args], cwd=ROOT, capture_output=True, text=True, check=False
@@ -64,13 +66,12 @@ def _run_one(name: str, args: list[str]) -> str:
     if done.returncode:
         return f"{name}: failed ({done.stderr.strip()[-300:]})"
     report = json.loads(done.stdout)
-    # Where the trace was read from is this machine's business: the page names the file the reader downloads.
     trace = args[args.index("--trace") + 1]
     local = Path(trace).name if Path(trace).is_file() else trace
     report["trace"] = local
     report["command"] = "kilter " + " ".join(args).replace(trace, local)
     report["wallSeconds"] = round(time.perf_counter() - started, 1)
-    (OUT / f"{name}.json").write_text(json.dumps(report, indent=1) + "\n")
+    (out / f"{name}.json").write_text(json.dumps(report, indent=1) + "\n")
     return f"{name}: {report['wallSeconds']} s"
 
 
@@ -78,7 +79,7 @@ def measure(trace: Path, jobs: int, only: str | None) -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     todo = [(n, a) for n, a in runs(trace) if only is None or only in n]
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        for line in pool.map(lambda r: _run_one(*r), todo):
+        for line in pool.map(lambda r: run_one(*r), todo):
             print(line, flush=True)
 
 

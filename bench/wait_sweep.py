@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
-import sys
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+
+from bench.scoreboard import run_one
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "docs" / "sim" / "wait-sweep"
@@ -63,23 +62,6 @@ def runs(traces: dict[str, Path]) -> list[tuple[str, list[str]]]:
             if scoreboard is None:
                 out.append((f"baselines-{fleet_name}-{model}", [*base, "--policy", ",".join(BASELINES)]))
     return out
-
-
-def _run_one(name: str, args: list[str]) -> str:
-    started = time.perf_counter()
-    done = subprocess.run(
-        [sys.executable, "-m", "kilter.cli", *args], cwd=ROOT, capture_output=True, text=True, check=False
-    )
-    if done.returncode:
-        return f"{name}: failed ({done.stderr.strip()[-300:]})"
-    report = json.loads(done.stdout)
-    trace = args[args.index("--trace") + 1]
-    local = Path(trace).name if Path(trace).is_file() else trace
-    report["trace"] = local
-    report["command"] = "kilter " + " ".join(args).replace(trace, local)
-    report["wallSeconds"] = round(time.perf_counter() - started, 1)
-    (OUT / f"{name}.json").write_text(json.dumps(report, indent=1) + "\n")
-    return f"{name}: {report['wallSeconds']} s"
 
 
 def _policies(path: Path) -> dict[str, Any]:
@@ -159,7 +141,7 @@ def main() -> None:
             raise SystemExit(f"no trace at {path}")
     OUT.mkdir(parents=True, exist_ok=True)
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        for line in pool.map(lambda r: _run_one(*r), runs(traces)):
+        for line in pool.map(lambda r: run_one(r[0], r[1], OUT), runs(traces)):
             print(line, flush=True)
 
 
