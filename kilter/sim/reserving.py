@@ -211,11 +211,8 @@ class Reserving(Part):
         """Every busy node as one holding row, expected to free when the job on it expected to leave last does."""
         used = self.sim.fleet.bitmap.node_used_gpus
         busy = np.flatnonzero(used > 0)
-        start, est = self._node_start[busy], self._node_estimate[busy]
-        due = start + est
-        ends = np.where(due > now, due, now + np.maximum(now - start, 0.0))
-        ends = np.where(np.isinf(est), math.inf, ends)
-        return rs.Holdings(busy.astype(np.int64), used[busy].astype(np.int64), ends.astype(np.float64))
+        ends = rs.expected_ends(self._node_start[busy], self._node_estimate[busy], now)
+        return rs.Holdings(busy.astype(np.int64), used[busy].astype(np.int64), ends)
 
 
 def _domains(held: list[rs.Reservation]) -> npt.NDArray[np.int64]:

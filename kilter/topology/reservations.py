@@ -41,6 +41,7 @@ __all__ = [
     "blocking_reservation",
     "earliest_start",
     "expected_end",
+    "expected_ends",
     "may_start_now",
     "node_space",
     "reason",
@@ -69,9 +70,18 @@ def expected_end(start_s: float, estimate_s: float | None, now_s: float) -> floa
         return math.inf
     if _time(estimate_s, "a runtime estimate") < 0:
         raise InputError(f"a runtime estimate must be >= 0 seconds, not {estimate_s}")
-    if start + estimate_s > now:
-        return start + estimate_s
-    return now + max(now - start, 0.0)
+    return float(expected_ends(np.asarray([start]), np.asarray([float(estimate_s)]), now)[0])
+
+
+def expected_ends(
+    start_s: npt.NDArray[np.float64], estimate_s: npt.NDArray[np.float64], now_s: float
+) -> npt.NDArray[np.float64]:
+    """``expected_end`` of many running jobs at once (an estimate of ``inf``: none), for a caller that keeps them
+    as arrays (the simulator, every busy node)."""
+    due = start_s + estimate_s
+    ends = np.where(due > now_s, due, now_s + np.maximum(now_s - start_s, 0.0))
+    out: npt.NDArray[np.float64] = np.where(np.isinf(estimate_s), math.inf, ends).astype(np.float64)
+    return out
 
 
 @dataclass(frozen=True, slots=True)
