@@ -42,10 +42,12 @@ _NEVER = frozenset((MISCONFIGURED, NO_MATCHING_FLAVOR, EXCEEDS_MAX_QUOTA))
 
 
 def _start(p: Pending, starts: ExpectedStarts) -> tuple[ExpectedStart | None, str]:
-    """The workload's expected start, or None and why not."""
-    if p.reason in _NEVER:
-        return None, f"its quota never admits it ({p.reason})"
+    """The workload's expected start, or None and why not: what keeps it from ever starting first."""
     found = starts.of("Workload", p.namespace, p.name)
+    if found is not None and found.gang.problem:
+        return None, found.reason
+    if p.reason in _NEVER:
+        return None, f"never admitted as it is ({p.reason}): {p.message}"
     if found is None:
         return None, "kilter cannot read it as a gang"
     return (found, "") if found.reservation is not None else (None, found.reason)
