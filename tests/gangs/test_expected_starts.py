@@ -12,7 +12,7 @@ import pytest
 
 from kilter.gangs.expected_starts import ExpectedStarts, banded_earliest_start, expected_starts
 from kilter.state.cluster import from_objects
-from kilter.topology.reservations import Holdings, earliest_start
+from kilter.topology.reservations import Holdings, Reservation, earliest_start
 from tests.extenders.conftest import pod_json
 from tests.gangs import starts_scenario as sc
 from tests.gangs.starts_scenario import HOUR, NOW
@@ -154,7 +154,7 @@ def test_banded_search_gives_earliest_start_s_very_answer() -> None:
     for _ in range(300):
         space, holdings = random_scenario(rng)
         rows = Holdings.of(holdings)
-        made = []
+        made: list[Reservation] = []
         for i in range(rng.randint(1, 5)):
             gang, k = random_gang(rng), rng.randint(1, space.n_domains)
             runtime = rng.choice([5.0, 25.0, 50.0, None])
