@@ -238,8 +238,8 @@ def _pending_workloads(
         infos = {}
     for wl in state.workloads:
         status, meta = wl.status, wl.metadata
-        if status.condition("Finished") or status.condition("Admitted"):
-            continue
+        if status.condition("Finished") or status.condition("Admitted") or wl.spec.active is False:
+            continue  # running, done, or deactivated: Kueue considers it no more
         info = infos.get(f"{meta.namespace}/{meta.name}")
         created = _time(meta.creation_timestamp)
         base = Waiting(
@@ -277,15 +277,19 @@ def _read(
     return dataclasses.replace(base, pod_sets=shapes, platforms=platforms, runtime_s=runtime)
 
 
-def _pending_pods(state: ClusterState) -> dict[str, list[Pod]]:
-    out: dict[str, list[Pod]] = {}
+def _pending_pods(state: ClusterState) -> dict[GangKey, list[Pod]]:
+    """The pods not yet bound of each gang none of whose pods is bound yet (one partly bound is starting)."""
+    out: dict[GangKey, list[Pod]] = {}
+    started: set[GangKey] = set()
     for pod in state.pods:
-        if pod.spec.node_name or pod.status.phase in ENDED_PHASES:
-            continue
         key = key_of(pod)
-        if key is not None:
-            out.setdefault(key.format(), []).append(pod)
-    return out
+        if key is None or pod.status.phase in ENDED_PHASES:
+            continue
+        if pod.spec.node_name:
+            started.add(key)
+        else:
+            out.setdefault(key, []).append(pod)
+    return {key: pods for key, pods in out.items() if key not in started}
 
 
 def _pods_request(fleet: Fleet, name: str, pods: Sequence[Pod]) -> Asked:
@@ -309,10 +313,7 @@ def _pending_of_pods(
     workloads = _workloads_by_name(state)
     groups = _raw_index(state, VOLCANO, "PodGroup")
     typed = {(g.metadata.namespace, g.metadata.name): g for g in state.pod_groups}
-    for key, pods in sorted(_pending_pods(state).items()):
-        gk = GangKey.parse(key) if key.split("/")[1:2] != [""] else None
-        if gk is None:
-            continue
+    for gk, pods in sorted(_pending_pods(state).items(), key=lambda item: item[0].format()):
         ns, name = gk.namespace, gk.names[0]
         owners = {name, *(r.name for p in pods for r in p.metadata.owner_references)}
         if any((ns, n) in workloads for n in owners):

@@ -163,3 +163,13 @@ def test_banded_search_gives_earliest_start_s_very_answer() -> None:
             assert got == want
             if want is not None:
                 made.append(want)
+
+
+def test_a_deactivated_workload_and_a_gang_already_starting_are_not_queued() -> None:
+    objects = sc.objects()
+    next(o for o in objects if o["metadata"]["name"] == "rack-a")["spec"]["active"] = False
+    small = next(o for o in objects if o["metadata"]["name"] == "small-0")
+    small["spec"]["nodeName"], small["status"]["phase"] = "r2-t00", "Running"  # one pod of small bound already
+    found = starts_of(objects)
+    assert table(found) == [("ml/rack-b", HOUR, ("r1",))]
+    assert "ml/gang/small" in {h.key for h in found.holdings}
