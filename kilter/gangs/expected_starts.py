@@ -43,10 +43,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from kilter.gangs.learned import learner_of
 from kilter.gangs.start_facts import Held, Waiting, held_gangs, job_gang, pending_gangs
+from kilter.gangs.start_search import first_start
 from kilter.gangs.wait_settings import QueueWaitRules
 from kilter.gangs.waits import Learned
 from kilter.model.errors import InputError
@@ -58,7 +57,6 @@ from kilter.topology.reservations import (
     Holdings,
     NodeSpace,
     Reservation,
-    earliest_start,
     node_space,
     reason,
 )
@@ -69,7 +67,6 @@ __all__ = [
     "ExpectedStart",
     "ExpectedStarts",
     "StartsOfStore",
-    "banded_earliest_start",
     "expected_starts",
     "reserve",
     "start_of_job",
@@ -159,57 +156,6 @@ def _no_start_reason(gang: Waiting) -> str:
     )
 
 
-def banded_earliest_start(
-    owner: str,
-    pod_sets: tuple[tuple[int, int], ...],
-    k: int,
-    space: NodeSpace,
-    holdings: Holdings,
-    reservations: Sequence[Reservation],
-    now_s: float,
-    runtime_s: float | None,
-) -> Reservation | None:
-    """``reservations.earliest_start``'s answer, asked of a few reservations at a time.
-
-    Its cost grows with every earlier reservation times every node, at each
-    moment it tries; behind hundreds of gangs that is seconds. Most earlier
-    reservations cannot matter: first the start with none at all (a bound:
-    reservations only take room), then the candidate moments in growing
-    bands from there, each asked with only the reservations whose window
-    meets a start in the band (the others end before it or begin after its
-    last start's run) and with ``now`` moved to the band's first moment
-    (what ended by then has freed its GPUs). The first band that holds the
-    start gives the very reservation the whole list would, since every
-    reservation that meets it is in the band and no earlier moment fit with
-    fewer in the way; one on another platform claims nothing here.
-    """
-    base = earliest_start(owner, pod_sets, k, space, holdings, (), now_s, runtime_s)
-    mine = [r for r in reservations if space.capacity[np.asarray(r.nodes, np.int64)].any()]
-    if base is None or not mine:
-        return base
-    runtime = math.inf if runtime_s is None else runtime_s
-    starts = np.asarray([r.start_s for r in mine])
-    stops = np.asarray([_past(r.start_s, r.expected_end_s) for r in mine])
-    moments = np.unique(np.concatenate(([base.start_s], holdings.end_s, [r.expected_end_s for r in mine])))
-    moments = moments[np.isfinite(moments) & (moments >= base.start_s)]
-    first, step = 0, 8
-    while True:
-        last = min(first + step, len(moments) - 1)
-        t0, horizon = float(moments[first]), float(moments[last])
-        band = (starts < _past(horizon, horizon + runtime)) & (stops > t0)
-        found = earliest_start(
-            owner, pod_sets, k, space, holdings, [mine[i] for i in np.flatnonzero(band)], t0, runtime_s
-        )
-        if found is None or found.start_s <= horizon or last == len(moments) - 1:
-            return found
-        first, step = last + 1, step * 4
-
-
-def _past(start_s: float, end_s: float) -> float:
-    """The end of the window ``[start_s, end_s)``; an empty one is its first instant."""
-    return end_s if end_s > start_s else math.nextafter(start_s, math.inf)
-
-
 def start_of_request(
     owner: str,
     pod_sets: tuple[tuple[int, int], ...],
@@ -229,7 +175,7 @@ def start_of_request(
         space = spaces.get(platform)
         if space is None:
             space = spaces[platform] = node_space(fleet, platform)
-        found = banded_earliest_start(owner, pod_sets, k, space, holdings, reservations, now_s, runtime_s)
+        found = first_start(owner, pod_sets, k, space, holdings, reservations, now_s, runtime_s)
         if found is not None and found.start_s <= LAST_INSTANT_S and (best is None or found.start_s < best.start_s):
             best = found
     return best
