@@ -25,7 +25,7 @@ from typing import Any
 from kilter.cli import render, sources
 from kilter.cli.serve_config import add_split_wait_arguments, read_split_wait
 from kilter.cli.spare_flag import add_spare_argument, read_spare_nodes
-from kilter.gangs.expected_starts import expected_starts, start_of_job
+from kilter.gangs.expected_starts import expected_starts, plan_start
 from kilter.gangs.planning import plan_job_waits, plan_to_dict
 from kilter.gangs.waits import NO_WAIT, Waits
 from kilter.model.errors import InputError
@@ -132,26 +132,19 @@ def answer(
 
     planned = plan_job_waits(fleet, job, platform=platform, wait=wait, keep=False)
     plans, decisions = [p for p, _ in planned], [w for _, w in planned]
-    start = _expected_start(
-        state, fleet, obj, now_s, all(p.feasible for p in plans) and not any(w.wait for w in decisions)
+    start = plan_start(
+        obj,
+        fleet,
+        now_s=now_s,
+        starts_now=all(p.feasible for p in plans) and not any(w.wait for w in decisions),
+        starts=lambda: expected_starts(state, now_s=now_s, fleet=fleet),
+        state=state,
     )
     if output == "table":
         text = render_plans(fleet, job, plans, decisions) + _start_line(start)
     else:
         text = render.dump({**plan_to_dict(job, plans, decisions), **start}, output)
     return text, 0 if all(p.feasible for p in plans) else 1
-
-
-def _expected_start(
-    state: ClusterState, fleet: Fleet, obj: Mapping[str, Any], now_s: float, now: bool
-) -> dict[str, Any]:
-    """``expectedStart`` (``now_s`` when the job can start then), ``reservedDomains`` and, without a start,
-    ``expectedStartReason``."""
-    if now:
-        return {"expectedStart": render.rfc3339(now_s), "reservedDomains": [], "expectedStartReason": ""}
-    found = start_of_job(expected_starts(state, now_s=now_s, fleet=fleet), state, fleet, obj)
-    when = render.rfc3339(found.start_s) if found.start_s is not None else None
-    return {"expectedStart": when, "reservedDomains": list(found.domains), "expectedStartReason": found.reason}
 
 
 def _start_line(start: Mapping[str, Any]) -> str:

@@ -60,7 +60,7 @@ from kilter.topology.reservations import (
     node_space,
     reason,
 )
-from kilter.topology.split_wait import SplitWait
+from kilter.topology.split_wait import SplitWait, format_instant
 
 __all__ = [
     "LAST_INSTANT_S",
@@ -68,6 +68,7 @@ __all__ = [
     "ExpectedStarts",
     "StartsOfStore",
     "expected_starts",
+    "plan_start",
     "reserve",
     "start_of_job",
     "start_of_request",
@@ -239,6 +240,27 @@ def start_of_job(
     return reserve([gang], fleet, starts.holdings, starts.now_s, ahead)[0]
 
 
+def plan_start(
+    obj: Mapping[str, Any],
+    fleet: Fleet,
+    *,
+    now_s: float,
+    starts_now: bool,
+    starts: Callable[[], ExpectedStarts],
+    state: ClusterState,
+    learned: Learned | None = None,
+    settings: QueueWaitRules | None = None,
+) -> dict[str, Any]:
+    """What ``kilter plan`` and the gRPC ``Plan`` add to a job's plan: ``expectedStart`` (``now_s`` for a job that
+    ``starts_now``, else its reservation behind every pending gang of ``starts()``, or null), ``reservedDomains``
+    and ``expectedStartReason`` (the reservation's sentence, or why there is none)."""
+    if starts_now:
+        return {"expectedStart": format_instant(now_s), "reservedDomains": [], "expectedStartReason": ""}
+    found = start_of_job(starts(), state, fleet, obj, learned=learned, settings=settings)
+    when = format_instant(found.start_s) if found.start_s is not None else None
+    return {"expectedStart": when, "reservedDomains": list(found.domains), "expectedStartReason": found.reason}
+
+
 # ---------------------------------------------------------------- per store
 
 
@@ -264,15 +286,20 @@ class StartsOfStore:
         self._last: tuple[tuple[int, int], float, ExpectedStarts] | None = None
 
     def current(self) -> ExpectedStarts:
+        return self.at(self.clock())
+
+    def at(self, now_s: float) -> ExpectedStarts:
+        """The expected starts at ``now_s`` (to the second)."""
         fleet = self.store.fleet()
-        now = float(math.floor(self.clock()))
+        now = float(math.floor(now_s))
         key = (self.store.version, self.store.generation)
-        if self._last is None or self._last[0] != key or now - self._last[1] > self.max_age_s:
+        last = self._last
+        if last is None or last[0] != key or not 0 <= now - last[1] <= self.max_age_s:
             state = self.store.state()
             settings = self.settings() if self.settings is not None else None
             found = expected_starts(state, now_s=now, fleet=fleet, learned=self.learned, settings=settings)
-            self._last = (key, now, found)
-        return self._last[2]
+            self._last = last = (key, now, found)
+        return last[2]
 
     def held(self) -> int:
         """Pending gangs with a reservation now (``kilter_reservations_held``); 0 while the state does not read."""
