@@ -84,9 +84,12 @@ def _one_job(docs: list[Any], source: str) -> Mapping[str, Any]:
     return docs[0]
 
 
-def render_plans(fleet: Fleet, job: JobSpec, plans: list[Plan], waits: Sequence[WaitDecision] = ()) -> str:
+def render_plans(
+    fleet: Fleet, job: JobSpec, plans: list[Plan], waits: Sequence[WaitDecision] = (), *, start: str = ""
+) -> str:
     """The plan for people: one line per gang, then pod sets by domain with compressed node names; a gang that
-    waits for fewer domains says so, then shows the plan it would take once its wait is over."""
+    waits for fewer domains says so, then shows the plan it would take once its wait is over; ``start`` (when it
+    would start, for a job that cannot now) before the spares line."""
     out = []
     title = f"{job.kind} {job.namespace + '/' if job.namespace else ''}{job.name}"
     for plan, wait in zip(plans, list(waits) or [NO_WAIT] * len(plans), strict=True):
@@ -108,7 +111,7 @@ def render_plans(fleet: Fleet, job: JobSpec, plans: list[Plan], waits: Sequence[
         if plan.groups:
             out.append(f"{plan.group_level}: {', '.join(plan.groups)}\n")
     held = render.spares_line(fleet)
-    return "".join(out) + (f"{held}\n" if held else "")
+    return "".join(out) + start + (f"{held}\n" if held else "")
 
 
 def answer(
@@ -141,13 +144,16 @@ def answer(
         state=state,
     )
     if output == "table":
-        text = render_plans(fleet, job, plans, decisions) + _start_line(start)
+        text = render_plans(fleet, job, plans, decisions, start=_start_line(start))
     else:
         text = render.dump({**plan_to_dict(job, plans, decisions), **start}, output)
     return text, 0 if all(p.feasible for p in plans) else 1
 
 
 def _start_line(start: Mapping[str, Any]) -> str:
+    """``expected start: T on DOMAINS`` for a job that cannot start now ("" for one that can: it is placed)."""
+    if not start["expectedStartReason"]:
+        return ""
     if start["expectedStart"] is None:
         return f"expected start: none - {start['expectedStartReason']}\n"
     where = ", ".join(start["reservedDomains"])

@@ -23,7 +23,14 @@ state. Three steps:
   else the fewest the idle fleet could hold it in
   (``split_wait.fewest_domains_idle``, what it waits for);
 * **reservations**, gang after gang in that order, each by
-  ``reservations.earliest_start`` around every earlier one's claim.
+  ``reservations.earliest_start`` around every earlier one's claim (asked
+  through ``start_search.first_start``, its answer behind hundreds of
+  reservations without summing them all at every moment). A start past
+  the year 9999 rests on absurd estimates and is not promised.
+
+What is read (``start_facts``) and when a job not yet queued would start
+(``start_of_job``, ``plan_start``: ``kilter plan`` and the gRPC ``Plan``)
+come from the same functions, so every door gives the same answer.
 
 Conservative on purpose, as ``squeue --start`` is: every pending gang is
 shown the start it would get were every gang ahead of it to run as
