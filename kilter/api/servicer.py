@@ -36,6 +36,7 @@ from kilter.api import placement_pb2_grpc as pb_grpc
 from kilter.gangs import inventory, planning
 from kilter.gangs.book import GangBook
 from kilter.gangs.decisions import DecisionFeed
+from kilter.gangs.expected_starts import StartsOfStore, plan_start
 from kilter.gangs.identity import KINDS, GangKey, in_gang
 from kilter.gangs.waits import Waits
 from kilter.kube.api import check_name, check_namespace
@@ -102,6 +103,7 @@ class PlacementServicer(pb_grpc.PlacementServicer):
         # The last Inventory answer and what it was taken from (see ``_usage_digest``): peers poll it, and at
         # 5,004 nodes taking it costs several ms while an unchanged state's answer is the same message.
         self._inventory: tuple[tuple[object, ...], pb.InventoryResponse] | None = None
+        self._starts: StartsOfStore | None = None  # expected starts per state version, for Plan
 
     async def _check_peer(self, context: grpc.aio.ServicerContext[Any, Any]) -> None:
         if not self.sources.trusted(context.peer()):
@@ -135,11 +137,31 @@ class PlacementServicer(pb_grpc.PlacementServicer):
         try:
             fleet = store.fleet()
             plan = planning.plan_object(fleet, obj, job, self._waits(now_s), now_s=now_s, platform=platform, keep=False)
+            plan.update(self._start(obj, plan, now_s))
         except (InputError, UnknownPlatform) as exc:
             await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, _field(exc, "job"))
         answer = messages.plan_response(plan)
         _timing(context, started)
         return answer
+
+    def _start(self, obj: Mapping[str, Any], plan: Mapping[str, Any], now_s: float) -> dict[str, Any]:
+        """When the job would start (``expected_starts.plan_start``), as ``kilter plan`` reports it."""
+        store, waits = self.sources.store, self.sources.gangs.waits
+        if self._starts is None:
+            self._starts = StartsOfStore(
+                store, time.time, waits.learned if waits else None, waits.settings if waits else None
+            )
+        starts = self._starts
+        return plan_start(
+            obj,
+            store.fleet(),
+            now_s=now_s,
+            starts_now=bool(plan["feasible"]) and not plan["waiting"],
+            starts=lambda: starts.at(now_s),
+            state=store.state(),
+            learned=starts.learned,
+            settings=starts.settings() if starts.settings else None,
+        )
 
     def _waits(self, now_s: float) -> Waits:
         """The server's own split-wait rule and learned runtimes, judged at ``now_s``."""

@@ -7,6 +7,11 @@ is taken as created then): it is shown ``WAITS`` with the reason, then the
 plan it would take once its wait is over. A waiting gang is not a failure
 (exit 0); a gang that does not fit is (exit 1). The plan itself comes from
 ``kilter.gangs.planning``, which the gRPC ``Plan`` answers with too.
+
+When the job would start: ``--now`` when it can start then; else the
+reservation it would get queued behind every pending gang of the cluster
+(``kilter.gangs.expected_starts``): ``expectedStart`` and
+``reservedDomains``, or no start and ``expectedStartReason``.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from typing import Any
 from kilter.cli import render, sources
 from kilter.cli.serve_config import add_split_wait_arguments, read_split_wait
 from kilter.cli.spare_flag import add_spare_argument, read_spare_nodes
+from kilter.gangs.expected_starts import expected_starts, plan_start
 from kilter.gangs.planning import plan_job_waits, plan_to_dict
 from kilter.gangs.waits import NO_WAIT, Waits
 from kilter.model.errors import InputError
@@ -78,9 +84,12 @@ def _one_job(docs: list[Any], source: str) -> Mapping[str, Any]:
     return docs[0]
 
 
-def render_plans(fleet: Fleet, job: JobSpec, plans: list[Plan], waits: Sequence[WaitDecision] = ()) -> str:
+def render_plans(
+    fleet: Fleet, job: JobSpec, plans: list[Plan], waits: Sequence[WaitDecision] = (), *, start: str = ""
+) -> str:
     """The plan for people: one line per gang, then pod sets by domain with compressed node names; a gang that
-    waits for fewer domains says so, then shows the plan it would take once its wait is over."""
+    waits for fewer domains says so, then shows the plan it would take once its wait is over; ``start`` (when it
+    would start, for a job that cannot now) before the spares line."""
     out = []
     title = f"{job.kind} {job.namespace + '/' if job.namespace else ''}{job.name}"
     for plan, wait in zip(plans, list(waits) or [NO_WAIT] * len(plans), strict=True):
@@ -102,7 +111,7 @@ def render_plans(fleet: Fleet, job: JobSpec, plans: list[Plan], waits: Sequence[
         if plan.groups:
             out.append(f"{plan.group_level}: {', '.join(plan.groups)}\n")
     held = render.spares_line(fleet)
-    return "".join(out) + (f"{held}\n" if held else "")
+    return "".join(out) + start + (f"{held}\n" if held else "")
 
 
 def answer(
@@ -126,11 +135,29 @@ def answer(
 
     planned = plan_job_waits(fleet, job, platform=platform, wait=wait, keep=False)
     plans, decisions = [p for p, _ in planned], [w for _, w in planned]
+    start = plan_start(
+        obj,
+        fleet,
+        now_s=now_s,
+        starts_now=all(p.feasible for p in plans) and not any(w.wait for w in decisions),
+        starts=lambda: expected_starts(state, now_s=now_s, fleet=fleet),
+        state=state,
+    )
     if output == "table":
-        text = render_plans(fleet, job, plans, decisions)
+        text = render_plans(fleet, job, plans, decisions, start=_start_line(start))
     else:
-        text = render.dump(plan_to_dict(job, plans, decisions), output)
+        text = render.dump({**plan_to_dict(job, plans, decisions), **start}, output)
     return text, 0 if all(p.feasible for p in plans) else 1
+
+
+def _start_line(start: Mapping[str, Any]) -> str:
+    """``expected start: T on DOMAINS`` for a job that cannot start now ("" for one that can: it is placed)."""
+    if not start["expectedStartReason"]:
+        return ""
+    if start["expectedStart"] is None:
+        return f"expected start: none - {start['expectedStartReason']}\n"
+    where = ", ".join(start["reservedDomains"])
+    return f"expected start: {start['expectedStart']}{f' on {where}' if where else ''}\n"
 
 
 def run(args: argparse.Namespace) -> int:

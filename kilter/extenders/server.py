@@ -35,6 +35,7 @@ from kilter.extenders.volcano import VOLCANO_VERBS, VolcanoExtender
 from kilter.extenders.wire import BindingArgs
 from kilter.gangs import GangBook
 from kilter.gangs.decisions import Decision
+from kilter.gangs.expected_starts import StartsOfStore
 from kilter.model import asgi
 from kilter.model.asgi import BodyRefused, Receive, Scope, Send
 from kilter.model.errors import KilterError
@@ -67,6 +68,7 @@ KNOWN_PATHS = {
     "/debug/volcano",
     "/debug/views",
 }
+RESERVATIONS_MAX_AGE_S = 30.0  # a scrape's count of reservations may be this old while the state is unchanged
 VIEWS_MAX_BODY_BYTES = 2 * 1024 * 1024  # a kubectl-kilter view's request: its command line and, for plan, a manifest
 Views = Callable[[bytes], tuple[int, bytes]]
 """``POST /debug/views``: the kubectl plugin's request in, (status, JSON answer or one line) out; the cli layer's."""
@@ -126,6 +128,19 @@ class Metrics:
         )
         waiting.set_function(lambda: waits.waiting() if waits is not None else 0)
         store = gangs.store
+        starts = StartsOfStore(
+            store,
+            waits.clock if waits is not None else time.time,
+            waits.learned if waits is not None else None,
+            waits.settings if waits is not None else None,
+            max_age_s=RESERVATIONS_MAX_AGE_S,
+        )
+        held = Gauge(
+            "kilter_reservations_held",
+            "Pending gangs with a reservation: an expected start on domains kept for them (kubectl kilter pending)",
+            registry=self.registry,
+        )
+        held.set_function(starts.held)
         reload_ok = Gauge(
             "kilter_state_reload_ok",
             "1 when the last reload of the state's source succeeded, 0 while kilter serves an older state",

@@ -80,7 +80,18 @@ from kilter.topology.fleet import Fleet
 from kilter.topology.plan import GangRequest, Plan
 from kilter.topology.split_wait import QueueLoad, SplitWait, WaitDecision, decide, fewest_domains_idle
 
-__all__ = ["NO_WAIT", "JobFacts", "SplitWaits", "Waits", "facts_of", "fewest_domains", "judge", "might_wait"]
+__all__ = [
+    "NO_WAIT",
+    "JobFacts",
+    "Learned",
+    "SplitWaits",
+    "Waits",
+    "expected_runtime",
+    "facts_of",
+    "fewest_domains",
+    "judge",
+    "might_wait",
+]
 
 log = logging.getLogger("kilter.gangs")
 
@@ -139,9 +150,7 @@ def judge(
     rule = settings.for_job(facts.cluster_queue, facts.annotations, path=facts.where)
     if not rule.enabled:
         return NO_WAIT
-    runtime = declared_runtime(facts.annotations, facts.labels, facts.active_deadline_s, path=facts.where)
-    if runtime is None and learned is not None and facts.learned and facts.cluster_queue:
-        runtime = learned(facts.cluster_queue, sum(ps.count * ps.gpus_per_pod for ps in request.pod_sets))
+    runtime = expected_runtime(facts, sum(ps.count * ps.gpus_per_pod for ps in request.pod_sets), learned)
     if runtime is None or facts.since_s is None:
         return NO_WAIT
     load = None
@@ -157,6 +166,16 @@ def judge(
         load=load,
         gpus=sum(ps.count * ps.gpus_per_pod for ps in request.pod_sets),
     )
+
+
+def expected_runtime(facts: JobFacts, gpus: int, learned: Learned | None) -> float | None:
+    """Seconds a gang of ``gpus`` GPUs is expected to run: what its job declares (``declared_runtime``), else the
+    median its ClusterQueue's finished Workloads of its size took (Kueue gangs only); None when neither tells.
+    ``InputError`` for a declared runtime that does not read."""
+    runtime = declared_runtime(facts.annotations, facts.labels, facts.active_deadline_s, path=facts.where)
+    if runtime is None and learned is not None and facts.learned and facts.cluster_queue:
+        runtime = learned(facts.cluster_queue, gpus)
+    return runtime
 
 
 def facts_of(

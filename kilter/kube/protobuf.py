@@ -197,13 +197,19 @@ _POD_SPEC = Message(
         31: (11, SHARED_STRING, None, 0),  # preemptionPolicy
     },
 )
+_POD_STATUS = Message(
+    v1.PodStatus,
+    ("", None),
+    {1: (0, SHARED_STRING, None, 0), 7: (1, TIME, None, 0)},  # phase, startTime
+    dedup=True,
+)
 _POD = Message(
     v1.Pod,
     ("v1", "Pod", v1.ObjectMeta(), v1.PodSpec(), v1.PodStatus()),
     {
         1: (2, MESSAGE, _META, 0),
         2: (3, MESSAGE, _POD_SPEC, 0),
-        3: (4, MESSAGE, Message(v1.PodStatus, ("",), {1: (0, SHARED_STRING, None, 0)}, dedup=True), 0),  # phase
+        3: (4, MESSAGE, _POD_STATUS, 0),
     },
 )
 

@@ -189,6 +189,7 @@ class PodSpec(msgspec.Struct, rename="camel", gc=False):
 
 class PodStatus(msgspec.Struct, rename="camel", gc=False):
     phase: str = ""
+    start_time: str | None = None  # when the kubelet accepted the pod (RFC 3339)
 
 
 class Pod(msgspec.Struct, rename="camel", gc=False):

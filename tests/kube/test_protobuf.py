@@ -163,7 +163,13 @@ pod = st.fixed_dictionaries(
                 "preemptionPolicy": st.sampled_from(["Never", "PreemptLowerPriority"]),
             },
         ),
-        "status": st.fixed_dictionaries({}, optional={"phase": st.sampled_from(["Pending", "Running", "Failed"])}),
+        "status": st.fixed_dictionaries(
+            {},
+            optional={
+                "phase": st.sampled_from(["Pending", "Running", "Failed"]),
+                "startTime": st.sampled_from(["2025-12-01T08:00:05Z", "1999-12-31T23:59:59Z"]),
+            },
+        ),
     }
 )
 

@@ -1,7 +1,10 @@
 """``kubectl kilter pending``: pending workloads, closest to running first, each with the first reason it waits.
 
 The reasons come from ``gangs.pending`` (the ladder: quota, topology,
-admission checks), the one place that decides them.
+admission checks), the one place that decides them; each workload's
+expected start and the domains reserved for it from
+``gangs.expected_starts`` (empty, with the reason, when none can be
+promised). A workload its quota can never admit is promised nothing.
 """
 
 from __future__ import annotations
@@ -12,7 +15,8 @@ from typing import Any
 from kilter.cli import render
 from kilter.cli.kubectl import output
 from kilter.cli.kubectl.source import Cluster
-from kilter.gangs.pending import Pending, why_pending
+from kilter.gangs.expected_starts import ExpectedStart, ExpectedStarts, expected_starts
+from kilter.gangs.pending import EXCEEDS_MAX_QUOTA, MISCONFIGURED, NO_MATCHING_FLAVOR, Pending, why_pending
 from kilter.quota.policy import parse_time
 from kilter.topology.split_wait import format_duration
 
@@ -34,7 +38,23 @@ def _age(now_s: float, created: str | None) -> str:
     return "-" if created is None else format_duration(now_s - parse_time(created, path="created"))
 
 
-def _item(p: Pending) -> dict[str, Any]:
+_NEVER = frozenset((MISCONFIGURED, NO_MATCHING_FLAVOR, EXCEEDS_MAX_QUOTA))
+
+
+def _start(p: Pending, starts: ExpectedStarts) -> tuple[ExpectedStart | None, str]:
+    """The workload's expected start, or None and why not: what keeps it from ever starting first."""
+    found = starts.of("Workload", p.namespace, p.name)
+    if found is not None and found.gang.problem:
+        return None, found.reason
+    if p.reason in _NEVER:
+        return None, f"never admitted as it is ({p.reason}): {p.message}"
+    if found is None:
+        return None, "kilter cannot read it as a gang"
+    return (found, "") if found.reservation is not None else (None, found.reason)
+
+
+def _item(p: Pending, starts: ExpectedStarts) -> dict[str, Any]:
+    start, why = _start(p, starts)
     return {
         "position": p.position,
         "namespace": p.namespace,
@@ -61,14 +81,18 @@ def _item(p: Pending) -> dict[str, Any]:
         "domainsMin": p.domains_min or None,
         "waitUntil": render.rfc3339(p.wait_until_s) if p.wait_until_s is not None else None,
         "admissionChecks": dict(p.checks),
+        "expectedStart": render.rfc3339(start.reservation.start_s) if start and start.reservation else None,
+        "expectedStartReason": start.reason if start else why,
+        "reservedDomains": list(start.domains) if start else [],
     }
 
 
 def pending_data(cluster: Cluster) -> dict[str, Any]:
     """``{"pending": [...]}``: every pending Workload in the namespace scope, positions counted cluster-wide."""
     store = cluster.store
+    starts = expected_starts(store.state(), now_s=cluster.now_s, fleet=store.fleet())
     found = why_pending(store.state(), store.fleet(), now_s=cluster.now_s)
-    return {"pending": [_item(p) for p in found if cluster.in_scope(p.namespace)]}
+    return {"pending": [_item(p, starts) for p in found if cluster.in_scope(p.namespace)]}
 
 
 def run(args: argparse.Namespace, cluster: Cluster) -> output.Answer:
@@ -82,8 +106,10 @@ def run(args: argparse.Namespace, cluster: Cluster) -> output.Answer:
         ("AGE", False),
         ("REASON", False),
         ("MESSAGE", False),
+        ("START", False),
         ("PRIORITY", True),
         ("LOCALQUEUE", True),
+        ("DOMAINS", True),
     )
     rows = [
         (
@@ -95,8 +121,10 @@ def run(args: argparse.Namespace, cluster: Cluster) -> output.Answer:
             _age(cluster.now_s, p["created"]),
             p["reason"],
             p["message"],
+            p["expectedStart"] or "-",
             p["priority"],
             p["localQueue"] or "-",
+            ",".join(render.short_domain(d) for d in p["reservedDomains"]) or "-",
         )
         for p in data["pending"]
     ]
