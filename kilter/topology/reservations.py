@@ -320,25 +320,30 @@ def earliest_start(
     cuts = np.flatnonzero(np.any(meets[1:] != meets[:-1], axis=1)) + 1
     bounds = [0, *cuts.tolist(), len(times)]
 
-    def avail_at(e: int) -> Ints:
+    def avail_at(e: int, claim: Ints) -> Ints:
         done = int(np.searchsorted(row_end, times[e], side="right"))
         freed = np.bincount(row_node[:done], weights=row_gpus[:done], minlength=n).astype(np.int64)
         free = np.minimum(space.free + freed, space.capacity)
-        avail: Ints = np.clip(free - meets[e].astype(np.int64) @ claims, 0, None)
+        avail: Ints = np.clip(free - claim, 0, None)
         return avail
 
-    def fits(e: int) -> bool:  # for one pod set the bound is exact, and cheaper than choosing the domains
+    def fits(e: int, claim: Ints) -> bool:  # for one pod set the bound is exact, and cheaper than choosing the domains
         if len(sets) == 1:
-            return 0 < _bound(space, avail_at(e), sets)[0] <= k
-        return _fit(space, avail_at(e), sets, k) is not None
+            return 0 < _bound(space, avail_at(e, claim), sets)[0] <= k
+        return _fit(space, avail_at(e, claim), sets, k) is not None
 
+    claim = np.zeros(n, np.int64)  # what the reservations meeting the current run's starts claim, kept run to run
+    meeting = np.zeros(len(reservations), bool)
     for lo, hi in itertools.pairwise(bounds):
-        if not fits(hi - 1):
+        for i in np.flatnonzero(meets[hi - 1] != meeting).tolist():
+            claim += claims[i] if meets[hi - 1, i] else -claims[i]
+        meeting = meets[hi - 1]
+        if not fits(hi - 1, claim):
             continue
         while lo < hi - 1:  # the first start of the run that fits; hi - 1 fits
             mid = (lo + hi - 1) // 2
-            lo, hi = (lo, mid + 1) if fits(mid) else (mid + 1, hi)
-        found = _fit(space, avail_at(hi - 1), sets, k)
+            lo, hi = (lo, mid + 1) if fits(mid, claim) else (mid + 1, hi)
+        found = _fit(space, avail_at(hi - 1, claim), sets, k)
         assert found is not None  # fits(hi - 1)
         t = float(times[hi - 1])
         domains, nodes, gpus, pods = found
