@@ -16,9 +16,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from kilter.model.errors import InputError
 from kilter.model.kueue import Workload
-from kilter.quota.policy import parse_time
+from kilter.quota.policy import read_time
 from kilter.state.cluster import ClusterState
 from kilter.topology.backlog import Backlog
 from kilter.topology.fleet import Fleet
@@ -37,12 +36,12 @@ def backlog_of(state: ClusterState, *, horizon_s: float = DEFAULT_MAX_S) -> Back
 def waiting_span(workload: Workload) -> tuple[float, float | None] | None:
     """When a Workload waited: (created, quota reserved; None while it still waits), or None when the objects do
     not tell (no creation time, a reservation with no readable time, or finished with none on record)."""
-    created = _time(workload.metadata.creation_timestamp)
+    created = read_time(workload.metadata.creation_timestamp)
     if created is None:
         return None
     status = workload.status
     if status.condition("QuotaReserved"):
-        reserved = _time(status.since("QuotaReserved"))
+        reserved = read_time(status.since("QuotaReserved"))
         return None if reserved is None else (created, reserved)
     if status.condition("Finished"):
         return None
@@ -64,15 +63,6 @@ def _spans(state: ClusterState) -> Iterator[tuple[float, float | None]]:
         if span is not None:
             yield span
     for group in state.pod_groups:
-        created = _time(group.metadata.creation_timestamp)
+        created = read_time(group.metadata.creation_timestamp)
         if created is not None and group.status.phase in _WAITING_PHASES:
             yield created, None
-
-
-def _time(value: str | None) -> float | None:
-    if not value:
-        return None
-    try:
-        return parse_time(value, path="metadata.creationTimestamp")
-    except InputError:
-        return None

@@ -27,7 +27,7 @@ from kilter.model.core_v1 import Pod, PodTemplateSpec
 from kilter.model.errors import InputError
 from kilter.model.jobs import PodSetSpec, read_job
 from kilter.model.kueue import KUEUE_GROUP, Workload
-from kilter.quota.policy import parse_time
+from kilter.quota.policy import read_time
 from kilter.quota.usage import workload_infos
 from kilter.state.cluster import ClusterState
 from kilter.topology import pod_gpus
@@ -75,15 +75,6 @@ class Waiting:
     def owner(self) -> str:
         """``namespace/name``: whose a reservation is, in every door's words."""
         return f"{self.namespace}/{self.name}"
-
-
-def _time(value: str | None) -> float | None:
-    if not value:
-        return None
-    try:
-        return parse_time(value, path="time")
-    except InputError:
-        return None
 
 
 def _workloads_by_name(state: ClusterState) -> dict[tuple[str, str], Workload]:
@@ -167,10 +158,10 @@ def held_gangs(
         started = None
         if wl is not None:
             obj = raw_workloads.get((wl.metadata.namespace, wl.metadata.name))
-            started = _time(wl.status.since("Admitted")) if wl.status.condition("Admitted") else None
+            started = read_time(wl.status.since("Admitted")) if wl.status.condition("Admitted") else None
         if started is None:
-            starts = [t for p in pods if (t := _time(p.status.start_time)) is not None]
-            made = [t for p in pods if (t := _time(p.metadata.creation_timestamp)) is not None]
+            starts = [t for p in pods if (t := read_time(p.status.start_time)) is not None]
+            made = [t for p in pods if (t := read_time(p.metadata.creation_timestamp)) is not None]
             started = min(starts) if starts else min(made) if made else now_s
         meta = obj.get("metadata") if isinstance(obj, Mapping) else None
         name = str(meta.get("name")) if isinstance(meta, Mapping) else key.split("/")[-1]
@@ -241,7 +232,7 @@ def _pending_workloads(
         if status.condition("Finished") or status.condition("Admitted") or wl.spec.active is False:
             continue  # running, done, or deactivated: Kueue considers it no more
         info = infos.get(f"{meta.namespace}/{meta.name}")
-        created = _time(meta.creation_timestamp)
+        created = read_time(meta.creation_timestamp)
         base = Waiting(
             "Workload",
             meta.namespace,
@@ -319,14 +310,16 @@ def _pending_of_pods(
         if any((ns, n) in workloads for n in owners):
             continue  # Kueue's: its Workload is the gang
         pods = sorted(pods, key=lambda p: p.metadata.name)
-        made = [t for p in pods if (t := _time(p.metadata.creation_timestamp)) is not None]
+        made = [t for p in pods if (t := read_time(p.metadata.creation_timestamp)) is not None]
         kind, obj = "pods of gang", None
         if gk.kind == "podgroup" and (ns, name) in groups:
             group = typed.get((ns, name))
             if group is not None and group.status.phase not in _WAITING_PHASES:
                 continue
             kind, obj = "PodGroup", groups[(ns, name)]
-            made = [t for t in [_time(group.metadata.creation_timestamp if group else None)] if t is not None] or made
+            made = [
+                t for t in [read_time(group.metadata.creation_timestamp if group else None)] if t is not None
+            ] or made
         elif gk.kind != "podgroup":
             name = gk.name
         base = Waiting(kind, ns, name, 0, min(made) if made else math.inf)

@@ -23,16 +23,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from kilter.topology.reservations import Holdings, NodeSpace, Reservation, earliest_start
+from kilter.topology.reservations import Holdings, NodeSpace, Reservation, earliest_start, window_end
 
 __all__ = ["first_start"]
 
 FIRST_BAND = 8  # moments asked about together at first; most gangs start within them
-
-
-def _past(start_s: float, end_s: float) -> float:
-    """The end of the window ``[start_s, end_s)``; an empty one is its first instant."""
-    return end_s if end_s > start_s else math.nextafter(start_s, math.inf)
 
 
 def first_start(
@@ -52,15 +47,15 @@ def first_start(
         return base
     runtime = math.inf if runtime_s is None else runtime_s
     starts = np.asarray([r.start_s for r in mine])
-    stops = np.asarray([_past(r.start_s, r.expected_end_s) for r in mine])
+    stops = np.asarray([window_end(r.start_s, r.expected_end_s) for r in mine])
     moments = np.unique(np.concatenate(([base.start_s], holdings.end_s, [r.expected_end_s for r in mine])))
     moments = moments[np.isfinite(moments) & (moments >= base.start_s)]
     first, width = 0, FIRST_BAND
     while True:
         last = min(first + width, len(moments) - 1)
         t0, horizon = float(moments[first]), float(moments[last])
-        meets = (starts < _past(horizon, horizon + runtime)) & (stops > t0)
-        always = meets & (starts < _past(t0, t0 + runtime)) & (stops > horizon)
+        meets = (starts < window_end(horizon, horizon + runtime)) & (stops > t0)
+        always = meets & (starts < window_end(t0, t0 + runtime)) & (stops > horizon)
         band = [mine[i] for i in np.flatnonzero(meets & ~always).tolist()]
         if always.any():
             band.append(_as_one([mine[i] for i in np.flatnonzero(always).tolist()]))
@@ -77,7 +72,7 @@ def _as_one(reservations: Sequence[Reservation]) -> Reservation:
     return Reservation(
         "(gangs ahead)",
         min(r.start_s for r in reservations),
-        max(_past(r.start_s, r.expected_end_s) for r in reservations),
+        max(window_end(r.start_s, r.expected_end_s) for r in reservations),
         (),
         (),
         tuple(x for r in reservations for x in r.nodes),

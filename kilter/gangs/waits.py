@@ -71,7 +71,7 @@ from kilter.gangs.wait_settings import QueueWaitRules
 from kilter.model.core_v1 import Pod, PodTemplateSpec
 from kilter.model.errors import InputError
 from kilter.model.kueue import KUEUE_GROUP, ClusterQueue, Cohort, ResourceFlavor, true_condition
-from kilter.quota.policy import parse_time
+from kilter.quota.policy import read_time
 from kilter.quota.runtimes import MAX_EXEC_TIME, WINDOW, declared_runtime
 from kilter.state.cluster import ClusterState
 from kilter.state.store import ClusterStore
@@ -194,7 +194,7 @@ def facts_of(
     most = _seconds(spec.get("maximumExecutionTimeSeconds"))
     if most is not None:
         labels.setdefault(MAX_EXEC_TIME, str(int(most)))
-    since = _time(meta.get("creationTimestamp")) if obj is not None else None
+    since = read_time(meta.get("creationTimestamp")) if obj is not None else None
     waited: tuple[float, float | None] | None = None if since is None else (since, None)
     if kind == "Workload":
         reserved = _reserved_at(status)
@@ -208,7 +208,7 @@ def facts_of(
         if deadline is None and pod.spec.active_deadline_seconds:
             deadline = float(pod.spec.active_deadline_seconds)
         if obj is None:
-            stamp = _time(pod.metadata.creation_timestamp)
+            stamp = read_time(pod.metadata.creation_timestamp)
             since = stamp if since is None or (stamp is not None and stamp < since) else since
             waited = None if since is None else (since, None)
     if kind == "Workload":
@@ -416,14 +416,4 @@ def _reserved_at(status: Mapping[str, Any]) -> float | None:
     condition is ``True`` (stamped each time it turns True: Kueue's ``workload.SetQuotaReservation`` through
     ``apimeta.SetStatusCondition``); else None."""
     cond = true_condition(status, "QuotaReserved")
-    return None if cond is None else _time(cond.get("lastTransitionTime"))
-
-
-def _time(value: Any) -> float | None:
-    """Unix seconds of an RFC 3339 time; None for none, or one that does not read."""
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        return parse_time(value, path="metadata.creationTimestamp")
-    except InputError:
-        return None
+    return None if cond is None else read_time(cond.get("lastTransitionTime"))

@@ -32,6 +32,7 @@ __all__ = [
     "parse_duration",
     "parse_policy",
     "parse_time",
+    "read_time",
 ]
 
 
@@ -41,6 +42,17 @@ def parse_time(text: str, *, path: str) -> float:
         return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
     except ValueError:
         raise InputError(f"{text!r} is not an RFC 3339 time", path=path) from None
+
+
+def read_time(value: object) -> float | None:
+    """``parse_time`` of a time an object may or may not carry: None for none, or one that does not read (a
+    caller that only weighs objects by their times skips what it cannot read rather than refuse it)."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        return parse_time(value, path="time")
+    except InputError:
+        return None
 
 
 @dataclass(frozen=True)

@@ -45,6 +45,7 @@ __all__ = [
     "may_start_now",
     "node_space",
     "reason",
+    "window_end",
 ]
 
 Ints = npt.NDArray[np.int64]
@@ -179,10 +180,12 @@ class Reservation:
 
     def overlaps(self, start_s: float, end_s: float) -> bool:
         """Whether the window ``[start_s, end_s)`` meets this one; an empty window is its first instant."""
-        return self.start_s < _past(start_s, end_s) and _past(self.start_s, self.expected_end_s) > start_s
+        return self.start_s < window_end(start_s, end_s) and window_end(self.start_s, self.expected_end_s) > start_s
 
 
-def _past(start_s: float, end_s: float) -> float:
+def window_end(start_s: float, end_s: float) -> float:
+    """The end of the window ``[start_s, end_s)``; an empty one is its first instant (so it still meets what
+    starts then)."""
     return end_s if end_s > start_s else math.nextafter(start_s, math.inf)
 
 
@@ -309,11 +312,11 @@ def earliest_start(
     times = times[np.isfinite(times) & (times >= now)]
     # which earlier reservations each start's window meets; along a run of starts meeting the same ones the
     # claims stay put while holdings only free GPUs, so whether the gang fits changes once per run at most
-    window_end = times + runtime
-    window_end = np.where(window_end > times, window_end, np.nextafter(times, math.inf))
+    stops_at = times + runtime  # each start's own window, as ``window_end`` ends it
+    stops_at = np.where(stops_at > times, stops_at, np.nextafter(times, math.inf))
     starts = np.asarray([r.start_s for r in reservations], np.float64)
-    stops = np.asarray([_past(r.start_s, r.expected_end_s) for r in reservations], np.float64)
-    meets = (starts[None, :] < window_end[:, None]) & (stops[None, :] > times[:, None])
+    stops = np.asarray([window_end(r.start_s, r.expected_end_s) for r in reservations], np.float64)
+    meets = (starts[None, :] < stops_at[:, None]) & (stops[None, :] > times[:, None])
     claims = np.zeros((len(reservations), n), np.int64)
     for i, r in enumerate(reservations):
         np.add.at(claims[i], np.asarray(r.nodes, np.int64), np.asarray(r.gpus, np.int64))
