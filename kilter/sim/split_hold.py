@@ -200,7 +200,8 @@ class SplitHold:
         self._least: dict[tuple[int, tuple[tuple[int, int], ...]], int] = {}
         self.waits: list[float] = []
         self.took_split = 0
-        self._for_the_queue: set[int] = set()  # held while the queue is saturated (``keeps_quota_of``)
+        self._for_the_queue: dict[int, tuple[Gang, int]] = {}  # held while the queue is saturated: its fewest
+        self._now = 0.0  # the run's clock, as ``wake`` last saw it
         self.backlog = Backlog(rules_horizon(rules)) if price == "queue" else None
         self._usable = int(fleet.bitmap.domain_usable_gpus.sum())
 
@@ -237,9 +238,9 @@ class SplitHold:
         if not decision.wait or deadline <= now:  # a budget left below the clock's resolution is spent
             return False
         if math.isinf(decision.remaining_s):
-            self._for_the_queue.add(j)
+            self._for_the_queue[j] = (gang, least)
         else:
-            self._for_the_queue.discard(j)
+            self._for_the_queue.pop(j, None)
         self.parked.add(j)
         self._first_held.setdefault(j, now)
         if self._deadline.get(j) != deadline:
@@ -276,6 +277,7 @@ class SplitHold:
     def wake(self, now: float) -> bool:
         """Unpark the gangs whose budget has run out by ``now``: the next pass takes the best plan they have.
         Were there any?"""
+        self._now = now
         timers = self._timers
         woke = False
         while timers and timers[0][0] <= now:
@@ -287,13 +289,27 @@ class SplitHold:
         return woke
 
     def capacity_grew(self) -> None:
-        """A gang ended or was evicted: every held gang may have a better plan now."""
+        """A gang ended or was evicted: every held gang may have a better plan now, but one held for the queue's
+        sake while the queue is still saturated and no ``least`` domains have its GPUs free between them (a bound:
+        no plan in its fewest domains can exist), which would only be held again: it stays parked, unplanned."""
+        keep = [
+            j for j, (gang, least) in self._for_the_queue.items() if j in self.parked and self._hopeless(gang, least)
+        ]
         self.parked.clear()
+        self.parked.update(keep)
+
+    def _hopeless(self, gang: Gang, least: int) -> bool:
+        bm = self._fleet.bitmap
+        free = np.sort(bm.domain_free_gpus[bm.domain_platforms == gang.platform])[::-1]
+        if int(free[:least].sum()) >= gang.gpus:
+            return False
+        load = self.load(self._now, self.estimates.of(gang.job), self._jobs[gang.job].submit_s)
+        return load is not None and load.saturated
 
     def started(self, gang: Gang, domains: int, now: float) -> None:
         j = gang.job
         self.parked.discard(j)
-        self._for_the_queue.discard(j)
+        self._for_the_queue.pop(j, None)
         self._deadline.pop(j, None)
         first = self._first_held.pop(j, None)
         if first is not None:
