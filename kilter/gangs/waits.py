@@ -78,7 +78,14 @@ from kilter.state.store import ClusterStore
 from kilter.topology.backlog import Backlog
 from kilter.topology.fleet import Fleet
 from kilter.topology.plan import GangRequest, Plan
-from kilter.topology.split_wait import QueueLoad, SplitWait, WaitDecision, decide, fewest_domains_idle
+from kilter.topology.split_wait import (
+    QueueLoad,
+    SplitWait,
+    WaitDecision,
+    decide,
+    fewest_domains_idle,
+    room_may_come,
+)
 
 __all__ = [
     "NO_WAIT",
@@ -122,13 +129,16 @@ def might_wait(request: GangRequest, plan: Plan) -> bool:
 
 
 def fewest_domains(request: GangRequest, plan: Plan, fleet: Fleet) -> int:
-    """The fewest domains the idle fleet could hold the gang in, when its plan spans more (else 0: nothing to wait
-    for); the cheap half of the rule, asked before anything is read of the gang's job."""
+    """The fewest domains the idle fleet could hold the gang in, when its plan spans more and a job running on its
+    platform may end and make room (``room_may_come``; else 0: nothing to wait for); the cheap half of the rule,
+    asked before anything is read of the gang's job."""
     if not might_wait(request, plan):
         return 0
     index = next((i for i, p in enumerate(fleet.platforms) if p.name == plan.platform), None)
+    if index is None or not room_may_come(fleet, index):
+        return 0
     shapes = tuple((ps.count, ps.gpus_per_pod) for ps in request.pod_sets)
-    least = fewest_domains_idle(fleet, index, shapes) if index is not None else 0
+    least = fewest_domains_idle(fleet, index, shapes)
     return least if 0 < least < len(plan.domains) else 0
 
 

@@ -31,6 +31,7 @@ from kilter.sim import (
     slurm_cycle,
     slurm_nodespace,
     split_hold,
+    stall,
     synthetic,
     trace,
     volcano_binpack,
@@ -49,6 +50,7 @@ from kilter.sim.placement import PlacementPolicy, Releasing
 from kilter.sim.policies import POLICIES, make_policy
 from kilter.sim.regions import Region, simulate_regions
 from kilter.sim.run import Run, simulate
+from kilter.sim.stall import Stalled
 from kilter.sim.trace import TraceJob, read_trace
 from kilter.sim.volcano_engine import VolcanoSession
 
@@ -68,6 +70,7 @@ __all__ = [
     "Run",
     "SimConfig",
     "Simulation",
+    "Stalled",
     "Timeline",
     "TraceJob",
     "VolcanoSession",
@@ -107,6 +110,7 @@ __all__ = [
     "slurm_cycle",
     "slurm_nodespace",
     "split_hold",
+    "stall",
     "synthetic",
     "trace",
     "volcano_binpack",

@@ -83,6 +83,7 @@ from kilter.sim.run_settings import (
     slowdown_factor,
 )
 from kilter.sim.split_hold import make_hold
+from kilter.sim.stall import Stalled, stalled_after_s
 from kilter.sim.trace import TraceJob
 from kilter.topology.fleet import Fleet
 
@@ -160,6 +161,7 @@ class Simulation:
         self._platform_domains = [bm.domain_platforms == i for i in range(len(fleet.platforms))]
         self._blocks = domains_per_block(fleet)
         span = jobs[-1].submit_s if jobs else 0.0
+        self._stall_s = stalled_after_s(jobs)
         self._sample_every = max(span, 1.0) / max(samples, 1)
         self._next_sample = 0.0
         self.admission: AdmissionStep = admission(self)
@@ -187,6 +189,12 @@ class Simulation:
             t_arrive = jobs[next_job].submit_s if next_job < len(jobs) else math.inf
             t_finish = self._running[0][0] if self._running else math.inf
             t = min(t_arrive, t_finish, hold.next_wake() if hold is not None else math.inf, self._next_event_s())
+            if t > self._stall_s:
+                raise Stalled(
+                    f"the simulation stalled: at {now:.0f} s, {len(self._parked)} held gangs and {self._waiting} "
+                    f"queued jobs wait, {len(self._running)} run, and the next thing due, at {t:.0f} s, is past any "
+                    f"run that makes progress ({self._stall_s:.0f} s)"
+                )
             self._account(now, t)
             if t > now:
                 self._evicted_now.clear()

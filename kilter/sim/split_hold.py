@@ -3,7 +3,8 @@
 When the planner's answer for a *preferred* gang spans more scale-up domains
 than the fewest the gang could use on the fleet as it is, every usable GPU
 idle (``split_wait.fewest_domains_idle``: failed trays count; the slowdown of
-a split counts from the platform's own minimum, ``Platform.unsplit_domains``),
+a split counts from the platform's own minimum, ``Platform.unsplit_domains``)
+and some job runs on its platform to make room (``split_wait.room_may_come``),
 ``split_wait.decide`` — the function every server path asks — says whether
 the gang should wait for a better plan instead. A held gang does not start
 and holds nothing (under ``--quota volcano`` it stays enqueued, charged as
@@ -197,21 +198,16 @@ class SplitHold:
         self._deadline: dict[int, float] = {}
         self._timers: list[tuple[float, int]] = []
         self._first_held: dict[int, float] = {}
-        self._least: dict[tuple[int, tuple[tuple[int, int], ...]], int] = {}
         self.waits: list[float] = []
         self.took_split = 0
-        self._for_the_queue: dict[int, tuple[Gang, int]] = {}  # held while the queue is saturated: its fewest
+        self._for_the_queue: dict[int, Gang] = {}  # held while the queue is saturated
         self._now = 0.0  # the run's clock, as ``wake`` last saw it
         self.backlog = Backlog(rules_horizon(rules)) if price == "queue" else None
         self._usable = int(fleet.bitmap.domain_usable_gpus.sum())
 
     def fewest_domains(self, gang: Gang) -> int:
         """The fewest domains the gang could use on the idle fleet (failed trays counted), at least 1."""
-        key = (gang.platform, gang.pod_sets)
-        least = self._least.get(key)
-        if least is None:
-            least = self._least[key] = max(1, split_wait.fewest_domains_idle(self._fleet, gang.platform, gang.pod_sets))
-        return least
+        return max(1, split_wait.fewest_domains_idle(self._fleet, gang.platform, gang.pod_sets))
 
     def holds(self, gang: Gang, nodes: Nodes, now: float) -> bool:
         """Should the gang wait rather than start on ``nodes`` now? If so it is parked until capacity grows or
@@ -222,7 +218,7 @@ class SplitHold:
             return False
         least = self.fewest_domains(gang)
         used = len(np.unique(self._fleet.node_domain[nodes]))
-        if used <= least:
+        if used <= least or not split_wait.room_may_come(self._fleet, gang.platform):
             return False
         since = self._first_held.get(j, now) if self._clock == "reserved" else self._jobs[j].submit_s
         decision = split_wait.decide(
@@ -238,7 +234,7 @@ class SplitHold:
         if not decision.wait or deadline <= now:  # a budget left below the clock's resolution is spent
             return False
         if math.isinf(decision.remaining_s):
-            self._for_the_queue[j] = (gang, least)
+            self._for_the_queue[j] = gang
         else:
             self._for_the_queue.pop(j, None)
         self.parked.add(j)
@@ -290,15 +286,17 @@ class SplitHold:
 
     def capacity_grew(self) -> None:
         """A gang ended or was evicted: every held gang may have a better plan now, but one held for the queue's
-        sake while the queue is still saturated and no ``least`` domains have its GPUs free between them (a bound:
-        no plan in its fewest domains can exist), which would only be held again: it stays parked, unplanned."""
-        keep = [
-            j for j, (gang, least) in self._for_the_queue.items() if j in self.parked and self._hopeless(gang, least)
-        ]
+        sake while the queue is still saturated, jobs run that may make room and no fewest domains have its GPUs free
+        between them (a bound: no plan in its fewest domains can exist), which would only be held again: it stays
+        parked, unplanned."""
+        keep = [j for j, gang in self._for_the_queue.items() if j in self.parked and self._hopeless(gang)]
         self.parked.clear()
         self.parked.update(keep)
 
-    def _hopeless(self, gang: Gang, least: int) -> bool:
+    def _hopeless(self, gang: Gang) -> bool:
+        if not split_wait.room_may_come(self._fleet, gang.platform):
+            return False  # planned again, it starts: nothing runs that could make room
+        least = self.fewest_domains(gang)  # failures and repairs since it was held move it
         bm = self._fleet.bitmap
         free = np.sort(bm.domain_free_gpus[bm.domain_platforms == gang.platform])[::-1]
         if int(free[:least].sum()) >= gang.gpus:

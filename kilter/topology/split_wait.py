@@ -56,6 +56,7 @@ __all__ = [
     "parse_split_wait",
     "queue_settings",
     "resolve",
+    "room_may_come",
 ]
 
 SPLIT_WAIT = "kilter.dev/split-wait"
@@ -238,6 +239,16 @@ def fewest_domains_idle(fleet: Fleet, platform: int, pod_sets: tuple[tuple[int, 
     if found is None:
         found = memo[key] = _fewest_domains_idle(fleet, platform, pod_sets)
     return found
+
+
+def room_may_come(fleet: Fleet, platform: int) -> bool:
+    """Whether waiting could bring a gang better room on ``platform``: some usable GPU of it is in use, so a job may
+    end and free it. Where nothing runs, the plan now is the best the fleet gives until it grows, and the fewest
+    domains the idle fleet could hold the gang in is a bound that plan may never reach (gangs of mixed pod shapes):
+    a wait would only stall, and two gangs each waiting for the queue's sake would wait on each other for ever."""
+    bm = fleet.bitmap
+    mine = bm.domain_platforms == platform
+    return bool((bm.domain_free_gpus[mine] < bm.domain_usable_gpus[mine]).any())
 
 
 def _fewest_domains_idle(fleet: Fleet, platform: int, pod_sets: tuple[tuple[int, int], ...]) -> int:

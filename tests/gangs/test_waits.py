@@ -18,6 +18,7 @@ from kilter.state.cluster import from_objects
 from kilter.state.store import DELETED, MODIFIED, ClusterStore, Event
 from kilter.topology.split_wait import SplitWait
 from tests.clock import Clock
+from tests.extenders.conftest import pod_json
 from tests.gangs.wait_scenario import (
     BUDGET_S,
     FREE,
@@ -308,3 +309,22 @@ def test_a_waiting_gang_is_judged_again_as_soon_as_gpus_come_free() -> None:
     clock.now += 1  # well inside the usual pause: only the freed GPUs make it ask again
     placed = ask(book, pod=1)
     assert placed.feasible and placed.plan.domains == ("r1",)  # the one rack it waited for
+
+
+def test_where_nothing_runs_to_make_room_a_gang_takes_its_best_plan_at_once() -> None:
+    """The idle fleet's minimum is a bound a gang of mixed pod shapes may never reach: 14 pods of 4 GPUs and 5 of 3
+    (71 GPUs, one rack's worth) need 19 trays, one more than a rack has. With no job running on the platform, no
+    end can bring better room, so it does not wait for it (two gangs waiting on each other would wait for ever)."""
+    clock = Clock(T0)
+    idle = [o for o in fleet_objects() if o["kind"] == "Node"]
+    mixed = gang_pods("mixed", T0, pods=19, annotations=RUNTIME)
+    for p in mixed[14:]:
+        p["spec"]["containers"][0]["resources"] = {
+            "limits": {"nvidia.com/gpu": "3"},
+            "requests": {"nvidia.com/gpu": "3"},
+        }
+    book = book_over([*idle, *mixed], clock)
+    plan = ask(book, "mixed")
+    assert plan.feasible and not plan.waiting and len(plan.plan.domains) == 2
+    busy = book_over([*idle, *mixed, pod_json("other", 1, node="r1-t17")], clock)
+    assert ask(busy, "mixed").waiting  # one job runs: its end might bring the room, so the rule applies

@@ -18,9 +18,11 @@ from kilter.sim.metrics import metrics
 from kilter.sim.placement import Nodes
 from kilter.sim.policies import make_policy
 from kilter.sim.queues import queue_setup
-from kilter.sim.split_hold import WaitSettings
+from kilter.sim.split_hold import SplitHold, WaitSettings
+from kilter.sim.stall import Stalled
 from kilter.sim.trace import TraceJob
 from kilter.state import snapshot
+from kilter.topology import split_wait
 from kilter.topology.fleet import Fleet
 from kilter.topology.split_wait import fewest_domains_idle
 from tests.sim.conftest import jobs, nvl72
@@ -280,3 +282,31 @@ def test_a_gang_alone_in_the_queue_is_priced_by_its_own_slowdown() -> None:
     for price in ("queue", "own"):
         sim = simulate(crowded(10_000), split_wait=WaitSettings(runtime_estimate="oracle", price=price))
         assert (sim.outcome.start[2], sim.outcome.domains[2]) == (201.0, 2), price
+
+
+QUEUED = jobs((0, 3000, 40), (0, 5000, 40), (0, 10, 72), (0, 10, 72), (0, 10, 72), (1000, 1000, 64), (1001, 10, 4))
+
+
+def test_a_gang_stops_waiting_when_nothing_is_left_running_that_could_make_room(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # 8 usable trays a rack: job 1 (12 trays) needs both racks, but the fewest-domains bound says 1 (a bound the
+    # plan can never reach, as for gangs of mixed pod shapes or a minimum taken before trays failed). It waits
+    # while job 0 runs (its budget: 0.2 x 1000 s); when job 0 ends at t=100 nothing runs that could make room,
+    # so it starts then, split, rather than wait out its budget to t=201 (or for ever, were it priced by the queue).
+    fleet = nvl72(2)
+    for domain in range(2):
+        for node in np.flatnonzero(fleet.node_domain == domain)[:10]:
+            fleet.bitmap.set_usable(int(node), False)
+    monkeypatch.setattr(split_wait, "fewest_domains_idle", lambda *_: 1)
+    sim = simulate(jobs((0, 100, 8), (1, 1000, 48)), fleet=fleet)
+    assert (sim.outcome.start[1], sim.outcome.domains[1]) == (100.0, 2)
+    assert metrics(sim)["splitWaited"] == 1
+
+
+def test_a_run_whose_held_gangs_could_never_start_ends_in_an_error_not_a_hang(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The QUEUED trace's job 5 waits for the queue's sake; were it never planned again (the bug this guards
+    # against: a bound that stays false), the run would loop for ever once nothing else is left.
+    monkeypatch.setattr(SplitHold, "_hopeless", lambda self, gang: True)
+    with pytest.raises(Stalled, match=r"the simulation stalled: .* 1 held gangs"):
+        simulate(QUEUED, split_wait=WaitSettings(runtime_estimate="oracle", max_s=60))

@@ -22,6 +22,7 @@ from kilter.topology.split_wait import (
     parse_split_wait,
     queue_settings,
     resolve,
+    room_may_come,
 )
 from tests.topology.builders import node, pod, rack
 
@@ -125,6 +126,20 @@ def test_the_nearest_object_that_sets_a_key_decides_it_key_by_key() -> None:
     base = SplitWait(factor=1.0, max_s=7200.0, split_slowdown=0.3)
     assert resolve(base, chain) == SplitWait(factor=0.5, max_s=3600.0, split_slowdown=0.3)
     assert resolve(base, [(None, None)]) == base
+
+
+def test_room_may_come_only_while_a_gpu_of_the_platform_runs_a_job() -> None:
+    """An idle platform's plan now is the best it gives: waiting could only stall (and queue-held gangs could wait
+    on each other for ever); a failed tray, idle, frees nothing either; another platform's jobs do not count."""
+    amd = [node(f"m{i}", product="AMD_Instinct_MI355X", gpus=8, resource="amd.com/gpu") for i in range(2)]
+    fleet = build_fleet(rack("r0") + rack("r1") + amd, [pod("a", "m0", 8, resource="amd.com/gpu")])
+    nvidia = next(i for i, p in enumerate(fleet.platforms) if p.device_resource == "nvidia.com/gpu")
+    mi355 = next(i for i, p in enumerate(fleet.platforms) if p.device_resource == "amd.com/gpu")
+    fleet.bitmap.set_usable(fleet.node_index["r0-t03"], False)
+    assert not room_may_come(fleet, nvidia)
+    assert room_may_come(fleet, mi355)
+    busy = build_fleet(rack("r0") + rack("r1"), [pod("p", "r1-t07", 1)])
+    assert room_may_come(busy, 0)
 
 
 def test_the_remembered_idle_minimum_follows_trays_failing_and_coming_back() -> None:
