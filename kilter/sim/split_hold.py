@@ -142,11 +142,15 @@ class RuntimeEstimates:
         self._seed = seed
         self.learner = RuntimeLearner()
         self._declared: dict[int, float] = {}
+        self._learned: dict[tuple[str, int], float | None] = {}  # until the next finish teaches the learner
 
     def of(self, j: int) -> float | None:
         job = self._jobs[j]
         if self.mode == "learned":
-            return self.learner.estimate(self._cq_of[j], job.gpus)
+            key = (self._cq_of[j], job.gpus)
+            if key not in self._learned:
+                self._learned[key] = self.learner.estimate(*key)
+            return self._learned[key]
         if self.mode == "oracle":
             return job.duration_s
         if self.mode == "declared":
@@ -161,6 +165,7 @@ class RuntimeEstimates:
         """Job ``j`` ran to its end in ``run_s`` seconds (as the cluster saw it, slowdown included)."""
         if self.mode == "learned":
             self.learner.observe(self._cq_of[j], self._jobs[j].gpus, run_s)
+            self._learned.clear()
 
 
 class SplitHold:
@@ -288,19 +293,16 @@ class SplitHold:
         """A gang ended or was evicted: every held gang may have a better plan now, but one held for the queue's
         sake while the queue is still saturated, jobs run that may make room and no fewest domains have its GPUs free
         between them (a bound: no plan in its fewest domains can exist), which would only be held again: it stays
-        parked, unplanned."""
-        keep = [j for j, gang in self._for_the_queue.items() if j in self.parked and self._hopeless(gang)]
+        parked, unplanned. The fleet is read once per platform and gang shape for all of them (``_Room``)."""
+        held = [(j, gang) for j, gang in self._for_the_queue.items() if j in self.parked]
+        room = _Room(self)
+        keep = [j for j, gang in held if self._hopeless(gang, room)]
         self.parked.clear()
         self.parked.update(keep)
 
-    def _hopeless(self, gang: Gang) -> bool:
-        if not split_wait.room_may_come(self._fleet, gang.platform):
-            return False  # planned again, it starts: nothing runs that could make room
-        least = self.fewest_domains(gang)  # failures and repairs since it was held move it
-        bm = self._fleet.bitmap
-        free = np.sort(bm.domain_free_gpus[bm.domain_platforms == gang.platform])[::-1]
-        if int(free[:least].sum()) >= gang.gpus:
-            return False
+    def _hopeless(self, gang: Gang, room: _Room) -> bool:
+        if room.may_fit_fewest(gang) is not False:
+            return False  # planned again, it starts whole, or (nothing runs that could make room) split
         load = self.load(self._now, self.estimates.of(gang.job), self._jobs[gang.job].submit_s)
         return load is not None and load.saturated
 
@@ -317,6 +319,38 @@ class SplitHold:
     def finished(self, j: int, run_s: float) -> None:
         """Job ``j`` ran to its end (an eviction is not an end: it teaches nothing)."""
         self.estimates.finished(j, run_s)
+
+
+class _Room:
+    """The fleet as one ``capacity_grew`` reads it for every held gang: per platform, whether a job runs there to
+    make room (``split_wait.room_may_come``) and its domains' free GPUs, most first, summed; per gang shape, its
+    fewest domains now (failures and repairs since a gang was held move them)."""
+
+    def __init__(self, hold: SplitHold) -> None:
+        self._hold = hold
+        self._free_most_first: dict[int, np.ndarray | None] = {}
+        self._fits: dict[tuple[int, tuple[tuple[int, int], ...]], bool | None] = {}
+
+    def may_fit_fewest(self, gang: Gang) -> bool | None:
+        """None when nothing runs on the gang's platform; else whether its fewest domains have its GPUs free
+        between them (a bound: False means no plan in them exists now)."""
+        key = (gang.platform, gang.pod_sets)
+        if key not in self._fits:
+            self._fits[key] = self._may_fit(gang)
+        return self._fits[key]
+
+    def _may_fit(self, gang: Gang) -> bool | None:
+        fleet = self._hold._fleet
+        p = gang.platform
+        if p not in self._free_most_first:
+            bm = fleet.bitmap
+            free = np.sort(bm.domain_free_gpus[bm.domain_platforms == p])[::-1]
+            self._free_most_first[p] = np.cumsum(free) if split_wait.room_may_come(fleet, p) else None
+        summed = self._free_most_first[p]
+        if summed is None:
+            return None
+        least = self._hold.fewest_domains(gang)
+        return len(summed) > 0 and int(summed[min(least, len(summed)) - 1]) >= gang.gpus
 
 
 def rules_horizon(rules: Mapping[str, split_wait.SplitWait]) -> float:

@@ -35,12 +35,14 @@ class Backlog:
         self._times: list[float] = []
         self._area: list[float] = []  # job-seconds waited from the first record to each record's time
         self._counts: list[int] = []
+        self._means: dict[tuple[float, float], float] = {}  # asked since the last observation (many gangs ask alike)
 
     def observe(self, now_s: float, waiting: int) -> None:
         """From ``now_s`` on, ``waiting`` jobs wait (times never go back; a repeat of the last count adds nothing)."""
         if waiting < 0 or not math.isfinite(now_s):
             raise InputError(f"a backlog observes a count >= 0 at a finite time, not {waiting} at {now_s}")
         times = self._times
+        self._means.clear()
         if times:
             if now_s < times[-1]:
                 raise InputError(f"a backlog's time goes forward: {now_s} after {times[-1]}")
@@ -65,8 +67,10 @@ class Backlog:
         if not times or window_s <= 0:
             return float(self._counts[-1]) if times and window_s <= 0 else 0.0
         window = min(window_s, self.horizon_s)
-        start = now_s - window
-        return (self._integral(now_s) - self._integral(start)) / window
+        found = self._means.get((now_s, window))
+        if found is None:
+            found = self._means[(now_s, window)] = (self._integral(now_s) - self._integral(now_s - window)) / window
+        return found
 
     @classmethod
     def of_spans(cls, spans: Iterable[tuple[float, float | None]], *, horizon_s: float) -> Backlog:

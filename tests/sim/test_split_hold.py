@@ -307,6 +307,6 @@ def test_a_gang_stops_waiting_when_nothing_is_left_running_that_could_make_room(
 def test_a_run_whose_held_gangs_could_never_start_ends_in_an_error_not_a_hang(monkeypatch: pytest.MonkeyPatch) -> None:
     # The QUEUED trace's job 5 waits for the queue's sake; were it never planned again (the bug this guards
     # against: a bound that stays false), the run would loop for ever once nothing else is left.
-    monkeypatch.setattr(SplitHold, "_hopeless", lambda self, gang: True)
+    monkeypatch.setattr(SplitHold, "_hopeless", lambda self, gang, room: True)
     with pytest.raises(Stalled, match=r"the simulation stalled: .* 1 held gangs"):
         simulate(QUEUED, split_wait=WaitSettings(runtime_estimate="oracle", max_s=60))
