@@ -125,6 +125,25 @@ class ExpectedStarts:
         """Pending gangs with a reservation (``kilter_reservations_held``)."""
         return sum(1 for s in self.starts if s.reservation is not None)
 
+    def waits_for(self, start: ExpectedStart) -> tuple[tuple[Held, ...], tuple[ExpectedStart, ...]]:
+        """A reservation's story: the running gangs on the nodes it is promised, by expected end (the ends it rests
+        on), and the gangs ahead of it in the queue reserved on those nodes before it (they run there first)."""
+        r = start.reservation
+        if r is None:
+            return (), ()
+        claim = set(r.nodes)
+        running = sorted(
+            (h for h in self.holdings if not claim.isdisjoint(h.nodes)), key=lambda h: (h.expected_end_s, h.key)
+        )
+        ahead = []
+        for other in self.starts:
+            if other is start:
+                break
+            o = other.reservation
+            if o is not None and o.start_s < r.start_s and not claim.isdisjoint(o.nodes):
+                ahead.append(other)
+        return tuple(running), tuple(ahead)
+
     def holdings_rows(self) -> Holdings:
         return Holdings.of(Holding(h.nodes, h.gpus, h.expected_end_s) for h in self.holdings)
 

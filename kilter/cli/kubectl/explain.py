@@ -3,7 +3,9 @@
 TARGET is a pod name, or ``pod/``, ``job/``, ``jobset/``, ``pytorchjob/``,
 ``workload/`` or ``podgroup/`` and a name, in the namespace of ``-n``. The
 story: its gang and Workload, the quota decision (``gangs.pending``'s reason
-while it waits, the admission once admitted), per pod set the domains and
+while it waits, the admission once admitted), while it waits its expected
+start as ``pending`` shows it and the reservation's story (the running jobs
+whose ends it waits for, the gangs reserved on its nodes before it), per pod set the domains and
 nodes of its plan or of its bound pods, per other domain why it does not
 take the gang (``gangs.story``), the ``kilter.dev/plan`` record it carries
 (with what a repair replaced by what, when the record is a repair's), and,
@@ -15,15 +17,18 @@ Nothing found of that name: exit 1.
 from __future__ import annotations
 
 import argparse
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from kilter.cli import render
 from kilter.cli.kubectl import decisions, output
+from kilter.cli.kubectl.pending import start_of
 from kilter.cli.kubectl.source import Cluster
+from kilter.gangs.expected_starts import expected_starts
 from kilter.gangs.identity import INDEXED_ANNOTATIONS, INDEXED_LABELS, GangKey, in_gang, key_of
-from kilter.gangs.pending import QUOTA_REASONS, why_pending
+from kilter.gangs.pending import QUOTA_REASONS, Pending, why_pending
 from kilter.gangs.story import domain_verdicts, recorded_plan
 from kilter.kube.api import check_name
 from kilter.model.core_v1 import Pod
@@ -227,9 +232,45 @@ def story(cluster: Cluster, t: ExplainTarget) -> dict[str, Any]:
             "verified": False,
         },
     }
+    data["start"] = _start(cluster, entry)
     if cluster.recorded is not None:
         data["decisions"] = decisions.decisions(cluster.recorded, t.pods)
     return data
+
+
+def _start(cluster: Cluster, entry: Pending | None) -> dict[str, Any] | None:
+    """A pending Workload's expected start as ``kubectl kilter pending`` shows it, with the reservation's story:
+    the running jobs whose ends it waits for, and the gangs reserved on its nodes before it."""
+    if entry is None:
+        return None
+    store = cluster.store
+    starts = expected_starts(store.state(), now_s=cluster.now_s, fleet=store.fleet())
+    start, why = start_of(entry, starts)
+    if start is None or start.reservation is None:
+        return {"expectedStart": None, "reservedDomains": [], "reason": why, "waitsFor": [], "after": []}
+    running, ahead = starts.waits_for(start)
+    return {
+        "expectedStart": render.rfc3339(start.reservation.start_s),
+        "reservedDomains": list(start.domains),
+        "reason": start.reason,
+        "waitsFor": [
+            {
+                "gang": h.key,
+                "gpus": sum(h.gpus),
+                "expectedEnd": _instant(h.expected_end_s),
+            }
+            for h in running
+        ],
+        "after": [
+            {"owner": a.gang.owner, "start": render.rfc3339(r.start_s), "expectedEnd": _instant(r.expected_end_s)}
+            for a in ahead
+            if (r := a.reservation) is not None
+        ],
+    }
+
+
+def _instant(unix_s: float) -> str | None:
+    return render.rfc3339(unix_s) if math.isfinite(unix_s) else None
 
 
 def _text(data: dict[str, Any]) -> str:
@@ -243,6 +284,14 @@ def _text(data: dict[str, Any]) -> str:
         out.append(f"Quota:     {q['reason'] + ': ' if q['reason'] else ''}{q['message']}")
     if data["topology"]:
         out.append(f"Topology:  {data['topology']['reason']}: {data['topology']['message']}")
+    start = data["start"]
+    if start is not None:
+        when = start["expectedStart"]
+        out.append(f"Start:     {when}: {start['reason']}" if when else f"Start:     none: {start['reason']}")
+        for h in start["waitsFor"]:
+            out.append(f"           when {h['gang']} ends ({h['gpus']} GPUs, expected {h['expectedEnd'] or 'never'})")
+        for a in start["after"]:
+            out.append(f"           after {a['owner']}, reserved there from {a['start']} to {a['expectedEnd'] or '?'}")
     text = "\n".join(out) + "\n"
     if data["placement"]:
         rows: list[tuple[object, ...]] = [

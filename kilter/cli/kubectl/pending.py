@@ -20,7 +20,7 @@ from kilter.gangs.pending import EXCEEDS_MAX_QUOTA, MISCONFIGURED, NO_MATCHING_F
 from kilter.quota.policy import parse_time
 from kilter.topology.split_wait import format_duration
 
-__all__ = ["add_parser", "pending_data", "run"]
+__all__ = ["add_parser", "pending_data", "run", "start_of"]
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
@@ -41,8 +41,9 @@ def _age(now_s: float, created: str | None) -> str:
 _NEVER = frozenset((MISCONFIGURED, NO_MATCHING_FLAVOR, EXCEEDS_MAX_QUOTA))
 
 
-def _start(p: Pending, starts: ExpectedStarts) -> tuple[ExpectedStart | None, str]:
-    """The workload's expected start, or None and why not: what keeps it from ever starting first."""
+def start_of(p: Pending, starts: ExpectedStarts) -> tuple[ExpectedStart | None, str]:
+    """The workload's expected start, or None and why not: what keeps it from ever starting first (``explain``
+    tells the same)."""
     found = starts.of("Workload", p.namespace, p.name)
     if found is not None and found.gang.problem:
         return None, found.reason
@@ -54,7 +55,7 @@ def _start(p: Pending, starts: ExpectedStarts) -> tuple[ExpectedStart | None, st
 
 
 def _item(p: Pending, starts: ExpectedStarts) -> dict[str, Any]:
-    start, why = _start(p, starts)
+    start, why = start_of(p, starts)
     return {
         "position": p.position,
         "namespace": p.namespace,
