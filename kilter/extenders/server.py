@@ -35,11 +35,13 @@ from kilter.extenders.volcano import VOLCANO_VERBS, VolcanoExtender
 from kilter.extenders.wire import BindingArgs
 from kilter.gangs import GangBook
 from kilter.gangs.decisions import Decision
-from kilter.gangs.expected_starts import StartsOfStore
+from kilter.gangs.expected_starts import ExpectedStarts, StartsOfStore
+from kilter.gangs.start_watch import StartWatch
 from kilter.model import asgi
 from kilter.model.asgi import BodyRefused, Receive, Scope, Send
 from kilter.model.errors import KilterError
 from kilter.state.store import ClusterStore
+from kilter.topology.fleet import Fleet
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "DEFAULT_VOLCANO_BODY_BYTES", "App", "Metrics"]
 
@@ -68,6 +70,7 @@ KNOWN_PATHS = {
     "/debug/volcano",
     "/debug/views",
 }
+START_ERROR_BUCKETS = (-86400.0, -14400.0, -3600.0, -600.0, -60.0, 0.0, 60.0, 600.0, 3600.0, 14400.0, 86400.0)
 RESERVATIONS_MAX_AGE_S = 30.0  # a scrape's count of reservations may be this old while the state is unchanged
 VIEWS_MAX_BODY_BYTES = 2 * 1024 * 1024  # a kubectl-kilter view's request: its command line and, for plan, a manifest
 Views = Callable[[bytes], tuple[int, bytes]]
@@ -128,12 +131,33 @@ class Metrics:
         )
         waiting.set_function(lambda: waits.waiting() if waits is not None else 0)
         store = gangs.store
+        self.start_error = Histogram(
+            "kilter_start_error_seconds",
+            "Promised gangs found running: their start less the first start kubectl kilter pending promised them "
+            "(late above 0)",
+            buckets=START_ERROR_BUCKETS,
+            registry=self.registry,
+        )
+        self.backfilled = Counter(
+            "kilter_jobs_backfilled",
+            "Gangs found running in a domain reserved from a later moment for a gang ahead of them in the queue",
+            registry=self.registry,
+        )
+        watch = StartWatch()
+
+        def observe(found: ExpectedStarts, fleet: Fleet) -> None:
+            seen = watch.observe(found, fleet)
+            for error in seen.errors:
+                self.start_error.observe(error)
+            self.backfilled.inc(seen.backfilled)
+
         starts = StartsOfStore(
             store,
             waits.clock if waits is not None else time.time,
             waits.learned if waits is not None else None,
             waits.settings if waits is not None else None,
             max_age_s=RESERVATIONS_MAX_AGE_S,
+            observe=observe,
         )
         held = Gauge(
             "kilter_reservations_held",

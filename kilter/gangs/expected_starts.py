@@ -293,7 +293,7 @@ def plan_start(
 class StartsOfStore:
     """Expected starts of a live store, worked out again only when the state changed or a second passed (servers
     ask repeatedly: every view, every scrape); ``max_age_s`` lets a reader that needs no fresher answer (a
-    gauge) keep one that old while the state stays the same."""
+    gauge) keep one that old while the state stays the same; ``observe`` is told of each answer worked out."""
 
     def __init__(
         self,
@@ -303,8 +303,10 @@ class StartsOfStore:
         settings: Callable[[], QueueWaitRules] | None = None,
         *,
         max_age_s: float = 0.0,
+        observe: Callable[[ExpectedStarts, Fleet], None] | None = None,
     ) -> None:
         self.store = store
+        self.observe = observe  # told of every answer worked out (``start_watch``: the servers' metrics)
         self.clock = clock
         self.learned = learned
         self.settings = settings
@@ -325,6 +327,8 @@ class StartsOfStore:
             settings = self.settings() if self.settings is not None else None
             found = expected_starts(state, now_s=now, fleet=fleet, learned=self.learned, settings=settings)
             self._last = last = (key, now, found)
+            if self.observe is not None:
+                self.observe(found, fleet)
         return last[2]
 
     def held(self) -> int:

@@ -53,6 +53,7 @@ class Held:
     runtime_s: float | None
     expected_end_s: float
     problem: str = ""  # why its runtime is unknown though its job declares one (a bad annotation)
+    owner: str = ""  # ``namespace/name`` of its Workload, PodGroup or gang: ``Waiting.owner`` while it waited
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,7 +176,10 @@ def held_gangs(
         except InputError as exc:
             problem = str(exc)
         end = expected_end(started, runtime, now_s)
-        out.append(Held(key, tuple(used.tolist()), tuple(int(g) for g in nodes[used]), started, runtime, end, problem))
+        owner = f"{pods[0].metadata.namespace}/{name}"
+        out.append(
+            Held(key, tuple(used.tolist()), tuple(int(g) for g in nodes[used]), started, runtime, end, problem, owner)
+        )
     return out
 
 
