@@ -18,8 +18,6 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-import numpy as np
-
 from kilter.gangs.identity import GangKey, key_of
 from kilter.gangs.wait_settings import QueueWaitRules
 from kilter.gangs.waits import Learned, expected_runtime, facts_of
@@ -166,8 +164,10 @@ def held_gangs(
             started = min(starts) if starts else min(made) if made else now_s
         meta = obj.get("metadata") if isinstance(obj, Mapping) else None
         name = str(meta.get("name")) if isinstance(meta, Mapping) else key.split("/")[-1]
-        nodes = np.bincount([m[1] for m in members], weights=[m[2] for m in members], minlength=len(fleet.node_names))
-        used = np.flatnonzero(nodes)
+        per_node: dict[int, int] = {}
+        for _, node, taken in members:
+            per_node[node] = per_node.get(node, 0) + taken
+        used = sorted(n for n, taken in per_node.items() if taken)
         gpus = sum(m[2] for m in members)
         problem, runtime = "", None
         try:
@@ -177,9 +177,7 @@ def held_gangs(
             problem = str(exc)
         end = expected_end(started, runtime, now_s)
         owner = f"{pods[0].metadata.namespace}/{name}"
-        out.append(
-            Held(key, tuple(used.tolist()), tuple(int(g) for g in nodes[used]), started, runtime, end, problem, owner)
-        )
+        out.append(Held(key, tuple(used), tuple(per_node[n] for n in used), started, runtime, end, problem, owner))
     return out
 
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from kilter.gangs.expected_starts import expected_starts
+from kilter.gangs.expected_starts import StartsOfStore, expected_starts
 from kilter.gangs.start_watch import Started, StartWatch
 from kilter.state.cluster import from_objects
+from kilter.state.store import ClusterStore
 from tests.gangs import starts_scenario as sc
 from tests.gangs.starts_scenario import HOUR, NOW
 from tests.gangs.wait_scenario import stamp
@@ -79,3 +80,23 @@ def test_a_gang_that_leaves_the_queue_without_starting_is_forgotten() -> None:
     gone = [o for o in sc.objects() if o["metadata"]["name"] != "rack-b"]
     assert observe(watch, gone, NOW + 60) == Started()
     assert "ml/rack-b" not in watch.promised
+
+
+def test_a_stores_expected_starts_are_worked_out_again_only_past_their_age_or_on_a_new_state() -> None:
+    """``recent`` shares one answer among readers for ``max_age_s`` whatever changed (a scrape, a served view);
+    ``at`` works it out again for a new state; each answer worked out is told to ``observe``."""
+    store = ClusterStore()
+    store.replace(sc.objects())
+    told: list[float] = []
+    starts = StartsOfStore(store, lambda: NOW, max_age_s=10.0, observe=lambda found, _: told.append(found.now_s))
+    first = starts.recent(NOW)
+    assert starts.recent(NOW + 10) is first and starts.at(NOW) is first and told == [NOW]
+    store.replace([o for o in sc.objects() if o["metadata"]["name"] != "rack-b"])
+    assert starts.recent(NOW + 9) is first  # a new state, but the answer is young enough for every reader
+    fresh = starts.at(NOW + 9)  # asked for this state, at this moment
+    assert fresh is not first and fresh.of("Workload", "ml", "rack-b") is None
+    assert starts.recent(NOW + 19) is fresh
+    assert starts.recent(NOW + 19.9) is fresh  # whole seconds: a moment within the same second
+    later = starts.recent(NOW + 20)
+    assert later is not fresh and later.now_s == NOW + 20 and told == [NOW, NOW + 9, NOW + 20]
+    assert starts.held() == later.held

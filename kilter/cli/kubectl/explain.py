@@ -26,7 +26,6 @@ from kilter.cli import render
 from kilter.cli.kubectl import decisions, output
 from kilter.cli.kubectl.pending import start_of
 from kilter.cli.kubectl.source import Cluster
-from kilter.gangs.expected_starts import expected_starts
 from kilter.gangs.identity import INDEXED_ANNOTATIONS, INDEXED_LABELS, GangKey, in_gang, key_of
 from kilter.gangs.pending import QUOTA_REASONS, Pending, why_pending
 from kilter.gangs.story import domain_verdicts, recorded_plan
@@ -243,8 +242,7 @@ def _start(cluster: Cluster, entry: Pending | None) -> dict[str, Any] | None:
     the running jobs whose ends it waits for, and the gangs reserved on its nodes before it."""
     if entry is None:
         return None
-    store = cluster.store
-    starts = expected_starts(store.state(), now_s=cluster.now_s, fleet=store.fleet())
+    starts = cluster.expected_starts()
     start, why = start_of(entry, starts)
     if start is None or start.reservation is None:
         return {"expectedStart": None, "reservedDomains": [], "reason": why, "waitsFor": [], "after": []}

@@ -15,7 +15,7 @@ from typing import Any
 from kilter.cli import render
 from kilter.cli.kubectl import output
 from kilter.cli.kubectl.source import Cluster
-from kilter.gangs.expected_starts import ExpectedStart, ExpectedStarts, expected_starts
+from kilter.gangs.expected_starts import ExpectedStart, ExpectedStarts
 from kilter.gangs.pending import EXCEEDS_MAX_QUOTA, MISCONFIGURED, NO_MATCHING_FLAVOR, Pending, why_pending
 from kilter.quota.policy import parse_time
 from kilter.topology.split_wait import format_duration
@@ -91,7 +91,7 @@ def _item(p: Pending, starts: ExpectedStarts) -> dict[str, Any]:
 def pending_data(cluster: Cluster) -> dict[str, Any]:
     """``{"pending": [...]}``: every pending Workload in the namespace scope, positions counted cluster-wide."""
     store = cluster.store
-    starts = expected_starts(store.state(), now_s=cluster.now_s, fleet=store.fleet())
+    starts = cluster.expected_starts()
     found = why_pending(store.state(), store.fleet(), now_s=cluster.now_s)
     return {"pending": [_item(p, starts) for p in found if cluster.in_scope(p.namespace)]}
 

@@ -13,13 +13,16 @@ not parse) is a 400 with one line; a state not loaded yet is a 503.
 It runs on the event loop, between extender calls: the views read the
 store's published state and fleet, which only the loop changes. A view on
 150,000 pods takes tens of milliseconds (``make bench``: ``plugin``), which
-/debug's trusted callers are few enough to afford.
+/debug's trusted callers are few enough to afford; the expected starts
+``pending`` and ``explain`` show cost about a second there, so they are
+worked out at most once per ``STARTS_MAX_AGE_S`` for every view.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import time
 from typing import Any, NoReturn
 
 import msgspec
@@ -31,15 +34,17 @@ from kilter.cli.kubectl.output import Answer
 from kilter.cli.kubectl.remote import local_only
 from kilter.cli.kubectl.source import Cluster
 from kilter.cli.plan import job_object_of
+from kilter.gangs.expected_starts import StartsOfStore
 from kilter.kube.api import check_namespace
 from kilter.model.errors import InputError, KilterError
 from kilter.state.store import ClusterStore
 
-__all__ = ["MAX_REQUEST_BYTES", "MAX_WORDS", "ServedViews", "ViewRequest"]
+__all__ = ["MAX_REQUEST_BYTES", "MAX_WORDS", "STARTS_MAX_AGE_S", "ServedViews", "ViewRequest"]
 
 MAX_REQUEST_BYTES = 2 << 20  # a job manifest and a command line
 MAX_WORDS = 64
 MAX_WORD = 4096
+STARTS_MAX_AGE_S = 10.0  # pending's and explain's expected starts may be this old: worked out once for every view
 
 
 class ViewRequest(msgspec.Struct, forbid_unknown_fields=True):
@@ -68,6 +73,7 @@ class ServedViews:
         self.store = store
         self.recorded = recorded
         self._parser = main.build_parser(_RaisingParser)
+        self.starts = StartsOfStore(store, time.time, max_age_s=STARTS_MAX_AGE_S)
 
     def answer(self, body: bytes) -> tuple[int, bytes]:
         """(HTTP status, body): 200 and the view's answer, 400 and one line, or 503 before the state is loaded."""
@@ -106,6 +112,6 @@ class ServedViews:
             raise InputError(f"job is for plan, not {args.command}")
         namespace = None if request.namespace is None else check_namespace(request.namespace)
         now_s = sources.now_of(args)
-        cluster = Cluster(self.store, now_s, namespace, recorded=self.recorded)
+        cluster = Cluster(self.store, now_s, namespace, recorded=self.recorded, starts=self.starts)
         answer: Answer = args.view(args, cluster)
         return answer
