@@ -18,14 +18,14 @@ from __future__ import annotations
 
 import argparse
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from kilter.cli import render, sources
 from kilter.cli.serve_config import add_split_wait_arguments, read_split_wait
 from kilter.cli.spare_flag import add_spare_argument, read_spare_nodes
-from kilter.gangs.expected_starts import expected_starts, plan_start
+from kilter.gangs.expected_starts import ExpectedStarts, expected_starts, plan_start
 from kilter.gangs.planning import plan_job_waits, plan_to_dict
 from kilter.gangs.waits import NO_WAIT, Waits
 from kilter.model.errors import InputError
@@ -123,9 +123,11 @@ def answer(
     rule: SplitWait,
     platform: str | None,
     output: str,
+    starts: Callable[[], ExpectedStarts] | None = None,
 ) -> tuple[str, int]:
     """What ``kilter plan`` prints for the job ``obj`` on ``fleet`` (of ``state``), and its exit code; shared with
-    ``kubectl kilter plan``. ``fleet`` is not changed."""
+    ``kubectl kilter plan``. ``fleet`` is not changed. ``starts`` gives the pending gangs' expected starts a job
+    that cannot start now queues behind (default: worked out from ``state``; a running kilter's recent answer)."""
     job = read_job(obj)
     waits = Waits.of_state(state, rule, now_s=now_s)
 
@@ -140,7 +142,7 @@ def answer(
         fleet,
         now_s=now_s,
         starts_now=all(p.feasible for p in plans) and not any(w.wait for w in decisions),
-        starts=lambda: expected_starts(state, now_s=now_s, fleet=fleet),
+        starts=starts or (lambda: expected_starts(state, now_s=now_s, fleet=fleet)),
         state=state,
     )
     if output == "table":

@@ -71,6 +71,7 @@ from kilter.topology.split_wait import SplitWait, format_instant
 
 __all__ = [
     "LAST_INSTANT_S",
+    "RECENT_MAX_AGE_S",
     "ExpectedStart",
     "ExpectedStarts",
     "StartsOfStore",
@@ -83,6 +84,7 @@ __all__ = [
 
 log = logging.getLogger("kilter.gangs")
 
+RECENT_MAX_AGE_S = 10.0  # how old a running kilter's answer may be for a view or a Plan: one per 10 s for them all
 LAST_INSTANT_S = 253_402_300_799.0  # 9999-12-31T23:59:59Z: a start past it rests on absurd estimates
 
 

@@ -38,6 +38,13 @@ def run(args: argparse.Namespace, cluster: Cluster) -> output.Answer:
     fmt = "table" if args.output in ("table", "wide") else args.output
     store = cluster.store
     text, code = plan_cmd.answer(
-        store.state(), store.fleet(), obj, now_s=cluster.now_s, rule=rule, platform=args.platform, output=fmt
+        store.state(),
+        store.fleet(),
+        obj,
+        now_s=cluster.now_s,
+        rule=rule,
+        platform=args.platform,
+        output=fmt,
+        starts=cluster.expected_starts,
     )
     return output.Answer(code, text)

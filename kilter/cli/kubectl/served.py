@@ -15,7 +15,7 @@ store's published state and fleet, which only the loop changes. A view on
 150,000 pods takes tens of milliseconds (``make bench``: ``plugin``), which
 /debug's trusted callers are few enough to afford; the expected starts
 ``pending`` and ``explain`` show cost about a second there, so they are
-worked out at most once per ``STARTS_MAX_AGE_S`` for every view.
+worked out at most once per ``RECENT_MAX_AGE_S`` for every view.
 """
 
 from __future__ import annotations
@@ -34,17 +34,16 @@ from kilter.cli.kubectl.output import Answer
 from kilter.cli.kubectl.remote import local_only
 from kilter.cli.kubectl.source import Cluster
 from kilter.cli.plan import job_object_of
-from kilter.gangs.expected_starts import StartsOfStore
+from kilter.gangs.expected_starts import RECENT_MAX_AGE_S, StartsOfStore
 from kilter.kube.api import check_namespace
 from kilter.model.errors import InputError, KilterError
 from kilter.state.store import ClusterStore
 
-__all__ = ["MAX_REQUEST_BYTES", "MAX_WORDS", "STARTS_MAX_AGE_S", "ServedViews", "ViewRequest"]
+__all__ = ["MAX_REQUEST_BYTES", "MAX_WORDS", "ServedViews", "ViewRequest"]
 
 MAX_REQUEST_BYTES = 2 << 20  # a job manifest and a command line
 MAX_WORDS = 64
 MAX_WORD = 4096
-STARTS_MAX_AGE_S = 10.0  # pending's and explain's expected starts may be this old: worked out once for every view
 
 
 class ViewRequest(msgspec.Struct, forbid_unknown_fields=True):
@@ -73,7 +72,7 @@ class ServedViews:
         self.store = store
         self.recorded = recorded
         self._parser = main.build_parser(_RaisingParser)
-        self.starts = StartsOfStore(store, time.time, max_age_s=STARTS_MAX_AGE_S)
+        self.starts = StartsOfStore(store, time.time, max_age_s=RECENT_MAX_AGE_S)
 
     def answer(self, body: bytes) -> tuple[int, bytes]:
         """(HTTP status, body): 200 and the view's answer, 400 and one line, or 503 before the state is loaded."""
