@@ -36,7 +36,7 @@ from kilter.api import placement_pb2_grpc as pb_grpc
 from kilter.gangs import inventory, planning
 from kilter.gangs.book import GangBook
 from kilter.gangs.decisions import DecisionFeed
-from kilter.gangs.expected_starts import RECENT_MAX_AGE_S, StartsOfStore, plan_start
+from kilter.gangs.expected_starts import plan_start
 from kilter.gangs.identity import KINDS, GangKey, in_gang
 from kilter.gangs.waits import Waits
 from kilter.kube.api import check_name, check_namespace
@@ -103,7 +103,6 @@ class PlacementServicer(pb_grpc.PlacementServicer):
         # The last Inventory answer and what it was taken from (see ``_usage_digest``): peers poll it, and at
         # 5,004 nodes taking it costs several ms while an unchanged state's answer is the same message.
         self._inventory: tuple[tuple[object, ...], pb.InventoryResponse] | None = None
-        self._starts: StartsOfStore | None = None  # expected starts at most RECENT_MAX_AGE_S old, for Plan
 
     async def _check_peer(self, context: grpc.aio.ServicerContext[Any, Any]) -> None:
         if not self.sources.trusted(context.peer()):
@@ -146,16 +145,7 @@ class PlacementServicer(pb_grpc.PlacementServicer):
 
     def _start(self, obj: Mapping[str, Any], plan: Mapping[str, Any], now_s: float) -> dict[str, Any]:
         """When the job would start (``expected_starts.plan_start``), as ``kilter plan`` reports it."""
-        store, waits = self.sources.store, self.sources.gangs.waits
-        if self._starts is None:
-            self._starts = StartsOfStore(
-                store,
-                time.time,
-                waits.learned if waits else None,
-                waits.settings if waits else None,
-                max_age_s=RECENT_MAX_AGE_S,
-            )
-        starts = self._starts
+        store, starts = self.sources.store, self.sources.gangs.starts
         return plan_start(
             obj,
             store.fleet(),

@@ -43,6 +43,7 @@ __all__ = [
     "simulate_report",
     "sources",
     "spare_flag",
+    "split_wait_flags",
 ]
 
 

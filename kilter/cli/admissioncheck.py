@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from kilter.cli import render, sources
-from kilter.cli.serve_config import add_split_wait_arguments, read_split_wait
+from kilter.cli.split_wait_flags import add_split_wait_arguments, read_split_wait
 from kilter.gangs.waits import Waits
 from kilter.webhooks.admissioncheck import CONTROLLER_NAME, decide, our_checks
 

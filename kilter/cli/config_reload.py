@@ -57,7 +57,7 @@ LOGGERS = ("", "kilter", "uvicorn", "uvicorn.error", "uvicorn.access", "uvicorn.
 
 def book_settings(config: ServeConfig) -> BookSettings:
     """What the gang book runs with (``GangBook.configure``): the gang timeout, its bounds, the split-wait rule."""
-    return BookSettings(config.gang_timeout_s, config.gang_limits, config.split_wait_rule)
+    return BookSettings(config.gang_timeout_s, config.gang_limits, config.split_wait_rule, config.reservations)
 
 
 class ConfigReloader:

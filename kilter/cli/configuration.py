@@ -8,8 +8,7 @@ Deployment, spelled as Kubernetes component configurations are (Kueue's
 section, so the file can say anything the flags can and ``kilter config
 default`` prints every one of them with its default and why. Unknown fields,
 wrong types and contradictions are refused with the field's path
-(``listeners.httpPort``), never dropped: a typo in a quota-related default
-must not silently leave the old value in force.
+(``listeners.httpPort``), never dropped: a typo must not leave an old value.
 
 Flags given on the command line override the file, field by field
 (``explicit_flags``); so a Deployment can keep its wiring (ports, Secrets,
@@ -210,6 +209,7 @@ class SplitWaitSection(_Section):
     )
     max: str = _setting("split_wait_max_s", "The longest such a wait lasts.", duration=True)
     slowdown: float = _setting("split_slowdown", "How much slower a gang runs per extra domain (0.2: 20%).")
+    reservations: bool = _setting("reservations", "Give each queue's oldest multi-node gang a kept reservation.")
 
 
 class Spares(_Section):

@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from kilter.cli import render, sources
-from kilter.cli.serve_config import add_split_wait_arguments, read_split_wait
 from kilter.cli.spare_flag import add_spare_argument, read_spare_nodes
+from kilter.cli.split_wait_flags import add_split_wait_arguments, read_split_wait
 from kilter.gangs.expected_starts import ExpectedStarts, expected_starts, plan_start
 from kilter.gangs.planning import plan_job_waits, plan_to_dict
 from kilter.gangs.waits import NO_WAIT, Waits

@@ -27,14 +27,17 @@ from kilter.cli.config_reload import ConfigReloader, book_settings
 from kilter.cli.credential_reading import CredentialsReading
 from kilter.cli.kubectl.served import ServedViews
 from kilter.cli.listeners import Guard, ListenerReading, ensure_file_limit, listener_config
-from kilter.cli.serve_config import DEFAULT_KILTER_USER, DEFAULTS, ServeConfig, add_split_wait_arguments
+from kilter.cli.serve_config import DEFAULT_KILTER_USER, DEFAULTS, ServeConfig
 from kilter.cli.spare_flag import add_spare_argument, check_spare_nodes
+from kilter.cli.split_wait_flags import add_split_wait_arguments
+from kilter.extenders.binder import ApiBinder, Binder
 from kilter.extenders.explain import DecisionLog
-from kilter.extenders.scheduler import ApiBinder, Binder, SchedulerExtender
+from kilter.extenders.scheduler import SchedulerExtender
 from kilter.extenders.server import App
 from kilter.extenders.volcano import PodGroupEvents, VolcanoExtender
 from kilter.gangs import GangBook, GangId, GangKey, KeySecret, PlanKeys, PlanRecorder, key_secret
 from kilter.gangs.decisions import DecisionFeed
+from kilter.gangs.expected_starts import RECENT_MAX_AGE_S
 from kilter.gangs.waits import SplitWaits
 from kilter.kube.api import ApiServer, connect
 from kilter.kube.events import EventRecorder
@@ -228,7 +231,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help=f"open plans of one namespace's gangs no queue admitted yet (default {d.max_namespace_gang_plans})",
     )
     serve_grpc.add_grpc_arguments(p)
-    add_split_wait_arguments(p)
+    add_split_wait_arguments(p, reservations=True)
     add_spare_argument(p, lend=True)
     p.add_argument(
         "--lifecycle",
@@ -250,6 +253,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="text, or json: one object per line with time, level, logger, message and the gang/pod/workload keys",
     )
     p.set_defaults(func=run, parser=p)
+
+
+STARTS_REFRESH_S = RECENT_MAX_AGE_S / 2  # the doors' reservations are at most this old, plus one answer's work
 
 
 def build_app(config: ServeConfig) -> tuple[App, ClusterStore]:
@@ -335,6 +341,9 @@ def build_app(config: ServeConfig) -> tuple[App, ClusterStore]:
         keys=keys,
         waits=SplitWaits(store, queues=queues, runtime_window=config.runtime_window),
     )
+    start_keeping, stop_keeping = gangs.starts.background(STARTS_REFRESH_S)
+    startup.append(start_keeping)
+    stops.append(stop_keeping)
     log = DecisionLog(
         records=config.explain_records,
         per_pod=config.explain_per_pod,
@@ -357,7 +366,7 @@ def build_app(config: ServeConfig) -> tuple[App, ClusterStore]:
         sync_status=live.status if live is not None else None,
         # Writers stop before the Lease is released, so the next leader never overlaps with this one.
         trusted=config.trust_rule,
-        views=ServedViews(store, extender.log.explain).answer,
+        views=ServedViews(store, extender.log.explain, gangs.starts).answer,
         shutdown=[
             *stops,
             *([recorder.close] if recorder is not None else []),
@@ -536,6 +545,7 @@ def run(args: argparse.Namespace) -> int:
             events=recorder,
             keys=gangs.keys,
             waits=gangs.waits,
+            kept=gangs.kept,
             feed=app.extender.log.feed,
         )
         app.metrics.registry.register(readings.AdmissionCheckReading(controller))

@@ -20,6 +20,7 @@ from typing import Any, Literal, cast
 from kilter.cli.listeners import ListenerLimits, TrustRule, split_networks
 from kilter.cli.logs import LogFormat
 from kilter.cli.spare_flag import read_spare_nodes
+from kilter.cli.split_wait_flags import RESERVATIONS_DEFAULT, check_split_wait, split_wait_fields
 from kilter.extenders.server import DEFAULT_MAX_BODY_BYTES, DEFAULT_VOLCANO_BODY_BYTES
 from kilter.gangs import trust
 from kilter.gangs.key_secret import DEFAULT_ROTATION_S, REREAD_INTERVAL_S
@@ -32,9 +33,7 @@ from kilter.topology.split_wait import (
     DEFAULT_FACTOR,
     DEFAULT_MAX_S,
     DEFAULT_SPLIT_SLOWDOWN,
-    MAX_FACTOR,
     SplitWait,
-    format_duration,
 )
 
 __all__ = [
@@ -46,8 +45,6 @@ __all__ = [
     "MIN_RELOAD_INTERVAL_S",
     "LogLevel",
     "ServeConfig",
-    "add_split_wait_arguments",
-    "read_split_wait",
 ]
 
 DEFAULT_LEASE = "kube-system/kilter"
@@ -161,6 +158,9 @@ class ServeConfig:
     (``topology.spare_settings``); read by ``spare_flag.read_spare_nodes``."""
     spares_for_preemptible: bool = False
     """Lend the spares to preemptible pods where no ResourceFlavor, ClusterQueue or Cohort says ``"false"``."""
+    reservations: bool = RESERVATIONS_DEFAULT
+    """Keep reservations at every door: each ClusterQueue's oldest waiting gang bigger than a node is promised the
+    domains that free soonest, and other work may start there only if it delays no promise (backfill)."""
     runtime_window: int = WINDOW
     """Finished Kueue Workloads per ClusterQueue and gang-size class whose median runtime a gang without a declared
     runtime is expected to take (``quota.runtimes.RuntimeLearner``)."""
@@ -314,7 +314,7 @@ class ServeConfig:
                 f"({least_s:g}s): a record must still verify after the next rotation"
             )
         TrustRule(self.trusted_networks), TrustRule(self.probe_networks, flag="--probe-networks")  # each CIDR parses
-        _check_split_wait(self.split_wait, self.split_wait_max_s, self.split_slowdown)
+        check_split_wait(self.split_wait, self.split_wait_max_s, self.split_slowdown)
 
     @property
     def split_wait_rule(self) -> SplitWait:
@@ -378,7 +378,7 @@ class ServeConfig:
     def fields_from_args(args: argparse.Namespace) -> dict[str, Any]:
         """Each field as its flag reads (durations in seconds, CIDRs split), before the checks between fields, which
         ``--config`` runs only once the file's fields are in (``configuration.merged``)."""
-        split_wait = _split_wait_fields(args)
+        split_wait = split_wait_fields(args)
         return dict(
             snapshot=args.snapshot,
             demo=args.demo,
@@ -421,71 +421,12 @@ class ServeConfig:
             split_slowdown=split_wait["split_slowdown"],
             spare_nodes_per_domain=read_spare_nodes(args.spare_nodes_per_domain),
             spares_for_preemptible=args.spares_for_preemptible,
+            reservations=args.reservations == "on",
             lifecycle=args.lifecycle,
             reload_interval_s=parse_duration(args.reload_interval, path="--reload-interval"),
             log_level=cast(LogLevel, args.log_level),
             log_format=cast(LogFormat, args.log_format),
         )
-
-
-def add_split_wait_arguments(p: argparse.ArgumentParser) -> None:
-    """The flags of the split-wait rule's defaults (``kilter.gangs.wait_settings``), beside the fields they fill."""
-    d = DEFAULTS
-    p.add_argument(
-        "--split-wait",
-        default=f"{d.split_wait:g}",
-        metavar="FACTOR",
-        help="a preferred gang whose best plan now spans more scale-up domains than it needs waits for fewer up to "
-        "FACTOR x --split-slowdown x extra domains x its expected runtime (0: never); the ClusterQueue, Cohort or "
-        f"job annotation kilter.dev/split-wait wins (default {d.split_wait:g})",
-    )
-    p.add_argument(
-        "--split-wait-max",
-        default=format_duration(d.split_wait_max_s),
-        metavar="DURATION",
-        help="the longest such a wait lasts; kilter.dev/split-wait-max wins "
-        f"(default {format_duration(d.split_wait_max_s)})",
-    )
-    p.add_argument(
-        "--split-slowdown",
-        default=f"{d.split_slowdown:g}",
-        metavar="FRACTION",
-        help=f"how much slower a gang runs per extra domain, the price of a split (default {d.split_slowdown:g})",
-    )
-
-
-def read_split_wait(args: argparse.Namespace) -> SplitWait:
-    """The rule ``add_split_wait_arguments``' flags give (for the commands other than ``kilter serve``)."""
-    fields = _split_wait_fields(args)
-    _check_split_wait(*fields.values())
-    return SplitWait(*fields.values())
-
-
-def _split_wait_fields(args: argparse.Namespace) -> dict[str, float]:
-    return {
-        "split_wait": _number(args.split_wait, "--split-wait"),
-        "split_wait_max_s": parse_duration(args.split_wait_max, path="--split-wait-max"),
-        "split_slowdown": _number(args.split_slowdown, "--split-slowdown"),
-    }
-
-
-def _check_split_wait(factor: float, max_s: float, slowdown: float) -> None:
-    if not 0 <= factor <= MAX_FACTOR:
-        raise InputError(f"--split-wait must be a number from 0 to {MAX_FACTOR:g} (0 turns waiting off)")
-    for flag, value in (("--split-wait-max", max_s), ("--split-slowdown", slowdown)):
-        if not 0 <= value < float("inf"):
-            raise InputError(f"{flag} must be finite and not negative, got {value:g}")
-
-
-def _number(text: str, flag: str) -> float:
-    """A plain number flag (``0.5``); its range is ``ServeConfig``'s to check."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise InputError(f"{flag} must be a number, got {text!r}") from None
-    if value != value:
-        raise InputError(f"{flag} must be a number, got {text!r}")
-    return value
 
 
 def _positive(text: str, flag: str) -> float:

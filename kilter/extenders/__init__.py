@@ -1,6 +1,7 @@
 """The servers' verbs over the shared state: the kube-scheduler extender and Volcano's extender plugin."""
 
 from kilter.extenders import (
+    binder,
     explain,
     filter_answer,
     last_resort,
@@ -20,6 +21,7 @@ __all__ = [
     "App",
     "SchedulerExtender",
     "VolcanoExtender",
+    "binder",
     "explain",
     "filter_answer",
     "last_resort",

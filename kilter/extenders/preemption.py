@@ -9,23 +9,27 @@ nothing when the emptied node becomes a spare held from that pod (a
 borrower of lent spares, evicted by a pod above every gang there, is the
 case that matters): so such a node is not kept. On a node where a repair
 takes a lent spare back, only the pods kilter chose (and evicts itself) are
-kept as victims.
+kept as victims. Nor does a lone pod preempt its way into a domain kept for
+a gang's reservation (``reserved``): that would hand the room a promised
+gang waits for to someone else.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
-from kilter.gangs import Victim
+from kilter.gangs import GangBook, Victim
 from kilter.model.annotations import SPARE_NODES_PER_DOMAIN
+from kilter.model.core_v1 import Pod
+from kilter.model.errors import KilterError
 from kilter.topology import spares
 from kilter.topology.fleet import Fleet
 
-__all__ = ["refusal", "taken_back"]
+__all__ = ["refusal", "reserved", "taken_back"]
 
 V = TypeVar("V", bound="_HasUid")
 
@@ -64,3 +68,18 @@ def taken_back(offered: Sequence[V], victims: Sequence[Victim], node: str) -> li
     eviction take the same pods back, not two sets; every offered one on other nodes."""
     mine = {v.uid for v in victims if v.node == node}
     return [v for v in offered if v.uid in mine] if mine else list(offered)
+
+
+def reserved(gangs: GangBook, fleet: Fleet, pod: Pod, gpus: int) -> Callable[[int | None], str] | None:
+    """Why a lone ``pod`` may not preempt on a node (fleet index; None: unknown), "" where it may; None when no
+    kept reservation stands in its way anywhere. A runtime it declares that does not read refuses every node."""
+    try:
+        found = gangs.reserved_for(fleet, pod, gpus)
+    except KilterError as exc:
+        message = str(exc)
+        return lambda index: message
+    mask, sentence = found
+    if mask is None:
+        return None
+    why = f"the pod would delay a reservation: {sentence}"
+    return lambda index: why if index is not None and mask[index] else ""

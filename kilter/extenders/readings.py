@@ -50,6 +50,15 @@ class GangReading(Collector):
         for rung, count in sorted(g.repairs.items()):
             repairs.add_metric([rung], count)
         yield repairs
+        kept = CounterMetricFamily(
+            "kilter_gang_plans_around_reservations",
+            "Gang plans that met a kept reservation of another gang (--reservations on): steered (planned again "
+            "away from its domains) or waiting (every plan would have delayed it)",
+            labels=["outcome"],
+        )
+        kept.add_metric(["steered"], g.steered)
+        kept.add_metric(["waiting"], g.turned_away)
+        yield kept
         yield CounterMetricFamily(
             "kilter_state_reload_failures",
             "Reloads of the state's source (the snapshot file) that failed since start; the state was kept",

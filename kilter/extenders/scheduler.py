@@ -31,7 +31,7 @@ import numpy as np
 from kilter.extenders import filter_answer, preemption, wire
 from kilter.extenders.explain import DecisionLog, Record
 from kilter.gangs import GangBook, GangPlan, identify, ranks, seats
-from kilter.kube.api import ApiError, ApiServer, check_name, check_namespace, object_path
+from kilter.kube.api import check_name, check_namespace
 from kilter.model import codec
 from kilter.model.core_v1 import Name, Pod
 from kilter.model.errors import InputError, KilterError
@@ -41,7 +41,7 @@ from kilter.topology.fleet import ENDED_PHASES, Fleet
 from kilter.topology.plan import MAX_POD_GPUS
 from kilter.topology.score import score_pod, score_pod_json
 
-__all__ = ["ApiBinder", "Binder", "SchedulerExtender", "VerbAnswer"]
+__all__ = ["SchedulerExtender", "VerbAnswer"]
 
 MAX_SCORE = 10
 MAX_SEEN = 100_000  # pods remembered for bind: far more than are pending at once in a 100k-pod cluster
@@ -182,9 +182,17 @@ class SchedulerExtender:
             found = self._seat(p, plan)
             hold = seats.hold(plan, found) if plan is not None else None
             lent = self.gangs.lending(fleet, p.pod) if plan is None else None  # spares a lone pod may borrow
+            reserved, why = self.gangs.reserved_for(fleet, p.pod, p.gpus) if plan is None else (None, "")
             judged = (
                 self._ladder.judge(
-                    fleet, cand.index, resource=p.resource, gpus=p.gpus, spec=p.pod.spec, hold=hold, lent=lent
+                    fleet,
+                    cand.index,
+                    resource=p.resource,
+                    gpus=p.gpus,
+                    spec=p.pod.spec,
+                    hold=hold,
+                    lent=lent,
+                    reserved=reserved,
                 )
                 if fleet.n_nodes
                 else filter_answer.all_unknown(len(cand.index))
@@ -194,7 +202,7 @@ class SchedulerExtender:
         except KilterError as exc:
             return self._filter_error(str(exc))
         codes, free, total = judged.codes, judged.free, judged.total
-        reason_of = verdicts.Reasons(gpus=p.gpus, resource=p.resource, hold=hold)
+        reason_of = verdicts.Reasons(gpus=p.gpus, resource=p.resource, hold=hold, reserved=why)
         passing = np.flatnonzero(codes == verdicts.PASS)
         body_out = filter_answer.filter_body(
             fleet,
@@ -314,11 +322,15 @@ class SchedulerExtender:
         lent = self.gangs.lending(fleet, p.pod) if plan is None and p.gpus else None
         kept: dict[str, wire.MetaVictims] = {}
         notes: dict[str, str] = {}
+        reserved = preemption.reserved(self.gangs, fleet, p.pod, p.gpus) if plan is None and p.gpus else None
         for node_name, meta in offered.items():
             if plan is not None and plan.waiting:  # it chose to wait for fewer domains: it evicts nobody meanwhile
                 notes[node_name] = plan.plan.reason
                 continue
             index = fleet.node_index.get(node_name)
+            if reserved is not None and (why := reserved(index)):
+                notes[node_name] = why
+                continue
             on_node = [v for v in meta.pods or [] if self._on_node(v.uid, node_name, index)]
             if plan is not None and plan.victims:
                 on_node = preemption.taken_back(on_node, plan.victims, node_name)
@@ -449,51 +461,3 @@ class SchedulerExtender:
             if gang is None:
                 self.store.assume(uid, args.node, seen.gpus)
         return VerbAnswer(200, self._encoder.encode(wire.BindingResult()), "bound")
-
-
-class Binder:
-    """Snapshot mode's binder: there is no API to call; ``SchedulerExtender.bound`` records the binding."""
-
-    def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
-        return None
-
-
-class ApiBinder(Binder):
-    """Creates the ``pods/binding`` subresource, as kube-scheduler's DefaultBinder does.
-
-    The path is built by ``object_path`` (names checked and escaped), and the
-    Binding carries the pod's uid, which the API server takes as a
-    precondition: a pod deleted and made again under the same name is not
-    bound in its predecessor's place.
-    """
-
-    def __init__(self, api: ApiServer) -> None:
-        self.api = api
-
-    def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
-        meta: dict[str, str] = {"name": name, "namespace": namespace}
-        if uid:
-            meta["uid"] = uid
-        binding = {
-            "apiVersion": "v1",
-            "kind": "Binding",
-            "metadata": meta,
-            "target": {"apiVersion": "v1", "kind": "Node", "name": check_name(node, what="Node")},
-        }
-        path = object_path("/api/v1", "pods", name, namespace=namespace)
-        try:
-            self.api.call("POST", f"{path}/binding", binding)
-        except ApiError as exc:
-            if exc.code != 409 or not self._already(path, uid, node):
-                raise
-
-    def _already(self, path: str, uid: str, node: str) -> bool:
-        """The pod is bound to ``node`` already: a retried bind whose first answer was lost is done, not refused."""
-        try:
-            pod = self.api.call("GET", path)
-        except ApiError:
-            return False
-        meta = pod.get("metadata") if isinstance(pod, dict) else None
-        spec = pod.get("spec") if isinstance(pod, dict) else None
-        same_pod = not uid or (isinstance(meta, dict) and meta.get("uid") == uid)
-        return same_pod and isinstance(spec, dict) and spec.get("nodeName") == node

@@ -29,13 +29,14 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from kilter.extenders import last_resort
+from kilter.extenders.binder import Binder
 from kilter.extenders.readings import GangReading, SpareReading, VolcanoReading
-from kilter.extenders.scheduler import Binder, SchedulerExtender, VerbAnswer
+from kilter.extenders.scheduler import SchedulerExtender, VerbAnswer
 from kilter.extenders.volcano import VOLCANO_VERBS, VolcanoExtender
 from kilter.extenders.wire import BindingArgs
 from kilter.gangs import GangBook
 from kilter.gangs.decisions import Decision
-from kilter.gangs.expected_starts import ExpectedStarts, StartsOfStore
+from kilter.gangs.expected_starts import ExpectedStarts
 from kilter.gangs.start_watch import StartWatch
 from kilter.model import asgi
 from kilter.model.asgi import BodyRefused, Receive, Scope, Send
@@ -71,7 +72,6 @@ KNOWN_PATHS = {
     "/debug/views",
 }
 START_ERROR_BUCKETS = (-86400.0, -14400.0, -3600.0, -600.0, -60.0, 0.0, 60.0, 600.0, 3600.0, 14400.0, 86400.0)
-RESERVATIONS_MAX_AGE_S = 30.0  # a scrape's count of reservations may be this old while the state is unchanged
 VIEWS_MAX_BODY_BYTES = 2 * 1024 * 1024  # a kubectl-kilter view's request: its command line and, for plan, a manifest
 Views = Callable[[bytes], tuple[int, bytes]]
 """``POST /debug/views``: the kubectl plugin's request in, (status, JSON answer or one line) out; the cli layer's."""
@@ -151,14 +151,8 @@ class Metrics:
                 self.start_error.observe(error)
             self.backfilled.inc(seen.backfilled)
 
-        starts = StartsOfStore(
-            store,
-            waits.clock if waits is not None else time.time,
-            waits.learned if waits is not None else None,
-            waits.settings if waits is not None else None,
-            max_age_s=RESERVATIONS_MAX_AGE_S,
-            observe=observe,
-        )
+        starts = gangs.starts
+        starts.observe = observe
         held = Gauge(
             "kilter_reservations_held",
             "Pending gangs with a reservation: an expected start on domains kept for them (kubectl kilter pending)",

@@ -39,16 +39,21 @@ import numpy.typing as npt
 from kilter.gangs import cliques, layout, ranks, repair_queue, repairs, trust
 from kilter.gangs.arrivals import Arrivals
 from kilter.gangs.caps import Caps
-from kilter.gangs.gang_plan import GangPlan, Life, Origin, PodRef, Slot, Victim, slots_of
+from kilter.gangs.expected_starts import RECENT_MAX_AGE_S
+from kilter.gangs.gang_plan import INFEASIBLE_RETRY_S, GangPlan, Life, Origin, PodRef, Slot, Victim, slots_of
 from kilter.gangs.identity import INDEXED_ANNOTATIONS, INDEXED_LABELS, GangId, gang_of, in_gang
+from kilter.gangs.kept import Kept
 from kilter.gangs.keys import PlanKeys
 from kilter.gangs.lending import SpareLending, taking_back
 from kilter.gangs.record_reader import RecordReader
+from kilter.gangs.store_starts import StartsOfStore
 from kilter.gangs.waits import SplitWaits
 from kilter.model.core_v1 import Pod
+from kilter.quota.runtimes import WINDOW
 from kilter.state.store import ClusterStore
+from kilter.topology.backfill import Outcome
 from kilter.topology.fleet import Fleet
-from kilter.topology.plan import Plan, gang_request, plan_gang
+from kilter.topology.plan import GangRequest, Plan, gang_request, plan_gang
 from kilter.topology.split_wait import SplitWait
 
 __all__ = ["BookSettings", "GangBook", "GangPlan", "PlanHook", "Slot", "Victim"]
@@ -68,6 +73,8 @@ class BookSettings:
     """Bounds on whom plans are made for and what they hold (``trust``)."""
     split_wait: SplitWait | None = None
     """The split-wait rule where nothing in the cluster sets one; None: as the book's ``SplitWaits`` was built."""
+    reservations: bool = False
+    """Keep reservations: plans are steered around them (``kept``, ``topology.backfill``)."""
 
 
 class GangBook:
@@ -108,6 +115,17 @@ class GangBook:
         self.unplaceable = 0  # plans made that do not fit now (the gang waits; counted once per retry)
         self.repairs: Counter[str] = Counter()  # ranks replaced in running gangs, by the repair ladder's rung
         self.unverified_dropped = 0  # plans for pods that never showed up in the state
+        self.steered = 0  # plans made again away from a kept reservation
+        self.turned_away = 0  # plans refused because every one would delay a kept reservation
+        # The server's one expected-starts answer (views, Plan, metrics, and the reservations the doors keep).
+        self.starts = StartsOfStore(
+            store,
+            waits.clock if waits is not None else wall,
+            window=waits.runtimes.window if waits is not None else WINDOW,
+            settings=waits.settings if waits is not None else None,
+            keep=lambda: self.settings.reservations,
+            max_age_s=RECENT_MAX_AGE_S,
+        )
         self.configure(settings or BookSettings())
 
     def configure(self, settings: BookSettings) -> None:
@@ -118,6 +136,14 @@ class GangBook:
         self.records.timeout_s = settings.timeout_s
         if self.waits is not None and settings.split_wait is not None:
             self.waits.set_defaults(settings.split_wait)
+
+    def kept(self) -> Kept | None:
+        """The reservations the doors keep now: from the server's last expected-starts answer, over the fleet as it
+        is (None with ``reservations`` off, before the first answer, or while the fleet was rebuilt since)."""
+        if not self.settings.reservations:
+            return None
+        kept = self.starts.kept()
+        return kept if kept is not None and kept.fleet is self.store.fleet() else None
 
     @property
     def keys(self) -> PlanKeys:
@@ -297,6 +323,11 @@ class GangBook:
             else None
         )
         result = fixed.plan if fixed is not None else plan_gang(fleet, request)
+        if fixed is None and not bound and result.feasible:  # around kept reservations first, as plan_gangs does
+            result = self._around_reservations(gang, pod, request, result, fleet)
+            if not result.feasible:  # held back for a kept reservation; asked again within INFEASIBLE_RETRY_S
+                life = Life.held_back(INFEASIBLE_RETRY_S)
+                return GangPlan(gang, result, [], self.clock(), self.store.generation, life)
         wait = self.waits.for_gang(gang, pod, request, result) if self.waits is not None and not bound else None
         if wait is not None and wait.wait:  # nothing reserved, nothing recorded; asked again within INFEASIBLE_RETRY_S
             waits = Plan(False, wait.reason, gang.key, result.platform)
@@ -336,6 +367,25 @@ class GangBook:
         )
         self.spares.follow(made)
         return made
+
+    def _around_reservations(self, gang: GangId, pod: Pod, request: GangRequest, plan: Plan, fleet: Fleet) -> Plan:
+        """``plan`` if it delays no kept reservation of another's; else one steered around them; else a plan that
+        waits, naming the reservation (``Kept.steer_gang``, the simulator's rule)."""
+        kept = self.kept()
+        if kept is None:
+            return plan
+        runtime = self.waits.runtime_of(gang, pod, request) if self.waits is not None else None
+        found = kept.steer_gang(fleet, gang.key, pod, request, plan, runtime, self.starts.clock())
+        self.steered += found.outcome is Outcome.STEERED
+        self.turned_away += found.waits
+        return found.plan
+
+    def reserved_for(self, fleet: Fleet, pod: Pod, gpus: int) -> tuple[npt.NDArray[np.bool_] | None, str]:
+        """Per node, whether ``pod``, of no gang, would delay a kept reservation there, and which (``Kept.for_pod``);
+        (None, "") where it delays none. ``InputError`` for a runtime it declares that does not read."""
+        kept = self.kept()
+        found = kept.for_pod(pod, gpus, self.starts.clock()) if kept is not None and fleet is kept.fleet else None
+        return found if found is not None else (None, "")
 
     def lending(self, fleet: Fleet, pod: Pod) -> npt.NDArray[np.bool_] | None:
         """Per domain, whether its spares are lent to ``pod`` (``SpareLending.lent_to``); None for none."""

@@ -51,13 +51,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kilter.gangs.learned import learner_of
+from kilter.gangs.queue_load import backlog_of, usable_gpus
 from kilter.gangs.start_facts import Held, Waiting, held_gangs, job_gang, pending_gangs
 from kilter.gangs.start_search import first_start
 from kilter.gangs.wait_settings import QueueWaitRules
 from kilter.gangs.waits import Learned
 from kilter.model.errors import InputError
 from kilter.state.cluster import ClusterState
-from kilter.state.store import ClusterStore
+from kilter.topology.backfill import worth_keeping
+from kilter.topology.backlog import Backlog
 from kilter.topology.fleet import Fleet
 from kilter.topology.reservations import (
     Holding,
@@ -67,14 +69,13 @@ from kilter.topology.reservations import (
     node_space,
     reason,
 )
-from kilter.topology.split_wait import SplitWait, format_instant
+from kilter.topology.split_wait import QueueLoad, SplitWait, format_instant
 
 __all__ = [
     "LAST_INSTANT_S",
     "RECENT_MAX_AGE_S",
     "ExpectedStart",
     "ExpectedStarts",
-    "StartsOfStore",
     "expected_starts",
     "plan_start",
     "reserve",
@@ -84,7 +85,7 @@ __all__ = [
 
 log = logging.getLogger("kilter.gangs")
 
-RECENT_MAX_AGE_S = 10.0  # how old a running kilter's answer may be for a view or a Plan: one per 10 s for them all
+RECENT_MAX_AGE_S = 10.0  # how old a running kilter's answer may be for a view, a Plan or a door: one per 10 s
 LAST_INSTANT_S = 253_402_300_799.0  # 9999-12-31T23:59:59Z: a start past it rests on absurd estimates
 
 
@@ -104,11 +105,14 @@ class ExpectedStart:
 
 @dataclass(frozen=True)
 class ExpectedStarts:
-    """Every pending gang's expected start at ``now_s``, in queue order, over ``holdings``."""
+    """Every pending gang's expected start at ``now_s``, in queue order, over ``holdings``; ``kept``: the
+    reservations every door keeps (``keep``), and ``aliases`` the names their owners' pods know them by."""
 
     now_s: float
     holdings: tuple[Held, ...]
     starts: tuple[ExpectedStart, ...]
+    kept: tuple[Reservation, ...] = ()
+    aliases: Mapping[tuple[str, str], str] = field(default_factory=dict)
     _index: dict[tuple[str, str, str], ExpectedStart] = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -157,17 +161,67 @@ def expected_starts(
     fleet: Fleet | None = None,
     learned: Learned | None = None,
     settings: QueueWaitRules | None = None,
+    keep: bool = False,
 ) -> ExpectedStarts:
     """Every pending gang's expected start (module docstring). ``fleet`` defaults to the state's, ``learned`` to
-    the runtimes its finished Workloads tell, ``settings`` (where a gang queues) to the state's own."""
+    the runtimes its finished Workloads tell, ``settings`` (where a gang queues) to the state's own.
+
+    With ``keep``, each ClusterQueue's oldest waiting gang bigger than a node
+    gets a reservation every door keeps, when it is worth its price
+    (``backfill.worth_keeping``, the simulator's rule): those are made first,
+    around each other only, and every other gang is promised what is left
+    around them, so what ``pending`` shows a kept gang is what the doors keep.
+    """
     fleet = state.fleet() if fleet is None else fleet
     if learned is None:
         learned = learner_of(state.workloads, state.catalog.device_resources).estimate
     settings = QueueWaitRules.build(state, SplitWait()) if settings is None else settings
     held = held_gangs(state, fleet, now_s=now_s, learned=learned, settings=settings)
+    gangs = pending_gangs(state, fleet, learned, settings)
+    chosen = _kept_gangs(gangs, fleet, backlog_of(state), now_s) if keep else []
+    first = dict(zip(chosen, reserve([gangs[i] for i in chosen], fleet, held, now_s), strict=True))
+    kept = tuple(s.reservation for s in first.values() if s.reservation is not None)
+    rest = iter(reserve([g for i, g in enumerate(gangs) if i not in first], fleet, held, now_s, kept))
+    starts = tuple(first[i] if i in first else next(rest) for i in range(len(gangs)))
     return ExpectedStarts(
-        now_s, tuple(held), tuple(reserve(pending_gangs(state, fleet, learned, settings), fleet, held, now_s))
+        now_s, tuple(held), starts, kept, _aliases(state, [s for s in first.values() if s.reservation])
     )
+
+
+def _kept_gangs(gangs: Sequence[Waiting], fleet: Fleet, backlog: Backlog, now_s: float) -> list[int]:
+    """The positions of the gangs whose reservations the doors keep: per ClusterQueue, its oldest waiting gang
+    bigger than a node of its first platform, when ``backfill.worth_keeping`` says so."""
+    seen: set[str] = set()
+    out = []
+    for i, gang in enumerate(gangs):
+        if gang.problem or not gang.platforms or not gang.cluster_queue or gang.cluster_queue in seen:
+            continue
+        platform = fleet.platforms[gang.platforms[0][0]]
+        gpus = sum(count * per_pod for count, per_pod in gang.pod_sets)
+        if gpus <= platform.gpus_per_node:
+            continue
+        seen.add(gang.cluster_queue)
+        load = None
+        if gang.runtime_s is not None and math.isfinite(gang.created_s):
+            waiting = backlog.mean_of_others(now_s, gang.runtime_s, gang.created_s)
+            load = QueueLoad(waiting, usable_gpus(fleet, platform.name))
+        if worth_keeping(gpus, platform.gpus_per_node, load):
+            out.append(i)
+    return out
+
+
+def _aliases(state: ClusterState, kept: Iterable[ExpectedStart]) -> dict[tuple[str, str], str]:
+    """(namespace, name) -> owner, for every name a kept gang's pods may know it by: its own, and for a Workload
+    the jobs that own it (a Job's pods name the Job, not its Workload)."""
+    out: dict[tuple[str, str], str] = {}
+    owned = {(w.metadata.namespace, w.metadata.name): w.metadata.owner_references for w in state.workloads}
+    for start in kept:
+        gang = start.gang
+        out[(gang.namespace, gang.name)] = gang.owner
+        if gang.kind == "Workload":
+            for ref in owned.get((gang.namespace, gang.name), ()):
+                out.setdefault((gang.namespace, ref.name), gang.owner)
+    return out
 
 
 # ---------------------------------------------------------------- reservations
@@ -287,66 +341,3 @@ def plan_start(
     found = start_of_job(starts(), state, fleet, obj, learned=learned, settings=settings)
     when = format_instant(found.start_s) if found.start_s is not None else None
     return {"expectedStart": when, "reservedDomains": list(found.domains), "expectedStartReason": found.reason}
-
-
-# ---------------------------------------------------------------- per store
-
-
-class StartsOfStore:
-    """Expected starts of a live store, worked out again only when the state changed or a second passed (servers
-    ask repeatedly: every view, every scrape); ``max_age_s`` lets a reader that needs no fresher answer (a
-    gauge) keep one that old while the state stays the same; ``observe`` is told of each answer worked out."""
-
-    def __init__(
-        self,
-        store: ClusterStore,
-        clock: Callable[[], float],
-        learned: Learned | None = None,
-        settings: Callable[[], QueueWaitRules] | None = None,
-        *,
-        max_age_s: float = 0.0,
-        observe: Callable[[ExpectedStarts, Fleet], None] | None = None,
-    ) -> None:
-        self.store = store
-        self.observe = observe  # told of every answer worked out (``start_watch``: the servers' metrics)
-        self.clock = clock
-        self.learned = learned
-        self.settings = settings
-        self.max_age_s = max_age_s
-        self._last: tuple[tuple[int, int], float, ExpectedStarts] | None = None
-
-    def current(self) -> ExpectedStarts:
-        return self.at(self.clock())
-
-    def at(self, now_s: float) -> ExpectedStarts:
-        """The expected starts at ``now_s`` (to the second)."""
-        fleet = self.store.fleet()
-        now = float(math.floor(now_s))
-        key = (self.store.version, self.store.generation)
-        last = self._last
-        if last is None or last[0] != key or not 0 <= now - last[1] <= self.max_age_s:
-            state = self.store.state()
-            settings = self.settings() if self.settings is not None else None
-            found = expected_starts(state, now_s=now, fleet=fleet, learned=self.learned, settings=settings)
-            self._last = last = (key, now, found)
-            if self.observe is not None:
-                self.observe(found, fleet)
-        return last[2]
-
-    def recent(self, now_s: float) -> ExpectedStarts:
-        """The last answer if it was worked out at most ``max_age_s`` before ``now_s``, whatever changed since, else
-        ``at(now_s)``: on a busy cluster the state changes with every pod, and working every start out again for
-        each reader (a scrape, a view) would cost each of them a second on a 150,000-pod cluster."""
-        last = self._last
-        if last is not None and 0 <= math.floor(now_s) - last[1] <= self.max_age_s:
-            return last[2]
-        return self.at(now_s)
-
-    def held(self) -> int:
-        """Pending gangs with a reservation now (``kilter_reservations_held``), at most ``max_age_s`` old; 0 while
-        the state does not read."""
-        try:
-            return self.recent(self.clock()).held
-        except InputError as exc:
-            log.warning("expected starts: %s", exc)
-            return 0

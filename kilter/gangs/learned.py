@@ -104,6 +104,7 @@ class LearnedRuntimes:
 
     def __init__(self, store: ClusterStore, *, window: int = WINDOW) -> None:
         self.resources = frozenset(store.catalog.device_resources)
+        self.window = window
         self.learner = learner_of(store.state().workloads, self.resources, window=window)
         self.observed = len(self.learner)
         store.watchers.add(KUEUE_GROUP, "Workload", self._changed)

@@ -58,13 +58,15 @@ def plan_gangs(
     platform: str | None = None,
     wait: Wait | None = None,
     keep: bool = True,
+    steer: Callable[[GangRequest, Plan], Plan] | None = None,
 ) -> list[GangPlanned]:
     """Every gang of ``job`` planned in turn, each gang's wait for fewer domains judged by ``wait`` (None: no gang
     waits). A feasible gang of a job of several that does not wait is booked before the next is planned (they will
     run side by side); a gang that waits holds nothing, so the next gang is planned as if it were not there.
     ``keep=False`` undoes those bookings before returning (a what-if on a fleet someone else reads). Gangs are
     named ``name`` (default the job's), ``<name>/group-<i>`` when there are several. InputError (``NoGpus`` when
-    a gang asks for no GPUs) when a gang cannot be read as a request."""
+    a gang asks for no GPUs) when a gang cannot be read as a request. ``steer`` may move a feasible plan around the
+    kept reservations, or make it wait for them (``Kept.steer``), before its split wait is judged."""
     base = job.name if name is None else name
     out: list[GangPlanned] = []
     booked: list[Plan] = []
@@ -74,6 +76,8 @@ def plan_gangs(
                 base if len(job.gangs) == 1 else f"{base}/group-{i}", pod_sets, fleet.catalog, platform=platform
             )
             plan = plan_gang(fleet, request)
+            if steer is not None and plan.feasible:
+                plan = steer(request, plan)
             decision = wait(pod_sets, request, plan) if wait is not None else NO_WAIT
             if plan.feasible and not decision.wait and len(job.gangs) > 1:
                 commit(fleet, plan)

@@ -69,6 +69,7 @@ class Waiting:
     runtime_s: float | None = None
     problem: str = ""  # why it is not reserved for before anything is tried (a bad annotation, an unreadable job)
     quota_reserved: bool = False
+    cluster_queue: str = ""  # where it queues (Kueue's ClusterQueue, or the one a Volcano queue stands for)
 
     @property
     def owner(self) -> str:
@@ -267,7 +268,9 @@ def _read(
         runtime = expected_runtime(facts, gpus, learned)
     except InputError as exc:
         return dataclasses.replace(base, problem=str(exc))
-    return dataclasses.replace(base, pod_sets=shapes, platforms=platforms, runtime_s=runtime)
+    return dataclasses.replace(
+        base, pod_sets=shapes, platforms=platforms, runtime_s=runtime, cluster_queue=facts.cluster_queue or ""
+    )
 
 
 def _pending_pods(state: ClusterState) -> dict[GangKey, list[Pod]]:

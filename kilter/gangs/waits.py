@@ -357,10 +357,30 @@ class SplitWaits(Waits):
         if not least:
             self.record(gang.key, NO_WAIT)
             return NO_WAIT
+        facts = self._facts(gang, pod)
+        if facts is None:
+            return NO_WAIT
+        decision = self._judge(facts, request, plan, self.store.fleet(), least)
+        self.record(gang.key, decision)
+        return decision
+
+    def runtime_of(self, gang: GangId, pod: Pod, request: GangRequest) -> float | None:
+        """Seconds the gang is expected to run (``expected_runtime`` of what the state holds of it); None when
+        nothing tells, or its annotation does not read (the split wait says so where it matters)."""
+        facts = self._facts(gang, pod)
+        if facts is None:
+            return None
+        try:
+            return expected_runtime(facts, sum(ps.count * ps.gpus_per_pod for ps in request.pod_sets), self.learned)
+        except InputError:
+            return None
+
+    def _facts(self, gang: GangId, pod: Pod) -> JobFacts | None:
+        """The facts of the gang's job, its members and ``pod`` as the state holds them; None for a bad key."""
         try:
             key = GangKey.parse(gang.key)
         except InputError:
-            return NO_WAIT
+            return None
         members = {p.metadata.uid: p for p in in_gang(key).members(self.store)}
         held = self.store.pod_named(pod.metadata.namespace, pod.metadata.name)
         if held is not None and held.metadata.uid == pod.metadata.uid:
@@ -369,10 +389,7 @@ class SplitWaits(Waits):
         owner = _OWNERS.get(key.kind)
         obj = self.store.get(owner[0], owner[1], key.namespace, key.name) if owner else None
         kind = owner[1] if owner and obj is not None else "pods of gang"
-        facts = facts_of(kind, key.namespace, key.name, obj, pods, self.settings())
-        decision = self._judge(facts, request, plan, self.store.fleet(), least)
-        self.record(gang.key, decision)
-        return decision
+        return facts_of(kind, key.namespace, key.name, obj, pods, self.settings())
 
     def record(self, gang: str, decision: WaitDecision) -> None:
         if decision.wait:

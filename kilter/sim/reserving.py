@@ -46,6 +46,7 @@ from kilter.sim.gangs import Gang
 from kilter.sim.parts import Part
 from kilter.sim.placement import Nodes
 from kilter.sim.split_hold import SplitHold
+from kilter.topology import backfill
 from kilter.topology import reservations as rs
 from kilter.topology.fleet import Fleet
 
@@ -141,24 +142,24 @@ class Reserving(Part):
         if not others:
             return nodes
         space = rs.node_space(self.sim.fleet, gang.platform)
-        holdings = self._holdings(now)
         estimate = self.hold.estimates.of(gang.job)
         end = math.inf if estimate is None else now + estimate
         pods = np.asarray(gang.pod_gpus(), np.int64)
-        owner = str(gang.job)
-        if rs.may_start_now(nodes.astype(np.int64), pods, end, space, holdings, others, now, owner):
-            self.backfilled += bool(np.isin(self.sim.fleet.node_domain[nodes], _domains(others)).any())
-            return nodes
-        avoid = rs.avoid_nodes(space, others, end, str(gang.job))
-        steered = self.policy.place_on(self.sim.fleet, gang, np.ascontiguousarray(~avoid, dtype=np.uint8))
-        if steered is not None and rs.may_start_now(
-            steered.astype(np.int64), pods, end, space, holdings, others, now, str(gang.job)
-        ):
-            self.steered += 1
-            return steered
-        self.turned_away += 1
-        self.refused_now = True
-        return None
+
+        def replan(node_ok: npt.NDArray[np.bool_]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]] | None:
+            steered = self.policy.place_on(self.sim.fleet, gang, np.ascontiguousarray(node_ok, dtype=np.uint8))
+            return None if steered is None else (steered.astype(np.int64), pods)
+
+        found = backfill.steer(
+            nodes.astype(np.int64), pods, end, space, self._holdings(now), others, now, str(gang.job), replan
+        )
+        self.backfilled += found.outcome is backfill.Outcome.BACKFILLED
+        self.steered += found.outcome is backfill.Outcome.STEERED
+        if found.nodes is None:
+            self.turned_away += 1
+            self.refused_now = True
+            return None
+        return found.nodes.astype(nodes.dtype)
 
     # ------------------------------------------------------------------ reading
 
@@ -189,12 +190,12 @@ class Reserving(Part):
         if not pairs:
             return None
         per_node = sim.fleet.platforms[pairs[0][0]].gpus_per_node
-        heads = [fifo[0] for size, fifo in sim._pending[cq].items() if fifo and size > per_node]
+        heads = [(fifo[0], size) for size, fifo in sim._pending[cq].items() if fifo and size > per_node]
         if not heads:
             return None
-        j = min(heads)
+        j, size = min(heads)
         load = self.hold.load(now, self.hold.estimates.of(j), sim.jobs[j].submit_s)
-        return None if load is None or load.saturated else j
+        return j if backfill.worth_keeping(size, per_node, load) else None
 
     def _reserve(self, j: int, cq: str, now: float) -> rs.Reservation | None:
         sim = self.sim
@@ -213,7 +214,3 @@ class Reserving(Part):
         busy = np.flatnonzero(used > 0)
         ends = rs.expected_ends(self._node_start[busy], self._node_estimate[busy], now)
         return rs.Holdings(busy.astype(np.int64), used[busy].astype(np.int64), ends)
-
-
-def _domains(held: list[rs.Reservation]) -> npt.NDArray[np.int64]:
-    return np.fromiter((d for r in held for d in r.domains), np.int64)

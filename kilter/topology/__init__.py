@@ -1,6 +1,7 @@
 """Topology-aware placement: the platform catalog, node health, the fleet model, gang plans and node scores."""
 
 from kilter.topology import (
+    backfill,
     backlog,
     catalog,
     cliques,
@@ -52,6 +53,7 @@ __all__ = [
     "PlannedPodSet",
     "Platform",
     "PodSetRequest",
+    "backfill",
     "backlog",
     "build_fleet",
     "catalog",

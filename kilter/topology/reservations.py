@@ -37,8 +37,10 @@ __all__ = [
     "Holdings",
     "NodeSpace",
     "Reservation",
+    "assign",
     "avoid_nodes",
     "blocking_reservation",
+    "claimed",
     "earliest_start",
     "expected_end",
     "expected_ends",
@@ -202,7 +204,7 @@ def _pod_sets(pod_sets: Iterable[tuple[int, int]]) -> tuple[tuple[int, int], ...
     return tuple(sorted(out, key=lambda s: -s[1]))
 
 
-def _claimed(reservations: Iterable[Reservation], n_nodes: int, start_s: float, end_s: float) -> Ints:
+def claimed(reservations: Iterable[Reservation], n_nodes: int, start_s: float, end_s: float) -> Ints:
     """GPUs per node claimed by the reservations whose window meets ``[start_s, end_s)``."""
     claim = np.zeros(n_nodes, np.int64)
     for r in reservations:
@@ -211,7 +213,7 @@ def _claimed(reservations: Iterable[Reservation], n_nodes: int, start_s: float, 
     return claim
 
 
-def _assign(avail: Ints, nodes: Ints, sets: Sequence[tuple[int, int]]) -> tuple[Ints, Ints] | None:
+def assign(avail: Ints, nodes: Ints, sets: Sequence[tuple[int, int]]) -> tuple[Ints, Ints] | None:
     """(GPUs, pods) per node of ``nodes`` holding every pod, or None: each set, largest pods first, fills the
     tightest nodes first. Exact for one pod set, for whole-node pods plus a remainder and for pod sizes that divide
     each other (the shapes jobs take); a heuristic for other mixes."""
@@ -281,7 +283,7 @@ def _fit(space: NodeSpace, avail: Ints, sets: Sequence[tuple[int, int]], k: int)
 
 def _try(space: NodeSpace, avail: Ints, sets: Sequence[tuple[int, int]], domains: list[int]) -> Fit | None:
     nodes = space.nodes_of(domains)
-    got = _assign(avail, nodes, sets)
+    got = assign(avail, nodes, sets)
     return None if got is None else (np.asarray(sorted(domains), np.int64), nodes, *got)
 
 
@@ -398,13 +400,13 @@ def blocking_reservation(
         free = space.free_at(holdings, now, r.start_s) - job
         window = (r.start_s, r.expected_end_s)
         others = [o for o in reservations if o is not r and o.overlaps(*window)]
-        around = free - _claimed(others, n, *window)
+        around = free - claimed(others, n, *window)
         mine = space.nodes_of(r.domains)
-        slack = around - _claimed([r], n, *window)
+        slack = around - claimed([r], n, *window)
         if (slack[mine][job[mine] > 0] >= 0).all():
             continue
         shared = any(not set(o.domains).isdisjoint(r.domains) for o in others)
-        if not shared and _assign(np.clip(around, 0, None), mine, r.pod_sets) is not None:
+        if not shared and assign(np.clip(around, 0, None), mine, r.pod_sets) is not None:
             continue
         return r
     return None

@@ -19,7 +19,9 @@ same order, the first rung a node fails naming its verdict:
    pod's planned GPUs are reserved for it, so kilter's free count is not asked;
 7. otherwise ``SPARE`` on a spare node (``spares``: kept out of new
    placements for repairs of running gangs; a gang's plan never holds one,
-   a repair's may), then ``FULL`` when fewer GPUs are free than it asks
+   a repair's may), then ``RESERVED`` where the pod would delay a gang's
+   kept reservation (``topology.backfill``: no preemption frees it, time
+   does), then ``FULL`` when fewer GPUs are free than it asks
    (the lower of kilter's count and the scheduler's, when it sends one);
 8. ``PASS``.
 
@@ -51,6 +53,7 @@ __all__ = [
     "OTHER_KIND",
     "OUTCOMES",
     "PASS",
+    "RESERVED",
     "SPARE",
     "TOO_SMALL",
     "UNKNOWN",
@@ -65,7 +68,7 @@ __all__ = [
     "unusable_notes",
 ]
 
-PASS, FULL, UNKNOWN, OTHER_KIND, UNUSABLE, TOO_SMALL, NOT_ELIGIBLE, NOT_PLANNED, GANG_WAITS, SPARE = range(10)
+PASS, FULL, UNKNOWN, OTHER_KIND, UNUSABLE, TOO_SMALL, NOT_ELIGIBLE, NOT_PLANNED, GANG_WAITS, SPARE, RESERVED = range(11)
 OUTCOMES = (  # per code: "passed", "failed" (may resolve by itself) or "unresolvable"
     "passed",
     "failed",
@@ -77,6 +80,7 @@ OUTCOMES = (  # per code: "passed", "failed" (may resolve by itself) or "unresol
     "unresolvable",
     "failed",
     "unresolvable",  # SPARE: no preemption frees it, the node is idle already
+    "unresolvable",  # RESERVED: preempting there would hand a reserved domain to someone else
 )
 _RESOLVABLE = np.array([o == "failed" for o in OUTCOMES], dtype=bool)
 MAX_CACHED_MASKS = 256
@@ -173,9 +177,11 @@ class Ladder:
         idle: npt.NDArray[np.int32] | None = None,
         path: str = "$.Pod.spec",
         lent: npt.NDArray[np.bool_] | None = None,
+        reserved: npt.NDArray[np.bool_] | None = None,
     ) -> Verdicts:
         """The vector entry: a verdict for each candidate (fleet index, -1 for a node kilter does not know).
-        ``lent``: per domain, spares lent to this pod (``spares.lent_to``), which get no ``SPARE`` verdict."""
+        ``lent``: per domain, spares lent to this pod (``spares.lent_to``), which get no ``SPARE`` verdict;
+        ``reserved``: per node, whether the pod would delay a kept reservation there (``Kept.lone_pod``)."""
         base, total_all = self.static(fleet, resource)
         codes = base[index]
         total = total_all[index]
@@ -202,6 +208,9 @@ class Ladder:
         if held is not None:
             codes[ok & np.append(held, False)[index]] = SPARE
             ok = codes == PASS
+        if reserved is not None:
+            codes[ok & np.append(reserved, False)[index]] = RESERVED
+            ok = codes == PASS
         if idle is not None:
             free = np.where(ok, np.minimum(free, idle), free).astype(np.int32)
         codes[ok & (free < gpus)] = FULL
@@ -219,6 +228,7 @@ class Ladder:
         idle: int | None = None,
         path: str = "$.Pod.spec",
         lent: npt.NDArray[np.bool_] | None = None,
+        reserved: npt.NDArray[np.bool_] | None = None,
     ) -> tuple[int, int, int]:
         """The scalar entry: ``(code, free, total)`` for one node (fleet index, -1 unknown), as ``judge`` gives it.
 
@@ -246,16 +256,27 @@ class Ladder:
             return PASS, free, total
         if spares.is_spare(fleet, node, lent=lent):
             return SPARE, free, total
+        if reserved is not None and node >= 0 and reserved[node]:
+            return RESERVED, free, total
         if idle is not None:
             free = min(free, idle)
         return (FULL if free < gpus else PASS), free, total
 
 
 def reason(
-    code: int, *, gpus: int, resource: str, free: int, total: int, hold: Hold | None = None, why: str | None = None
+    code: int,
+    *,
+    gpus: int,
+    resource: str,
+    free: int,
+    total: int,
+    hold: Hold | None = None,
+    why: str | None = None,
+    reserved: str = "",
 ) -> str:
     """The sentence for a verdict, the same in filter, predicate, explain and every log line; ``why``: an unusable
-    node's own reason (``Fleet.unusable_reason``), where the answer names one node."""
+    node's own reason (``Fleet.unusable_reason``), where the answer names one node; ``reserved``: the kept
+    reservations a pod would delay (``Kept.lone_pod``)."""
     if code == FULL:
         return f"{free} of {total} {resource} free; the pod needs {gpus}"
     if code == TOO_SMALL:
@@ -272,6 +293,8 @@ def reason(
         return f"kilter holds this pod to its gang's plan ({hold.note if hold else ''})"
     if code == SPARE:
         return f"kept spare for repairs of running gangs ({SPARE_NODES_PER_DOMAIN})"
+    if code == RESERVED:
+        return f"the pod would delay a reservation: {reserved}"
     if code == GANG_WAITS:
         if hold is not None and hold.waits:
             return hold.note
@@ -301,10 +324,11 @@ class Reasons:
     built once (free and total matter only to ``FULL`` and ``TOO_SMALL``).
     """
 
-    def __init__(self, *, gpus: int, resource: str, hold: Hold | None) -> None:
+    def __init__(self, *, gpus: int, resource: str, hold: Hold | None, reserved: str = "") -> None:
         self.gpus = gpus
         self.resource = resource
         self.hold = hold
+        self.reserved = reserved
         self._cache: dict[tuple[int, int, int], str] = {}
 
     def __call__(self, code: int, free: int, total: int) -> str:
@@ -312,6 +336,12 @@ class Reasons:
         text = self._cache.get(key)
         if text is None:
             text = self._cache[key] = reason(
-                code, gpus=self.gpus, resource=self.resource, free=free, total=total, hold=self.hold
+                code,
+                gpus=self.gpus,
+                resource=self.resource,
+                free=free,
+                total=total,
+                hold=self.hold,
+                reserved=self.reserved,
             )
         return text

@@ -71,6 +71,7 @@ from kilter._native.domains import DETACHED
 from kilter.gangs import records
 from kilter.gangs.decisions import Decision, DecisionFeed
 from kilter.gangs.identity import GangKey
+from kilter.gangs.kept import Kept
 from kilter.gangs.keys import PlanKeys
 from kilter.gangs.planning import joined, plan_gangs
 from kilter.gangs.waits import NO_WAIT, Waits
@@ -190,13 +191,15 @@ def decide(
     now_s: float | None = None,
     keys: PlanKeys | None = None,
     waits: Waits | None = None,
+    kept: Kept | None = None,
 ) -> list[CheckDecision]:
     """The status kilter would write now for every Workload waiting on one of its checks.
 
     ``now_s`` (Unix seconds; default the clock) is the time the plan records in podSetUpdates carry; ``keys``
     sign them for the Workload's UID (without keys they are unsigned, which no gang book adopts: what
     ``kilter admission-check`` prints). ``waits`` decides whether a preferred gang that fits only split waits
-    for fewer domains (None: it never does).
+    for fewer domains (None: it never does). ``kept``: the reservations kept (``GangBook.kept``): a plan that
+    would delay another's is steered around them or waits, and a gang waiting for its own is told its start.
     """
     at_s = time.time() if now_s is None else now_s
     mine = set(our_checks(state))
@@ -213,7 +216,7 @@ def decide(
         obj = raw.get((wl.metadata.namespace, wl.metadata.name))
         if obj is None:
             continue
-        a = _judge(wl, obj, fleet, idle, at_s, keys, waits)
+        a = _judge(wl, obj, fleet, idle, at_s, keys, waits, kept)
         out.extend(
             dataclasses.replace(a, check=c.name, pending_since=c.last_transition_time, pending_message=c.message)
             for c in pending
@@ -229,6 +232,7 @@ def _judge(
     at_s: float,
     keys: PlanKeys | None,
     waits: Waits | None,
+    kept: Kept | None = None,
 ) -> CheckDecision:
     """The decision for ``wl``, its check's name left blank (``decide`` fills it in per Pending entry)."""
     answer = partial(CheckDecision, wl.metadata.namespace, wl.metadata.name, "", workload_uid=wl.metadata.uid)
@@ -241,7 +245,9 @@ def _judge(
 
     try:  # a split-wait annotation of the job's own that does not read refuses it, saying which
         job = read_job(dict(obj))
-        planned = plan_gangs(fleet, job, name=name, wait=wait, keep=False)
+        planned = plan_gangs(
+            fleet, job, name=name, wait=wait, keep=False, steer=kept.workload_steer(wl, fleet, at_s) if kept else None
+        )
     except NoGpus:
         return answer("Ready", "no pod set asks for GPUs: nothing to place")
     except KilterError as exc:
@@ -255,7 +261,9 @@ def _judge(
             return answer("Pending", waiting.standing or waiting.reason, until_s=waiting.until_s)
         return answer("Ready", f"placed: {plan.reason}", _updates(fleet, plan, wl, at_s, keys), plan=plan)
     if all(g.plan.feasible for g in plan_gangs(idle, job, name=name, keep=False)):
-        return answer("Retry", f"does not fit now: {plan.reason}", requeue_after_seconds=RETRY_AFTER_S)
+        promised = kept.waiting_for_own(wl.metadata.namespace, wl.metadata.name) if kept else ""
+        why = f"does not fit now: {plan.reason}" + (f"; {promised}" if promised else "")
+        return answer("Retry", why, requeue_after_seconds=RETRY_AFTER_S)
     return answer("Rejected", f"can never fit this fleet: {plan.reason}")
 
 
@@ -340,12 +348,14 @@ class Controller:
         wall: Callable[[], float] = time.time,
         keys: PlanKeys | None = None,
         waits: Waits | None = None,
+        kept: Callable[[], Kept | None] | None = None,
         feed: DecisionFeed | None = None,
     ) -> None:
         self.feed = feed  # told of each decision written (``WatchDecisions``)
         self.store = store
         self.keys = keys
         self.waits = waits
+        self.kept = kept  # the reservations the doors keep now (``GangBook.kept``)
         self.wall = wall  # Unix seconds: the time of the plan records in podSetUpdates and of transitions
         self.api = api
         self.interval_s = interval_s
@@ -362,7 +372,8 @@ class Controller:
         state = self.store.state()
         fresh = []
         fleet, idle = self.store.fleet(), self.store.idle_fleet()
-        decisions = decide(state, fleet, idle, now_s=self.wall(), keys=self.keys, waits=self.waits)
+        kept = self.kept() if self.kept is not None else None
+        decisions = decide(state, fleet, idle, now_s=self.wall(), keys=self.keys, waits=self.waits, kept=kept)
         ends = [d.until_s for d in decisions if d.state == "Pending" and d.until_s is not None]
         self.wake_at_s = min(ends, default=None)
         for d in decisions:

@@ -169,10 +169,11 @@ def test_the_policy_in_the_file_reaches_the_servers_objects(tmp_path: Path) -> N
             "state": {"demo": True},
             "explain": {"records": 17, "perPod": 2, "nodes": 5000},
             "runtimeEstimates": {"window": 9},
-            "splitWait": {"factor": 0.5},
+            "splitWait": {"factor": 0.5, "reservations": True},
         },
     )
     app, _ = serve.build_app(config_of(path))
+    assert app.extender.gangs.settings.reservations  # every door keeps reservations
     log = app.extender.log
     assert (log.records, log.per_pod, log.entries) == (17, 2, 5000)
     waits = app.extender.gangs.waits

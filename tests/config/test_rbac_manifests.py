@@ -23,7 +23,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from kilter.extenders.scheduler import ApiBinder
+from kilter.extenders.binder import ApiBinder
 from kilter.extenders.volcano.events import PodGroupEvents
 from kilter.gangs import GangId, GangPlan, KeySecret, PlanRecorder, Slot, Victim
 from kilter.gangs.key_secret import DEFAULT_ROTATION_S

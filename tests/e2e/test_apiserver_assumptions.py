@@ -15,7 +15,7 @@ from urllib.parse import urlencode
 import msgspec
 import pytest
 
-from kilter.extenders.scheduler import ApiBinder
+from kilter.extenders.binder import ApiBinder
 from kilter.gangs import PlanKeys, records
 from kilter.gangs.recorder import PlanRecorder
 from kilter.kube import protobuf

@@ -25,8 +25,9 @@ from typing import Any
 import pytest
 
 from kilter.extenders import last_resort
+from kilter.extenders.binder import Binder
 from kilter.extenders.explain import DecisionLog
-from kilter.extenders.scheduler import Binder, SchedulerExtender
+from kilter.extenders.scheduler import SchedulerExtender
 from kilter.extenders.server import App
 from kilter.extenders.volcano import VOLCANO_VERBS, VolcanoExtender
 from kilter.extenders.volcano.wire import ERROR

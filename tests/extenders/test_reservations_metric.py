@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from kilter.extenders import server
 from tests.extenders.conftest import Served, serve_snapshot
 from tests.gangs import starts_scenario as sc
 from tests.gangs.test_start_watch import small_running
@@ -42,8 +41,8 @@ def test_a_promised_gang_found_running_scores_its_start_error_and_counts_as_back
 ) -> None:
     """``small`` is promised a start now on r1 (beside ``rack-a``'s later reservation); it starts 30 s on. (The
     gauge's answer may be 30 s old; here it is worked out afresh each second.)"""
-    monkeypatch.setattr(server, "RESERVATIONS_MAX_AGE_S", 0.0)
     with serve_snapshot(tmp_path, sc.objects()) as served:
+        served.app.extender.gangs.starts.max_age_s = 0.0
         assert metric(served, "kilter_reservations_held") == 3.0  # the first answer: promises only
         assert sample(served, "kilter_start_error_seconds_count") == 0.0
         started = math.floor(time.time()) + 30

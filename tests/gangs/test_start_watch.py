@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from kilter.gangs.expected_starts import StartsOfStore, expected_starts
+from kilter.gangs.expected_starts import expected_starts
 from kilter.gangs.start_watch import Started, StartWatch
+from kilter.gangs.store_starts import StartsOfStore
 from kilter.state.cluster import from_objects
 from kilter.state.store import ClusterStore
 from tests.gangs import starts_scenario as sc

@@ -85,6 +85,7 @@ def _item(p: Pending, starts: ExpectedStarts) -> dict[str, Any]:
         "expectedStart": render.rfc3339(start.reservation.start_s) if start and start.reservation else None,
         "expectedStartReason": start.reason if start else why,
         "reservedDomains": list(start.domains) if start else [],
+        "reservationKept": start is not None and start.reservation in starts.kept,  # every door keeps it
     }
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from kilter.cli import plan as plan_cmd
 from kilter.cli.kubectl import output
 from kilter.cli.kubectl.source import Cluster
-from kilter.cli.serve_config import add_split_wait_arguments, read_split_wait
+from kilter.cli.split_wait_flags import add_split_wait_arguments, read_split_wait
 
 __all__ = ["add_parser", "run"]
 

@@ -34,7 +34,8 @@ from kilter.cli.kubectl.output import Answer
 from kilter.cli.kubectl.remote import local_only
 from kilter.cli.kubectl.source import Cluster
 from kilter.cli.plan import job_object_of
-from kilter.gangs.expected_starts import RECENT_MAX_AGE_S, StartsOfStore
+from kilter.gangs.expected_starts import RECENT_MAX_AGE_S
+from kilter.gangs.store_starts import StartsOfStore
 from kilter.kube.api import check_namespace
 from kilter.model.errors import InputError, KilterError
 from kilter.state.store import ClusterStore
@@ -68,11 +69,12 @@ class _RaisingParser(argparse.ArgumentParser):
 class ServedViews:
     """Answers ``/debug/views`` from ``store`` and the decision log's ``recorded`` lookup."""
 
-    def __init__(self, store: ClusterStore, recorded: Recorded | None) -> None:
+    def __init__(self, store: ClusterStore, recorded: Recorded | None, starts: StartsOfStore | None = None) -> None:
         self.store = store
         self.recorded = recorded
         self._parser = main.build_parser(_RaisingParser)
-        self.starts = StartsOfStore(store, time.time, max_age_s=RECENT_MAX_AGE_S)
+        # The server's own answer (the gang book's), which it keeps fresh off its event loop.
+        self.starts = starts or StartsOfStore(store, time.time, max_age_s=RECENT_MAX_AGE_S)
 
     def answer(self, body: bytes) -> tuple[int, bytes]:
         """(HTTP status, body): 200 and the view's answer, 400 and one line, or 503 before the state is loaded."""

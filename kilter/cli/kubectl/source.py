@@ -24,7 +24,8 @@ from typing import Any
 from kilter.cli import sources
 from kilter.cli.kubectl.decisions import Recorded
 from kilter.cli.spare_flag import add_spare_argument, read_spare_nodes
-from kilter.gangs.expected_starts import ExpectedStarts, StartsOfStore, expected_starts
+from kilter.gangs.expected_starts import ExpectedStarts, expected_starts
+from kilter.gangs.store_starts import StartsOfStore
 from kilter.kube.api import PLUGIN_AGENT, ApiServer, check_namespace, connect
 from kilter.model.errors import InputError
 from kilter.state import snapshot_file

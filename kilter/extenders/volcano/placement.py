@@ -46,12 +46,13 @@ def fits(
     plan: Callable[[], GangPlan | None],
     store: ClusterStore,
     lending: Callable[[Pod], npt.NDArray[np.bool_] | None] | None = None,
+    reserving: Callable[[Pod], tuple[npt.NDArray[np.bool_] | None, str]] | None = None,
 ) -> tuple[int, str]:
     """The ladder's verdict for one node, in Volcano's status codes (``FULL``/``GANG_WAITS``: Unschedulable).
 
     ``plan`` gives the task's gang plan; it is asked only on a node that passes the static rungs, so that
     a gang is planned on its first fit. ``lending`` says which domains lend their spares to a task of no gang
-    (``GangBook.lending``).
+    (``GangBook.lending``), ``reserving`` where it would delay a kept reservation (``GangBook.reserved_for``).
     """
     index = fleet.node_index.get(node.name, -1)
     hold = None
@@ -61,12 +62,21 @@ def fits(
         hold = seats.hold(made, held) if made is not None else None
     pod = task_pod(task)
     lent = lending(pod) if lending is not None and hold is None and index >= 0 else None
+    reserved, why = reserving(pod) if reserving is not None and hold is None and index >= 0 else (None, "")
     code, free, total = ladder.judge_one(
-        fleet, index, resource=resource, gpus=gpus, spec=pod.spec, hold=hold, idle=_idle(node, resource), lent=lent
+        fleet,
+        index,
+        resource=resource,
+        gpus=gpus,
+        spec=pod.spec,
+        hold=hold,
+        idle=_idle(node, resource),
+        lent=lent,
+        reserved=reserved,
     )
     if code == verdicts.PASS:
         return vw.SUCCESS, ""
-    text = verdicts.reason(code, gpus=gpus, resource=resource, free=free, total=total, hold=hold)
+    text = verdicts.reason(code, gpus=gpus, resource=resource, free=free, total=total, hold=hold, reserved=why)
     return (vw.UNSCHEDULABLE if verdicts.OUTCOMES[code] == "failed" else vw.UNRESOLVABLE), text
 
 

@@ -231,6 +231,7 @@ class VolcanoExtender:
                     plan=lambda: self._plan(task, gpus, fleet),
                     store=self.store,
                     lending=lambda pod: self.gangs.lending(fleet, pod),
+                    reserving=lambda pod: self.gangs.reserved_for(fleet, pod, gpus),
                 )
                 if gpus
                 else (vw.SUCCESS, "")

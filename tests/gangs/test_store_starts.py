@@ -1,0 +1,56 @@
+"""The server's one expected-starts answer: worked out in a worker thread while the doors keep reservations, read by
+every door without waiting, and shared by the views, ``Plan`` and the metrics of one server."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+
+from kilter.gangs.store_starts import StartsOfStore
+from kilter.state.store import ClusterStore
+from tests.extenders.conftest import serve_snapshot
+from tests.gangs import starts_scenario as sc
+
+
+def test_the_background_refresh_works_the_answer_out_off_the_event_loop_only_while_reservations_are_kept() -> None:
+    store = ClusterStore()
+    store.replace(sc.objects())
+    keep = [False]
+    threads: list[int] = []
+    starts = StartsOfStore(store, lambda: sc.NOW, keep=lambda: keep[0])
+    work_out = starts._work_out
+
+    def spy(given: object) -> object:
+        threads.append(threading.get_ident())
+        return work_out(given)  # type: ignore[arg-type]
+
+    starts._work_out = spy  # type: ignore[method-assign,assignment]
+
+    async def run(rounds: int) -> int:
+        """Keep fresh for ``rounds`` periods of 10 ms (or until two answers, when kept); the loop's thread."""
+        task = asyncio.get_running_loop().create_task(starts.keep_fresh(0.01))
+        for _ in range(rounds):
+            await asyncio.sleep(0.01)
+            if starts.refreshed >= 2:
+                break
+        task.cancel()
+        return threading.get_ident()
+
+    asyncio.run(run(10))
+    assert starts.latest() is None and threads == []  # nothing kept: nothing worked out in the background
+    keep[0] = True
+    loop_thread = asyncio.run(run(3000))
+    assert starts.refreshed >= 2 and threads and all(t != loop_thread for t in threads)
+    latest = starts.latest()
+    assert latest is not None and latest[0].kept and latest[0].now_s == sc.NOW
+    assert starts.learned is not None
+
+
+def test_one_server_keeps_one_answer_for_its_views_its_plan_and_its_metrics(tmp_path: Path) -> None:
+    with serve_snapshot(tmp_path, sc.objects(), reservations=True) as served:
+        gangs = served.app.extender.gangs
+        assert gangs.settings.reservations
+        views = served.app.views
+        assert views is not None and views.__self__.starts is gangs.starts  # type: ignore[attr-defined]
+        assert gangs.starts.observe is not None  # the metrics watch the very answers the doors keep
