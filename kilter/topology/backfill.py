@@ -31,7 +31,7 @@ from kilter.topology.reservations import (
     assign,
     avoid_nodes,
     blocking_reservation,
-    claimed,
+    room_at,
 )
 from kilter.topology.split_wait import QueueLoad
 
@@ -139,16 +139,11 @@ def blocked_nodes(
         todo = mine[out[mine] < 0]
         if not len(todo):
             continue
-        window = (r.start_s, r.expected_end_s)
-        others = [o for o in ordered if o is not r and o.overlaps(*window)]
-        around = space.free_at(holdings, now_s, r.start_s) - claimed(others, n, *window)
-        slack = around - claimed([r], n, *window)
-        short = todo[slack[todo] < gpus]
-        shared = any(not set(o.domains).isdisjoint(r.domains) for o in others)
-        for node in short.tolist():
-            if not shared:
-                left = np.clip(around, 0, None)
-                left[node] = max(int(around[node]) - gpus, 0)
+        room = room_at(r, ordered, space, holdings, now_s)
+        for node in todo[room.slack[todo] < gpus].tolist():
+            if not room.shared:
+                left = np.clip(room.around, 0, None)
+                left[node] = max(int(room.around[node]) - gpus, 0)
                 if assign(left, mine, r.pod_sets) is not None:
                     continue
             out[node] = i

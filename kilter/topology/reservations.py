@@ -37,6 +37,7 @@ __all__ = [
     "Holdings",
     "NodeSpace",
     "Reservation",
+    "Room",
     "assign",
     "avoid_nodes",
     "blocking_reservation",
@@ -47,6 +48,7 @@ __all__ = [
     "may_start_now",
     "node_space",
     "reason",
+    "room_at",
     "window_end",
 ]
 
@@ -397,19 +399,36 @@ def blocking_reservation(
     for r in sorted(reservations, key=lambda r: (r.start_s, r.owner)):
         if r.owner == owner or end <= r.start_s or touched.isdisjoint(r.domains):
             continue
-        free = space.free_at(holdings, now, r.start_s) - job
-        window = (r.start_s, r.expected_end_s)
-        others = [o for o in reservations if o is not r and o.overlaps(*window)]
-        around = free - claimed(others, n, *window)
+        room = room_at(r, reservations, space, holdings, now)
         mine = space.nodes_of(r.domains)
-        slack = around - claimed([r], n, *window)
-        if (slack[mine][job[mine] > 0] >= 0).all():
+        if ((room.slack - job)[mine][job[mine] > 0] >= 0).all():
             continue
-        shared = any(not set(o.domains).isdisjoint(r.domains) for o in others)
-        if not shared and assign(np.clip(around, 0, None), mine, r.pod_sets) is not None:
+        if not room.shared and assign(np.clip(room.around - job, 0, None), mine, r.pod_sets) is not None:
             continue
         return r
     return None
+
+
+@dataclass(frozen=True, slots=True)
+class Room:
+    """A reservation's room at its start: free GPUs per node after every other claim overlapping its window
+    (``around``), less its own claim too (``slack``), and whether another such claim ``shared`` its domains."""
+
+    around: Ints
+    slack: Ints
+    shared: bool
+
+
+def room_at(
+    r: Reservation, reservations: Sequence[Reservation], space: NodeSpace, holdings: Holdings, now_s: float
+) -> Room:
+    """``r``'s room at its start, among ``reservations`` (``blocking_reservation`` asks it of every one it meets)."""
+    n = len(space.free)
+    window = (r.start_s, r.expected_end_s)
+    others = [o for o in reservations if o is not r and o.overlaps(*window)]
+    around = space.free_at(holdings, now_s, r.start_s) - claimed(others, n, *window)
+    shared = any(not set(o.domains).isdisjoint(r.domains) for o in others)
+    return Room(around, around - claimed([r], n, *window), shared)
 
 
 def may_start_now(
