@@ -145,7 +145,8 @@ class PlacementServicer(pb_grpc.PlacementServicer):
 
     def _start(self, obj: Mapping[str, Any], plan: Mapping[str, Any], now_s: float) -> dict[str, Any]:
         """When the job would start (``expected_starts.plan_start``), as ``kilter plan`` reports it."""
-        store, starts = self.sources.store, self.sources.gangs.starts
+        store, gangs = self.sources.store, self.sources.gangs
+        starts = gangs.starts
         return plan_start(
             obj,
             store.fleet(),
@@ -153,7 +154,7 @@ class PlacementServicer(pb_grpc.PlacementServicer):
             starts_now=bool(plan["feasible"]) and not plan["waiting"],
             starts=lambda: starts.recent(now_s),
             state=store.state(),
-            learned=starts.learned,
+            learned=gangs.waits.learned if gangs.waits is not None else None,  # the server's, as ``Waits`` reads them
             settings=starts.settings() if starts.settings else None,
         )
 

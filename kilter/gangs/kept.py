@@ -12,9 +12,10 @@ Workload's, PodGroup's or gang's name, or by the job that owns its Workload
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Callable, Iterable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -35,15 +36,13 @@ __all__ = ["Kept", "SteeredPlan"]
 Ints = npt.NDArray[np.int64]
 
 
+@dataclass(frozen=True, slots=True)
 class SteeredPlan:
     """A plan after the kept reservations had their say: ``plan`` (the one given, one steered away, or one that
-    waits), ``outcome`` and the reservation that mattered, with its sentence."""
+    waits, its reason naming the reservation) and the ``outcome``."""
 
-    def __init__(self, plan: Plan, outcome: backfill.Outcome, blocking: Reservation | None, why: str) -> None:
-        self.plan = plan
-        self.outcome = outcome
-        self.blocking = blocking
-        self.why = why
+    plan: Plan
+    outcome: backfill.Outcome
 
     @property
     def waits(self) -> bool:
@@ -60,10 +59,9 @@ class Kept:
         self.sentences = [reason(r, fleet.domain_ids) for r in self.reservations]
         self._space = node_space(fleet)
         self._holdings = starts.holdings_rows()
-        self._blocked: dict[int, Ints] = {}
-
-    def __bool__(self) -> bool:
-        return bool(self.reservations)
+        self._starts_s = [r.start_s for r in self.reservations]  # ascending: ``by_start`` order
+        self._blocked: dict[int, Ints] = {}  # per GPU count: ``backfill.blocked_nodes`` of a pod that never ends
+        self._answers: dict[tuple[int, int], tuple[npt.NDArray[np.bool_], str] | None] = {}
 
     def warm(self, most_gpus: int) -> None:
         """Judge the nodes for pods of 1 to ``most_gpus`` GPUs now (off the event loop), not on a filter's path."""
@@ -87,22 +85,24 @@ class Kept:
 
         Which reservation a pod meets first on a node does not depend on when
         it ends, only whether it meets it at all (the pod must outlast its
-        start), so the nodes are judged once per GPU count and answer.
+        start), so the nodes are judged once per GPU count, and the answer is
+        kept per GPU count and number of reservations starting before the pod
+        ends: the predicate asks it for every node of every task.
         """
         if not self.reservations or gpus <= 0:
             return None
-        first = self._blocked.get(gpus)
-        if first is None:
-            first = self._blocked[gpus] = backfill.blocked_nodes(
-                gpus, math.inf, self._space, self._holdings, self.reservations, self.starts.now_s
-            )
-        starts = np.array([r.start_s for r in self.reservations])
-        hit = first >= 0
-        hit[hit] = starts[first[hit]] < expected_end_s
-        if not hit.any():
-            return None
-        which = sorted(set(first[hit].tolist()))
-        return hit, "; ".join(self.sentences[i] for i in which)
+        met = bisect.bisect_left(self._starts_s, expected_end_s)  # reservations [0, met) start before it ends
+        key = (gpus, met)
+        if key not in self._answers:
+            first = self._blocked.get(gpus)
+            if first is None:
+                first = self._blocked[gpus] = backfill.blocked_nodes(
+                    gpus, math.inf, self._space, self._holdings, self.reservations, self.starts.now_s
+                )
+            hit = (first >= 0) & (first < met)
+            which = sorted(set(first[hit].tolist()))
+            self._answers[key] = (hit, "; ".join(self.sentences[i] for i in which)) if which else None
+        return self._answers[key]
 
     def for_pod(self, pod: Pod, gpus: int, now_s: float) -> tuple[npt.NDArray[np.bool_], str] | None:
         """``lone_pod`` for ``pod``, of no gang, taking ``gpus`` GPUs: it is expected to run what it declares
@@ -128,7 +128,7 @@ class Kept:
         try:
             key = GangKey.parse(gang_key)
         except InputError:
-            return SteeredPlan(plan, backfill.Outcome.CLEAR, None, "")
+            return SteeredPlan(plan, backfill.Outcome.CLEAR)
         owner = self.owner(key.namespace, [key.names[0], *(r.name for r in pod.metadata.owner_references)])
         end = math.inf if runtime_s is None else now_s + runtime_s
         return self.steer(fleet, request, plan, owner, end, now_s)
@@ -157,7 +157,7 @@ class Kept:
         """``plan`` (feasible, the planner's first choice for ``request``) kept, steered around the reservations
         it would delay, or turned into a wait that names the first of them (``backfill.steer``)."""
         if not self.reservations or not plan.feasible or fleet is not self.fleet:
-            return SteeredPlan(plan, backfill.Outcome.CLEAR, None, "")
+            return SteeredPlan(plan, backfill.Outcome.CLEAR)
         nodes, gpus = _pods_of(plan)
         space = node_space(fleet)
         again: list[Plan] = []
@@ -176,11 +176,11 @@ class Kept:
         why = self.sentence(found.blocking) if found.blocking is not None else ""
         if found.outcome is backfill.Outcome.WAITS:
             waits = Plan(False, f"waits: {why}", plan.gang, plan.platform)
-            return SteeredPlan(waits, found.outcome, found.blocking, why)
+            return SteeredPlan(waits, found.outcome)
         if found.outcome is backfill.Outcome.STEERED:
             steered = replace(again[-1], reason=f"{again[-1].reason}; steered around a reservation: {why}")
-            return SteeredPlan(steered, found.outcome, found.blocking, why)
-        return SteeredPlan(plan, found.outcome, None, "")
+            return SteeredPlan(steered, found.outcome)
+        return SteeredPlan(plan, found.outcome)
 
 
 def _pods_of(plan: Plan) -> tuple[Ints, Ints]:

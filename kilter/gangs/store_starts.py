@@ -25,7 +25,6 @@ from kilter.gangs.expected_starts import ExpectedStarts, expected_starts
 from kilter.gangs.kept import Kept
 from kilter.gangs.learned import learner_of
 from kilter.gangs.wait_settings import QueueWaitRules
-from kilter.gangs.waits import Learned
 from kilter.model.errors import InputError
 from kilter.quota.runtimes import WINDOW
 from kilter.state.cluster import ClusterState
@@ -55,7 +54,6 @@ class _Answer:
     now_s: float
     found: ExpectedStarts
     fleet: Fleet
-    learned: Learned
     kept: Kept | None  # the doors' view of the kept reservations, made with the answer (None: none kept)
 
 
@@ -64,7 +62,7 @@ class StartsOfStore:
 
     ``at`` works the answer out now, unless the state is unchanged and it is
     at most ``max_age_s`` old; ``recent`` keeps the last answer that young
-    whatever changed; ``latest`` never works anything out. ``observe`` is
+    whatever changed; ``kept`` (the doors') never works anything out. ``observe`` is
     told of each answer worked out (the servers' metrics); ``keep`` says
     whether the doors keep reservations (``expected_starts(keep=...)``).
     """
@@ -110,16 +108,13 @@ class StartsOfStore:
         kept = Kept(found, given.fleet) if found.kept else None
         if kept is not None:
             kept.warm(max((p.gpus_per_node for p in given.fleet.platforms), default=0))
-        return _Answer(given.key, given.now_s, found, given.fleet, learned, kept)
+        return _Answer(given.key, given.now_s, found, given.fleet, kept)
 
     def _publish(self, answer: _Answer) -> ExpectedStarts:
         self._last = answer
         if self.observe is not None:
             self.observe(answer.found, answer.fleet)
         return answer.found
-
-    def current(self) -> ExpectedStarts:
-        return self.at(self.clock())
 
     def at(self, now_s: float) -> ExpectedStarts:
         """The expected starts at ``now_s`` (to the second)."""
@@ -140,21 +135,10 @@ class StartsOfStore:
             return last.found
         return self.at(now_s)
 
-    def latest(self) -> tuple[ExpectedStarts, Fleet] | None:
-        """The last answer and the fleet it was worked out over, however old; None before the first. For the doors,
-        which must not wait a second for a fresh one."""
-        last = self._last
-        return None if last is None else (last.found, last.fleet)
-
     def kept(self) -> Kept | None:
         """The doors' view of the last answer's kept reservations (``Kept``, made with it, off the event loop)."""
         last = self._last
         return None if last is None else last.kept
-
-    @property
-    def learned(self) -> Learned | None:
-        """The runtimes the last answer learned (what a job's own estimate is read with, ``plan_start``)."""
-        return self._last.learned if self._last is not None else None
 
     def held(self) -> int:
         """Pending gangs with a reservation now (``kilter_reservations_held``), at most ``max_age_s`` old; 0 while

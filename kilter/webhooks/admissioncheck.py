@@ -246,7 +246,12 @@ def _judge(
     try:  # a split-wait annotation of the job's own that does not read refuses it, saying which
         job = read_job(dict(obj))
         planned = plan_gangs(
-            fleet, job, name=name, wait=wait, keep=False, steer=kept.workload_steer(wl, fleet, at_s) if kept else None
+            fleet,
+            job,
+            name=name,
+            wait=wait,
+            keep=False,
+            steer=kept.workload_steer(wl, fleet, at_s) if kept is not None else None,
         )
     except NoGpus:
         return answer("Ready", "no pod set asks for GPUs: nothing to place")
@@ -261,7 +266,7 @@ def _judge(
             return answer("Pending", waiting.standing or waiting.reason, until_s=waiting.until_s)
         return answer("Ready", f"placed: {plan.reason}", _updates(fleet, plan, wl, at_s, keys), plan=plan)
     if all(g.plan.feasible for g in plan_gangs(idle, job, name=name, keep=False)):
-        promised = kept.waiting_for_own(wl.metadata.namespace, wl.metadata.name) if kept else ""
+        promised = kept.waiting_for_own(wl.metadata.namespace, wl.metadata.name) if kept is not None else ""
         why = f"does not fit now: {plan.reason}" + (f"; {promised}" if promised else "")
         return answer("Retry", why, requeue_after_seconds=RETRY_AFTER_S)
     return answer("Rejected", f"can never fit this fleet: {plan.reason}")

@@ -62,9 +62,7 @@ def test_the_kept_reservation_is_the_queue_s_oldest_rack_gang_and_pending_says_t
     kept = book.kept()
     assert kept is not None and [r.owner for r in kept.reservations] == ["ml/rack-a"]
     assert kept.sentences == [SENTENCE]
-    starts = book.starts.latest()
-    assert starts is not None
-    rack_a = starts[0].of("Workload", "ml", "rack-a")
+    rack_a = kept.starts.of("Workload", "ml", "rack-a")
     assert rack_a is not None and rack_a.reason == SENTENCE and rack_a.start_s == sc.NOW + sc.HOUR
     assert book_on(sc.objects(), reservations=False).kept() is None  # off by default: nothing kept
 
