@@ -268,6 +268,8 @@ class SchedulerExtender:
             if plan is not None:
                 # A gang pod's GPUs are reserved on its planned nodes: those score top, nothing else scores.
                 scores = np.where(np.isin(index, np.asarray(planned, dtype=np.int32)), MAX_SCORE, 0).astype(np.int8)
+            else:
+                scores = self.gangs.below_reservations(fleet, p.pod, p.gpus, scores, index)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             return VerbAnswer(400, f"malformed ExtenderArgs: {exc}".encode(), "error")
         except KilterError as exc:

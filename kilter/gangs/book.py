@@ -32,6 +32,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -55,6 +56,8 @@ from kilter.topology.backfill import Outcome
 from kilter.topology.fleet import Fleet
 from kilter.topology.plan import GangRequest, Plan, gang_request, plan_gang
 from kilter.topology.split_wait import SplitWait
+
+IntT = TypeVar("IntT", np.int8, np.int32)
 
 __all__ = ["BookSettings", "GangBook", "GangPlan", "PlanHook", "Slot", "Victim"]
 
@@ -386,6 +389,17 @@ class GangBook:
         kept = self.kept()
         found = kept.for_pod(pod, gpus, self.starts.clock()) if kept is not None and fleet is kept.fleet else None
         return found if found is not None else (None, "")
+
+    def below_reservations(
+        self, fleet: Fleet, pod: Pod, gpus: int, scores: npt.NDArray[IntT], index: npt.NDArray[np.int32]
+    ) -> npt.NDArray[IntT]:
+        """A pod of no gang's node ``scores`` (aligned with fleet ``index``, -1 unknown), 0 where it would delay a
+        kept reservation (``reserved_for``): the filters keep it off those nodes, and a scheduler that only asks
+        for scores should still prefer the others."""
+        reserved, _ = self.reserved_for(fleet, pod, gpus)
+        if reserved is None:
+            return scores
+        return np.where(np.append(reserved, False)[index], 0, scores).astype(scores.dtype)
 
     def lending(self, fleet: Fleet, pod: Pod) -> npt.NDArray[np.bool_] | None:
         """Per domain, whether its spares are lent to ``pod`` (``SpareLending.lent_to``); None for none."""

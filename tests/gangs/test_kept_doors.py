@@ -21,7 +21,7 @@ from kilter.extenders.scheduler import SchedulerExtender
 from kilter.extenders.volcano import VolcanoExtender
 from kilter.gangs.book import BookSettings, GangBook
 from kilter.gangs.waits import SplitWaits
-from kilter.state.store import ClusterStore
+from kilter.state.store import ADDED, ClusterStore, Event
 from kilter.webhooks.admissioncheck import decide
 from tests.extenders.conftest import names_args, pod_json
 from tests.extenders.volcano import payloads as vp
@@ -145,6 +145,33 @@ def test_volcano_s_predicate_gives_the_same_reason_for_a_task_of_no_gang(runtime
             "status": f"the pod would delay a reservation: {SENTENCE}",
             "code": vp.UNSCHEDULABLE_AND_UNRESOLVABLE,
         }
+
+
+@pytest.mark.parametrize(("runtime", "r1_scores"), [(None, False), ("30m", True)], ids=["outlasts", "ends-first"])
+def test_both_prioritize_verbs_score_a_lone_pod_zero_where_it_would_delay_the_reservation(
+    runtime: str | None, r1_scores: bool
+) -> None:
+    book = book_on(sc.objects())
+    pod = lone("lone", runtime)
+    nodes = ["r1-t00", "r2-t00"]
+    answer = SchedulerExtender(book.store, book, DecisionLog()).prioritize(json.dumps(names_args(pod, nodes)).encode())
+    assert answer.status == 200
+    scheduler = {h["Host"]: h["Score"] for h in json.loads(answer.body)}
+    book.store.apply([Event(ADDED, pod)])  # a prioritize body's task is read without its Pod: kilter's watch has it
+    volcano = VolcanoExtender(book.store, book)
+    offered = [vp.node_info(n, gpus=4, labels={CLIQUE: n[:2]}) for n in nodes]
+    answer = volcano.call("prioritize", json.dumps(vp.prioritize_args(vp.task_info(pod), offered)).encode())
+    assert answer.status == 200
+    result = json.loads(answer.body)
+    assert result["errorMessage"] == ""
+    for scores in (scheduler, result["nodeScore"]):
+        assert scores["r2-t00"] > 0
+        assert (scores["r1-t00"] > 0) is r1_scores, (scheduler, result)
+    unkept = book_on(sc.objects(), reservations=False)
+    answer = SchedulerExtender(unkept.store, unkept, DecisionLog()).prioritize(
+        json.dumps(names_args(pod, nodes)).encode()
+    )
+    assert {h["Host"]: h["Score"] for h in json.loads(answer.body)}["r1-t00"] > 0  # nothing kept: r1 scores
 
 
 def _quota_reserved(wl: dict[str, Any]) -> dict[str, Any]:

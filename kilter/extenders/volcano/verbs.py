@@ -291,10 +291,14 @@ class VolcanoExtender:
             if not gpus:
                 return VerbAnswer(200, b'{"nodeScore":{},"errorMessage":""}', "not-gpu")
             plan = self._plan(task, gpus, fleet)
+            known = self._known_pod(task)
+            held = placement.seat(plan, self.store, known or shaping.task_pod(task), uid=task.uid, gpus=gpus)
+            scores = placement.scores(fleet, index, gpus=gpus, plan=plan, held=held)
+            if plan is None and known is not None:  # an unknown pod's runtime is unknown: the predicate judged it
+                scores = self.gangs.below_reservations(fleet, known, gpus, scores, index)
         except KilterError as exc:
             return answers.score_error(str(exc))
-        held = placement.seat(plan, self.store, self._pod_of(task), uid=task.uid, gpus=gpus)
-        return answers.node_scores(fleet, index, placement.scores(fleet, index, gpus=gpus, plan=plan, held=held))
+        return answers.node_scores(fleet, index, scores)
 
     def allocate(self, body: bytes, *, allocate: bool) -> VerbAnswer:
         """allocateFunc (``allocate``) and deallocateFunc: a task took or gave back its node."""
@@ -353,15 +357,19 @@ class VolcanoExtender:
     # ------------------------------------------------------------------ gangs
 
     def _pod_of(self, task: vw.TaskHead) -> Pod:
-        """The task's Pod (what its rank is read from): as Volcano sent it with the task, else as the open
-        session's job holds it, else as the cluster state does (an empty Pod when none does)."""
+        """The task's Pod (what its rank is read from): ``_known_pod``, else an empty Pod."""
+        return self._known_pod(task) or shaping.task_pod(task)
+
+    def _known_pod(self, task: vw.TaskHead) -> Pod | None:
+        """The task's Pod as Volcano sent it with the task, else as the open session's job holds it, else as the
+        cluster state does; None when none does (a prioritize body's task is read without its Pod)."""
         if getattr(task, "pod", None) is not None:
             return shaping.task_pod(task)
         job = self.sessions.job(task.job) if task.job else None
         held = (job.tasks or {}).get(task.uid) if job is not None else None
         if held is not None and held.pod is not None:
             return shaping.task_pod(held)
-        return self.store.pod(task.uid) or shaping.task_pod(task)
+        return self.store.pod(task.uid)
 
     def _labelled(self, task: vw.TaskHead) -> GangId | None:
         """The gang the task's Pod names by kilter's gang labels (``kilter.dev/gang``), when its Volcano job is no
