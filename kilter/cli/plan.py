@@ -30,6 +30,7 @@ from kilter.gangs.planning import plan_job_waits, plan_to_dict
 from kilter.gangs.waits import NO_WAIT, Waits
 from kilter.model.errors import InputError
 from kilter.model.jobs import JobSpec, PodSetSpec, read_job
+from kilter.quota.runtimes import WINDOW
 from kilter.state import snapshot
 from kilter.state.cluster import ClusterState
 from kilter.topology.fleet import Fleet
@@ -124,12 +125,14 @@ def answer(
     platform: str | None,
     output: str,
     starts: Callable[[], ExpectedStarts] | None = None,
+    window: int = WINDOW,
 ) -> tuple[str, int]:
     """What ``kilter plan`` prints for the job ``obj`` on ``fleet`` (of ``state``), and its exit code; shared with
     ``kubectl kilter plan``. ``fleet`` is not changed. ``starts`` gives the pending gangs' expected starts a job
-    that cannot start now queues behind (default: worked out from ``state``; a running kilter's recent answer)."""
+    that cannot start now queues behind (default: worked out from ``state``; a running kilter's recent answer);
+    ``window`` how many finished Workloads per size class runtimes are learned from (a running kilter's own)."""
     job = read_job(obj)
-    waits = Waits.of_state(state, rule, now_s=now_s)
+    waits = Waits.of_state(state, rule, now_s=now_s, window=window)
 
     def wait(pod_sets: Sequence[PodSetSpec], request: GangRequest, plan: Plan) -> WaitDecision:
         templates = [ps.template for ps in pod_sets]
@@ -142,8 +145,9 @@ def answer(
         fleet,
         now_s=now_s,
         starts_now=all(p.feasible for p in plans) and not any(w.wait for w in decisions),
-        starts=starts or (lambda: expected_starts(state, now_s=now_s, fleet=fleet)),
+        starts=starts or (lambda: expected_starts(state, now_s=now_s, fleet=fleet, learned=waits.learned)),
         state=state,
+        learned=waits.learned,
     )
     if output == "table":
         text = render_plans(fleet, job, plans, decisions, start=_start_line(start))

@@ -42,6 +42,7 @@ from kilter.model.jobs import PodSetSpec, read_job
 from kilter.quota import amount
 from kilter.quota.admit import ADMIT, NEVER, PREEMPT, AdmissionDecision, admission_order, by_cluster_queue
 from kilter.quota.config import FairSharingConfig
+from kilter.quota.runtimes import WINDOW
 from kilter.quota.status import apply_usage
 from kilter.quota.tree import build_tree
 from kilter.quota.usage import Ledger, WorkloadInfo, admitted_keys, workload_infos
@@ -250,8 +251,10 @@ def why_pending(
     now_s: float,
     config: FairSharingConfig | None = None,
     split_wait: SplitWait | None = None,
+    window: int = WINDOW,
 ) -> list[Pending]:
-    """Every pending Workload with the first reason it waits (module docstring), closest to running first."""
+    """Every pending Workload with the first reason it waits (module docstring), closest to running first;
+    ``window``: how many finished Workloads per size class runtimes are learned from."""
     tree = build_tree(state.cluster_queues, state.cohorts)
     tree.raise_problems(cycles=False)
     infos = workload_infos(state.workloads, state.local_queues, state.priority_classes)
@@ -269,7 +272,7 @@ def why_pending(
         f"{(o.get('metadata') or {}).get('namespace', '')}/{(o.get('metadata') or {}).get('name', '')}": o
         for o in state.raw.of(KUEUE, "Workload")
     }
-    waits = Waits.of_state(state, split_wait or SplitWait(), now_s=now_s)
+    waits = Waits.of_state(state, split_wait or SplitWait(), now_s=now_s, window=window)
     booked: list[Plan] = []
     try:
         for d in decisions:

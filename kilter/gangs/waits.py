@@ -249,11 +249,12 @@ class Waits:
         self.backlog = backlog
 
     @classmethod
-    def of_state(cls, state: ClusterState, defaults: SplitWait, *, now_s: float) -> Waits:
-        """What a command judges with: ``state`` read once, its finished Workloads learned from and its waiting
-        ones priced by (``queue_load``), at ``now_s``."""
+    def of_state(cls, state: ClusterState, defaults: SplitWait, *, now_s: float, window: int = WINDOW) -> Waits:
+        """What a command judges with: ``state`` read once, its finished Workloads learned from (the last
+        ``window`` of each size class, as the server that answers a view learns) and its waiting ones priced by
+        (``queue_load``), at ``now_s``."""
         settings = QueueWaitRules.build(state, defaults)
-        learner = learner_of(state.workloads, state.catalog.device_resources)
+        learner = learner_of(state.workloads, state.catalog.device_resources, window=window)
         backlog = backlog_of(state)
         return cls(lambda: settings, learner.estimate, lambda: now_s, lambda: backlog)
 

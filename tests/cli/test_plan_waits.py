@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from kilter.cli.kubectl.served import ServedViews
 from kilter.cli.main import main
+from kilter.gangs.store_starts import StartsOfStore
+from kilter.state.store import ClusterStore
 from tests.extenders.conftest import write_snapshot
 from tests.gangs.wait_scenario import FREE, finished_workload, fleet_objects, queue_objects
 from tests.webhooks.test_admissioncheck import CHECK, admission_check, workload
@@ -104,3 +108,23 @@ def test_the_admission_check_command_shows_the_wait(tmp_path: Path, capsys: pyte
     assert check["state"] == "Pending" and "requeueAfterSeconds" not in check and "podSetUpdates" not in check
     assert check["message"] == "waiting until 2026-12-01T12:00:00Z for room in 1 domain; 2 available now"
     assert check["lastTransitionTime"] == "2026-12-01T10:00:00Z"  # the entry's own: Pending it was, Pending it stays
+
+
+def test_a_served_plan_learns_runtimes_over_the_servers_own_window() -> None:
+    """A running kilter answering ``kubectl kilter plan`` learns as it was told to (``--runtime-window``), not as
+    a reading of the same objects with the default window would."""
+    history = [finished_workload(f"done-{i}", h) for i, h in enumerate((1, 1, 10))]  # 10 h finished last
+    store = ClusterStore()
+    store.replace([*fleet_objects(), *queue_objects(), *history])
+    body = {"argv": ["plan", "-f", "job.json", "--now", NOW, "-o", "json"], "job": json.dumps(batch_job())}
+
+    def waited(window: int | None) -> float:
+        starts = None if window is None else StartsOfStore(store, time.time, window=window)
+        status, answer = ServedViews(store, None, starts).answer(json.dumps(body).encode())
+        assert status == 200
+        [gang] = json.loads(json.loads(answer)["output"])["gangs"]
+        seconds: float = gang["waitSeconds"]
+        return seconds
+
+    assert waited(None) == 720  # the median of all three: 1 h, x 0.2 x 1 extra domain
+    assert waited(1) == 7200  # the last one only: 10 h

@@ -145,7 +145,7 @@ def _quota(cluster: Cluster, workload: Mapping[str, Any] | None) -> tuple[dict[s
     meta = workload.get("metadata") or {}
     key = f"{meta.get('namespace')}/{meta.get('name')}"
     store = cluster.store
-    for p in why_pending(store.state(), store.fleet(), now_s=cluster.now_s):
+    for p in why_pending(store.state(), store.fleet(), now_s=cluster.now_s, window=cluster.runtime_window):
         if p.key == key and p.reason in QUOTA_REASONS:
             return {"state": "pending", "position": p.position, "reason": p.reason, "message": p.message}, p
         if p.key == key:

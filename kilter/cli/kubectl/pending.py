@@ -93,7 +93,7 @@ def pending_data(cluster: Cluster) -> dict[str, Any]:
     """``{"pending": [...]}``: every pending Workload in the namespace scope, positions counted cluster-wide."""
     store = cluster.store
     starts = cluster.expected_starts()
-    found = why_pending(store.state(), store.fleet(), now_s=cluster.now_s)
+    found = why_pending(store.state(), store.fleet(), now_s=cluster.now_s, window=cluster.runtime_window)
     return {"pending": [_item(p, starts) for p in found if cluster.in_scope(p.namespace)]}
 
 

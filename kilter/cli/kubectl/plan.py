@@ -46,5 +46,6 @@ def run(args: argparse.Namespace, cluster: Cluster) -> output.Answer:
         platform=args.platform,
         output=fmt,
         starts=cluster.expected_starts,
+        window=cluster.runtime_window,
     )
     return output.Answer(code, text)

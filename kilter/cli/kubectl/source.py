@@ -28,6 +28,7 @@ from kilter.gangs.expected_starts import ExpectedStarts, expected_starts
 from kilter.gangs.store_starts import StartsOfStore
 from kilter.kube.api import PLUGIN_AGENT, ApiServer, check_namespace, connect
 from kilter.model.errors import InputError
+from kilter.quota.runtimes import WINDOW
 from kilter.state import snapshot_file
 from kilter.state.cluster import KNOWN_KINDS, NODES_AND_PODS
 from kilter.state.live import default_resources, list_cluster
@@ -124,6 +125,12 @@ class Cluster:
 
     def in_scope(self, namespace: str) -> bool:
         return self.namespace is None or namespace == self.namespace
+
+    @property
+    def runtime_window(self) -> int:
+        """How many finished Workloads per size class runtimes are learned from: kilter's own setting when
+        kilter answers the view, else the default every kilter starts with."""
+        return self.starts.window if self.starts is not None else WINDOW
 
     def expected_starts(self) -> ExpectedStarts:
         """Every pending gang's expected start at ``now_s``: worked out here, or kilter's own answer of at most
