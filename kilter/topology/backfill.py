@@ -3,7 +3,7 @@
 One rule for every door that places work: the simulator's ``Reserving``,
 the gang book behind the kube-scheduler extender and Volcano's verbs, and
 the AdmissionCheck. ``steer`` takes a placement the planner chose: it stands
-when it delays no reservation of another's (``may_start_now``: the job ends
+when it delays no reservation of another's (``blocking_reservation``: the job ends
 first, uses slack no claim needs, or leaves the gang room in its domains);
 else the planner is asked again with the reserved domains left out; else
 the job waits, and the reservation it would delay says why. ``blocked_nodes``

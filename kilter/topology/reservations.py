@@ -45,7 +45,6 @@ __all__ = [
     "earliest_start",
     "expected_end",
     "expected_ends",
-    "may_start_now",
     "node_space",
     "reason",
     "room_at",
@@ -431,25 +430,11 @@ def room_at(
     return Room(around, around - claimed([r], n, *window), shared)
 
 
-def may_start_now(
-    nodes: Sequence[int] | Ints,
-    gpus: Sequence[int] | Ints,
-    expected_end_s: float,
-    space: NodeSpace,
-    holdings: Holdings,
-    reservations: Sequence[Reservation],
-    now_s: float,
-    owner: str | None = None,
-) -> bool:
-    """Whether the job delays no reservation (``blocking_reservation`` names the one it would)."""
-    return blocking_reservation(nodes, gpus, expected_end_s, space, holdings, reservations, now_s, owner) is None
-
-
 def avoid_nodes(
     space: NodeSpace, reservations: Iterable[Reservation], expected_end_s: float, owner: str | None = None
 ) -> npt.NDArray[np.bool_]:
     """Per node, whether it lies in a domain reserved, by someone other than ``owner``, from before a job ending at
-    ``expected_end_s`` would be gone: where a planner should look last (``may_start_now`` still decides)."""
+    ``expected_end_s`` would be gone: where a planner should look last (``blocking_reservation`` still decides)."""
     end = _time(expected_end_s, "a job's expected end")
     domains = {d for r in reservations if r.owner != owner and r.start_s < end for d in r.domains}
     return np.isin(space.node_domain, np.fromiter(domains, np.int64, len(domains)))

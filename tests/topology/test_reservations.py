@@ -22,7 +22,6 @@ from kilter.topology.reservations import (
     blocking_reservation,
     earliest_start,
     expected_end,
-    may_start_now,
     node_space,
     reason,
 )
@@ -214,9 +213,8 @@ def test_no_job_admitted_ahead_of_a_reservation_delays_it_and_refusals_are_not_a
             gpus = [rng.randint(1, int(space.free[n])) for n in nodes]
             end = rng.choice([NOW + 5, NOW + 35, NOW + 100, math.inf])
             job = Holding(tuple(nodes), tuple(gpus), end)
-            ok = may_start_now(nodes, gpus, end, space, Holdings.of(holdings), reservations, NOW)
             blocker = blocking_reservation(nodes, gpus, end, space, Holdings.of(holdings), reservations, NOW)
-            assert ok == (blocker is None)
+            ok = blocker is None
             with_job, after = busy(space, [job]), Holdings.of([*holdings, job])
             # each reservation alone, around the claims made before it; and all of them together, in their domains
             delays, kept = False, list[Reservation]()
@@ -249,10 +247,11 @@ def test_a_long_job_on_capacity_the_reservation_does_not_need_starts_and_one_on_
     r = earliest_start("ml/llama-405b", ((3, 4),), 1, space, Holdings.of(holdings), [], NOW, 3600.0)
     assert r is not None and (r.start_s, r.domains, r.pods, r.nodes) == (NOW + 60, (1,), (3,), (4, 5, 6))
     args = (space, Holdings.of(holdings), [r], NOW)
-    assert may_start_now([7], [2], math.inf, *args)  # node 7's two free GPUs: the gang never needs them
+    assert blocking_reservation([7], [2], math.inf, *args) is None  # node 7's two free GPUs: the gang never needs them
     assert blocking_reservation([4], [4], math.inf, *args) == r  # the free node the gang counts on
-    assert may_start_now([4], [4], NOW + 60, *args)  # ...unless it is gone by the start
-    assert may_start_now([4], [4], math.inf, *args, owner="ml/llama-405b")  # nor does it block its own gang
+    assert blocking_reservation([4], [4], NOW + 60, *args) is None  # ...unless it is gone by the start
+    mine = blocking_reservation([4], [4], math.inf, *args, owner="ml/llama-405b")
+    assert mine is None  # nor does it block its own gang
     # and the refusal is real: with node 4 taken, the gang waits for rack 0
     job = Holding((4,), (4,), math.inf)
     later = earliest_start(
@@ -266,8 +265,8 @@ def test_a_job_on_a_claimed_node_starts_when_the_reserved_rack_still_holds_the_g
     r = earliest_start("ml/a", ((2, 4),), 1, space, Holdings.of(holdings), [], NOW, 600.0)
     assert r is not None and (r.start_s, r.nodes) == (NOW + 50, (4, 5))
     args = (space, Holdings.of(holdings), [r], NOW)
-    assert may_start_now([4], [4], NOW + 200, *args)  # nodes 5 and 6 hold the gang at its start
-    assert not may_start_now([4, 5], [4, 4], NOW + 200, *args)  # but not around a job on two of them
+    assert blocking_reservation([4], [4], NOW + 200, *args) is None  # nodes 5 and 6 hold the gang at its start
+    assert blocking_reservation([4, 5], [4, 4], NOW + 200, *args) is not None  # but not around a job on two of them
 
 
 def test_a_job_waits_rather_than_move_one_reservation_onto_another_in_the_same_rack() -> None:
@@ -361,8 +360,8 @@ def test_the_fleet_helper_counts_unusable_nodes_as_nothing_and_the_reason_names_
         (lambda: space_of(1, 2, free=[4, 5]), "more free GPUs"),
         (lambda: expected_end(NOW, -5.0, NOW), ">= 0 seconds"),
         (lambda: expected_end(math.nan, 5.0, NOW), "NaN"),
-        (lambda: may_start_now([0], [-4], NOW, space_of(1, 1), Holdings.of([]), [], NOW), ">= 0"),
-        (lambda: may_start_now([0], [4], math.nan, space_of(1, 1), Holdings.of([]), [], NOW), "NaN"),
+        (lambda: blocking_reservation([0], [-4], NOW, space_of(1, 1), Holdings.of([]), [], NOW), ">= 0"),
+        (lambda: blocking_reservation([0], [4], math.nan, space_of(1, 1), Holdings.of([]), [], NOW), "NaN"),
     ],
 )
 def test_bad_input_is_refused_with_a_clear_message(call: object, message: str) -> None:
