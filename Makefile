@@ -4,6 +4,7 @@
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
+STAMP_RUN := $(VENV)/.kilter-run
 STAMP := $(VENV)/.kilter-installed
 NATIVE := $(wildcard kilter/_native/*.pyx kilter/_native/*.pxd kilter/_native/*.h)
 
@@ -15,17 +16,21 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 
-# Build tools first, then the project in editable mode with every extra; the
-# Cython core is compiled here and again whenever a .pyx/.pxd/.h changes, and
-# the gRPC stubs generated from kilter/api/*.proto likewise.
-$(STAMP): $(PY) pyproject.toml setup.py $(NATIVE) kilter/api/placement.proto kilter/api/pool.proto
+# `make run` installs what running needs: the build tools, then the project in editable mode, which compiles
+# the Cython core once (its modules side by side) and generates the gRPC stubs from kilter/api/*.proto; again
+# whenever a .pyx/.pxd/.h or .proto changes. Everything else (`make test`, lint, bench) adds the development
+# extras to that install, without compiling again: the installed kilter satisfies `kilter[dev]`.
+$(STAMP_RUN): $(PY) pyproject.toml setup.py $(NATIVE) kilter/api/placement.proto kilter/api/pool.proto
 	$(PY) -m pip install --quiet "setuptools>=69" "Cython>=3.0.10,<4" "numpy>=2.0" wheel \
 		"grpcio-tools>=1.85.1,<1.86" "mypy-protobuf>=5.0"
-	$(PY) -m pip install --quiet --no-build-isolation -e '.[dev]'
-	$(PY) setup.py --quiet build_ext --inplace
+	$(PY) -m pip install --quiet --no-build-isolation -e .
+	@touch $(STAMP_RUN)
+
+$(STAMP): $(STAMP_RUN)
+	$(PY) -m pip install --quiet 'kilter[dev]'
 	@touch $(STAMP)
 
-run: $(STAMP)
+run: $(STAMP_RUN)
 	$(VENV)/bin/kilter demo
 
 test: $(STAMP)

@@ -66,6 +66,11 @@ def _protoc(root: Path, proto: Path) -> None:
 
 
 class BuildExt(build_ext):
+    def finalize_options(self) -> None:
+        super().finalize_options()
+        if self.parallel is None:  # the modules compile side by side: a cold `make run` waits for the slowest only
+            self.parallel = os.cpu_count() or 1
+
     def run(self) -> None:
         generate_stubs()
         super().run()
@@ -111,6 +116,7 @@ setup(
         compiler_directives=directives,
         build_dir="build/cython-debug" if debug else "build/cython",
         force=debug,
+        nthreads=os.cpu_count() or 1,
         annotate=os.environ.get("KILTER_NATIVE_ANNOTATE") == "1",
     )
 )
