@@ -96,7 +96,7 @@ def main() -> dict[str, Any]:
     report = demo_compare.run_comparison(args)
     out["demo"] = {
         "wall_s": round(time.perf_counter() - started, 1),
-        "target_s": 60.0,
+        "target_s": 40.0,
         "extender_calls": report["policies"]["kilter"]["extenderCalls"],
         "per_policy_wall_s": {k: v["wallSeconds"] for k, v in report["policies"].items()},
     }

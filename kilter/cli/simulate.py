@@ -24,7 +24,7 @@ from kilter.model.errors import InputError
 from kilter.sim import synthetic
 from kilter.sim.engine import SPLIT_MODELS, SimConfig
 from kilter.sim.failure_model import DEFAULT_RESTART_S, FAILURE_POLICIES
-from kilter.sim.plot import plot_runs
+from kilter.sim.plot import Drawn, plot_runs
 from kilter.sim.policies import POLICIES
 from kilter.sim.run import Run, simulate
 from kilter.sim.split_hold import RUNTIME_ESTIMATES, WAIT_CLOCKS, WAIT_HOLDS, WAIT_PRICES
@@ -241,7 +241,7 @@ def run(args: argparse.Namespace) -> int:
     if args.plot:
         trace_name = args.trace if args.trace.startswith("synthetic:") else Path(args.trace).name
         title = f"{len(jobs)} jobs of {trace_name} (GPUs x{args.gpu_scale}) on {args.fleet.name}"
-        plot_runs([(r.policy, r.simulation) for r in runs], args.plot, title=title)
+        plot_runs([(r.policy, Drawn.of(r.simulation)) for r in runs], args.plot, title=title)
     if args.output != "table":
         data = report(runs, args)
         if versus:

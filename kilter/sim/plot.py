@@ -10,6 +10,7 @@ kilter.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,11 +18,28 @@ import numpy as np
 
 from kilter.sim.engine import Simulation
 from kilter.sim.metrics import metrics
+from kilter.sim.run_settings import Timeline
 
-__all__ = ["plot_runs"]
+__all__ = ["Drawn", "plot_runs"]
 
 DAY = 86_400.0
 CLASS_LABELS = (("oneDomain", "jobs one scale-up domain holds"), ("multiDomain", "jobs that need several"))
+
+
+@dataclass(frozen=True)
+class Drawn:
+    """What the picture needs of one policy's run: small and picklable, so a run made in another process (``kilter
+    demo`` runs its baselines beside kilter) is drawn like one made here."""
+
+    timeline: Timeline
+    usable_gpus: int
+    cq_names: tuple[str, ...]
+    classes: dict[str, Any]  # ``metrics``' per-class figures
+
+    @classmethod
+    def of(cls, sim: Simulation) -> Drawn:
+        usable = max(int(sim.fleet.bitmap.domain_usable_gpus.sum()), 1)
+        return cls(sim.timeline, usable, tuple(sim.cq_names), metrics(sim)["classes"])
 
 
 def _smooth(values: np.ndarray, width: int) -> np.ndarray:
@@ -31,7 +49,7 @@ def _smooth(values: np.ndarray, width: int) -> np.ndarray:
     return np.convolve(values, kernel, mode="same")
 
 
-def plot_runs(runs: Sequence[tuple[str, Simulation]], path: Path, *, title: str) -> None:
+def plot_runs(runs: Sequence[tuple[str, Drawn]], path: Path, *, title: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -46,25 +64,23 @@ def plot_runs(runs: Sequence[tuple[str, Simulation]], path: Path, *, title: str)
     bottom.sharex(top)
     span = max((r.timeline.times[-1] if r.timeline.times else 0.0) for _, r in runs) or 1.0
     unit, scale = ("days", DAY) if span > 2 * DAY else ("hours", 3600.0)
-    for name, sim in runs:
-        tl = sim.timeline
+    for name, drawn in runs:
+        tl = drawn.timeline
         if not tl.times:
             continue
-        usable = max(int(sim.fleet.bitmap.domain_usable_gpus.sum()), 1)
         t = np.asarray(tl.times) / scale
-        used = np.asarray(tl.used, dtype=np.float64) / usable
+        used = np.asarray(tl.used, dtype=np.float64) / drawn.usable_gpus
         top.plot(t, _smooth(used, 9) * 100, label=name, linewidth=1.2)
     top.set_ylabel("GPUs busy (% of usable)")
     top.set_ylim(0, 105)
     top.legend(loc="lower right", ncols=min(len(runs), 5), fontsize=8)
-    name, sim = runs[0]
-    tl = sim.timeline
+    name, first = runs[0]
+    tl = first.timeline
     if tl.times:
-        usable = max(int(sim.fleet.bitmap.domain_usable_gpus.sum()), 1)
-        shares = np.asarray(tl.queue_used, dtype=np.float64).T / usable * 100
-        bottom.stackplot(np.asarray(tl.times) / scale, *[_smooth(s, 9) for s in shares], labels=sim.cq_names)
-        if len(sim.cq_names) <= 12:
-            bottom.legend(loc="upper left", fontsize=7, ncols=min(len(sim.cq_names), 6))
+        shares = np.asarray(tl.queue_used, dtype=np.float64).T / first.usable_gpus * 100
+        bottom.stackplot(np.asarray(tl.times) / scale, *[_smooth(s, 9) for s in shares], labels=first.cq_names)
+        if len(first.cq_names) <= 12:
+            bottom.legend(loc="upper left", fontsize=7, ncols=min(len(first.cq_names), 6))
     bottom.set_ylabel(f"share of GPUs per queue (%), {name}")
     bottom.set_xlabel(f"time ({unit})")
     bottom.set_ylim(0, 105)
@@ -72,11 +88,11 @@ def plot_runs(runs: Sequence[tuple[str, Simulation]], path: Path, *, title: str)
     plt.close(fig)
 
 
-def _wait_bars(axes: Any, runs: Sequence[tuple[str, Simulation]]) -> None:
+def _wait_bars(axes: Any, runs: Sequence[tuple[str, Drawn]]) -> None:
     """Mean wait per policy, jobs one scale-up domain holds on the left and the rest on the right, each panel on
     its own scale (one class waits minutes where the other waits days), each bar labelled with its value."""
     names = [name for name, _ in runs]
-    classes = [metrics(sim)["classes"] for _, sim in runs]
+    classes = [drawn.classes for _, drawn in runs]
     colors = [f"C{i}" for i in range(len(names))]
     for ax, (key, label) in zip(axes, CLASS_LABELS, strict=True):
         hours = [c[key]["meanWaitSeconds"] / 3600 for c in classes]
