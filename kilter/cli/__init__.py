@@ -29,6 +29,7 @@ __all__ = [
     "main",
     "maintenance",
     "plan",
+    "ports",
     "queues",
     "readings",
     "render",

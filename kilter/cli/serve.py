@@ -27,6 +27,7 @@ from kilter.cli.config_reload import ConfigReloader, book_settings
 from kilter.cli.credential_reading import CredentialsReading
 from kilter.cli.kubectl.served import ServedViews
 from kilter.cli.listeners import Guard, ListenerReading, ensure_file_limit, listener_config
+from kilter.cli.ports import check_free, listened
 from kilter.cli.serve_config import DEFAULT_KILTER_USER, DEFAULTS, ServeConfig
 from kilter.cli.spare_flag import add_spare_argument, check_spare_nodes
 from kilter.cli.split_wait_flags import add_split_wait_arguments
@@ -515,6 +516,7 @@ def run(args: argparse.Namespace) -> int:
     logs.configure(config.log_level, config.log_format)
     log = logging.getLogger("kilter.serve")
     tls = tls_files(config)
+    check_free(listened(config, webhooks=tls is not None))
     app, store = build_app(config)
     if args.config is not None:
         reloader = ConfigReloader(args.config, configuration.given_fields(args, given), config, app)
