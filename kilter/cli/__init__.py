@@ -28,6 +28,7 @@ __all__ = [
     "logs",
     "main",
     "maintenance",
+    "parsing",
     "plan",
     "ports",
     "queues",

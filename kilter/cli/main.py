@@ -13,12 +13,13 @@ from collections.abc import Callable, Sequence
 from kilter import __version__
 from kilter.cli import admissioncheck, certs, config, demo, fleet, maintenance, plan, queues, serve, simulate
 from kilter.cli.exits import guarded
+from kilter.cli.parsing import StrictParser
 
 __all__ = ["build_parser", "main"]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = StrictParser(
         prog="kilter",
         description="Topology-aware gang placement and fair-share quota for Kueue and Volcano GPU clusters.",
     )

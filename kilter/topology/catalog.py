@@ -151,8 +151,18 @@ def _eight(
 # Matching order matters: the first record whose product pattern matches wins,
 # so specific names (GB300, Rubin Ultra) come before the ones they contain.
 BUILTIN: tuple[Platform, ...] = (
-    _nvl("GB300-NVL72", "Grace Blackwell Ultra: 18 trays x 4 GPUs, one NVLink domain per rack", (r"GB300",)),
-    _nvl("GB200-NVL72", "Grace Blackwell: 18 trays x 4 GPUs, one NVLink domain per rack", (r"GB200",)),
+    _nvl(
+        "GB300-NVL72",
+        "Grace Blackwell Ultra: 18 trays x 4 GPUs, one NVLink domain per rack",
+        (r"GB300",),
+        aliases=("GB300",),
+    ),
+    _nvl(
+        "GB200-NVL72",
+        "Grace Blackwell: 18 trays x 4 GPUs, one NVLink domain per rack",
+        (r"GB200",),
+        aliases=("GB200",),
+    ),
     _nvl(
         "GB200-NVL36x2",
         "GB200 in two cabled racks of 9 trays (one 72-GPU domain); pick it with the kilter.dev/platform label",
@@ -176,7 +186,7 @@ BUILTIN: tuple[Platform, ...] = (
         "Vera Rubin: 18 trays x 4 Rubin packages (144 dies, sold as NVL144) per NVLink 6 domain",
         (r"vera[-_ ]?rubin", r"\bVR200\b", r"\bR200\b", r"rubin"),
         interconnect="NVLink 6 (NVSwitch)",
-        aliases=("VR-NVL144", "VERA-RUBIN-NVL72", "VERA-RUBIN-NVL144"),
+        aliases=("VR-NVL144", "VERA-RUBIN-NVL72", "VERA-RUBIN-NVL144", "VERA-RUBIN", "VR200"),
     ),
     Platform(
         name="MI455X-HELIOS",
@@ -212,10 +222,10 @@ BUILTIN: tuple[Platform, ...] = (
         (r"MI300X",),
         aliases=("MI300X",),
     ),
-    _eight("HGX-B300-8", "nvidia", "HGX/DGX B300: 8 GPUs, NVLink inside the node only", (r"B300",)),
-    _eight("HGX-B200-8", "nvidia", "HGX/DGX B200: 8 GPUs, NVLink inside the node only", (r"B200",)),
-    _eight("HGX-H200-8", "nvidia", "HGX/DGX H200: 8 GPUs, NVLink inside the node only", (r"H200",)),
-    _eight("HGX-H100-8", "nvidia", "HGX/DGX H100: 8 GPUs, NVLink inside the node only", (r"H100",)),
+    _eight("HGX-B300-8", "nvidia", "HGX/DGX B300: 8 GPUs, NVLink inside the node only", (r"B300",), aliases=("B300",)),
+    _eight("HGX-B200-8", "nvidia", "HGX/DGX B200: 8 GPUs, NVLink inside the node only", (r"B200",), aliases=("B200",)),
+    _eight("HGX-H200-8", "nvidia", "HGX/DGX H200: 8 GPUs, NVLink inside the node only", (r"H200",), aliases=("H200",)),
+    _eight("HGX-H100-8", "nvidia", "HGX/DGX H100: 8 GPUs, NVLink inside the node only", (r"H100",), aliases=("H100",)),
     _eight("NVIDIA-GPU", "nvidia", "Any other NVIDIA GPU node; the node is its own domain", (), fallback=True),
     _eight("AMD-GPU", "amd", "Any other AMD GPU node; the node is its own domain", (), fallback=True),
 )

@@ -101,7 +101,7 @@ def test_kilter_queues_takes_no_signal_file(files: dict[str, Path], capsys: pyte
     with pytest.raises(SystemExit) as exit_:
         main(["queues", "--snapshot", str(files["snapshot"]), "--health-signals", str(files["custom"])])
     assert exit_.value.code == 2  # argparse: quota views never judge nodes
-    assert "unrecognized arguments: --health-signals" in capsys.readouterr().err
+    assert "kilter queues: error: unrecognized argument --health-signals" in capsys.readouterr().err
 
 
 def _kubectl(capsys: pytest.CaptureFixture[str], *args: str | Path) -> tuple[int, str, str]:

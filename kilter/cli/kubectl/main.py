@@ -20,13 +20,14 @@ from kilter.cli import render
 from kilter.cli.exits import guarded
 from kilter.cli.kubectl import completion, domains, explain, pending, plan, queues, remote, source, top
 from kilter.cli.kubectl.output import Answer
+from kilter.cli.parsing import StrictParser
 
 __all__ = ["PROG", "build_parser", "complete_main", "main", "run"]
 
 PROG = "kubectl kilter"
 
 
-class _Parser(argparse.ArgumentParser):
+class _Parser(StrictParser):
     """argparse whose usage errors are one line and exit 2, as every other bad input."""
 
     def error(self, message: str) -> None:  # type: ignore[override]

@@ -20,7 +20,6 @@ worked out at most once per ``RECENT_MAX_AGE_S`` for every view.
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 from typing import Any, NoReturn
@@ -33,6 +32,7 @@ from kilter.cli.kubectl.decisions import Recorded
 from kilter.cli.kubectl.output import Answer
 from kilter.cli.kubectl.remote import local_only
 from kilter.cli.kubectl.source import Cluster
+from kilter.cli.parsing import StrictParser
 from kilter.cli.plan import job_object_of
 from kilter.gangs.expected_starts import RECENT_MAX_AGE_S
 from kilter.gangs.store_starts import StartsOfStore
@@ -53,7 +53,7 @@ class ViewRequest(msgspec.Struct, forbid_unknown_fields=True):
     job: str | None = None
 
 
-class _RaisingParser(argparse.ArgumentParser):
+class _RaisingParser(StrictParser):
     """The plugin's parser, whose errors (and help, which a server cannot print) raise ``InputError``."""
 
     def error(self, message: str) -> NoReturn:
