@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import msgspec
 import numpy as np
+import numpy.typing as npt
 
 from kilter.extenders import filter_answer, preemption, wire
 from kilter.extenders.explain import DecisionLog, Record
@@ -45,6 +46,7 @@ __all__ = ["SchedulerExtender", "VerbAnswer"]
 
 MAX_SCORE = 10
 MAX_SEEN = 100_000  # pods remembered for bind: far more than are pending at once in a 100k-pod cluster
+MAX_REFUSED = 1024  # pods whose filter refusals prioritize honours: prioritize follows its filter at once
 
 
 @dataclass(frozen=True)
@@ -91,6 +93,7 @@ class SchedulerExtender:
         self._encoder = msgspec.json.Encoder()
         self._ladder = verdicts.Ladder()
         self._seen: OrderedDict[str, _Seen] = OrderedDict()  # pods this process filtered, by uid: what bind trusts
+        self._refused: OrderedDict[str, tuple[int, npt.NDArray[np.int32]]] = OrderedDict()  # ``_remember_refused``
 
     # ------------------------------------------------------------------ shared
 
@@ -202,6 +205,7 @@ class SchedulerExtender:
         except KilterError as exc:
             return self._filter_error(str(exc))
         codes, free, total = judged.codes, judged.free, judged.total
+        self._remember_refused(p.uid, cand.index[(codes != verdicts.PASS) & (cand.index >= 0)])
         reason_of = verdicts.Reasons(gpus=p.gpus, resource=p.resource, hold=hold, reserved=why)
         passing = np.flatnonzero(codes == verdicts.PASS)
         body_out = filter_answer.filter_body(
@@ -242,6 +246,23 @@ class SchedulerExtender:
         )
         return VerbAnswer(200, body_out, outcome)
 
+    def _remember_refused(self, uid: str, refused: npt.NDArray[np.int32]) -> None:
+        """The nodes the last filter of pod ``uid`` refused, for its prioritize (the last ``MAX_REFUSED`` pods)."""
+        self._refused[uid] = (self.store.generation, refused)
+        self._refused.move_to_end(uid)
+        while len(self._refused) > MAX_REFUSED:
+            self._refused.popitem(last=False)
+
+    def _below_refused(
+        self, uid: str, scores: npt.NDArray[np.int8], index: npt.NDArray[np.int32]
+    ) -> npt.NDArray[np.int8]:
+        """``scores`` with 0 on every node the pod's filter refused: a node filter turned away never outscores one
+        it passed, even for a caller that asks prioritize about every node (kube-scheduler sends only survivors)."""
+        found = self._refused.get(uid)
+        if found is None or found[0] != self.store.generation or not len(found[1]):
+            return scores
+        return np.where(np.isin(index, found[1]), 0, scores).astype(np.int8)
+
     def _filter_error(self, message: str) -> VerbAnswer:
         return VerbAnswer(200, self._encoder.encode(wire.FilterResult(error=message)), "error")
 
@@ -270,6 +291,7 @@ class SchedulerExtender:
                 scores = np.where(np.isin(index, np.asarray(planned, dtype=np.int32)), MAX_SCORE, 0).astype(np.int8)
             else:
                 scores = self.gangs.below_reservations(fleet, p.pod, p.gpus, scores, index)
+            scores = self._below_refused(p.uid, scores, index)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             return VerbAnswer(400, f"malformed ExtenderArgs: {exc}".encode(), "error")
         except KilterError as exc:

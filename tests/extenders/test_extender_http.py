@@ -98,6 +98,19 @@ def test_prioritize_answers_a_bare_array_of_integer_scores_in_request_order(serv
     assert scores["r2-t01"] > scores["r1-t00"] > 0
 
 
+def test_prioritize_never_scores_a_node_its_filter_refused_above_one_it_passed(served: Served) -> None:
+    pod = pod_json("picky", 2)
+    pod["spec"]["nodeSelector"] = {CLIQUE: "r1"}  # rack r2 is not for it, however well it would pack there
+    names = ["r2-t01", "r1-t00", "r1-t05"]  # r1-t05 is cordoned
+    _, before = served.post("prioritize", names_args(pod, names))
+    assert {h["Host"]: h["Score"] for h in before}["r2-t01"] > 0  # asked first, prioritize packs by free GPUs only
+    _, filtered = served.post("filter", names_args(pod, names))
+    assert filtered["NodeNames"] == ["r1-t00"]
+    _, after = served.post("prioritize", names_args(pod, names))
+    scores = {h["Host"]: h["Score"] for h in after}
+    assert scores["r1-t00"] > 0 and scores["r2-t01"] == 0 and scores["r1-t05"] == 0
+
+
 def test_prioritize_with_full_nodes(served: Served) -> None:
     nodes = [node_dict(n, labels={CLIQUE: "r2", TIER1: "leaf-a"}) for n in ("r2-t01", "r2-t02")]
     body = {"Pod": pod_json("p", 2), "Nodes": {"metadata": {}, "items": nodes}, "NodeNames": None}
