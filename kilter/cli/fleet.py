@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 
 from kilter.cli import render, sources
-from kilter.topology.validate import validate
+from kilter.topology.validate import Report, validate
 
 __all__ = ["add_parser", "run"]
 
@@ -43,8 +43,7 @@ def run(args: argparse.Namespace) -> int:
             for f in report.findings
         ]
         print(render.table(("SEVERITY", "DOMAIN", "PLATFORM", "FINDING", "NODES", "MESSAGE"), rows))
-        seen = ", ".join(f"{n} {p}" for p, n in report.domains.items()) or "no GPU domains"
-        print(f"{len(report.errors)} errors, {len(report.findings) - len(report.errors)} warnings in {seen} domains")
+        print(summary(report))
     else:
         data = {
             "domains": report.domains,
@@ -62,3 +61,10 @@ def run(args: argparse.Namespace) -> int:
         }
         print(render.dump(data, args.output), end="")
     return 1 if report.errors else 0
+
+
+def summary(report: Report) -> str:
+    """``1 error, 2 warnings in 3 GB200-NVL72 domains and 1 MI355X-8 domain``: counts that read as English."""
+    errors, warnings = len(report.errors), len(report.findings) - len(report.errors)
+    seen = " and ".join(f"{n} {p} domain{'s' * (n != 1)}" for p, n in report.domains.items()) or "no GPU domain"
+    return f"{errors} error{'s' * (errors != 1)}, {warnings} warning{'s' * (warnings != 1)} in {seen}"

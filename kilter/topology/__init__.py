@@ -26,6 +26,7 @@ from kilter.topology import (
     spares,
     split_wait,
     tas_recipe,
+    unknown_hardware,
     validate,
     verdicts,
 )
@@ -85,6 +86,7 @@ __all__ = [
     "spares",
     "split_wait",
     "tas_recipe",
+    "unknown_hardware",
     "validate",
     "verdicts",
 ]

@@ -25,6 +25,7 @@ from kilter.topology import pod_gpus, validate
 from kilter.topology.catalog import Catalog, Platform
 from kilter.topology.health import BLOCKING_EFFECTS, HEALTH_TAINT_PREFIX, HealthSignals
 from kilter.topology.labels import Levels, group_path
+from kilter.topology.unknown_hardware import UnknownHardware
 from kilter.topology.validate import READ_ERRORS, device_counts
 
 __all__ = [
@@ -85,6 +86,7 @@ def gpu_nodes(
     node, is left out and named in ``unreadable``; a node of no or an unknown platform is left out."""
     out: list[tuple[Node, Platform, int]] = []
     resources = sorted(catalog.device_resources)
+    unknown = UnknownHardware(catalog)
     for node in nodes:
         try:
             devices = device_counts(node, resources)
@@ -96,10 +98,11 @@ def gpu_nodes(
         try:
             platform = catalog.match(node.metadata.labels, devices)
         except UnknownPlatform as exc:
-            warnings.append(f"node {node.metadata.name}: {exc}; node ignored")
+            unknown.named(node.metadata.name, exc)
             continue
         if platform is None:
             continue
+        unknown.fell_back(node.metadata.name, node.metadata.labels, platform)
         count = devices.get(platform.device_resource, 0)
         if count > MAX_NODE_GPUS:
             shown = str(count) if count < 10**12 else "over 10^12"  # str() of a 10^5000 raises
@@ -113,6 +116,7 @@ def gpu_nodes(
             )
             continue
         out.append((node, platform, count))
+    warnings.extend(g.message for g in unknown.groups())
     return out
 
 

@@ -69,6 +69,7 @@ from kilter.topology.catalog import Catalog, Platform
 from kilter.topology.hypernodes import SOURCE as HYPERNODES
 from kilter.topology.hypernodes import with_hypernode_labels
 from kilter.topology.labels import Levels, choose_levels
+from kilter.topology.unknown_hardware import UnknownHardware
 
 __all__ = [
     "IMEX_DOMAIN",
@@ -104,7 +105,7 @@ class Finding:
     domain: str
     platform: str
     kind: str  # trays-missing, too-many-nodes, mixed-platforms, gpus-short, disputed-member, domain-label-missing,
-    # unknown-platform, gpus-unreadable, ack-ignored
+    # unknown-platform, unknown-product, gpus-unreadable, ack-ignored
     severity: Severity
     nodes: tuple[str, ...]
     message: str
@@ -341,6 +342,7 @@ def validate(
     resources = sorted(catalog.device_resources)
     findings: list[Finding] = []
     matched: list[tuple[Node, Platform, int]] = []
+    unknown = UnknownHardware(catalog)
     for node in nodes:
         name = node.metadata.name
         devices = {r: n for r in resources if (n := _gpus(node, r)) is not None}
@@ -355,10 +357,13 @@ def validate(
         try:
             platform = catalog.match(node.metadata.labels, devices)
         except UnknownPlatform as exc:
-            findings.append(Finding(name, "", "unknown-platform", "error", (name,), str(exc)))
+            unknown.named(name, exc)
             continue
-        if platform is not None:
+        if platform is not None and not unknown.fell_back(name, node.metadata.labels, platform):
             matched.append((node, platform, devices.get(platform.device_resource, 0)))
+    for group in unknown.groups():  # an unknown product's nodes have no shape to judge: one finding says so
+        severity: Severity = "error" if group.kind == "unknown-platform" or group.domained else "warning"
+        findings.append(Finding(group.label, "", group.kind, severity, tuple(group.nodes), group.message))
     if tier_keys:
         levels = Levels(up_keys=tier_keys, source=HYPERNODES)
     else:

@@ -71,7 +71,7 @@ def test_a_node_claiming_another_racks_clique_is_the_one_error_and_names_that_no
 def test_a_tray_without_its_clique_label_and_an_unknown_platform_are_errors() -> None:
     nodes = [*rack("r1", trays=17), node("r1-t17"), node("odd", labels={"kilter.dev/platform": "TPU-v9"})]
     assert findings(nodes) == [
-        ("error", "unknown-platform", "odd", ("odd",)),
+        ("error", "unknown-platform", "kilter.dev/platform=TPU-v9", ("odd",)),
         ("warning", "trays-missing", "r1", tuple(f"r1-t{t:02d}" for t in range(17))),
         ("error", "domain-label-missing", "r1-t17", ("r1-t17",)),
     ], "by domain name"
@@ -98,7 +98,7 @@ def test_kilter_fleet_validate_exits_1_on_an_error_and_0_on_warnings(
     short.mkdir()
     assert main(["fleet", "validate", "--snapshot", str(_snapshot(short, rack("r1", trays=16)))]) == 0
     out = capsys.readouterr().out
-    assert "trays-missing" in out and "0 errors, 1 warnings in 1 GB200-NVL72 domains" in out
+    assert "trays-missing" in out and "0 errors, 1 warning in 1 GB200-NVL72 domain" in out
 
 
 def test_kilter_fleet_validate_names_the_node_that_claims_another_racks_clique(
