@@ -61,13 +61,15 @@ build: $(STAMP)
 # development machines, so there this says so and stops; image-check tests what the image runs without one:
 # the wheel of `make build`, installed alone, serving the demo (tests/packaging).
 VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+# The image's name: the manifests' by default; `make image IMG=<registry>/kilter:<version>` for your registry.
+IMG ?= kilter:$(VERSION)
 ENGINE ?= $(shell command -v docker 2>/dev/null || command -v podman 2>/dev/null)
 
 image:
 	@if [ -z "$(ENGINE)" ]; then \
 		echo "make image: no container engine (docker or podman) on this machine; the image is not built."; \
 		echo "What it runs is tested without one: make build && make image-check"; exit 1; fi
-	$(ENGINE) build --build-arg VERSION=$(VERSION) -t kilter:$(VERSION) .
+	$(ENGINE) build --build-arg VERSION=$(VERSION) -t $(IMG) .
 
 image-check: $(STAMP)
 	KILTER_WHEEL="$$(ls -t dist/kilter-$(VERSION)-*.whl | head -n 1)" $(PY) -m pytest -q -rs tests/packaging

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import argparse
 import copy
+import re
+import tomllib
 from collections import Counter
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -286,6 +288,15 @@ def test_every_kilter_command_parses(built: list[Obj]) -> None:
         args = kilter_args(_pod(deployment))
         assert args.command in ("serve", "certs") and args.in_cluster
         assert args.command != "serve" or args.snapshot is None
+
+
+def test_every_kilter_runs_the_image_make_image_builds_and_no_registry_nothing_publishes_to(built: list[Obj]) -> None:
+    root = Path(__file__).resolve().parents[2]
+    version = tomllib.loads((root / "pyproject.toml").read_text())["project"]["version"]
+    made = re.search(r"^IMG \?= kilter:\$\(VERSION\)$", (root / "Makefile").read_text(), re.MULTILINE)
+    assert made, "make image names the image kilter:<version>"
+    kilter_containers = [c for d in _deployments(built) for c in _pod(d)["containers"] if c["name"] == "kilter"]
+    assert kilter_containers and {c["image"] for c in kilter_containers} == {f"kilter:{version}"}
 
 
 def test_every_kilter_reads_its_policy_from_a_mounted_configmap_that_validates(
