@@ -60,6 +60,7 @@ _SERVICE = re.compile(r"^([a-z0-9-]+)/(?:(https?):)?([a-z0-9]([-a-z0-9]*[a-z0-9]
 # Options that shape a reading the plugin makes itself; a running kilter uses its own (kilter serve's flags).
 LOCAL_ONLY: dict[str, tuple[str, object]] = {  # dest: (flag, its default)
     "snapshot": ("--snapshot", None),
+    "demo": ("--demo", False),
     "platforms": ("--platforms", None),
     "health_signals": ("--health-signals", None),
     "spare_nodes_per_domain": ("--spare-nodes-per-domain", "0"),

@@ -61,6 +61,12 @@ def common_options() -> argparse.ArgumentParser:
         "--snapshot", type=Path, help="read this snapshot file instead of a cluster (kubectl get ... -o yaml)"
     )
     g.add_argument(
+        "--demo",
+        action="store_true",
+        help="read kilter's embedded demo cluster instead (32 GB200 NVL72 racks, 16 MI355X nodes, running jobs, "
+        "Kueue queues): try every view without a cluster",
+    )
+    g.add_argument(
         "--kilter-service",
         metavar="NS/NAME:PORT",
         help="ask the running kilter behind this Service (through the API server's service proxy) instead of "
@@ -147,7 +153,7 @@ def namespace_of(args: argparse.Namespace, kubeconfig: Path | None) -> str | Non
         return None
     if args.namespace:
         return check_namespace(args.namespace)
-    if args.snapshot is None:
+    if args.snapshot is None and not args.demo:
         return _context_namespace(kubeconfig, args.context) or "default"
     return "default"
 
@@ -157,7 +163,7 @@ def kilter_service(args: argparse.Namespace) -> str | None:
     reads a ``--snapshot``; None: the plugin reads the cluster itself."""
     if args.kilter_service:
         return str(args.kilter_service)
-    if args.snapshot is None:
+    if args.snapshot is None and not args.demo:
         return os.environ.get(SERVICE_ENV) or None
     return None
 
@@ -179,7 +185,12 @@ def load(args: argparse.Namespace) -> Cluster:
         spare_nodes_default=read_spare_nodes(args.spare_nodes_per_domain, catalog),
         health=sources.health_of(args.health_signals),
     )
-    if args.snapshot is not None:
+    if args.demo:
+        if args.snapshot is not None or args.kubeconfig is not None or args.context:
+            raise InputError("--demo reads the embedded demo cluster: leave out --snapshot, --kubeconfig and --context")
+        kubeconfig = None
+        objects = sources.demo_objects(catalog)
+    elif args.snapshot is not None:
         if args.kubeconfig is not None or args.context:
             raise InputError("--snapshot reads a file: leave out --kubeconfig and --context")
         kubeconfig = None
