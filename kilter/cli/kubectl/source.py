@@ -185,6 +185,7 @@ def load(args: argparse.Namespace) -> Cluster:
         spare_nodes_default=read_spare_nodes(args.spare_nodes_per_domain, catalog),
         health=sources.health_of(args.health_signals),
     )
+    objects: list[Any]
     if args.demo:
         if args.snapshot is not None or args.kubeconfig is not None or args.context:
             raise InputError("--demo reads the embedded demo cluster: leave out --snapshot, --kubeconfig and --context")
@@ -196,7 +197,7 @@ def load(args: argparse.Namespace) -> Cluster:
         kubeconfig = None
         skip = frozenset() if getattr(args, "reads_pods", True) else NODES_AND_PODS
         typed, raw = snapshot_file.read(args.snapshot, KNOWN_KINDS, skip=skip)
-        objects: list[Any] = [*typed, *(obj for objs in raw.by_kind.values() for obj in objs)]
+        objects = [*typed, *(obj for objs in raw.by_kind.values() for obj in objs)]
     else:
         api, kubeconfig = connect_to(args)
         objects = list(list_cluster(api, default_resources(catalog)))
