@@ -90,9 +90,31 @@ DEMO_QUEUES = Path(__file__).with_name("demo_queues.yaml")
 
 
 def demo_objects(catalog: Catalog | None = None) -> list[Any]:
-    """The embedded demo cluster: the generated fleet, its Topology, and the Kueue queues of examples/queues."""
+    """The embedded demo cluster: the generated fleet, its Topology, and the Kueue queues of examples/queues; the
+    running pods of each rack are one gang (``kilter.dev/gang``), as a training job's would be, so the views that
+    show gangs (``kubectl kilter top``) have some to show."""
     nodes, pods = fleetgen.generate(fleetgen.DEMO_FLEET, catalog)
-    return [*nodes, *pods, fleetgen.topology_object(), *snapshot.load_documents(DEMO_QUEUES)]
+    return [*nodes, *_racks_as_gangs(nodes, pods), fleetgen.topology_object(), *snapshot.load_documents(DEMO_QUEUES)]
+
+
+def _racks_as_gangs(nodes: list[dict[str, Any]], pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``pods`` with those of each rack of more than one pod labelled as one gang, ``train-<rack>``."""
+    rack_of = {n["metadata"]["name"]: n["metadata"]["labels"].get(fleetgen.CLIQUE) for n in nodes}
+    members: dict[str, list[dict[str, Any]]] = {}
+    for pod in pods:
+        rack = rack_of.get(pod["spec"]["nodeName"])
+        if rack is not None:
+            members.setdefault(rack, []).append(pod)
+    for gang in members.values():
+        if len(gang) > 1:
+            name = f"train-{gang[0]['spec']['nodeName'].rsplit('-t', 1)[0]}"
+            for pod in gang:
+                pod["metadata"]["labels"] = {
+                    **pod["metadata"]["labels"],
+                    "kilter.dev/gang": name,
+                    "kilter.dev/gang-size": str(len(gang)),
+                }
+    return pods
 
 
 def demo_state(catalog: Catalog | None = None, signals: HealthSignals = health.DEFAULTS) -> ClusterState:

@@ -15,6 +15,7 @@ from kilter.state.store import ClusterStore
         (["queues"], "llm-research"),
         (["pending", "-A"], "llama-405b-eval"),
         (["domains"], "GB200-NVL72"),
+        (["top", "-A"], "gang/train-gb200-r"),  # each rack's running pods are a gang
         (["explain", "workload/llama-405b-eval", "-n", "llm"], "WaitingForQuota"),
     ],
     ids=lambda v: v[0] if isinstance(v, list) else "",
