@@ -1,7 +1,9 @@
 """``kubectl kilter explain TARGET``: the whole story of one job.
 
-TARGET is a pod name, or ``pod/``, ``job/``, ``jobset/``, ``pytorchjob/``,
-``workload/`` or ``podgroup/`` and a name, in the namespace of ``-n``. The
+TARGET is a name (a pod's, else a Job's, JobSet's, PyTorchJob's, Workload's,
+PodGroup's or ``kilter.dev/gang`` gang's, first found), or ``pod/``, ``job/``,
+``jobset/``, ``pytorchjob/``, ``workload/``, ``podgroup/`` or ``gang/`` and a
+name, in the namespace of ``-n``. The
 story: its gang and Workload, the quota decision (``gangs.pending``'s reason
 while it waits, the admission once admitted), while it waits its expected
 start as ``pending`` shows it and the reservation's story (the running jobs
@@ -38,7 +40,7 @@ __all__ = ["TARGET_KINDS", "add_parser", "run"]
 
 JOB_NAME = "batch.kubernetes.io/job-name"
 VOLCANO = "scheduling.volcano.sh"
-TARGET_KINDS = ("pod", "job", "jobset", "pytorchjob", "workload", "podgroup")
+TARGET_KINDS = ("pod", "job", "jobset", "pytorchjob", "workload", "podgroup", "gang")
 OWNER_KINDS = {"job": "Job", "jobset": "JobSet", "pytorchjob": "PyTorchJob"}
 SHOWN_DOMAINS = 10
 
@@ -48,10 +50,11 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], common:
         "explain",
         parents=[common],
         help="the whole story of one job: gang, plan, domains, quota, recorded decisions",
-        description="Why one job runs where it runs, or why it waits. TARGET: POD, or pod/NAME, job/NAME, "
-        "jobset/NAME, pytorchjob/NAME, workload/NAME or podgroup/NAME.",
+        description="Why one job runs where it runs, or why it waits. TARGET: NAME (a pod's, else the first of "
+        "the kinds below that has it), or pod/NAME, job/NAME, jobset/NAME, pytorchjob/NAME, workload/NAME, "
+        "podgroup/NAME or gang/NAME (kilter.dev/gang, as top shows it).",
     )
-    p.add_argument("target", metavar="TARGET", help="POD | KIND/NAME (" + ", ".join(TARGET_KINDS) + ")")
+    p.add_argument("target", metavar="TARGET", help="NAME | KIND/NAME (" + ", ".join(TARGET_KINDS) + ")")
     p.set_defaults(view=run)
 
 
@@ -99,8 +102,16 @@ def _owner_key(namespace: str, workload: Mapping[str, Any]) -> GangKey:
 
 
 def resolve(cluster: Cluster, text: str) -> ExplainTarget | None:
-    """What TARGET names, with its gang's pods; None when nothing of that name exists."""
+    """What TARGET names, with its gang's pods; None when nothing of that name exists. A bare NAME is looked up
+    as each kind in turn (``TARGET_KINDS``' order: a pod first), so ``explain llama-405b-eval`` finds the Workload
+    of that name where no pod has it."""
     kind, name = _parse(text)
+    if "/" in text:
+        return _resolve(cluster, kind, name)
+    return next((t for k in TARGET_KINDS if (t := _resolve(cluster, k, name)) is not None), None)
+
+
+def _resolve(cluster: Cluster, kind: str, name: str) -> ExplainTarget | None:
     ns = cluster.namespace or "default"
     store = cluster.store
     store.index_pods((*INDEXED_LABELS, JOB_NAME), INDEXED_ANNOTATIONS)
@@ -124,6 +135,8 @@ def resolve(cluster: Cluster, text: str) -> ExplainTarget | None:
     elif kind == "podgroup":
         t.owner = store.get(VOLCANO, "PodGroup", ns, name)
         t.key = GangKey(ns, "podgroup", (name,))
+    elif kind == "gang":  # pods labelled kilter.dev/gang: NAME, as kubectl kilter top names them
+        t.key = GangKey(ns, "gang", (name,))
     else:
         t.workload = _owned_workload(cluster, ns, OWNER_KINDS[kind], name)
         if kind == "job":
@@ -329,6 +342,7 @@ def run(args: argparse.Namespace, cluster: Cluster) -> output.Answer:
     target = resolve(cluster, args.target)
     if target is None:
         where = cluster.namespace or "default"
-        return output.Answer(1, "", f"kubectl kilter explain: {args.target} not found in namespace {where}")
+        kinds = "" if "/" in args.target else f" as any of {', '.join(TARGET_KINDS)}"
+        return output.Answer(1, "", f"kubectl kilter explain: {args.target} not found{kinds} in namespace {where}")
     data = story(cluster, target)
     return output.Answer(0, output.emit(args, data, _text(data)))

@@ -38,3 +38,26 @@ def test_a_running_kilter_refuses_demo_since_it_answers_from_its_own_state() -> 
     store.replace([])
     status, body = ServedViews(store, None).answer(b'{"argv": ["queues", "--demo"]}')
     assert status == 400 and b"--demo" in body
+
+
+@pytest.mark.parametrize(
+    ("target", "namespace", "first_line"),
+    [
+        ("llama-405b-eval", "llm", "Target:    workload/llm/llama-405b-eval"),  # no pod of that name: the Workload
+        ("gang/train-gb200-r024", "training", "Target:    gang/training/train-gb200-r024"),
+        ("train-gb200-r024", "training", "Target:    gang/training/train-gb200-r024"),  # as top names it
+    ],
+)
+def test_explain_finds_a_bare_name_as_whatever_kind_has_it(
+    target: str, namespace: str, first_line: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["explain", target, "-n", namespace, "--demo"]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == first_line
+
+
+def test_explain_of_a_name_nothing_has_says_what_it_looked_for(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["explain", "nothing-here", "-n", "llm", "--demo"]) == 1
+    assert capsys.readouterr().err.strip() == (
+        "kubectl kilter explain: nothing-here not found as any of pod, job, jobset, pytorchjob, workload, podgroup, "
+        "gang in namespace llm"
+    )

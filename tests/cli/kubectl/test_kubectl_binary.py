@@ -75,7 +75,7 @@ def test_kubectl_kilter_answers_from_a_snapshot(bindir: Path, snap: Path) -> Non
 def test_kubectl_kilter_reads_a_live_cluster_by_flag_env_and_context(
     bindir: Path, snap: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert kubectl_main(["top", "-A", "--snapshot", str(snap), "--now", scenario.NOW, "-o", "json"]) == 0
+    assert kubectl_main(["top", "-n", "llm", "--snapshot", str(snap), "--now", scenario.NOW, "-o", "json"]) == 0
     offline = json.loads(capsys.readouterr().out)
     with ListWatchServer(RESOURCES, token=TOKEN) as cluster:
         for obj in scenario.objects():
