@@ -184,5 +184,5 @@ def print_comparison(report: dict[str, Any]) -> None:
     if report.get("versus"):
         print(f"\n{report['versus']['summary']}")
     if "plot" in report:
-        print(f"\nutilization and per-queue share over time: {report['plot']}")
+        print(f"\nmean waits by job class, the queue over time and each queue's share: {report['plot']}")
     sys.stdout.flush()

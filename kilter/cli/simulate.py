@@ -181,7 +181,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--time-scale", type=float, default=1.0, help="multiply submit times and durations by this")
     p.add_argument("--limit", type=int, help="only the first N jobs")
     p.add_argument("--seed", type=int, default=0, help="seed of the fleet's failures, the synthetic trace and ties")
-    p.add_argument("--plot", type=Path, metavar="FILE.png", help="draw utilization and per-queue share over time")
+    p.add_argument(
+        "--plot",
+        type=Path,
+        metavar="FILE.png",
+        help="draw mean waits by job class, the queue over time, per-queue share",
+    )
     p.add_argument(
         "--sweep",
         metavar="LIST",

@@ -495,5 +495,6 @@ class Simulation:
         if t0 >= self._next_sample:
             tl.times.append(t0)
             tl.used.append(self._used)
+            tl.waiting.append(self._waiting)
             tl.queue_used.append(list(self._queue_used))
             self._next_sample = t0 + self._sample_every

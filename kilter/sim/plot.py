@@ -1,4 +1,4 @@
-"""The picture of a comparison: each policy's mean wait by job class, GPUs busy over time, each queue's share.
+"""The picture of a comparison: each policy's mean wait by job class, jobs waiting over time, each queue's share.
 
 Drawn with matplotlib's Agg backend (no display needed) into a PNG. The
 first panel sets the policies' mean waits side by side for jobs one
@@ -56,10 +56,10 @@ def plot_runs(runs: Sequence[tuple[str, Drawn]], path: Path, *, title: str) -> N
     import matplotlib.pyplot as plt
 
     fig = plt.figure(figsize=(11, 10), constrained_layout=True)
-    panels = fig.subplot_mosaic([["one", "multi"], ["busy", "busy"], ["shares", "shares"]], height_ratios=[1, 1.2, 1])
+    panels = fig.subplot_mosaic([["one", "multi"], ["queue", "queue"], ["shares", "shares"]], height_ratios=[1, 1.2, 1])
     fig.suptitle(title, fontsize=10)
     _wait_bars((panels["one"], panels["multi"]), runs)
-    top = panels["busy"]
+    top = panels["queue"]
     bottom = panels["shares"]
     bottom.sharex(top)
     span = max((r.timeline.times[-1] if r.timeline.times else 0.0) for _, r in runs) or 1.0
@@ -69,11 +69,11 @@ def plot_runs(runs: Sequence[tuple[str, Drawn]], path: Path, *, title: str) -> N
         if not tl.times:
             continue
         t = np.asarray(tl.times) / scale
-        used = np.asarray(tl.used, dtype=np.float64) / drawn.usable_gpus
-        top.plot(t, _smooth(used, 9) * 100, label=name, linewidth=1.2)
-    top.set_ylabel("GPUs busy (% of usable)")
-    top.set_ylim(0, 105)
-    top.legend(loc="lower right", ncols=min(len(runs), 5), fontsize=8)
+        top.plot(t, _smooth(np.asarray(tl.waiting, dtype=np.float64), 9), label=name, linewidth=1.2)
+    top.set_ylabel("jobs waiting (queued, not started)")
+    top.set_ylim(bottom=0)
+    top.set_title("the queue over time: lower is better", fontsize=9)
+    top.legend(loc="upper right", ncols=min(len(runs), 5), fontsize=8)
     name, first = runs[0]
     tl = first.timeline
     if tl.times:

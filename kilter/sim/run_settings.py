@@ -76,6 +76,7 @@ class Timeline:
     stranded_share_s: float = 0.0
     times: list[float] = field(default_factory=list)
     used: list[int] = field(default_factory=list)
+    waiting: list[int] = field(default_factory=list)  # jobs queued and not started, per sample
     queue_used: list[list[int]] = field(default_factory=list)
 
 

@@ -348,3 +348,12 @@ def test_a_job_evicted_at_an_instant_preempts_no_one_until_the_clock_moves() -> 
     assert o.start[19] == 110.0
     assert sim.preemptions == 1
     assert not np.isnan(o.end).any()
+
+
+def test_the_timeline_counts_the_jobs_waiting_at_each_sample() -> None:
+    trace = jobs(*[(float(i), 100.0, 32) for i in range(6)])
+    sim = simulate(nvl72(1), trace)
+    tl, o = sim.timeline, sim.outcome
+    submit = np.array([j.submit_s for j in trace])
+    expected = [int(((submit <= t) & (o.start > t)).sum()) for t in tl.times]
+    assert len(tl.times) > 3 and tl.waiting == expected and max(expected) == 4
