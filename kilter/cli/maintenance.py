@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,7 @@ from kilter.model.errors import InputError
 from kilter.quota.policy import parse_time
 from kilter.state import snapshot
 from kilter.state.store import ClusterStore
+from kilter.topology import domain_names
 from kilter.topology.maintenance import MaintenanceAsk, plan_maintenance
 from kilter.topology.split_wait import format_duration
 
@@ -53,7 +54,11 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     sources.add_source_arguments(pl, live=True)
     target = pl.add_mutually_exclusive_group(required=True)
-    target.add_argument("--domains", help="comma-separated scale-up domains, e.g. nvl72-r01,nvl72-r02")
+    target.add_argument(
+        "--domains",
+        help="comma-separated scale-up domains as kubectl kilter domains names them (or full ids, or unique "
+        "prefixes), e.g. 0cb1e29c,0fd630f1 on the demo",
+    )
     target.add_argument("--nodes", help="a label selector (k=v,k!=v,k): the nodes to maintain, step by domain")
     target.add_argument("--all-domains", action="store_true", help="every GPU domain: a rollout")
     pl.add_argument("--max-unavailable-domains", type=int, default=1, help="domains out at once (default 1)")
@@ -142,11 +147,14 @@ def _chosen_nodes(args: argparse.Namespace, store: ClusterStore) -> list[str] | 
         if not picked:
             raise InputError(f"--nodes {args.nodes!r} selects no GPU node")
         return picked
-    wanted = [d.strip() for d in args.domains.split(",") if d.strip()]
-    known = set(fleet.domain_ids)
-    unknown = [d for d in wanted if d not in known]
-    if unknown or not wanted:
-        raise InputError(f"--domains: no GPU domain named {', '.join(unknown) or '(none given)'}")
+    given = [d.strip() for d in args.domains.split(",") if d.strip()]
+    if not given:
+        raise InputError("--domains: no GPU domain given")
+    names = [fleet.domain_name(d) for d in fleet.domain_ids]
+    try:
+        wanted = {domain_names.resolve(d, fleet.domain_ids, names) for d in given}
+    except InputError as exc:
+        raise InputError(f"--domains: {exc}") from None
     return [n for i, n in enumerate(fleet.node_names) if fleet.domain_of_node(i) in wanted]
 
 
@@ -191,7 +199,7 @@ def run_plan(args: argparse.Namespace) -> int:
     if args.output != "table":
         print(render.dump(_to_builtins(doc), args.output), end="")
         return 0
-    print(_plan_table(doc, start_s))
+    print(_plan_table(doc, start_s, store.fleet().domain_name))
     return 0
 
 
@@ -199,7 +207,7 @@ def _to_builtins(doc: PlanDoc) -> Any:
     return msgspec.to_builtins(doc)
 
 
-def _plan_table(doc: PlanDoc, start_s: float) -> str:
+def _plan_table(doc: PlanDoc, start_s: float, name: Callable[[str], str]) -> str:
     rows = []
     for step in doc.steps:
         for d in step.domains:
@@ -209,7 +217,7 @@ def _plan_table(doc: PlanDoc, start_s: float) -> str:
             rows.append(
                 (
                     step.step,
-                    d.domain,
+                    name(d.domain),
                     len(d.nodes),
                     d.drain,
                     d.back,

@@ -106,7 +106,7 @@ def render_plans(
             for node in ps.nodes:
                 by_domain.setdefault(fleet.domain_of_node(fleet.node_index[node]), []).append(node)
             for domain, nodes in by_domain.items():
-                shown = render.short_domain(domain)
+                shown = fleet.domain_name(domain)
                 rows.append((ps.name, len(nodes), ps.gpus_per_pod, shown, render.compress_names(nodes)))
         out.append(render.table(("POD SET", "PODS", "GPUS/POD", "DOMAIN", "NODES"), rows))
         if plan.groups:

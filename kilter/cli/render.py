@@ -14,7 +14,7 @@ from kilter.model.annotations import SPARE_NODES_PER_DOMAIN
 from kilter.topology import spares
 from kilter.topology.fleet import Fleet
 
-__all__ = ["compress_names", "dump", "printable", "rfc3339", "short_domain", "spares_line", "table"]
+__all__ = ["compress_names", "dump", "printable", "rfc3339", "spares_line", "table"]
 
 
 def dump(data: Any, fmt: str) -> str:
@@ -97,11 +97,6 @@ def compress_names(names: Sequence[str]) -> str:
     if repeats:
         text += f" ({sum(repeats.values())} pods share {len(repeats)} node{'s' if len(repeats) > 1 else ''})"
     return text
-
-
-def short_domain(domain: str) -> str:
-    """A domain id short enough for a column: long clique ids keep their head and tail."""
-    return domain if len(domain) <= 24 else f"{domain[:8]}…{domain[-12:]}"
 
 
 def rfc3339(unix_s: float) -> str:

@@ -40,6 +40,7 @@ from kilter._native import domains, jsonout, names
 from kilter.model.core_v1 import Node, Pod
 from kilter.model.kueue import Topology
 from kilter.model.volcano import HyperNode
+from kilter.topology import domain_names
 from kilter.topology import fleet_parts as parts
 from kilter.topology.catalog import BUILTIN, Catalog, Platform
 from kilter.topology.fleet_parts import ENDED_PHASES, TaintKey, unreadable_pod
@@ -89,6 +90,7 @@ class Fleet:
     _label_keys: frozenset[str] | None = None
     _absent: npt.NDArray[np.int32] | None = None
     _json_names: jsonout.JsonNames | None = None
+    _short_names: dict[str, str] | None = None
     _idle_cover: dict[tuple[bytes, int, tuple[tuple[int, int], ...]], int] = field(default_factory=dict)
     _domain_label_keys: dict[str, str | None] = field(default_factory=dict)
 
@@ -123,6 +125,13 @@ class Fleet:
         if len(self._idle_cover) > 4096:
             self._idle_cover.clear()
         return self._idle_cover
+
+    def domain_name(self, domain: str) -> str:
+        """What views call domain ``domain`` (``domain_names.short_names``: its id if short, else the shortest
+        unique prefix); built once per fleet. An id the fleet does not have is its own name."""
+        if self._short_names is None:
+            self._short_names = dict(zip(self.domain_ids, domain_names.short_names(self.domain_ids), strict=True))
+        return self._short_names.get(domain, domain)
 
     def json_names(self) -> jsonout.JsonNames:
         """The node names pre-encoded as JSON strings, for answers written from indices; built once per fleet."""

@@ -95,7 +95,7 @@ def test_plan_json_is_the_document_drain_reads(snapshot: Path, capsys: pytest.Ca
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--domains", "r9"], "no GPU domain named r9"),
+        (["--domains", "r9"], "no GPU domain named 'r9'"),
         (["--domains", "r1", "--max-unavailable-domains", "0"], "at least 1"),
         (["--domains", "r1", "--window", "tomorrow"], "START/DURATION"),
         (["--domains", "r1", "--step-duration", "0s"], "longer than 0s"),

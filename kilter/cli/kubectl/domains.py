@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from kilter.cli import render
 from kilter.cli.kubectl import output, rackmap
 from kilter.cli.kubectl.source import Cluster
 from kilter.gangs.inventory import DomainInventory, take
@@ -26,7 +25,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], common:
         parents=[common],
         help="per scale-up domain: health, free GPUs, spares, largest gang shape, gangs; --map draws racks",
         description="Every scale-up domain (cluster-scoped: -n is ignored): platform, block, nodes healthy/total, "
-        "GPUs free/total, spares, the largest gang shape it takes now, and the gangs bound there.",
+        "GPUs free/total, spares, the largest gang shape it takes now, and the gangs bound there. DOMAIN is the "
+        "domain's short name (its id if short, else the shortest prefix of it no other domain shares; -o wide "
+        "shows the full id): kilter maintenance plan --domains takes it, the full id, or any unique prefix.",
     )
     p.add_argument("--platform", help="only this platform (catalog name or alias)")
     p.add_argument("--block", help="only domains under this block (its path, or a prefix of it)")
@@ -90,7 +91,7 @@ def run(args: argparse.Namespace, cluster: Cluster) -> output.Answer:
     index = {d: i for i, d in enumerate(fleet.domain_ids)}
     table_rows = [
         (
-            d.domain if args.output == "wide" else render.short_domain(d.domain),
+            d.domain if args.output == "wide" else fleet.domain_name(d.domain),
             d.platform,
             d.block or "-",
             f"{d.nodes_healthy}/{d.nodes_total}",
@@ -103,4 +104,7 @@ def run(args: argparse.Namespace, cluster: Cluster) -> output.Answer:
         )
         for d in inventory.domains
     ]
-    return output.Answer(0, output.emit(args, data, output.table(args, columns, table_rows)))
+    hint = ""  # on stderr, so the table stays a table
+    if args.output == "table" and not args.no_headers and table_rows:
+        hint = f"kilter maintenance plan --domains takes a DOMAIN as shown (e.g. {table_rows[0][0]}), an id or a prefix"
+    return output.Answer(0, output.emit(args, data, output.table(args, columns, table_rows)), hint)

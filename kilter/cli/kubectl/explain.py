@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import argparse
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -284,7 +284,7 @@ def _instant(unix_s: float) -> str | None:
     return render.rfc3339(unix_s) if math.isfinite(unix_s) else None
 
 
-def _text(data: dict[str, Any]) -> str:
+def _text(data: dict[str, Any], name: Callable[[str], str]) -> str:
     out = [f"Target:    {data['target']}", f"Gang:      {data['gang'] or '-'}"]
     if data["workload"]:
         out.append(f"Workload:  {data['workload']}")
@@ -306,7 +306,7 @@ def _text(data: dict[str, Any]) -> str:
     text = "\n".join(out) + "\n"
     if data["placement"]:
         rows: list[tuple[object, ...]] = [
-            (render.short_domain(p["domain"]), p["pods"], render.compress_names(p["nodes"])) for p in data["placement"]
+            (name(p["domain"]), p["pods"], render.compress_names(p["nodes"])) for p in data["placement"]
         ]
         text += "\nPlacement (bound pods):\n" + render.table(("DOMAIN", "PODS", "NODES"), rows)
     plan = data["plan"]
@@ -317,10 +317,7 @@ def _text(data: dict[str, Any]) -> str:
         text += "\nPlan:\n" + render.table(("POD SET", "PODS", "GPUS/POD", "NODES"), rows)
     others = data["otherDomains"]
     if others:
-        rows = [
-            (render.short_domain(v["domain"]), v["podsFit"], f"{v['freeGpus']}/{v['totalGpus']}", v["reason"])
-            for v in others
-        ]
+        rows = [(name(v["domain"]), v["podsFit"], f"{v['freeGpus']}/{v['totalGpus']}", v["reason"]) for v in others]
         shown = rows[:SHOWN_DOMAINS]
         more = f" ({len(rows) - len(shown)} more in -o json)" if len(rows) > len(shown) else ""
         text += f"\nOther domains{more}:\n" + render.table(("DOMAIN", "FITS", "FREE", "WHY NOT"), shown)
@@ -345,4 +342,4 @@ def run(args: argparse.Namespace, cluster: Cluster) -> output.Answer:
         kinds = "" if "/" in args.target else f" as any of {', '.join(TARGET_KINDS)}"
         return output.Answer(1, "", f"kubectl kilter explain: {args.target} not found{kinds} in namespace {where}")
     data = story(cluster, target)
-    return output.Answer(0, output.emit(args, data, _text(data)))
+    return output.Answer(0, output.emit(args, data, _text(data, cluster.store.fleet().domain_name)))

@@ -113,6 +113,7 @@ def run(args: argparse.Namespace, cluster: Cluster) -> output.Answer:
         ("LOCALQUEUE", True),
         ("DOMAINS", True),
     )
+    fleet = cluster.store.fleet()
     rows = [
         (
             p["position"],
@@ -126,7 +127,7 @@ def run(args: argparse.Namespace, cluster: Cluster) -> output.Answer:
             p["expectedStart"] or "-",
             p["priority"],
             p["localQueue"] or "-",
-            ",".join(render.short_domain(d) for d in p["reservedDomains"]) or "-",
+            ",".join(fleet.domain_name(d) for d in p["reservedDomains"]) or "-",
         )
         for p in data["pending"]
     ]
