@@ -264,7 +264,7 @@ def build_app(config: ServeConfig) -> tuple[App, ClusterStore]:
 
     A snapshot (``--snapshot``, ``--demo``) is minutes old, not a second like
     a list/watch feed, so the two bounds that wait for the feed are lifted
-    there: an assumed booking lasts until a snapshot shows the pod (the README
+    there: an assumed booking lasts until a snapshot shows the pod (docs/serve.md
     promises so; only trusted callers, loopback by default, reach bind, so a
     forged bind is the operator's own), and a plan for a pod the state does
     not show yet lives as long as any plan (``ServeConfig.gang_limits``),

@@ -1,6 +1,6 @@
 """Every ``kilter.dev/*`` annotation and label key, named once, each with its one format.
 
-The keys are promises to users (README.md documents each with its values),
+The keys are promises to users (docs/gangs.md and the pages it links document each with its values),
 so every module reads and writes them through these names rather than its
 own literal: a renamed or retyped key then changes in one place, and
 ``grep`` finds every reader. Keys other projects own (Kueue's, Volcano's,
@@ -66,7 +66,7 @@ GANG_SIZE = "kilter.dev/gang-size"
 
 MAX_GANG_SIZE = 100_000
 """The most pods a gang may declare: a gang of 100,000 pods of one GPU or more already fills the largest fleet
-kilter models (100,000 GPUs, README's benchmarks), so a larger count is a typo, not a job."""
+kilter models (100,000 GPUs, docs/benchmarks.md), so a larger count is a typo, not a job."""
 
 _WHOLE_NUMBER = re.compile(r"[0-9]{1,16}")  # ASCII digits only: no sign, space, exponent or other script's digits
 

@@ -4,7 +4,7 @@ A record says how many GPUs a node (tray) carries, how many nodes share one
 scale-up domain (NVLink, UALink or xGMI), which extended resource counts the
 GPUs, how a node is recognised from its labels and which label names its
 domain, as the vendors document them (GPU Feature Discovery and AMD device-plugin labels,
-rack specifications) and README "Platforms" lists them. Users add or override
+rack specifications) and docs/fleet.md "Platforms" lists them. Users add or override
 records from YAML (``load_overrides``) without touching code.
 """
 
