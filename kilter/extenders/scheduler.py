@@ -46,7 +46,7 @@ __all__ = ["SchedulerExtender", "VerbAnswer"]
 
 MAX_SCORE = 10
 MAX_SEEN = 100_000  # pods remembered for bind: far more than are pending at once in a 100k-pod cluster
-MAX_REFUSED = 1024  # pods whose filter refusals prioritize honours: prioritize follows its filter at once
+MAX_REFUSED = 128  # pods whose filter refusals prioritize honours (a fleet mask each); it follows its filter
 
 
 @dataclass(frozen=True)
@@ -93,7 +93,7 @@ class SchedulerExtender:
         self._encoder = msgspec.json.Encoder()
         self._ladder = verdicts.Ladder()
         self._seen: OrderedDict[str, _Seen] = OrderedDict()  # pods this process filtered, by uid: what bind trusts
-        self._refused: OrderedDict[str, tuple[int, npt.NDArray[np.int32]]] = OrderedDict()  # ``_remember_refused``
+        self._refused: OrderedDict[str, tuple[int, npt.NDArray[np.bool_]]] = OrderedDict()  # ``_remember_refused``
 
     # ------------------------------------------------------------------ shared
 
@@ -205,7 +205,7 @@ class SchedulerExtender:
         except KilterError as exc:
             return self._filter_error(str(exc))
         codes, free, total = judged.codes, judged.free, judged.total
-        self._remember_refused(p.uid, cand.index[(codes != verdicts.PASS) & (cand.index >= 0)])
+        self._remember_refused(p.uid, fleet.n_nodes, cand.index[(codes != verdicts.PASS) & (cand.index >= 0)])
         reason_of = verdicts.Reasons(gpus=p.gpus, resource=p.resource, hold=hold, reserved=why)
         passing = np.flatnonzero(codes == verdicts.PASS)
         body_out = filter_answer.filter_body(
@@ -246,9 +246,12 @@ class SchedulerExtender:
         )
         return VerbAnswer(200, body_out, outcome)
 
-    def _remember_refused(self, uid: str, refused: npt.NDArray[np.int32]) -> None:
-        """The nodes the last filter of pod ``uid`` refused, for its prioritize (the last ``MAX_REFUSED`` pods)."""
-        self._refused[uid] = (self.store.generation, refused)
+    def _remember_refused(self, uid: str, n_nodes: int, refused: npt.NDArray[np.int32]) -> None:
+        """The nodes the last filter of pod ``uid`` refused, for its prioritize (the last ``MAX_REFUSED`` pods): a
+        mask over the fleet's nodes and one more, false, for the nodes it does not know (index -1)."""
+        mask = np.zeros(n_nodes + 1, dtype=np.bool_)
+        mask[refused] = True
+        self._refused[uid] = (self.store.generation, mask)
         self._refused.move_to_end(uid)
         while len(self._refused) > MAX_REFUSED:
             self._refused.popitem(last=False)
@@ -259,9 +262,9 @@ class SchedulerExtender:
         """``scores`` with 0 on every node the pod's filter refused: a node filter turned away never outscores one
         it passed, even for a caller that asks prioritize about every node (kube-scheduler sends only survivors)."""
         found = self._refused.get(uid)
-        if found is None or found[0] != self.store.generation or not len(found[1]):
+        if found is None or found[0] != self.store.generation:
             return scores
-        return np.where(np.isin(index, found[1]), 0, scores).astype(np.int8)
+        return np.where(found[1][index], 0, scores).astype(np.int8)
 
     def _filter_error(self, message: str) -> VerbAnswer:
         return VerbAnswer(200, self._encoder.encode(wire.FilterResult(error=message)), "error")
