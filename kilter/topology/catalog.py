@@ -62,6 +62,9 @@ class Platform(pydantic.BaseModel):
     racks_per_domain: int = pydantic.Field(default=1, ge=1)
     provisional: bool = False
     fallback: bool = False
+    domain_name_label: str | None = pydantic.Field(default=None, min_length=1)
+    """A node label carrying the operator's own name for the node's domain (a rack name from an inventory
+    system): views show it and commands take it (``Fleet.domain_name``) where it is unique."""
 
     @pydantic.field_validator("product_patterns")
     @classmethod

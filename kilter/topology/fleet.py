@@ -30,6 +30,7 @@ unknown, so nothing else is placed beside it).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -127,11 +128,25 @@ class Fleet:
         return self._idle_cover
 
     def domain_name(self, domain: str) -> str:
-        """What views call domain ``domain`` (``domain_names.short_names``: its id if short, else the shortest
-        unique prefix); built once per fleet. An id the fleet does not have is its own name."""
+        """What views call domain ``domain``: the operator's name for it, from its platform's
+        ``domain_name_label`` on its first node, where no other domain has that name; else its short name
+        (``domain_names.short_names``: its id if short, else the shortest unique prefix). Built once per fleet.
+        An id the fleet does not have is its own name."""
         if self._short_names is None:
+            given = [self._labelled_name(d) for d in range(len(self.domain_ids))]
             self._short_names = dict(zip(self.domain_ids, domain_names.short_names(self.domain_ids), strict=True))
+            taken = set(self.domain_ids) | set(self._short_names.values())
+            counts = Counter(g for g in given if g)
+            for d, name in zip(self.domain_ids, given, strict=True):
+                if name and counts[name] == 1 and (name not in taken or self._short_names[d] == name):
+                    self._short_names[d] = name
         return self._short_names.get(domain, domain)
+
+    def _labelled_name(self, d: int) -> str | None:
+        key = self.platforms[int(self.bitmap.domain_platforms[d])].domain_name_label
+        if key is None:
+            return None
+        return self.node_labels[int(self.bitmap.domain_node_start[d])].get(key) or None
 
     def json_names(self) -> jsonout.JsonNames:
         """The node names pre-encoded as JSON strings, for answers written from indices; built once per fleet."""

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import json
 import random
+from pathlib import Path
 
+import msgspec
 import pytest
 
 from kilter.cli.kubectl.main import main as kubectl_main
 from kilter.cli.main import main
 from kilter.model.errors import InputError
 from kilter.topology.domain_names import MIN_PREFIX, SHORT_ENOUGH, resolve, short_names
+from tests.topology.builders import CLIQUE, node
 
 
 def _clique(rng: random.Random, shared: str) -> str:
@@ -55,3 +58,30 @@ def test_the_name_domains_shows_is_the_one_maintenance_plan_takes(capsys: pytest
     [step] = json.loads(capsys.readouterr().out)["steps"]
     [domain] = step["domains"]
     assert domain["domain"].startswith(first) and len(domain["domain"]) > SHORT_ENOUGH
+
+
+def test_an_operator_s_rack_label_names_the_domains_where_it_is_unique(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    inventory = "inventory.example.com/rack"
+    racks = {"r1": "A01", "r2": "A02", "r3": "B01", "r4": "B01"}  # r3 and r4 share a name: neither is called so
+    nodes = [
+        node(f"{r}-t{t:02d}", labels={CLIQUE: _clique(random.Random(r), "") + "x", inventory: name})
+        for r, name in racks.items()
+        for t in range(18)
+    ]
+    snapshot = tmp_path / "cluster.json"
+    snapshot.write_text(
+        json.dumps({"apiVersion": "v1", "kind": "List", "items": [msgspec.to_builtins(n) for n in nodes]})
+    )
+    platforms = tmp_path / "platforms.yaml"
+    platforms.write_text(f"platforms:\n- name: GB200-NVL72\n  domainNameLabel: {inventory}\n")
+    source = ["--snapshot", str(snapshot), "--platforms", str(platforms)]
+    assert kubectl_main(["domains", *source, "--no-headers"]) == 0
+    shown = [line.split()[0] for line in capsys.readouterr().out.splitlines()]
+    assert sorted(shown)[:2] == ["A01", "A02"] and "B01" not in shown and len(shown) == 4
+    assert main(["maintenance", "plan", *source, "--domains", "A02", "-o", "json"]) == 0
+    [step] = json.loads(capsys.readouterr().out)["steps"]
+    assert [d["nodes"][0] for d in step["domains"]] == ["r2-t00"]
+    assert kubectl_main(["domains", "--snapshot", str(snapshot), "--no-headers"]) == 0  # no label named: ids
+    assert "A01" not in capsys.readouterr().out
