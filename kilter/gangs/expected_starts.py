@@ -275,6 +275,7 @@ def reserve(
     holdings = Holdings.of(Holding(h.nodes, h.gpus, h.expected_end_s) for h in held)
     spaces: dict[int, NodeSpace] = {}
     reservations: list[Reservation] = list(ahead)
+    named = [fleet.domain_name(d) for d in fleet.domain_ids]  # the sentence names domains as every view does
     out = []
     for gang in gangs:
         found = None
@@ -298,7 +299,7 @@ def reserve(
             continue
         reservations.append(found)
         names = tuple(fleet.domain_ids[d] for d in found.domains)
-        out.append(ExpectedStart(gang, found, names, reason(found, fleet.domain_ids)))
+        out.append(ExpectedStart(gang, found, names, reason(found, named)))
     return out
 
 

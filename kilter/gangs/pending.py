@@ -201,7 +201,7 @@ def _topology(
         return WAITING_FOR_DOMAINS, f"needs {gpus} GPUs {within}; {why}", plan, least, waiting.until_s, request
     commit(fleet, plan)
     booked.append(plan)
-    where = ", ".join(plan.domains)
+    where = ", ".join(fleet.domain_name(d) for d in plan.domains)
     n = len(plan.domains)
     fits = f"fits now: {gpus} GPUs in {n} domain{'s' if n != 1 else ''} ({where})"
     return NEXT_IN_LINE, fits, plan, least, None, request
