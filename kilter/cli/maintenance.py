@@ -150,7 +150,7 @@ def _chosen_nodes(args: argparse.Namespace, store: ClusterStore) -> list[str] | 
     given = [d.strip() for d in args.domains.split(",") if d.strip()]
     if not given:
         raise InputError("--domains: no GPU domain given")
-    names = [fleet.domain_name(d) for d in fleet.domain_ids]
+    names = fleet.domain_names()
     try:
         wanted = {domain_names.resolve(d, fleet.domain_ids, names) for d in given}
     except InputError as exc:

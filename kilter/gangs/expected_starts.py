@@ -275,7 +275,7 @@ def reserve(
     holdings = Holdings.of(Holding(h.nodes, h.gpus, h.expected_end_s) for h in held)
     spaces: dict[int, NodeSpace] = {}
     reservations: list[Reservation] = list(ahead)
-    named = [fleet.domain_name(d) for d in fleet.domain_ids]  # the sentence names domains as every view does
+    named = fleet.domain_names()  # the sentence names domains as every view does
     out = []
     for gang in gangs:
         found = None

@@ -56,8 +56,7 @@ class Kept:
         self.starts = starts
         self.fleet = fleet
         self.reservations = backfill.by_start(starts.kept)
-        named = [fleet.domain_name(d) for d in fleet.domain_ids]  # as every view names them
-        self.sentences = [reason(r, named) for r in self.reservations]
+        self.sentences = [reason(r, fleet.domain_names()) for r in self.reservations]  # as every view names them
         self._space = node_space(fleet)
         self._holdings = starts.holdings_rows()
         self._starts_s = [r.start_s for r in self.reservations]  # ascending: ``by_start`` order

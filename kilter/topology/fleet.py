@@ -91,7 +91,8 @@ class Fleet:
     _label_keys: frozenset[str] | None = None
     _absent: npt.NDArray[np.int32] | None = None
     _json_names: jsonout.JsonNames | None = None
-    _short_names: dict[str, str] | None = None
+    _short_names: list[str] | None = None
+    _name_of: dict[str, str] = field(default_factory=dict)
     _idle_cover: dict[tuple[bytes, int, tuple[tuple[int, int], ...]], int] = field(default_factory=dict)
     _domain_label_keys: dict[str, str | None] = field(default_factory=dict)
 
@@ -127,20 +128,27 @@ class Fleet:
             self._idle_cover.clear()
         return self._idle_cover
 
-    def domain_name(self, domain: str) -> str:
-        """What views call domain ``domain``: the operator's name for it, from its platform's
-        ``domain_name_label`` on its first node, where no other domain has that name; else its short name
-        (``domain_names.short_names``: its id if short, else the shortest unique prefix). Built once per fleet.
-        An id the fleet does not have is its own name."""
+    def domain_names(self) -> list[str]:
+        """What views call each domain, aligned with ``domain_ids``: the operator's name for it, from its
+        platform's ``domain_name_label`` on its first node, where no other domain has that name; else its short
+        name (``domain_names.short_names``: its id if short, else the shortest unique prefix). Built once per
+        fleet; do not change the list."""
         if self._short_names is None:
             given = [self._labelled_name(d) for d in range(len(self.domain_ids))]
-            self._short_names = dict(zip(self.domain_ids, domain_names.short_names(self.domain_ids), strict=True))
-            taken = set(self.domain_ids) | set(self._short_names.values())
+            short = domain_names.short_names(self.domain_ids)
+            taken = set(self.domain_ids) | set(short)
             counts = Counter(g for g in given if g)
-            for d, name in zip(self.domain_ids, given, strict=True):
-                if name and counts[name] == 1 and (name not in taken or self._short_names[d] == name):
-                    self._short_names[d] = name
-        return self._short_names.get(domain, domain)
+            self._short_names = [
+                name if name and counts[name] == 1 and (name not in taken or name == mine) else mine
+                for name, mine in zip(given, short, strict=True)
+            ]
+            self._name_of = dict(zip(self.domain_ids, self._short_names, strict=True))
+        return self._short_names
+
+    def domain_name(self, domain: str) -> str:
+        """What views call domain ``domain`` (``domain_names``); an id the fleet does not have is its own name."""
+        self.domain_names()
+        return self._name_of.get(domain, domain)
 
     def _labelled_name(self, d: int) -> str | None:
         key = self.platforms[int(self.bitmap.domain_platforms[d])].domain_name_label
