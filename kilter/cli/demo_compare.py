@@ -103,7 +103,7 @@ def run_comparison(args: argparse.Namespace) -> dict[str, Any]:
                 found, sim = _run(policy, jobs, objects, args.seed, progress)
                 found["extenderCalls"] = policy.calls
                 policy.close()
-        report["policies"]["kilter"], drawn["kilter"] = found, Drawn.of(sim)
+        report["policies"]["kilter"], drawn["kilter"] = found, Drawn.of(sim, found)
         report["queueOf"] = sim.queues.queue_of
         for name, (found, picture) in baselines.result().items():
             report["policies"][name], drawn[name] = found, picture
@@ -147,7 +147,7 @@ def _baselines(
     out: dict[str, tuple[dict[str, Any], Drawn]] = {}
     for name in DEMO_POLICIES[1:]:
         found, sim = _run(name, jobs, objects, seed, None)
-        out[name] = (found, Drawn.of(sim))
+        out[name] = (found, Drawn.of(sim, found))
     return out
 
 

@@ -246,7 +246,7 @@ def run(args: argparse.Namespace) -> int:
     if args.plot:
         trace_name = args.trace if args.trace.startswith("synthetic:") else Path(args.trace).name
         title = f"{len(jobs)} jobs of {trace_name} (GPUs x{args.gpu_scale}) on {args.fleet.name}"
-        plot_runs([(r.policy, Drawn.of(r.simulation)) for r in runs], args.plot, title=title)
+        plot_runs([(r.policy, Drawn.of(r.simulation, r.metrics)) for r in runs], args.plot, title=title)
     if args.output != "table":
         data = report(runs, args)
         if versus:

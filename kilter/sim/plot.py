@@ -17,7 +17,6 @@ from typing import Any
 import numpy as np
 
 from kilter.sim.engine import Simulation
-from kilter.sim.metrics import metrics
 from kilter.sim.run_settings import Timeline
 
 __all__ = ["Drawn", "plot_runs"]
@@ -37,9 +36,10 @@ class Drawn:
     classes: dict[str, Any]  # ``metrics``' per-class figures
 
     @classmethod
-    def of(cls, sim: Simulation) -> Drawn:
+    def of(cls, sim: Simulation, found: dict[str, Any]) -> Drawn:
+        """``sim`` as drawn, with ``found``, its ``metrics`` (worked out once, by the run that reports them)."""
         usable = max(int(sim.fleet.bitmap.domain_usable_gpus.sum()), 1)
-        return cls(sim.timeline, usable, tuple(sim.cq_names), metrics(sim)["classes"])
+        return cls(sim.timeline, usable, tuple(sim.cq_names), found["classes"])
 
 
 def _smooth(values: np.ndarray, width: int) -> np.ndarray:
