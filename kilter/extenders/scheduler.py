@@ -256,15 +256,11 @@ class SchedulerExtender:
         while len(self._refused) > MAX_REFUSED:
             self._refused.popitem(last=False)
 
-    def _below_refused(
-        self, uid: str, scores: npt.NDArray[np.int8], index: npt.NDArray[np.int32]
-    ) -> npt.NDArray[np.int8]:
-        """``scores`` with 0 on every node the pod's filter refused: a node filter turned away never outscores one
-        it passed, even for a caller that asks prioritize about every node (kube-scheduler sends only survivors)."""
+    def _refused_by_filter(self, uid: str) -> npt.NDArray[np.bool_] | None:
+        """The nodes pod ``uid``'s last filter refused, as a fleet mask with one more entry, false, for unknown
+        nodes (index -1); None when no filter of it in this fleet generation is on record."""
         found = self._refused.get(uid)
-        if found is None or found[0] != self.store.generation:
-            return scores
-        return np.where(found[1][index], 0, scores).astype(np.int8)
+        return found[1] if found is not None and found[0] == self.store.generation else None
 
     def _filter_error(self, message: str) -> VerbAnswer:
         return VerbAnswer(200, self._encoder.encode(wire.FilterResult(error=message)), "error")
@@ -289,12 +285,16 @@ class SchedulerExtender:
                 cand = self._candidates(fleet, args)
                 names = cand.names or []
                 scores, index = score_pod(fleet, names, gpus=p.gpus, planned=planned)
+            refused = self._refused_by_filter(p.uid)
             if plan is not None:
                 # A gang pod's GPUs are reserved on its planned nodes: those score top, nothing else scores.
                 scores = np.where(np.isin(index, np.asarray(planned, dtype=np.int32)), MAX_SCORE, 0).astype(np.int8)
-            else:
+            elif refused is None:  # no filter on record: the reservations' rule itself (the filter's covers it)
                 scores = self.gangs.below_reservations(fleet, p.pod, p.gpus, scores, index)
-            scores = self._below_refused(p.uid, scores, index)
+            if refused is not None:
+                # A node the filter turned away never outscores one it passed, even for a caller that asks
+                # prioritize about every node (kube-scheduler sends only the survivors).
+                scores = np.where(refused[index], 0, scores).astype(np.int8)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             return VerbAnswer(400, f"malformed ExtenderArgs: {exc}".encode(), "error")
         except KilterError as exc:
